@@ -1,0 +1,60 @@
+"""Solutions to the chapter exercises, kept apart from the notebooks.
+
+Try the exercise first. To read a solution in a notebook: ``from flashmath import solutions``, then
+``solutions.show("safe_softmax")``. The solutions are written plainly, element by element, as a learner
+would; the package's own vectorised versions are in :mod:`flashmath.softmax`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+
+__all__ = ["show", "safe_softmax", "online_normalizer", "merge"]
+
+
+def safe_softmax(x):
+    """Chapter 1: safe softmax of a 1-D vector, three passes."""
+    x = np.asarray(x)
+    work = x.astype(np.promote_types(x.dtype, np.float32))  # float16 is computed in float32
+    g = work.max()  # pass 1: the max (NaN propagates)
+    if g == -np.inf:  # a fully masked row: no key to attend to
+        return np.zeros_like(x)
+    e = np.exp(work - g)  # every exponent <= 0: no overflow
+    s = e.sum()  # pass 2: the sum
+    return (e / s).astype(x.dtype)  # pass 3: divide
+
+
+def online_normalizer(x):
+    """Chapter 2: running max g and running sum s in one pass over x."""
+    g, s = -math.inf, 0.0  # the empty prefix
+    for x_i in x:  # the only pass
+        g_new = max(g, x_i) if not (math.isnan(g) or math.isnan(x_i)) else math.nan
+        if g_new == -math.inf:  # everything so far is masked
+            continue
+        # s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
+        s = s * math.exp(g - g_new) + math.exp(x_i - g_new)
+        g = g_new
+    return g, s
+
+
+def merge(g1, s1, g2, s2):
+    """Chapter 2: the state of two concatenated parts from the states of each part."""
+    g = max(g1, g2) if not (math.isnan(g1) or math.isnan(g2)) else math.nan
+    if g == -math.inf:  # both parts are empty or fully masked
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
+def show(name: str) -> None:
+    """Print the source of the solution called ``name`` (one of ``__all__`` except ``show``).
+
+    Raises:
+        ValueError: no solution has that name.
+    """
+    names = [n for n in __all__ if n != "show"]
+    if name not in names:
+        raise ValueError(f"no solution called {name!r}; choose one of {names}")
+    print(inspect.getsource(globals()[name]))

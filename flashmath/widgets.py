@@ -1,0 +1,108 @@
+"""Widget builders: ipywidgets controls wired to the drawing functions of :mod:`flashmath.viz`.
+
+Each builder computes what it needs once, outside the callback, and returns an
+:class:`ipywidgets.interactive`: its ``result`` is the figure drawn by the last callback (tests read it), its
+``kwargs_widgets`` are the controls. Step sliders get a Play button linked to them in the browser
+(``jslink``), so the animation runs without a round trip per frame in the link itself.
+
+Works with ipywidgets 7.7 (what Colab ships) and 8.x.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+
+from flashmath import viz
+from flashmath.softmax import online_softmax_trace
+
+__all__ = ["online_softmax_player", "overflow_explorer", "step_player"]
+
+
+def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step", interval: int = 700,
+                **fixed):
+    """An ``interactive`` over ``draw(step=..., **fixed)`` with a step slider and a linked Play button.
+
+    Args:
+        draw: callable ``draw(step, **fixed) -> Figure``.
+        n_steps: the slider runs over ``0..n_steps``.
+        value: initial step.
+        description: the slider's label.
+        interval: milliseconds between Play frames.
+        fixed: extra keyword arguments passed unchanged to ``draw``.
+
+    Returns:
+        ``ipywidgets.interactive`` whose first control row is ``[Play, slider]``.
+
+    Raises:
+        ValueError: ``n_steps < 1`` or ``value`` outside ``0..n_steps``.
+    """
+    if n_steps < 1:
+        raise ValueError(f"n_steps must be at least 1, got {n_steps}")
+    if not 0 <= value <= n_steps:
+        raise ValueError(f"value must be in 0..{n_steps}, got {value}")
+    slider = widgets.IntSlider(value=value, min=0, max=n_steps, step=1, description=description,
+                               continuous_update=True)
+    play = widgets.Play(value=value, min=0, max=n_steps, step=1, interval=interval, description="Play")
+    widgets.jslink((play, "value"), (slider, "value"))
+
+    def callback(step):
+        return draw(step=step, **fixed)
+
+    ui = widgets.interactive(callback, step=slider)
+    ui.children = (widgets.HBox([play, slider]),) + tuple(ui.children[1:])
+    return ui
+
+
+def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = 700):
+    """Step through the online normalizer of a 1-D vector: x_i, g_i, the rescale factor, s_i, s_L.
+
+    Args:
+        x: 1-D array ``(L,)`` (any real row: random numbers, a real attention score row...).
+        labels: optional tick labels (e.g. tokens), length ``L``.
+        value: the step shown first (0 = nothing read yet).
+        interval: milliseconds between Play frames.
+
+    Returns:
+        ``ipywidgets.interactive`` (slider ``step`` over ``0..L`` and a Play button).
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.online_softmax_trace` for a bad ``x``.
+    """
+    trace = online_softmax_trace(x)  # computed once; the callback only draws
+
+    def draw(step, trace, labels):
+        return viz.plot_online_softmax_step(trace, step, labels=labels)
+
+    return step_player(draw, len(trace), value=value, description="step i", interval=interval,
+                       trace=trace, labels=labels)
+
+
+def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
+    """Scale a vector and choose a dtype: where does the direct softmax overflow, and the safe one not?
+
+    Args:
+        x: 1-D array ``(L,)``.
+        scale: initial scale (log slider from 1 to 1000).
+        dtype: initial dtype, one of ``"float16"``, ``"float32"``, ``"float64"``.
+
+    Returns:
+        ``ipywidgets.interactive`` with controls ``scale`` and ``dtype``.
+
+    Raises:
+        ValueError: ``dtype`` not one of the three, or ``x`` not 1-D.
+    """
+    x = np.array(x, dtype=np.float64)  # a private copy
+    if x.ndim != 1:
+        raise ValueError(f"x must be a 1-D vector, got shape {x.shape}")
+    choices = ["float16", "float32", "float64"]
+    if dtype not in choices:
+        raise ValueError(f"dtype must be one of {choices}, got {dtype!r}")
+    scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
+                                          continuous_update=False)
+    dtype_buttons = widgets.ToggleButtons(options=choices, value=dtype, description="dtype")
+
+    def callback(scale, dtype):
+        return viz.plot_overflow(x, dtype=dtype, scale=scale)
+
+    return widgets.interactive(callback, scale=scale_slider, dtype=dtype_buttons)
