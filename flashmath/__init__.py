@@ -1,9 +1,25 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
-The algorithms live in small modules named after the course's chapters; plotting (:mod:`flashmath.viz`) and
-widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
+:mod:`flashmath.attention`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the real attention heads in
+:mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`) are kept apart
+and are imported only when a notebook asks for them.
 """
 
+from flashmath.attention import (
+    LoopSwapTrace,
+    OneLoopTrace,
+    TwoLoopTrace,
+    attention,
+    loop_swap_trace,
+    matmul_ndm,
+    matmul_nmd,
+    one_loop_attention,
+    one_loop_trace,
+    two_loop_attention,
+    two_loop_trace,
+)
+from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -17,11 +33,25 @@ from flashmath.softmax import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "LoopSwapTrace",
+    "OneLoopTrace",
     "OnlineSoftmaxTrace",
+    "TwoLoopTrace",
+    "attention",
+    "causal_mask",
+    "loop_swap_trace",
+    "matmul_ndm",
+    "matmul_nmd",
     "merge",
+    "one_loop_attention",
+    "one_loop_trace",
     "online_normalizer",
     "online_softmax",
     "online_softmax_trace",
+    "padding_mask",
     "safe_softmax",
+    "sliding_window_mask",
     "softmax",
+    "two_loop_attention",
+    "two_loop_trace",
 ]

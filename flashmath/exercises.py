@@ -17,7 +17,7 @@ import numpy as np
 
 from flashmath.softmax import merge, online_normalizer, safe_softmax
 
-__all__ = ["CheckReport", "check_safe_softmax", "check_online_normalizer", "check_merge", "OnePassVector"]
+__all__ = ["CheckReport", "check_score_row", "check_safe_softmax", "check_online_normalizer", "check_merge", "OnePassVector"]
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -62,6 +62,42 @@ def _run(report: CheckReport, name: str, fn, *args):
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         report.add(name, False, f"raised {type(exc).__name__}: {exc}")
     return None, False
+
+
+def check_score_row(fn) -> CheckReport:
+    """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m] / sqrt(D)`` (chapter 0).
+
+    Cases: a small query and keys, ``D = 1``, a single key, a real head from :func:`flashmath.data.load_heads`.
+    """
+    from flashmath.data import load_heads
+
+    report = CheckReport("check_score_row")
+    rng = np.random.default_rng(0)
+    heads = load_heads()
+    layer, head, n = heads.demo_rows[0]
+    cases = [
+        ("a small query (D = 3) against 4 keys", rng.normal(size=3), rng.normal(size=(4, 3))),
+        ("D = 1 (the scale is 1)", np.array([2.0]), np.array([[1.0], [-3.0]])),
+        ("a single key (M = 1)", rng.normal(size=5), rng.normal(size=(1, 5))),
+        ("a real head (D = 32: did you divide by sqrt(D)?)", heads.q[layer, head, n].astype(np.float64),
+         heads.k[layer, head].astype(np.float64)),
+    ]
+    for name, q_n, keys in cases:
+        out, ok = _run(report, name, fn, q_n.copy(), keys.copy())
+        if not ok:
+            continue
+        expected = keys @ q_n / np.sqrt(q_n.shape[0])
+        x = np.asarray(out, dtype=np.float64) if out is not None else None
+        if x is None or x.shape != expected.shape:
+            report.add(name, False, f"expected shape {expected.shape} (one score per key), "
+                                    f"got {None if x is None else x.shape}")
+        elif np.allclose(x, expected * np.sqrt(q_n.shape[0]), rtol=1e-9) and q_n.shape[0] > 1:
+            report.add(name, False, "the scores are sqrt(D) too large: divide by sqrt(D)")
+        elif not np.allclose(x, expected, rtol=1e-9, atol=1e-12):
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(x)}")
+        else:
+            report.add(name, True)
+    return report
 
 
 def _softmax_cases():

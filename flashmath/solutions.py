@@ -12,7 +12,13 @@ import math
 
 import numpy as np
 
-__all__ = ["show", "safe_softmax", "online_normalizer", "merge"]
+__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge"]
+
+
+def score_row(q_n, K):
+    """Chapter 0: scaled scores of one query against every key."""
+    D = len(q_n)
+    return np.array([sum(q_n[d] * k_m[d] for d in range(D)) for k_m in K]) / math.sqrt(D)
 
 
 def safe_softmax(x):

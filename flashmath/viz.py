@@ -35,17 +35,19 @@ def _limits(values: np.ndarray, pad: float = 0.08) -> tuple[float, float]:
     return lo - pad * span, hi + pad * span
 
 
-def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0)):
+def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0), fig=None):
     """Draw the online normalizer after step ``i`` (1-based; ``i = 0`` shows nothing seen yet).
 
-    Three panels over the steps ``1..L``: the inputs ``x_j`` with the running max ``g_j``; the rescale factor
+    Three panels over the steps ``1..N``: the inputs ``x_j`` with the running max ``g_j``; the rescale factor
     ``exp(g_{j-1} - g_j)`` (red where the max jumped); the running sum ``s_j`` against the true denominator
-    ``s_L``.
+    ``s_N``.
 
     Args:
         trace: from :func:`flashmath.online_softmax_trace`.
         i: the step to show, ``0 <= i <= len(trace)``.
         labels: optional tick labels for the elements (e.g. tokens), length ``L``.
+        figsize: inches, for a new figure.
+        fig: draw into this figure (cleared first) instead of a new one; animations use it.
 
     Returns:
         matplotlib Figure.
@@ -65,8 +67,11 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
     s = np.asarray(trace.s, dtype=np.float64)
     r = np.asarray(trace.rescale, dtype=np.float64)
 
-    fig, (ax_x, ax_r, ax_s) = plt.subplots(3, 1, sharex=True, figsize=figsize, height_ratios=[2, 1, 1.5],
-                                           layout="constrained")
+    if fig is None:
+        fig = plt.figure(figsize=figsize, layout="constrained")
+    else:
+        fig.clear()
+    ax_x, ax_r, ax_s = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1.5])
     x_plot = np.where(np.isfinite(x), x, np.nan)
     ax_x.bar(steps, x_plot, color=np.where(seen, SEEN, UNSEEN), width=0.7, label="$x_j$")
     if i > 0:
@@ -75,7 +80,7 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
     ax_x.set_ylim(*_limits(np.concatenate([x, g])))
     ax_x.axhline(0, color="k", lw=0.5)
     ax_x.set_ylabel("value")
-    ax_x.legend(loc="upper right", fontsize=8, ncol=3)
+    ax_x.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
 
     jumped = r < 1
     ax_r.bar(steps[:i], r[:i], color=np.where(jumped[:i], JUMP, HOLD), width=0.7)
@@ -83,7 +88,7 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
     ax_r.set_ylim(0, 1.15)
     ax_r.set_ylabel(r"$e^{g_{j-1}-g_j}$")
 
-    ax_s.axhline(trace.denominator, color="k", ls="--", lw=1, label=f"denominator $s_L$ = {trace.denominator:.4g}")
+    ax_s.axhline(trace.denominator, color="k", ls="--", lw=1, label=f"denominator $s_N$ = {trace.denominator:.4g}")
     if i > 0:
         ax_s.plot(steps[:i], s[:i], "o-", color=SEEN, ms=4, label="running sum $s_j$")
     ax_s.set_ylim(0, 1.1 * max(float(np.nanmax(s)) if np.isfinite(s).any() else 1.0, 1e-12))
@@ -137,7 +142,8 @@ def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0))
               label="exp($x_i$) = inf")
     ax_e.axhline(limit, color=JUMP, ls="--", lw=1, label=f"log(max {dt.name}) = {limit:.2f}")
     ax_e.set_ylabel("$x_i$")
-    ax_e.legend(loc="upper right", fontsize=8)
+    ax_e.set_ylim(*_limits(xs.astype(np.float64), pad=0.15))
+    ax_e.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
 
     width = 0.4
     ax_y.bar(steps - width / 2, np.nan_to_num(y_direct.astype(np.float64), nan=0.0), width, color=UNSEEN,
@@ -148,42 +154,37 @@ def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0))
     ax_y.set_ylim(0, 1.05)
     ax_y.set_ylabel("probability")
     ax_y.set_xlabel("element i")
-    ax_y.legend(loc="upper right", fontsize=8)
+    ax_y.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
     fig.suptitle(f"{dt.name}, scale {scale:g}: max x = {float(np.max(xs)):.4g}, "
                  f"{int(overflowed.sum())} of {L} exponentials overflow", fontsize=11)
     return fig
 
 
-def animate_online_softmax(trace: OnlineSoftmaxTrace, *, interval: int = 600, labels=None):
-    """A :class:`matplotlib.animation.FuncAnimation` of the online normalizer over every step.
+def animate_online_softmax(trace: OnlineSoftmaxTrace, *, interval: int = 600, labels=None,
+                           figsize=(8.0, 6.0), dpi: int = 60):
+    """A :class:`matplotlib.animation.FuncAnimation` of the online normalizer, one frame per step.
 
-    Redraws :func:`plot_online_softmax_step` frame by frame into one figure; use ``.to_jshtml()`` for a
+    Each frame redraws :func:`plot_online_softmax_step` into the same figure; ``.to_jshtml()`` gives a
     self-contained HTML player that works without a kernel (nbviewer, GitHub's static view).
 
     Args:
         trace: from :func:`flashmath.online_softmax_trace`.
         interval: milliseconds between frames.
         labels: optional tick labels, length ``L``.
+        figsize: inches.
+        dpi: dots per inch of the frames (each frame is stored as a PNG in the HTML: keep it small).
 
     Returns:
-        ``(animation, figure)``; close the figure after rendering so it is not shown twice.
+        ``(animation, figure)``; close the figure after rendering so that it is not also shown as a picture.
     """
-    first = plot_online_softmax_step(trace, 0, labels=labels)
-    frames = [plot_online_softmax_step(trace, i, labels=labels) for i in range(len(trace) + 1)]
-    images = [_rgba(f) for f in frames]
-    for f in frames:
-        plt.close(f)
-    plt.close(first)
-    fig = plt.figure(figsize=(images[0].shape[1] / 100, images[0].shape[0] / 100), dpi=100)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.axis("off")
-    im = ax.imshow(images[0])
+    fig = plot_online_softmax_step(trace, 0, labels=labels, figsize=figsize)
+    fig.set_dpi(dpi)
 
-    def update(k):
-        im.set_data(images[k])
-        return (im,)
+    def update(step):
+        plot_online_softmax_step(trace, step, labels=labels, fig=fig)
+        return fig.axes
 
-    anim = animation.FuncAnimation(fig, update, frames=len(images), interval=interval, blit=True)
+    anim = animation.FuncAnimation(fig, update, frames=len(trace) + 1, interval=interval, blit=False)
     return anim, fig
 
 

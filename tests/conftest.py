@@ -1,7 +1,5 @@
-import os
+import matplotlib
 
-os.environ.setdefault("MPLBACKEND", "Agg")  # tests draw figures without a display
-
-import matplotlib  # noqa: E402
-
+# Tests draw figures without a display. Select the backend in this process only: an MPLBACKEND
+# environment variable would leak into the kernels that nbval starts and change the notebooks' outputs.
 matplotlib.use("Agg")

@@ -38,6 +38,7 @@ def failures(report):
 
 
 def test_solutions_pass():
+    assert exercises.check_score_row(solutions.score_row).passed
     assert exercises.check_safe_softmax(solutions.safe_softmax).passed
     assert exercises.check_online_normalizer(solutions.online_normalizer).passed
     assert exercises.check_merge(solutions.merge).passed
@@ -84,3 +85,9 @@ def test_show_prints_a_solution(capsys):
         assert "choose one of" in str(exc)
     else:
         raise AssertionError("show('nope') should raise ValueError")
+
+
+def test_score_row_without_scale_is_named():
+    report = exercises.check_score_row(lambda q, K: np.asarray(K) @ np.asarray(q))
+    assert "divide by sqrt(D)" in repr(report)
+    assert [ok for _, ok, _ in report.cases] == [False, True, False, False]  # D = 1 has scale 1

@@ -1,0 +1,499 @@
+"""flashmath.attention: the float64 reference against a formula written here, every loop variant against the
+reference, the bitwise loop swap, the traces, and the edge cases (masks, empty rows, NaN, dtypes, errors)."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashmath.attention import (
+    attention,
+    loop_swap_trace,
+    matmul_ndm,
+    matmul_nmd,
+    one_loop_attention,
+    one_loop_trace,
+    two_loop_attention,
+    two_loop_trace,
+)
+from flashmath.masks import causal_mask
+
+VARIANTS = [two_loop_attention, one_loop_attention]
+TOL = 1e-12
+
+# (N, M, D, Dv): N != M both ways, N = 1 (decoding), M = 1, D = 1, primes, Dv != D
+SHAPES = [(7, 13, 5, 5), (13, 7, 5, 3), (1, 13, 5, 5), (7, 1, 5, 5), (7, 13, 1, 1), (1, 1, 1, 1), (16, 16, 8, 8)]
+MASKS = ["none", "causal", "top-left", "random"]
+
+
+def direct(q, k, v, scale=None, keep=None):
+    """A = softmax(mask(q k^T * scale)) v and the row logsumexp, for 2-D float64 arrays, one row at a time."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[1]) if scale is None else scale
+    N, M, Dv = q.shape[0], k.shape[0], v.shape[1]
+    keep = np.ones((N, M), bool) if keep is None else np.broadcast_to(keep, (N, M))
+    out, lse = np.zeros((N, Dv)), np.full(N, -np.inf)
+    for n in range(N):
+        x = (k @ q[n]) * scale
+        x = x[keep[n]]
+        if x.size == 0:
+            continue  # no key: output 0, logsumexp -inf
+        e = np.exp(x - x.max())
+        out[n] = (e / e.sum()) @ v[keep[n]]
+        lse[n] = x.max() + np.log(e.sum())
+    return out, lse
+
+
+def make(rng, N, M, D, Dv, batch=()):
+    shapes = (batch + (N, D), batch + (M, D), batch + (M, Dv))  # q, k, v
+    return tuple(rng.standard_normal(shape) for shape in shapes)
+
+
+def mask_kwargs(kind, N, M, rng):
+    """Keyword arguments for the attention functions, and the equivalent (N, M) boolean keep-matrix."""
+    if kind == "none":
+        return {}, np.ones((N, M), bool)
+    if kind == "causal":
+        return {"causal": True}, causal_mask(N, M)
+    if kind == "top-left":
+        keep = causal_mask(N, M, align="top-left")
+        return {"mask": keep}, keep
+    keep = rng.random((N, M)) < 0.6
+    return {"mask": keep}, keep
+
+
+def assert_close(actual, expected, tol=TOL):
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    err = np.abs(actual[finite] - expected[finite])
+    assert np.all(err <= tol * (1 + np.abs(expected[finite]))), f"max error {err.max() if err.size else 0}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The reference against the formula
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", MASKS)
+@pytest.mark.parametrize("N, M, D, Dv", SHAPES)
+def test_reference_matches_direct_formula(N, M, D, Dv, kind):
+    rng = np.random.default_rng(N * 1000 + M * 10 + D)
+    q, k, v = make(rng, N, M, D, Dv)
+    kwargs, keep = mask_kwargs(kind, N, M, rng)
+    a, lse = attention(q, k, v, return_lse=True, **kwargs)
+    a_ref, lse_ref = direct(q, k, v, keep=keep)
+    assert a.dtype == np.float64 and lse.dtype == np.float64
+    assert_close(a, a_ref)
+    assert_close(lse, lse_ref)
+
+
+def test_default_scale_is_one_over_sqrt_d_and_scale_is_applied_to_scores():
+    rng = np.random.default_rng(1)
+    q, k, v = make(rng, 5, 6, 9, 4)
+    assert_close(attention(q, k, v), attention(q, k, v, scale=1 / 3))
+    assert_close(attention(q, k, v, scale=0.7), direct(q, k, v, scale=0.7)[0])
+    assert_close(attention(q, k, v, scale=2), attention(2 * q, k, v, scale=1))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Every variant against the reference
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", MASKS)
+@pytest.mark.parametrize("N, M, D, Dv", SHAPES)
+def test_variants_match_reference(variant, N, M, D, Dv, kind):
+    rng = np.random.default_rng(N * 1000 + M * 10 + D)
+    q, k, v = make(rng, N, M, D, Dv)
+    kwargs, _ = mask_kwargs(kind, N, M, rng)
+    a, lse = variant(q, k, v, return_lse=True, **kwargs)
+    a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
+    assert a.dtype == np.float64 and lse.dtype == np.float64
+    assert_close(a, a_ref)
+    assert_close(lse, lse_ref)
+    assert_close(variant(q, k, v, **kwargs), a_ref)  # return_lse=False returns the array alone
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_leading_dimensions_broadcast(variant):
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 3, 7, 5))  # (batch, heads, N, D)
+    k = rng.standard_normal((3, 11, 5))  # shared over the batch
+    v = rng.standard_normal((1, 3, 11, 4))
+    mask = rng.random((2, 1, 7, 11)) < 0.7  # one mask per batch entry, shared over heads
+    a, lse = variant(q, k, v, mask=mask, causal=True, return_lse=True)
+    assert a.shape == (2, 3, 7, 4) and lse.shape == (2, 3, 7)
+    for b in range(2):
+        for h in range(3):
+            a_ref, lse_ref = direct(q[b, h], k[h], v[0, h], keep=mask[b, 0] & causal_mask(7, 11))
+            assert_close(a[b, h], a_ref)
+            assert_close(lse[b, h], lse_ref)
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_mask_and_v_may_add_leading_dimensions(variant):
+    rng = np.random.default_rng(3)
+    q, k, _ = make(rng, 4, 6, 3, 2)
+    v = rng.standard_normal((5, 6, 2))  # a batch only v has
+    mask = rng.random((2, 1, 4, 6)) < 0.5
+    a, lse = variant(q, k, v, mask=mask, return_lse=True)
+    assert a.shape == (2, 5, 4, 2) and lse.shape == (2, 5, 4)
+    assert_close(a[1, 3], direct(q, k, v[3], keep=mask[1, 0])[0])
+    mask_1d = np.array([True, False, True, True, False, True])  # (M,) broadcasts over the rows
+    assert_close(variant(q, k, v[0], mask=mask_1d), direct(q, k, v[0], keep=mask_1d)[0])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Causal alignment, fully masked rows, NaN
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_decoding_one_query_sees_the_whole_cache(variant):
+    rng = np.random.default_rng(4)
+    q, k, v = make(rng, 1, 9, 4, 4)
+    assert_close(variant(q, k, v, causal=True), attention(q, k, v))
+    # top-left alignment: the single query sees key 0 only, so A = V[0]
+    assert_close(variant(q, k, v, mask=causal_mask(1, 9, align="top-left")), v[:1])
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_fully_masked_rows_give_zero_and_lse_minus_inf(variant):
+    rng = np.random.default_rng(5)
+    q, k, v = make(rng, 6, 3, 4, 2)  # bottom-right causal with N > M: queries 0..2 see no key
+    v[1] = np.nan  # a fully masked row stays 0 even where v holds NaN
+    a, lse = variant(q, k, v, causal=True, return_lse=True)
+    np.testing.assert_array_equal(a[:3], 0)
+    np.testing.assert_array_equal(lse[:3], -np.inf)
+    assert not np.isnan(a[:3]).any()
+
+    mask = np.ones((6, 3), bool)
+    mask[[0, 4]] = False
+    v = rng.standard_normal((3, 2))
+    a, lse = variant(q, k, v, mask=mask, return_lse=True)
+    np.testing.assert_array_equal(a[[0, 4]], 0)
+    np.testing.assert_array_equal(lse[[0, 4]], -np.inf)
+    assert np.isfinite(a).all() and np.isfinite(lse[[1, 2, 3, 5]]).all()
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_no_keys_at_all(variant):
+    q, k, v = np.ones((2, 3, 4)), np.ones((2, 0, 4)), np.ones((2, 0, 5))
+    a, lse = variant(q, k, v, return_lse=True)
+    assert a.shape == (2, 3, 5) and lse.shape == (2, 3)
+    np.testing.assert_array_equal(a, 0)
+    np.testing.assert_array_equal(lse, -np.inf)
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_nan_propagates_and_is_never_zeroed(variant):
+    rng = np.random.default_rng(6)
+    q, k, v = make(rng, 4, 5, 3, 2)
+    q_nan = q.copy()
+    q_nan[2, 1] = np.nan
+    a, lse = variant(q_nan, k, v, return_lse=True)
+    assert np.isnan(a[2]).all() and np.isnan(lse[2])
+    assert np.isfinite(a[[0, 1, 3]]).all()
+
+    k_nan = k.copy()
+    k_nan[3, 0] = np.nan
+    a = variant(q, k_nan, v, causal=True)  # bottom-right, N = 4, M = 5: query 0 sees keys 0..1 only
+    assert np.isnan(a[2:]).all() and np.isfinite(a[:2]).all()
+
+    v_nan = v.copy()
+    v_nan[0, 1] = np.nan
+    a = variant(q, k, v_nan)
+    assert np.isnan(a[:, 1]).all() and np.isfinite(a[:, 0]).all()
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_inputs_are_not_modified(variant):
+    rng = np.random.default_rng(7)
+    arrays = make(rng, 3, 4, 2, 2)
+    mask = rng.random((3, 4)) < 0.5
+    copies = [a.copy() for a in arrays] + [mask.copy()]
+    for a in (*arrays, mask):
+        a.flags.writeable = False  # any in-place write would raise
+    variant(*arrays, mask=mask, causal=True, return_lse=True)
+    for a, c in zip((*arrays, mask), copies):
+        np.testing.assert_array_equal(a, c)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float16, 2e-3), (np.float32, 1e-5)])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_low_precision_output_dtype_and_accuracy(variant, dtype, tol):
+    rng = np.random.default_rng(8)
+    q, k, v = (a.astype(dtype) for a in make(rng, 7, 13, 5, 3))
+    a, lse = variant(q, k, v, causal=True, return_lse=True)
+    assert a.dtype == dtype and lse.dtype == np.float32  # accumulated in float32 at least
+    a_ref, lse_ref = attention(q, k, v, causal=True, return_lse=True)
+    assert a_ref.dtype == np.float64
+    assert np.max(np.abs(a - a_ref)) < tol and np.max(np.abs(lse - lse_ref)) < tol
+
+
+def test_large_float16_scores_do_not_overflow():
+    q = np.full((2, 4), 30, np.float16)  # scores 30 * 30 * 4 / 2 = 1800: a bare exp(1800) overflows any float
+    k = np.full((3, 4), 30, np.float16)
+    v = np.arange(6, dtype=np.float16).reshape(3, 2)
+    for variant in [attention] + VARIANTS:
+        a = variant(q, k, v)
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.tile(v.mean(0), (2, 1)), rtol=1e-3)
+
+
+def test_integer_input_is_taken_as_float64():
+    q, k, v = np.eye(2, dtype=int), np.eye(2, dtype=int), np.arange(4).reshape(2, 2)
+    for variant in [attention] + VARIANTS:
+        assert variant(q, k, v).dtype == np.float64
+    assert_close(two_loop_attention(q, k, v), direct(q, k, v)[0])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------------------------
+
+Q, K, V = np.zeros((3, 4)), np.zeros((5, 4)), np.zeros((5, 2))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((np.zeros(4), K, V), {}, ValueError, r"q must have shape \(\.\.\., N, D\)"),
+        ((Q, np.zeros((5, 3)), V), {}, ValueError, "same head dimension D, got D = 4 for q"),
+        ((Q, K, np.zeros((6, 2))), {}, ValueError, "same number of keys M, got 5 for k"),
+        ((np.zeros((2, 3, 4)), np.zeros((3, 5, 4)), V), {}, ValueError, r"leading \(batch, head\) dimensions"),
+        ((np.zeros((3, 0)), np.zeros((5, 0)), V), {}, ValueError, "D must be at least 1"),
+        ((Q, K, V), {"mask": np.ones((3, 4), bool)}, ValueError, r"does not broadcast to \(\.\.\., N, M\)"),
+        ((Q, K, V), {"mask": np.ones((2, 5), bool)}, ValueError, r"mask of shape \(2, 5\) does not broadcast"),
+        ((Q, K, V), {"mask": np.ones((3, 5))}, TypeError, "mask must be a boolean array"),
+        ((Q.astype(complex), K, V), {}, TypeError, "q must hold real floating-point numbers"),
+        ((Q, K, np.array([["a", "b"]] * 5)), {}, TypeError, "v must hold real floating-point numbers"),
+        ((Q, K, V), {"causal": "top-left"}, TypeError, "causal must be True or False"),
+        ((Q, K, V), {"scale": "0.5"}, TypeError, "scale must be a real number"),
+        ((Q, K, V), {"scale": np.inf}, ValueError, "scale must be finite"),
+    ],
+)
+@pytest.mark.parametrize("function", [attention] + VARIANTS + [one_loop_trace, two_loop_trace])
+def test_errors(function, args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        function(*args, **kwargs)
+
+
+@pytest.mark.parametrize("trace", [one_loop_trace, two_loop_trace])
+def test_traces_need_a_key(trace):
+    with pytest.raises(ValueError, match=r"at least one key \(M >= 1\)"):
+        trace(Q, np.zeros((0, 4)), np.zeros((0, 2)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The loop swap: bitwise equal
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("N, M, Dv", [(3, 7, 5), (1, 1, 1), (5, 2, 1), (2, 11, 3)])
+def test_loop_swap_is_bitwise_equal(N, M, Dv, dtype):
+    rng = np.random.default_rng(N * 100 + M * 10 + Dv)
+    y = rng.random((N, M)).astype(dtype)
+    v = rng.standard_normal((M, Dv)).astype(dtype)
+    a1, a2 = matmul_ndm(y, v), matmul_nmd(y, v)
+    assert a1.dtype == a2.dtype == dtype and a1.shape == (N, Dv)
+    assert (a1 == a2).all()  # ==, not allclose: same additions in the same order per element
+    rtol = 1e-2 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(a1, y.astype(np.float64) @ v.astype(np.float64), rtol=rtol)
+
+
+def test_loop_swap_of_reference_probabilities_gives_attention():
+    rng = np.random.default_rng(9)
+    q, k, v = make(rng, 5, 7, 3, 2)
+    x = q @ k.T / math.sqrt(3)
+    y = np.exp(x - x.max(1, keepdims=True))
+    y /= y.sum(1, keepdims=True)
+    assert_close(matmul_nmd(y, v), attention(q, k, v))
+    assert (matmul_nmd(y, v) == matmul_ndm(y, v)).all()
+
+
+def test_loop_swap_nan_and_errors():
+    y, v = np.ones((2, 3)), np.ones((3, 2))
+    v[1, 0] = np.nan
+    np.testing.assert_array_equal(matmul_ndm(y, v), matmul_nmd(y, v))  # NaN positions match
+    assert np.isnan(matmul_nmd(y, v)[:, 0]).all()
+    with pytest.raises(ValueError, match="must share M"):
+        matmul_nmd(np.ones((2, 3)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="both 2-D"):
+        matmul_ndm(np.ones(3), np.ones((3, 2)))
+    with pytest.raises(TypeError, match="y must hold real"):
+        matmul_ndm(np.ones((2, 3), complex), np.ones((3, 2)))
+
+
+def test_loop_swap_trace_rows_of_partial_sums():
+    rng = np.random.default_rng(10)
+    y, v = rng.random((3, 6)), rng.standard_normal((6, 4))
+    y_in, v_in = y.copy(), v.copy()
+    t = loop_swap_trace(y, v)
+    assert t.partial.shape == (3, 6, 4) and len(t) == 6
+    assert (t.a == matmul_nmd(y, v)).all() and (t.partial[:, -1] == t.a).all()
+    for j in range(6):  # after keys 0..j the row holds exactly the product of the first j + 1 keys
+        assert (t.partial[:, j] == matmul_ndm(y[:, : j + 1], v[: j + 1])).all()
+    np.testing.assert_array_equal(y, y_in)
+    np.testing.assert_array_equal(v, v_in)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.a = None
+    with pytest.raises(ValueError, match=r"M >= 1"):
+        loop_swap_trace(np.ones((2, 0)), np.ones((0, 3)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Traces
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_one_loop_trace_states():
+    rng = np.random.default_rng(11)
+    q, k, v = make(rng, 6, 9, 4, 3)
+    mask = rng.random((6, 9)) < 0.7
+    mask[0] = False  # one fully masked row
+    t = one_loop_trace(q, k, v, mask=mask, causal=True)
+    keep = mask & causal_mask(6, 9)
+    assert len(t) == 9 and t.x.shape == t.g.shape == t.s.shape == t.correction.shape == (9, 6)
+    assert t.a.shape == (9, 6, 3)
+    x_ref = np.where(keep, q @ k.T / 2, -np.inf).T  # (M, N): x_m for every row
+    assert_close(t.x, x_ref)
+    np.testing.assert_array_equal(t.g, np.maximum.accumulate(t.x, axis=0))  # g_m is the running max
+    for j in range(9):  # s_m = sum_{i <= m} exp(x_i - g_m), and A'_m is attention over the first m keys
+        g = np.where(t.g[j] == -np.inf, 0, t.g[j])
+        assert_close(t.s[j], np.exp(t.x[: j + 1] - g).sum(0))
+        assert_close(t.a[j], direct(q, k[: j + 1], v[: j + 1], keep=keep[:, : j + 1])[0])
+    seen = t.s > 0
+    assert_close((t.correction + t.weight)[seen], np.ones(seen.sum()))
+    np.testing.assert_array_equal(t.correction[~seen], 0)
+    np.testing.assert_array_equal(t.weight[~seen], 0)
+    assert (t.a[-1] == one_loop_attention(q, k, v, mask=mask, causal=True)).all()
+    assert_close(t.target, attention(q, k, v, mask=mask, causal=True))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.a = None
+
+
+def test_two_loop_trace_states():
+    rng = np.random.default_rng(12)
+    q, k, v = make(rng, 5, 8, 3, 2)
+    t = two_loop_trace(q, k, v, causal=True)
+    keep = causal_mask(5, 8)
+    a_ref, lse_ref = attention(q, k, v, causal=True, return_lse=True)
+    assert len(t) == 8 and t.a.shape == (8, 5, 2) and t.y.shape == (8, 5)
+    np.testing.assert_array_equal(t.g, np.maximum.accumulate(t.x, axis=0))
+    assert_close(t.g[-1] + np.log(t.s[-1]), lse_ref)
+    x = np.where(keep, q @ k.T / math.sqrt(3), -np.inf)
+    assert_close(t.y.T, np.exp(x - lse_ref[:, None]))  # y_m = exp(x_m - g_M) / s_M: the probabilities
+    assert_close(t.a[3], np.exp(x[:, :4] - lse_ref[:, None]) @ v[:4])  # partial sums of loop (2)
+    assert (t.output == two_loop_attention(q, k, v, causal=True)).all()
+    assert_close(t.output, a_ref)
+    assert_close(t.lse, lse_ref)
+
+
+def test_traces_broadcast_leading_dimensions():
+    rng = np.random.default_rng(13)
+    q, k, v = rng.standard_normal((2, 4, 3)), rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
+    t1, t2 = one_loop_trace(q, k, v), two_loop_trace(q, k, v)
+    assert t1.x.shape == t2.x.shape == (5, 2, 4) and t1.a.shape == t2.a.shape == (5, 2, 4, 2)
+    assert_close(t1.a[-1], t2.output)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Real data
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_real_heads():
+    data = pytest.importorskip("flashmath.data")
+    h = data.load_heads()
+    q, k, v = h.q[:, :4], h.k[:, :4], h.v[:, :4]  # (L, 4, T, D) float32, read-only
+    a, lse = attention(q, k, v, return_lse=True)
+    assert a.shape == q.shape[:-1] + (v.shape[-1],)
+    # against the model's own probabilities (float32) and the loader's float64 scores
+    np.testing.assert_allclose(a, h.probs[:, :4] @ v.astype(np.float64), atol=1e-5)
+    x = h.scores(1, 2)
+    assert_close(lse[1, 2], np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1))
+    q64, k64, v64 = (np.asarray(t, np.float64) for t in (q, k, v))
+    for variant in VARIANTS:
+        for causal in (False, True):
+            ref = attention(q64, k64, v64, causal=causal, return_lse=True)
+            got = variant(q64, k64, v64, causal=causal, return_lse=True)
+            assert_close(got[0], ref[0])
+            assert_close(got[1], ref[1])
+        a32 = variant(q, k, v)  # float32 in, accumulated and returned in float32
+        assert a32.dtype == np.float32 and np.max(np.abs(a32 - a)) < 1e-5
+
+
+def test_real_head_loop_swap_is_bitwise():
+    data = pytest.importorskip("flashmath.data")
+    h = data.load_heads()
+    y = np.asarray(h.probs[0, 0, :4, :12], np.float64)  # (4, 12), a small block: the loops are scalar
+    v = np.asarray(h.v[0, 0, :12, :6], np.float64)  # (12, 6)
+    assert (matmul_ndm(y, v) == matmul_nmd(y, v)).all()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------------------------
+
+sizes = st.integers(1, 9)
+
+
+@st.composite
+def problems(draw):
+    N, M, D, Dv = draw(sizes), draw(sizes), draw(sizes), draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    spread = draw(st.sampled_from([0.1, 1.0, 10.0, 100.0]))
+    rng = np.random.default_rng(seed)
+    q, k, v = (a * spread for a in make(rng, N, M, D, Dv))
+    kind = draw(st.sampled_from(MASKS + ["sparse"]))
+    if kind == "sparse":
+        keep = rng.random((N, M)) < 0.2
+        kwargs = {"mask": keep}
+    else:
+        kwargs, keep = mask_kwargs(kind, N, M, rng)
+    return q, k, v, kwargs, keep
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_property_variants_agree_and_lse_is_logsumexp(problem):
+    q, k, v, kwargs, keep = problem
+    a, lse = attention(q, k, v, return_lse=True, **kwargs)
+    # lse = log sum_m exp(x_m) over the attended keys, written out directly
+    x = np.where(keep, q @ k.T / math.sqrt(q.shape[1]), -np.inf)
+    g = x.max(1, initial=-np.inf)
+    with np.errstate(divide="ignore"):
+        lse_ref = np.where(g == -np.inf, -np.inf, g + np.log(np.exp(x - np.where(g == -np.inf, 0, g)[:, None]).sum(1)))
+    assert_close(lse, lse_ref)
+    # every output row is a convex combination of the attended V rows: inside their min and max
+    scale = 1 + np.abs(v).max()
+    for n in range(q.shape[0]):
+        if keep[n].any():
+            lo, hi = v[keep[n]].min(0), v[keep[n]].max(0)
+            assert np.all(a[n] >= lo - 1e-12 * scale) and np.all(a[n] <= hi + 1e-12 * scale)
+        else:
+            assert (a[n] == 0).all() and lse[n] == -np.inf
+    for variant in VARIANTS:
+        a_v, lse_v = variant(q, k, v, return_lse=True, **kwargs)
+        assert_close(a_v / scale, a / scale)
+        assert_close(lse_v, lse)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_property_loop_swap_bitwise(N, M, Dv, seed):
+    rng = np.random.default_rng(seed)
+    y, v = rng.standard_normal((N, M)) * 1e3, rng.standard_normal((M, Dv))
+    assert (matmul_ndm(y, v) == matmul_nmd(y, v)).all()
