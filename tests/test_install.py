@@ -1,0 +1,80 @@
+"""The course as Colab gets it: a built wheel, installed non-editable, beside Colab's own ipywidgets 7.7.
+
+Colab installs the package from the repository URL (see each notebook's first code cell), which builds and
+installs a wheel. This test builds that wheel, installs it into a fresh virtual environment that already holds
+ipywidgets 7.7.1 (what Colab ships), and checks that
+
+- the install leaves ipywidgets 7.7.1 in place (an upgrade to 8 breaks widgets on Colab);
+- the shipped data file is inside the wheel and loads from site-packages;
+- the widget callback tests pass with ipywidgets 7.7 (JupyterLab 4 cannot render 7.7 widgets, so 7.7 is
+  tested through the callbacks only; the main environment runs the same tests with ipywidgets 8).
+
+It needs the package registry (pip) and takes a minute or two.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COLAB_IPYWIDGETS = "7.7.1"
+
+
+def pinned(name: str) -> str:
+    """``name==version`` as pinned in constraints.txt, so the environment matches the stored outputs."""
+    text = (ROOT / "constraints.txt").read_text()
+    match = re.search(rf"^{re.escape(name)}==(\S+)$", text, re.MULTILINE | re.IGNORECASE)
+    assert match, f"{name} is not pinned in constraints.txt"
+    return f"{name}=={match.group(1)}"
+
+
+def run(*cmd, cwd=None):
+    result = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def colab_like(tmp_path_factory):
+    """(python of a fresh venv with the wheel installed over ipywidgets 7.7.1, a working dir outside the repo)."""
+    work = tmp_path_factory.mktemp("colab")
+    dist = work / "dist"
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT)
+    (wheel,) = dist.glob("flashmath-*.whl")
+    env = work / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    # Colab's pre-installed stack, then the course on top of it, as the notebooks' install cell does.
+    run(python, "-m", "pip", "install", "-q", f"ipywidgets=={COLAB_IPYWIDGETS}", pinned("numpy"),
+        pinned("matplotlib"), pinned("pytest"))
+    run(python, "-m", "pip", "install", "-q", wheel)
+    return python, work
+
+
+def test_colab_install_keeps_ipywidgets_7(colab_like):
+    python, work = colab_like
+    out = run(python, "-c", "import ipywidgets; print(ipywidgets.__version__)", cwd=work)
+    assert out.strip() == COLAB_IPYWIDGETS
+
+
+def test_wheel_ships_the_data_and_loads_it(colab_like):
+    python, work = colab_like
+    code = ("import flashmath, flashmath.data as d; h = d.load_heads(); "
+            "print(flashmath.__file__); print(d.HEADS_PATH.stat().st_size); print(h.q.shape)")
+    where, size, shape = run(python, "-c", code, cwd=work).strip().splitlines()
+    assert "site-packages" in where and str(ROOT) not in where  # the installed wheel, not the source tree
+    assert 0 < int(size) < 1_000_000
+    assert shape == "(3, 8, 46, 32)"
+
+
+def test_widget_callbacks_pass_with_ipywidgets_7(colab_like):
+    python, work = colab_like
+    out = run(python, "-m", "pytest", ROOT / "tests" / "test_widgets.py", "-q", "-p", "no:cacheprovider",
+              "-o", "addopts=", "--rootdir", work, cwd=work)
+    assert re.search(r"\d+ passed", out) and "failed" not in out
+    print(out.strip().splitlines()[-1])

@@ -1,0 +1,113 @@
+"""Notebook hygiene: every chapter is stored executed, clean, in order, and in the course's fixed shape."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+COURSE_MD = ROOT.parent / "shared" / "COURSE.md"  # the syllabus, beside the checkout where it exists
+
+# Chapter titles in the syllabus's order (shared/COURSE.md, "Chapters").
+CHAPTER_TITLES = [
+    "Welcome and notation",
+    "Softmax and safe softmax",
+    "Online softmax",
+    "Attention",
+    "Two loops and the loop swap",
+    "Removing the data dependency; one loop",
+    "Tiling",
+    "FlashAttention-2: divide once at the end",
+    "Masking",
+    "Floating point",
+    "Beyond the article",
+    "Recap",
+]
+LOCAL_PATH = re.compile(r"(/root\b|/home/|/tmp/|/work/|/Users/|[A-Z]:\\\\Users|/private/var/)")
+DATA_URI = re.compile(r"data:image/[a-z+]+;base64,[A-Za-z0-9+/=\\n]+")
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def code_cells(nb):
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def source(cell):
+    return "".join(cell["source"])
+
+
+def text_outputs(cell):
+    """The text a reader sees in a cell's outputs (embedded images removed)."""
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            yield "".join(out["text"])
+        for mime in ("text/plain", "text/html", "text/markdown"):
+            if mime in out.get("data", {}):
+                yield DATA_URI.sub("", "".join(out["data"][mime]))
+
+
+def test_chapters_are_numbered_without_gaps():
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers == list(range(len(NOTEBOOKS))), f"notebooks must be 00_, 01_, ... without gaps: {numbers}"
+    assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", p.name) for p in NOTEBOOKS)
+
+
+@pytest.mark.skipif(not COURSE_MD.exists(), reason="shared/COURSE.md is not beside this checkout")
+def test_titles_follow_the_syllabus():
+    syllabus = re.findall(r"^(\d+)\. \*\*(.+?)\.?\*\*", COURSE_MD.read_text(), re.MULTILINE)
+    assert [title for _, title in syllabus] == CHAPTER_TITLES
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+class TestNotebook:
+    def test_stored_executed_in_order(self, path):
+        counts = [c["execution_count"] for c in code_cells(load(path)) if source(c).strip()]
+        assert counts == list(range(1, len(counts) + 1)), "re-execute from a clean kernel (nbconvert --execute)"
+
+    def test_no_errors_or_warnings_stored(self, path):
+        for cell in code_cells(load(path)):
+            for out in cell.get("outputs", []):
+                assert out["output_type"] != "error", f"error output in cell:\n{source(cell)[:200]}"
+                assert out.get("name") != "stderr", f"stderr output in cell:\n{source(cell)[:200]}"
+
+    def test_no_local_paths_in_outputs(self, path):
+        for cell in code_cells(load(path)):
+            for text in text_outputs(cell):
+                match = LOCAL_PATH.search(text)
+                assert not match, f"a local path {match.group(0)!r} is stored in an output of:\n{source(cell)[:200]}"
+
+    def test_python3_kernel(self, path):
+        assert load(path)["metadata"]["kernelspec"]["name"] == "python3"
+
+    def test_title_badges_and_colab_cell(self, path):
+        nb = load(path)
+        assert "colab-badge.svg" in source(nb["cells"][0]) and "mybinder.org" in source(nb["cells"][0])
+        assert '"google.colab" in sys.modules' in source(code_cells(nb)[0])
+        number = int(path.name[:2])
+        title = next(source(c) for c in nb["cells"] if c["cell_type"] == "markdown" and source(c).startswith("# "))
+        assert title.splitlines()[0] == f"# Chapter {number} · {CHAPTER_TITLES[number]}"
+        assert "What you will learn" in title
+
+    def test_checks_itself_and_ends_with_exercises(self, path):
+        nb = load(path)
+        assert any("assert" in source(c) for c in code_cells(nb)), "assert results against a direct computation"
+        headings = [source(c) for c in nb["cells"] if c["cell_type"] == "markdown"]
+        assert any(re.match(r"## Exercises?\b", h) for h in headings), "end with an Exercise section"
+        assert any("check_" in source(c) for c in code_cells(nb)), "exercises come with a checker"
+
+    def test_every_slider_has_a_static_picture(self, path):
+        cells = code_cells(load(path))
+        for i, cell in enumerate(cells):
+            if any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in cell.get("outputs", [])):
+                following = cells[i + 1 : i + 3]
+                assert any("image/png" in o.get("data", {}) for c in following for o in c.get("outputs", [])), (
+                    f"the slider in\n{source(cell)[:200]}\nneeds a static picture in one of the next cells"
+                )
+
+    def test_small(self, path):
+        assert path.stat().st_size < 1_000_000, "keep notebooks under 1 MB: smaller figures, fewer frames"
