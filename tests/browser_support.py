@@ -1,0 +1,547 @@
+"""Helpers for tests/test_browser.py: a throw-away JupyterLab server and a Playwright driver.
+
+Nothing here imports Playwright at module level, so the test module can skip cleanly when the
+package is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    # Without these Chromium keeps trying to reach Google services on a closed network.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+# JupyterLab setting defaults for the test server.  They are written as
+# <JUPYTER_CONFIG_DIR>/labconfig/default_setting_overrides.json, which jupyterlab_server reads
+# on top of the schema defaults (and below user settings, which live in an empty temp dir).
+SETTING_OVERRIDES = {
+    "@jupyterlab/notebook-extension:tracker": {
+        # Attach every cell to the DOM, so off-screen outputs and widgets really render.
+        "windowingMode": "none",
+        # A notebook without kernelspec metadata gets python3 instead of a "Select kernel" dialog.
+        "autoStartDefaultKernel": True,
+    },
+    "@jupyterlab/apputils-extension:notification": {
+        # No "Would you like to get notified about official Jupyter news?" toast.
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+    # The extension manager would query PyPI.
+    "@jupyterlab/extensionmanager-extension:plugin": {"enabled": False},
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterLabServer:
+    """JupyterLab on 127.0.0.1 with isolated config, data, settings and workspace dirs.
+
+    ``notebooks`` are copied into a fresh root dir, so the repository is never written to.
+    """
+
+    def __init__(self, notebooks: list[Path], startup_timeout: float = 90.0):
+        self.notebooks = list(notebooks)
+        self.startup_timeout = startup_timeout
+        self.tmp = Path(tempfile.mkdtemp(prefix="flashmath-browser-"))
+        self.root = self.tmp / "root"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.tmp / "jupyterlab.log"
+        self._log = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "JupyterLabServer":
+        self.root.mkdir()
+        for nb in self.notebooks:
+            shutil.copy2(nb, self.root / nb.name)
+        config_dir = self.tmp / "config"
+        (config_dir / "labconfig").mkdir(parents=True)
+        (config_dir / "labconfig" / "default_setting_overrides.json").write_text(
+            json.dumps(SETTING_OVERRIDES, indent=1)
+        )
+        env = dict(os.environ)
+        env.update(
+            JUPYTER_CONFIG_DIR=str(config_dir),
+            # A user-level kernelspec (~/.local/share/jupyter/kernels/python3) must not shadow
+            # the one that ipykernel installed in sys.prefix.
+            JUPYTER_DATA_DIR=str(self.tmp / "data"),
+            JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"),
+            JUPYTERLAB_SETTINGS_DIR=str(self.tmp / "user-settings"),
+            JUPYTERLAB_WORKSPACES_DIR=str(self.tmp / "workspaces"),
+            IPYTHONDIR=str(self.tmp / "ipython"),
+            PYTHONUNBUFFERED="1",
+        )
+        env.pop("JUPYTER_PATH", None)
+        env.pop("JUPYTER_CONFIG_PATH", None)
+        cmd = [
+            sys.executable, "-m", "jupyter", "lab",
+            "--no-browser", "--allow-root",
+            "--ServerApp.token=", "--ServerApp.password=",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={self.root}",
+            # window.jupyterapp: lets the test run JupyterLab commands and read kernel status.
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+        ]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self._wait_until_up()
+        return self
+
+    def _wait_until_up(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"JupyterLab exited with {self.proc.returncode} during start-up:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"JupyterLab did not answer within {self.startup_timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            # SIGTERM to the server only: it shuts its kernels down itself.
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                # Server and any kernels it left: they share its session (start_new_session).
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> "JupyterLabServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- inspection ------------------------------------------------------------------------
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def get_json(self, path: str):
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=10) as r:
+            return json.load(r)
+
+
+# ------------------------------------------------------------------------------------------
+# Browser side.  ``page`` is a Playwright sync-API Page showing a JupyterLab notebook.
+
+# JavaScript run in the page.  ``window.jupyterapp`` exists because of expose_app_in_browser.
+JS_NOTEBOOK_READY = """(name) => {
+  const app = window.jupyterapp;
+  if (!app || !app.shell) return false;
+  const w = app.shell.currentWidget;
+  if (!w || !w.context || !w.context.isReady || w.context.path !== name || !w.sessionContext) return false;
+  const k = w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!(k && k.status === 'idle' && w.content && w.content.isAttached);
+}"""
+
+JS_KERNEL_STATUS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const running = Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
+    .filter(e => e.textContent.includes('*')).length;
+  return {status: k ? k.status : 'no-kernel', running: running};
+}"""
+
+JS_CELLS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const cells = w.content.model.cells;
+  const out = [];
+  for (let i = 0; i < cells.length; i++) {
+    const c = cells.get(i);
+    const tags = c.getMetadata('tags') || [];
+    const rec = {index: i, type: c.type, tags: tags, source: c.sharedModel.getSource(), count: null, errors: []};
+    if (c.type === 'code') {
+      rec.count = c.executionCount;
+      const outputs = c.outputs.toJSON();
+      for (const o of outputs) {
+        if (o.output_type === 'error') rec.errors.push(o.ename + ': ' + o.evalue);
+      }
+    }
+    out.push(rec);
+  }
+  return out;
+}"""
+
+# Error-looking things anywhere in the rendered notebook, including inside widget Output areas
+# (ipywidgets.interactive catches a callback's exception and shows its traceback there).
+# JupyterLab renders an ``error`` output with the stderr mime type.
+JS_DOM_ERRORS = """() => {
+  const found = [];
+  const cells = Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'));
+  const w = window.jupyterapp.shell.currentWidget;
+  const model = w.content.model.cells;
+  const cellOf = (el) => cells.indexOf(el.closest('.jp-Cell'));
+  const tagged = (i) => {
+    if (i < 0 || i >= model.length) return false;
+    return (model.get(i).getMetadata('tags') || []).includes('raises-exception');
+  };
+  const sel = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]';
+  for (const el of document.querySelectorAll(sel)) {
+    const text = el.innerText || el.textContent || '';
+    if (!/Traceback|\\b[A-Za-z]*Error\\b/.test(text)) continue;
+    const i = cellOf(el);
+    if (tagged(i)) continue;
+    const inWidget = !!el.closest('.widget-output');
+    found.push({cell: i, where: inWidget ? 'widget output' : 'cell output', text: text.slice(0, 2000)});
+  }
+  for (const el of document.querySelectorAll('.jupyter-widgets-error-widget')) {
+    found.push({cell: cellOf(el), where: 'widget', text: (el.innerText || el.title || 'widget failed to render').slice(0, 2000)});
+  }
+  for (const el of document.querySelectorAll('.jp-Dialog')) {
+    found.push({cell: -1, where: 'dialog', text: (el.innerText || '').slice(0, 2000)});
+  }
+  return found;
+}"""
+
+# Tag every slider handle and Play widget with data-fm-* attributes and the element whose images
+# they should change: the nearest enclosing widget that contains a widget Output with an <img>,
+# else the cell's output area, else the whole notebook.
+JS_TAG_CONTROLS = """() => {
+  const scopeOf = (el) => {
+    let p = el.parentElement;
+    while (p && !p.classList.contains('jp-Cell')) {
+      if (p.classList.contains('jupyter-widgets') && p.querySelector('.widget-output img')) return p;
+      p = p.parentElement;
+    }
+    if (p) {
+      const area = p.querySelector('.jp-Cell-outputWrapper');
+      if (area && area.querySelector('img')) return area;
+    }
+    return document.querySelector('.jp-Notebook');
+  };
+  let nScopes = 0;
+  const scopeId = (el) => {
+    const s = scopeOf(el);
+    if (!s.dataset.fmScope) s.dataset.fmScope = String(nScopes++);
+    return s.dataset.fmScope;
+  };
+  const cells = Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'));
+  const label = (w) => {
+    const l = w && w.querySelector('.widget-label');
+    return l ? (l.innerText || l.textContent || '').trim() : '';
+  };
+  const sliders = [];
+  document.querySelectorAll('.jp-Notebook .widget-slider .noUi-handle').forEach((h, i) => {
+    h.dataset.fmSlider = String(i);
+    const w = h.closest('.widget-slider');
+    const target = h.closest('.noUi-target');
+    sliders.push({id: String(i), scope: scopeId(h), cell: cells.indexOf(h.closest('.jp-Cell')),
+                  label: label(w), disabled: !!(target && target.hasAttribute('disabled'))});
+  });
+  const plays = [];
+  document.querySelectorAll('.jp-Notebook .widget-play').forEach((p, i) => {
+    p.dataset.fmPlay = String(i);
+    plays.push({id: String(i), scope: scopeId(p), cell: cells.indexOf(p.closest('.jp-Cell')),
+                disabled: !!p.querySelector('button[disabled]')});
+  });
+  return {sliders: sliders, plays: plays};
+}"""
+
+JS_DESCRIBE_SCOPE = """(scope) => {
+  const s = document.querySelector(`[data-fm-scope="${scope}"]`);
+  if (!s) return 'its output area is gone';
+  const n = s.querySelectorAll('img').length;
+  const text = Array.from(s.querySelectorAll('.widget-output, .jp-OutputArea-output'))
+    .map(e => (e.innerText || '').trim()).filter(t => t).join(' / ').slice(0, 300);
+  return `it now shows ${n} image(s)` + (text ? ` and the text: ${text}` : ' and no text');
+}"""
+
+JS_SNAPSHOT = """(scope) => {
+  const s = document.querySelector(`[data-fm-scope="${scope}"]`);
+  if (!s) return {imgs: null, error: false};
+  const imgs = Array.from(s.querySelectorAll('img')).map(i => i.getAttribute('src') || '');
+  const error = Array.from(s.querySelectorAll(
+      '.widget-output .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'))
+    .some(e => /Traceback/.test(e.textContent || ''));
+  return {imgs: imgs.join('|'), error: error};
+}"""
+
+
+class NotebookCheckFailure(AssertionError):
+    pass
+
+
+class NotebookDriver:
+    """Runs one notebook in an open JupyterLab page and exercises its widgets."""
+
+    def __init__(self, page, server: JupyterLabServer, name: str):
+        self.page = page
+        self.server = server
+        self.name = name
+        self.timings: dict[str, float] = {}
+        self.exercised = {"sliders": 0, "plays": 0, "play_frames": 0}
+        self.page_errors: list[str] = []
+        page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+
+    # -- opening and running -----------------------------------------------------------------
+    def open(self, timeout: float = 90.0) -> None:
+        t0 = time.monotonic()
+        # ?reset: start from an empty workspace, so only this notebook is open.
+        url = f"{self.server.url}/lab/tree/{urllib.parse.quote(self.name)}?reset"
+        self.page.goto(url, wait_until="domcontentloaded")
+        try:
+            self.page.wait_for_function(JS_NOTEBOOK_READY, arg=self.name, timeout=timeout * 1000, polling=250)
+        except Exception as exc:  # Playwright's TimeoutError; say what was missing
+            raise NotebookCheckFailure(
+                f"{self.name}: notebook or its kernel not ready within {timeout:.0f} s ({exc.__class__.__name__}).\n"
+                f"Page errors: {self.page_errors[-5:]}\nJupyterLab log:\n{self.server.log_tail(20)}"
+            ) from None
+        self.timings["open"] = time.monotonic() - t0
+
+    def command(self, cmd: str, args: dict | None = None, wait: bool = True) -> None:
+        """Execute a JupyterLab command; with ``wait=False`` do not await its promise."""
+        js = (
+            "([c, a]) => window.jupyterapp.commands.execute(c, a)"
+            if wait
+            else "([c, a]) => { window.jupyterapp.commands.execute(c, a).catch("
+            "e => { window.__fmCommandError = String(e); }); }"
+        )
+        self.page.evaluate(js, [cmd, args or {}])
+
+    def kernel_state(self) -> dict:
+        return self.page.evaluate(JS_KERNEL_STATUS)
+
+    def wait_settled(self, timeout: float, quiet: float = 1.0, label: str = "") -> None:
+        """Wait until the kernel is idle and no cell shows [*], continuously for ``quiet`` s."""
+        deadline = time.monotonic() + timeout
+        quiet_since = None
+        while True:
+            st = self.kernel_state()
+            now = time.monotonic()
+            if st["status"] == "idle" and st["running"] == 0:
+                quiet_since = quiet_since or now
+                if now - quiet_since >= quiet:
+                    return
+            else:
+                quiet_since = None
+                if st["status"] in ("dead", "no-kernel", "unknown"):
+                    raise NotebookCheckFailure(f"{self.name}: kernel is {st['status']} {label}")
+            if now > deadline:
+                raise NotebookCheckFailure(
+                    f"{self.name}: kernel still busy after {timeout:.0f} s {label} "
+                    f"(status {st['status']}, {st['running']} cell(s) showing [*])"
+                )
+            self.page.wait_for_timeout(100)
+
+    def run_all(self, timeout: float = 240.0) -> None:
+        t0 = time.monotonic()
+        # Clear stored outputs and execution counts first, so that "every cell has a fresh
+        # execution count" means "executed now", and stale saved widget views disappear.
+        self.command("notebook:clear-all-cell-outputs")
+        todo = [c for c in self.page.evaluate(JS_CELLS) if c["type"] == "code" and c["source"].strip()]
+        if any(c["count"] is not None for c in todo):
+            raise NotebookCheckFailure(f"{self.name}: clearing outputs left execution counts behind")
+        # Run All resolves only when every cell has finished, so do not await it here.
+        self.command("notebook:run-all-cells", wait=False)
+        if todo:
+            # Wait for the run to start: a [*] prompt, a busy kernel, or (fast) first counts.
+            self.page.wait_for_function(
+                """() => {
+                  const w = window.jupyterapp.shell.currentWidget;
+                  const k = w.sessionContext.session.kernel;
+                  const cells = w.content.model.cells;
+                  for (let i = 0; i < cells.length; i++) {
+                    if (cells.get(i).type === 'code' && cells.get(i).executionCount !== null) return true;
+                  }
+                  return (k && k.status !== 'idle') || window.__fmCommandError ||
+                    Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
+                      .some(e => e.textContent.includes('*'));
+                }""",
+                timeout=30_000, polling=50,
+            )
+            err = self.page.evaluate("() => window.__fmCommandError || null")
+            if err:
+                raise NotebookCheckFailure(f"{self.name}: Run All failed: {err}")
+        self.wait_settled(timeout, quiet=1.0, label="after Run All")
+        self.timings["run_all"] = time.monotonic() - t0
+
+    # -- checks ------------------------------------------------------------------------------
+    def check_no_errors(self, when: str) -> None:
+        problems = []
+        raised = set()
+        for c in self.page.evaluate(JS_CELLS):
+            if c["errors"] and "raises-exception" not in c["tags"]:
+                raised.add(c["index"])
+                problems.append(f"cell {c['index']} raised {'; '.join(c['errors'])}")
+        for e in self.page.evaluate(JS_DOM_ERRORS):
+            if e["cell"] in raised and e["where"] == "cell output":
+                problems.append(f"cell {e['cell']} traceback:\n{_indent(e['text'])}")
+                continue
+            where = f"cell {e['cell']} {e['where']}" if e["cell"] >= 0 else e["where"]
+            problems.append(f"{where} shows an error:\n{_indent(e['text'])}")
+        if problems:
+            raise NotebookCheckFailure(
+                f"{self.name}: error output {when}:\n" + "\n".join(dict.fromkeys(problems))
+            )
+
+    def check_all_executed(self) -> None:
+        missing = [
+            c["index"] for c in self.page.evaluate(JS_CELLS)
+            if c["type"] == "code" and c["source"].strip() and c["count"] is None
+        ]
+        if missing:
+            raise NotebookCheckFailure(
+                f"{self.name}: code cell(s) {missing} have no execution count after Run All "
+                "(Run All stopped early, or a cell was skipped)"
+            )
+
+    # -- widgets -----------------------------------------------------------------------------
+    def controls(self) -> dict:
+        return self.page.evaluate(JS_TAG_CONTROLS)
+
+    def describe(self, scope: str) -> str:
+        return self.page.evaluate(JS_DESCRIBE_SCOPE, scope)
+
+    def snapshot(self, scope: str) -> str | None:
+        """The ``src`` of every <img> in the scope, joined with "|"."""
+        return self.page.evaluate(JS_SNAPSHOT, scope)["imgs"]
+
+    def _wait_for_new_image(self, scope: str, before: str | None, timeout: float) -> str | None:
+        """Poll until the scope shows images whose srcs differ from ``before``; return them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.page.evaluate(JS_SNAPSHOT, scope)
+            snap = state["imgs"]
+            if snap and snap != before and all(snap.split("|")):
+                return snap
+            if state["error"]:  # a traceback replaced the figure: the error check reports it
+                return None
+            self.page.wait_for_timeout(100)
+        return None
+
+    def _value(self, handle) -> str | None:
+        return handle.get_attribute("aria-valuenow")
+
+    def _press_and_settle(self, handle, scope: str, key: str, what: str) -> None:
+        """Press ``key`` on a slider handle; if the value moved, wait for the redraw and check errors."""
+        value0, before = self._value(handle), self.snapshot(scope)
+        handle.press(key)
+        if self._value(handle) != value0:
+            self._wait_for_new_image(scope, before, 10.0)
+            self.wait_settled(60, quiet=0.5, label=f"after {key} on {what}")
+            self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
+
+    def exercise_slider(self, s: dict, presses: int = 3, timeout: float = 15.0) -> None:
+        """Arrow keys must change the plot; End and Home (the extremes) must not raise."""
+        handle = self.page.locator(f'[data-fm-slider="{s["id"]}"]')
+        what = f"slider {s['label'] or '#' + s['id']!r} (cell {s['cell']})"
+        before = self.snapshot(s["scope"])
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        value0 = self._value(handle)
+        for key in ("ArrowRight", "ArrowLeft"):  # ArrowLeft if the handle sits at its maximum
+            for _ in range(presses):
+                handle.press(key)
+                self.page.wait_for_timeout(60)
+            if self._value(handle) != value0:
+                break
+        else:
+            raise NotebookCheckFailure(f"{self.name}: {what} did not move on ArrowRight/ArrowLeft")
+        changed = self._wait_for_new_image(s["scope"], before, timeout)
+        self.wait_settled(60, quiet=0.5, label=f"after moving {what}")
+        self.check_no_errors(f"after moving {what} from {value0} to {self._value(handle)}")
+        if not changed:
+            raise NotebookCheckFailure(
+                f"{self.name}: moving {what} from {value0} to {self._value(handle)} "
+                f"did not change its plotted image within {timeout:.0f} s ({self.describe(s['scope'])})"
+            )
+        self._press_and_settle(handle, s["scope"], "End", what)
+        self._press_and_settle(handle, s["scope"], "Home", what)
+        self.exercised["sliders"] += 1
+
+    def exercise_play(self, p: dict, play_seconds: float = 8.0, timeout: float = 15.0) -> None:
+        """Press Play; the plot must change.  Let it play up to ``play_seconds`` (or to its end)."""
+        play = self.page.locator(f'[data-fm-play="{p["id"]}"]')
+        what = f"Play button #{p['id']} (cell {p['cell']})"
+        button = play.locator("button").first
+        snap = self.snapshot(p["scope"])
+        button.scroll_into_view_if_needed()
+        button.click()
+        t0 = time.monotonic()
+        changes = 0
+        first = self._wait_for_new_image(p["scope"], snap, timeout)
+        if first:
+            changes, snap = 1, first
+            while time.monotonic() - t0 < play_seconds:
+                state = self.page.evaluate(JS_SNAPSHOT, p["scope"])
+                if state["error"]:
+                    break
+                if state["imgs"] and state["imgs"] != snap and all(state["imgs"].split("|")):
+                    changes, snap = changes + 1, state["imgs"]
+                if not play.locator("button i.fa-pause").count():
+                    break  # reached its end and stopped by itself
+                self.page.wait_for_timeout(100)
+        if play.locator("button i.fa-pause").count():
+            play.locator("button:has(i.fa-pause)").first.click()
+        self.wait_settled(60, quiet=0.5, label=f"after pressing {what}")
+        self.check_no_errors(f"while {what} was playing")
+        if not changes:
+            raise NotebookCheckFailure(
+                f"{self.name}: pressing {what} did not change the plotted image within {timeout:.0f} s "
+                f"({self.describe(p['scope'])})"
+            )
+        self.exercised["play_frames"] += changes
+        self.exercised["plays"] += 1
+
+    def shutdown_kernels(self) -> None:
+        try:
+            self.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")
+        except Exception:  # noqa: BLE001 - best effort; the server fixture stops everything anyway
+            pass
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.strip().splitlines())
