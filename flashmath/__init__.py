@@ -1,9 +1,9 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
 The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
-:mod:`flashmath.attention`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the real attention heads in
-:mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`) are kept apart
-and are imported only when a notebook asks for them.
+:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the
+real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets
+(:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
 """
 
 from flashmath.attention import (
@@ -20,6 +20,7 @@ from flashmath.attention import (
     two_loop_trace,
 )
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
+from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -36,6 +37,7 @@ __all__ = [
     "LoopSwapTrace",
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
+    "ScaleSweep",
     "TwoLoopTrace",
     "attention",
     "causal_mask",
@@ -50,8 +52,10 @@ __all__ = [
     "online_softmax_trace",
     "padding_mask",
     "safe_softmax",
+    "scale_sweep",
     "sliding_window_mask",
     "softmax",
+    "softmax_entropy",
     "two_loop_attention",
     "two_loop_trace",
 ]

@@ -17,7 +17,8 @@ import numpy as np
 
 from flashmath.softmax import merge, online_normalizer, safe_softmax
 
-__all__ = ["CheckReport", "check_score_row", "check_safe_softmax", "check_online_normalizer", "check_merge", "OnePassVector"]
+__all__ = ["CheckReport", "check_score_row", "check_safe_softmax", "check_online_normalizer", "check_merge",
+           "OnePassVector", "check_attention", "check_loop_swap", "check_one_loop_step"]
 
 PASS, FAIL = "PASS", "FAIL"
 
@@ -250,3 +251,210 @@ def _close(a: float, b: float) -> bool:
     if np.isinf(b):
         return a == b
     return bool(np.isclose(a, b, rtol=1e-9, atol=1e-12))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapters 3-5
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _attention_direct(q, k, v, axis=-1, scale=True):
+    """softmax(Q K^T / sqrt(D)) V in float64; ``axis`` and ``scale`` give the classic wrong variants."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    x = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., N, M)
+    if scale:
+        x = x / np.sqrt(q.shape[-1])
+    return np.matmul(safe_softmax(x, axis=axis), v)  # (..., N, Dv)
+
+
+def check_attention(fn) -> CheckReport:
+    """Check a learner's ``fn(q, k, v) -> A = softmax(Q K^T / sqrt(D)) V`` for ``q (..., N, D)`` (chapter 3).
+
+    Cases: ``N != M``, ``N = 1`` (decoding with a KV cache), ``D = 1``, values of another width, batch and head
+    dimensions ``(B, H, N, D)``, a real head (the scale matters), large scores (the softmax must be safe). Named
+    mistakes: no ``1 / sqrt(D)``, softmax over the queries instead of the keys, ``k.T`` on a 4-D array.
+    """
+    from flashmath.data import load_heads
+
+    report = CheckReport("check_attention")
+    rng = np.random.default_rng(3)
+    heads = load_heads()
+
+    def qkv(N, M, D, Dv=None, batch=(), size=1.0):
+        Dv = D if Dv is None else Dv
+        return tuple(size * rng.standard_normal(batch + shape) for shape in ((N, D), (M, D), (M, Dv)))
+
+    cases = [
+        ("N != M: 5 queries, 7 keys, D = 4", qkv(5, 7, 4)),
+        ("N = 1: one new token against a KV cache of 9 entries", qkv(1, 9, 4)),
+        ("D = 1 (the scale is 1)", qkv(4, 6, 1)),
+        ("values of another width (V is M x 3, D = 4)", qkv(4, 6, 4, 3)),
+        ("batch and heads, shape (B, H, N, D) = (2, 3, 4, 5): transpose only the last two axes of k",
+         qkv(4, 6, 5, batch=(2, 3))),
+        ("a real head (layer 0, head 0, D = 32)",
+         tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v))),
+        ("large scores (entries of size 30): the softmax must subtract the row max", qkv(3, 5, 4, size=30.0)),
+    ]
+    for name, (q, k, v) in cases:
+        before = [a.copy() for a in (q, k, v)]
+        out, ok = _run(report, name, fn, q, k, v)
+        if not ok:
+            continue
+        expected = _attention_direct(q, k, v)
+        a = None if out is None else np.asarray(out, dtype=np.float64)
+        D = q.shape[-1]
+        if any(not np.array_equal(x, b) for x, b in zip((q, k, v), before)):
+            report.add(name, False, "your function modified its input in place")
+        elif a is None or a.shape != expected.shape:
+            report.add(name, False, f"expected shape {expected.shape} = (..., N, Dv), "
+                                    f"got {None if a is None else a.shape}")
+        elif np.allclose(a, expected, rtol=1e-9, atol=1e-12):
+            report.add(name, True)
+        elif D > 1 and np.allclose(a, _attention_direct(q, k, v, scale=False), rtol=1e-9, atol=1e-12):
+            report.add(name, False, "this is softmax(Q K^T) V: divide the scores by sqrt(D)")
+        elif q.shape[-2] > 1 and np.allclose(a, _attention_direct(q, k, v, axis=-2), rtol=1e-9, atol=1e-12):
+            report.add(name, False, "the softmax normalised over the queries: each row of X (one query, all "
+                                    "keys) must sum to 1, so normalise along the last axis")
+        elif np.isnan(a).any():
+            report.add(name, False, "got NaN: did exp overflow? subtract each row's max before exp")
+        else:
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}")
+    return report
+
+
+def check_loop_swap(fn) -> CheckReport:
+    """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (chapter 4).
+
+    The result must be bitwise equal to the order ``n, d, m`` (:func:`flashmath.matmul_ndm`): every ``A[n, d]``
+    receives its terms in the order ``m = 0, 1, ..., M - 1``. A sum in another order, or BLAS (``@``,
+    ``np.dot``), rounds differently; a case with terms ``[1, 1e16, -1e16]`` shows the order.
+    """
+    from flashmath.attention import matmul_ndm
+    from flashmath.data import load_heads
+
+    report = CheckReport("check_loop_swap")
+    rng = np.random.default_rng(4)
+    heads = load_heads()
+    x = heads.scores(0, 1)[:4]  # (4, T): four real score rows
+    cases = [
+        ("a small product: N = 3, M = 5, Dv = 4", rng.random((3, 5)), rng.standard_normal((5, 4))),
+        ("one row (N = 1)", rng.random((1, 6)), rng.standard_normal((6, 3))),
+        ("one key (M = 1)", rng.random((3, 1)), rng.standard_normal((1, 4))),
+        ("one output dimension (Dv = 1)", rng.random((3, 5)), rng.standard_normal((5, 1))),
+        ("order-sensitive terms [1, 1e16, -1e16]: added from m = 0 they give 0", np.ones((1, 3)),
+         np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
+        ("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)", safe_softmax(x),
+         heads.v[0, 1].astype(np.float64)),
+    ]
+    for name, y, v in cases:
+        before = (y.copy(), v.copy())
+        out, ok = _run(report, name, fn, y, v)
+        if not ok:
+            continue
+        expected = matmul_ndm(y, v)
+        try:
+            a = np.asarray(out, dtype=np.float64)
+        except Exception:
+            report.add(name, False, f"expected an (N, Dv) array or nested list of numbers, got {type(out).__name__}")
+            continue
+        if not (np.array_equal(y, before[0]) and np.array_equal(v, before[1])):
+            report.add(name, False, "your function modified its input in place")
+        elif a.shape != expected.shape:
+            report.add(name, False, f"expected shape {expected.shape} = (N, Dv), got {a.shape}")
+        elif np.array_equal(a, expected):
+            report.add(name, True)
+        elif np.allclose(a, expected, rtol=1e-12, atol=1e-12):
+            diff = float(np.max(np.abs(a - expected)))
+            report.add(name, False, f"equal up to {diff:.3g} but not bitwise: add the terms of each A[n, d] in the "
+                                    "order m = 0, 1, ..., M-1 (another order, or @ / np.dot, rounds differently)")
+        else:
+            hint = ""
+            if np.array_equal(a, expected[::-1]) or a.shape == expected.T.shape:
+                hint = " (rows or axes swapped?)"
+            elif np.array_equal(a, np.zeros_like(a)) and not np.array_equal(expected, np.zeros_like(expected)):
+                hint = " (all zeros: did the loop run, and did you return the accumulated array?)"
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}{hint}")
+    return report
+
+
+def _one_loop_step_reference(g_prev, s_prev, a_prev, x_m, v_m):
+    """One step of the chapter 5 recurrence, for the checker: (g_m, s_m, A'_m)."""
+    g, s = (float(t) for t in merge(g_prev, s_prev, x_m, 1.0))
+    if g == -np.inf:  # nothing seen yet (only masked keys): the empty state
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=np.float64))
+    correction = s_prev * np.exp(g_prev - g) / s  # s_{m-1} exp(g_{m-1} - g_m) / s_m
+    weight = np.exp(x_m - g) / s  # exp(x_m - g_m) / s_m
+    return g, s, np.asarray(a_prev, dtype=np.float64) * correction + weight * np.asarray(v_m, dtype=np.float64)
+
+
+def check_one_loop_step(fn) -> CheckReport:
+    """Check a learner's ``fn(g_prev, s_prev, a_prev, x_m, v_m) -> (g_m, s_m, a_m)``, one step of chapter 5.
+
+    ``A'_m = A'_{m-1} s_{m-1} e^{g_{m-1} - g_m} / s_m + e^{x_m - g_m} / s_m V_m`` with ``g_m``, ``s_m`` of online
+    softmax. Cases: the first key from the empty state ``(-inf, 0, 0)``, a max that holds, a max that jumps by
+    3 and by 1000 (no overflow), and a whole real score row folded key by key (it must give the attention
+    output). Named mistakes: returning ``s_m A'_m`` (not divided), not rescaling when the max jumps.
+    """
+    from flashmath.attention import attention
+    from flashmath.data import load_heads
+
+    report = CheckReport("check_one_loop_step")
+    v_m = np.array([1.0, -2.0, 0.5])
+    a_prev = np.array([0.2, 0.4, -0.6])
+    cases = [
+        ("the first key, from the empty state (g, s, A') = (-inf, 0, 0): expected (x_1, 1, V_1)",
+         (-np.inf, 0.0, np.zeros(3), 0.7, v_m)),
+        ("the max holds (x_m = 0.5 < g_{m-1} = 2)", (2.0, 1.5, a_prev, 0.5, v_m)),
+        ("the max jumps by 3 (x_m = 5 > g_{m-1} = 2)", (2.0, 1.5, a_prev, 5.0, v_m)),
+        ("the max jumps by 1000 (no overflow: never take exp of a score alone)", (0.0, 2.0, a_prev, 1000.0, v_m)),
+        ("a key far below the max (x_m = g_{m-1} - 1000: weight 0)", (3.0, 2.0, a_prev, -997.0, v_m)),
+    ]
+    for name, args in cases:
+        out, ok = _run(report, name, fn, *(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+        if not ok:
+            continue
+        try:
+            g, s, a = out
+            g, s, a = float(g), float(s), np.asarray(a, dtype=np.float64)
+        except Exception:
+            report.add(name, False, f"expected a triple (g_m, s_m, A'_m), got {out!r}")
+            continue
+        g_ref, s_ref, a_ref = _one_loop_step_reference(*args)
+        if not (_close(g, g_ref) and _close(s, s_ref)):
+            report.add(name, False, f"expected (g_m, s_m) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})")
+        elif a.shape != a_ref.shape:
+            report.add(name, False, f"expected A'_m of shape {a_ref.shape}, got {a.shape}")
+        elif np.allclose(a, a_ref, rtol=1e-9, atol=1e-12):
+            report.add(name, True)
+        elif s_ref != 1.0 and np.allclose(a, s_ref * a_ref, rtol=1e-9, atol=1e-12):
+            report.add(name, False, "this is s_m A'_m, the unnormalised numerator (chapter 7): divide by s_m")
+        elif "jumps" in name:
+            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}: when the max jumps, "
+                                    "A'_{m-1} must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m")
+        else:
+            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}")
+
+    name = "a real score row folded key by key (46 keys) gives the attention output"
+    heads = load_heads()
+    layer, head, n = heads.demo_rows[0]
+    q, k, v = (arr[layer, head].astype(np.float64) for arr in (heads.q, heads.k, heads.v))
+    x = heads.score_row(layer, head, n)  # (M,)
+    state = (-np.inf, 0.0, np.zeros(v.shape[1]))
+    for m in range(x.size):
+        state, ok = _run(report, name, fn, *state, float(x[m]), v[m].copy())
+        if not ok:
+            break
+        try:
+            g, s, a = state
+            state = (float(g), float(s), np.asarray(a, dtype=np.float64))
+        except Exception:
+            report.add(name, False, f"expected a triple (g_m, s_m, A'_m) at key {m}, got {state!r}")
+            ok = False
+            break
+    if ok:
+        expected = attention(q[n:n + 1], k, v)[0]  # (Dv,)
+        if np.allclose(state[2], expected, rtol=1e-9, atol=1e-12):
+            report.add(name, True)
+        else:
+            report.add(name, False, f"after all keys expected A = {_fmt(expected)}, got {_fmt(state[2])}")
+    return report

@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge"]
+__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "attention", "loop_swap",
+           "one_loop_step"]
 
 
 def score_row(q_n, K):
@@ -52,6 +53,39 @@ def merge(g1, s1, g2, s2):
     if g == -math.inf:  # both parts are empty or fully masked
         return g, 0.0
     return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
+def attention(q, k, v):
+    """Chapter 3: A = softmax(Q K^T / sqrt(D)) V for q (..., N, D), k (..., M, D), v (..., M, Dv)."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    D = q.shape[-1]
+    x = q @ np.swapaxes(k, -1, -2) / math.sqrt(D)  # X = Q K^T / sqrt(D): (..., N, M); k.T would reverse every axis
+    e = np.exp(x - x.max(axis=-1, keepdims=True))  # subtract each row's max: every exponent <= 0
+    y = e / e.sum(axis=-1, keepdims=True)  # Y = softmax(X) over the keys, the last axis
+    return y @ v  # A = Y V: (..., N, Dv)
+
+
+def loop_swap(y, v):
+    """Chapter 4: A = Y V with the loops in the order n, m, d (a row of partial sums per query)."""
+    N, M, Dv = len(y), len(v), len(v[0])
+    a = [[0.0] * Dv for _ in range(N)]
+    for n in range(N):
+        for m in range(M):
+            for d in range(Dv):
+                # A[n, d] = A[n, d] + Y[n, m] * V[m, d]: for each (n, d) still in the order m = 0, 1, ...
+                a[n][d] += y[n][m] * v[m][d]
+    return np.array(a)
+
+
+def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
+    """Chapter 5: one key of the merged loop, (g_{m-1}, s_{m-1}, A'_{m-1}) and (x_m, V_m) -> (g_m, s_m, A'_m)."""
+    g = max(g_prev, x_m)  # g_m = max(g_{m-1}, x_m)
+    rescale = math.exp(g_prev - g)  # exp(g_{m-1} - g_m): 1 if the max held, < 1 if it jumped, 0 from the start
+    e = math.exp(x_m - g)  # exp(x_m - g_m) <= 1
+    s = s_prev * rescale + e  # s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m)
+    # A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m
+    a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) * np.asarray(v_m)
+    return g, s, a
 
 
 def show(name: str) -> None:

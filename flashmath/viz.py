@@ -18,6 +18,9 @@ __all__ = [
     "plot_overflow",
     "animate_online_softmax",
     "figure_signature",
+    "plot_scale_step",
+    "plot_loop_swap_step",
+    "plot_one_loop_step",
 ]
 
 SEEN = "#1f77b4"
@@ -142,7 +145,7 @@ def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0))
               label="exp($x_i$) = inf")
     ax_e.axhline(limit, color=JUMP, ls="--", lw=1, label=f"log(max {dt.name}) = {limit:.2f}")
     ax_e.set_ylabel("$x_i$")
-    ax_e.set_ylim(*_limits(xs.astype(np.float64), pad=0.15))
+    ax_e.set_ylim(*_limits(np.append(xs.astype(np.float64), limit), pad=0.15))  # the threshold always shows
     ax_e.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
 
     width = 0.4
@@ -196,3 +199,275 @@ def _rgba(fig) -> np.ndarray:
 def figure_signature(fig) -> bytes:
     """The rendered pixels of a figure, for tests that check a figure changed."""
     return _rgba(fig).tobytes()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 3: why 1/sqrt(D)
+# ----------------------------------------------------------------------------------------------------------------
+
+RAW = "#ff7f0e"  # unscaled scores
+SCALED = SEEN  # scores divided by sqrt(D)
+
+
+def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
+    """The scores of random unit-variance ``q, k`` for the head size ``D = sweep.dims[i]``, with and without scale.
+
+    Four panels: the histogram of the scores ``q . k`` and ``q . k / sqrt(D)`` for this ``D``; over all ``D``
+    (log axis), their standard deviation, the mean largest softmax probability of a row, and the mean entropy
+    of a row's softmax (``log M`` = uniform). A dotted line marks the current ``D``.
+
+    Args:
+        sweep: from :func:`flashmath.scale_sweep`.
+        i: index into ``sweep.dims``, ``0 <= i < len(sweep)``.
+        figsize: inches.
+
+    Returns:
+        matplotlib Figure.
+
+    Raises:
+        ValueError: ``i`` out of range.
+    """
+    S = len(sweep)
+    if not 0 <= i < S:
+        raise ValueError(f"i must index sweep.dims (0..{S - 1}), got {i}")
+    dims = np.asarray(sweep.dims, dtype=np.float64)
+    D = int(sweep.dims[i])
+    std_raw, std_scaled = sweep.std()
+
+    fig, axes = plt.subplots(2, 2, figsize=figsize, layout="constrained")
+    ax_h, ax_std = axes[0]
+    ax_p, ax_e = axes[1]
+
+    reach = float(np.abs(sweep.raw).max())
+    reach_scaled = float(np.abs(sweep.scaled).max())
+    ax_h.hist(sweep.raw[i], bins=np.linspace(-reach, reach, 81), color=RAW, alpha=0.75, density=True,
+              label="$q \\cdot k$")
+    ax_h.hist(sweep.scaled[i], bins=np.linspace(-reach_scaled, reach_scaled, 41), color=SCALED, alpha=0.6,
+              density=True, label="$q \\cdot k / \\sqrt{D}$")
+    ax_h.set_xlim(-reach, reach)
+    ax_h.set_yscale("log")
+    ax_h.set_ylim(1e-4, 5.0)
+    ax_h.set_xlabel("score")
+    ax_h.set_ylabel("density (log)")
+    ax_h.set_title(f"scores at D = {D}", fontsize=10)
+    ax_h.legend(loc="upper right", fontsize=8)
+
+    def over_d(ax, raw, scaled, ylabel, extra=None):
+        ax.plot(dims, raw, "o-", color=RAW, ms=4, label="unscaled")
+        ax.plot(dims, scaled, "s-", color=SCALED, ms=4, label="scaled by $1/\\sqrt{D}$")
+        ax.axvline(D, color="k", ls=":", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(dims[0] / 1.4, dims[-1] * 1.4)
+        ax.set_xlabel("head size D")
+        ax.set_ylabel(ylabel)
+        if extra is not None:
+            extra(ax)
+
+    over_d(ax_std, std_raw, std_scaled, "std of scores",
+           lambda ax: ax.plot(dims, np.sqrt(dims), color="k", lw=0.8, ls="--", label="$\\sqrt{D}$"))
+    ax_std.set_yscale("log", base=2)
+    std_all = np.concatenate([std_raw, std_scaled, np.sqrt(dims)])
+    ax_std.set_ylim(std_all.min() / 1.4, std_all.max() * 1.4)
+    ax_std.legend(loc="upper left", fontsize=8)
+    over_d(ax_p, sweep.max_prob_raw.mean(axis=1), sweep.max_prob_scaled.mean(axis=1), "mean max probability")
+    ax_p.set_ylim(0, 1.05)
+    ax_p.legend(loc="upper left", fontsize=8)
+    log_m = float(np.log(sweep.n_keys))
+    over_d(ax_e, sweep.entropy_raw.mean(axis=1), sweep.entropy_scaled.mean(axis=1), "mean entropy (nats)",
+           lambda ax: ax.axhline(log_m, color="k", lw=0.8, ls="--", label=f"uniform, log M = {log_m:.2f}"))
+    ax_e.set_ylim(0, 1.12 * log_m)
+    ax_e.legend(loc="lower left", fontsize=8)
+
+    fig.suptitle(f"D = {D}: score std {std_raw[i]:.2f} unscaled, {std_scaled[i]:.2f} scaled; "
+                 f"max probability {sweep.max_prob_raw[i].mean():.2f} vs {sweep.max_prob_scaled[i].mean():.2f}",
+                 fontsize=11)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 4: the loop swap
+# ----------------------------------------------------------------------------------------------------------------
+
+FINAL = "k"
+
+
+def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2)):
+    """Row ``row`` of ``A = Y V`` in the swapped order ``for n: for m: for d``, after the first ``m`` keys.
+
+    Top: the weights ``Y[n, :]`` over the keys (the ones already added in colour, the current one circled).
+    Bottom: the row of partial sums ``sum_{m' < m} Y[n, m'] V[m', :]`` over ``d`` (bars), the step just added,
+    ``Y[n, m-1] V[m-1, :]`` (red ticks), and the final row ``A[n, :]`` (black dashes).
+
+    Args:
+        trace: from :func:`flashmath.loop_swap_trace`.
+        m: keys added so far, ``0 <= m <= M`` (0 = the row is still all zeros).
+        row: the query row ``n`` to show.
+        labels: optional key labels (tokens), length ``M``.
+        figsize: inches.
+
+    Returns:
+        matplotlib Figure.
+
+    Raises:
+        ValueError: ``m`` or ``row`` out of range, or ``labels`` of the wrong length.
+    """
+    y = np.asarray(trace.y, dtype=np.float64)
+    v = np.asarray(trace.v, dtype=np.float64)
+    partial = np.asarray(trace.partial, dtype=np.float64)
+    N, M = y.shape
+    Dv = v.shape[1]
+    if not 0 <= m <= M:
+        raise ValueError(f"m must be in 0..{M} (keys added so far), got {m}")
+    if not 0 <= row < N:
+        raise ValueError(f"row must be in 0..{N - 1}, got {row}")
+    if labels is not None and len(labels) != M:
+        raise ValueError(f"labels must have one entry per key ({M}), got {len(labels)}")
+    keys = np.arange(M)
+    final = partial[row, -1]
+    current = partial[row, m - 1] if m > 0 else np.zeros(Dv)
+
+    fig, (ax_y, ax_a) = plt.subplots(2, 1, figsize=figsize, layout="constrained", height_ratios=[1, 1.4])
+    ax_y.bar(keys, y[row], color=np.where(keys < m, SEEN, UNSEEN), width=0.7)
+    if m > 0:
+        ax_y.plot([m - 1], [y[row, m - 1]], "o", ms=9, mfc="none", mec="k")
+    ax_y.set_xlim(-0.6, M - 0.4)
+    ax_y.set_ylim(0, 1.1 * max(float(y[row].max()), 1e-12))
+    ax_y.set_ylabel(f"Y[{row}, m]")
+    if labels is not None:
+        ax_y.set_xticks(keys, [str(t) for t in labels], rotation=90, fontsize=7)
+    else:
+        ax_y.set_xlabel("key m")
+
+    dd = np.arange(Dv)
+    ax_a.bar(dd, current, color=SEEN, width=0.75, label=f"partial sums after {m} keys")
+    if m > 0:
+        added = y[row, m - 1] * v[m - 1]
+        ax_a.plot(dd, current, "_", color=JUMP, ms=9, mew=2, label=f"just added: Y[{row}, {m - 1}] V[{m - 1}, :]")
+        ax_a.vlines(dd, current - added, current, color=JUMP, lw=2)
+    ax_a.plot(dd, final, "_", color=FINAL, ms=12, mew=1.5, label=f"final A[{row}, :]")
+    ax_a.axhline(0, color="k", lw=0.5)
+    lo, hi = _limits(np.concatenate([partial[row].ravel(), [0.0]]))
+    ax_a.set_ylim(lo, hi)
+    ax_a.set_xlim(-0.6, Dv - 0.4)
+    ax_a.set_xlabel("output dimension d")
+    ax_a.set_ylabel(f"A[{row}, d]")
+    ax_a.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
+
+    dist = float(np.max(np.abs(current - final)))
+    fig.suptitle(f"loop order n, m, d: after {m} of {M} keys, max |partial - A| = {dist:.3g}", fontsize=11)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 5: one loop
+# ----------------------------------------------------------------------------------------------------------------
+
+DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+
+
+def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=None, figsize=(10.0, 6.6)):
+    """The merged loop of chapter 5 on one query row, after the first ``m`` keys.
+
+    Left, over the keys ``1..M``: the scores ``x_m`` and the running max ``g_m``; the correction factor
+    ``s_{m-1} e^{g_{m-1} - g_m} / s_m`` applied to the old output (red where the max jumped) and the weight
+    ``e^{x_m - g_m} / s_m`` of the new value; the running sum ``s_m``. Right: a few output dimensions of
+    ``A'_m`` against their final values ``A`` (dashed), and the distance ``||A'_m - A||`` (``||A||`` at ``m = 0``).
+
+    Args:
+        trace: from :func:`flashmath.one_loop_trace` of 2-D inputs (no batch dimensions).
+        m: keys seen so far, ``0 <= m <= M`` (0 = nothing seen: ``g_0 = -inf``, ``s_0 = 0``, ``A'_0 = 0``).
+        row: the query row ``n``.
+        dims: the output dimensions of ``A'`` to draw (at most 5).
+        labels: optional key labels (tokens), length ``M``.
+        figsize: inches.
+
+    Returns:
+        matplotlib Figure.
+
+    Raises:
+        ValueError: a trace with batch dimensions, ``m``, ``row`` or ``dims`` out of range, or bad ``labels``.
+    """
+    x_all = np.asarray(trace.x, dtype=np.float64)
+    if x_all.ndim != 2:
+        raise ValueError(f"plot_one_loop_step needs a trace of 2-D inputs (M, N); got x of shape {x_all.shape}")
+    M, N = x_all.shape
+    if not 0 <= m <= M:
+        raise ValueError(f"m must be in 0..{M} (keys seen so far), got {m}")
+    if not 0 <= row < N:
+        raise ValueError(f"row must be in 0..{N - 1}, got {row}")
+    a_all = np.asarray(trace.a, dtype=np.float64)[:, row]  # (M, Dv)
+    Dv = a_all.shape[1]
+    dims = list(dims)
+    if not 1 <= len(dims) <= len(DIM_COLORS) or any(not 0 <= d < Dv for d in dims):
+        raise ValueError(f"dims must list 1 to {len(DIM_COLORS)} output dimensions in 0..{Dv - 1}, got {dims}")
+    if labels is not None and len(labels) != M:
+        raise ValueError(f"labels must have one entry per key ({M}), got {len(labels)}")
+    x = x_all[:, row]
+    g = np.asarray(trace.g, dtype=np.float64)[:, row]
+    s = np.asarray(trace.s, dtype=np.float64)[:, row]
+    corr = np.asarray(trace.correction, dtype=np.float64)[:, row]
+    weight = np.asarray(trace.weight, dtype=np.float64)[:, row]
+    target = np.asarray(trace.target, dtype=np.float64)[row]  # (Dv,)
+    steps = np.arange(1, M + 1)
+    seen = steps <= m
+    jumped = np.concatenate([[False], g[1:] > g[:-1]])
+    dist = np.linalg.norm(a_all - target, axis=1)  # (M,)
+
+    fig = plt.figure(figsize=figsize, layout="constrained")
+    axd = fig.subplot_mosaic([["x", "a"], ["c", "a"], ["s", "dist"]], width_ratios=[1.15, 1])
+    ax_x, ax_c, ax_s, ax_a, ax_d = axd["x"], axd["c"], axd["s"], axd["a"], axd["dist"]
+    for ax in (ax_x, ax_c, ax_s, ax_a, ax_d):
+        ax.set_xlim(0.4, M + 0.6)
+
+    x_plot = np.where(np.isfinite(x), x, np.nan)
+    ax_x.bar(steps, x_plot, color=np.where(seen, SEEN, UNSEEN), width=0.7, label="$x_m$")
+    if m > 0:
+        ax_x.step(steps[:m], g[:m], where="mid", color=JUMP, lw=2, label="running max $g_m$")
+    ax_x.axhline(0, color="k", lw=0.5)
+    ax_x.set_ylim(*_limits(np.concatenate([x, g])))
+    ax_x.set_ylabel("score")
+    ax_x.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=2, frameon=False)
+
+    ax_c.bar(steps[:m], corr[:m], color=np.where(jumped[:m], JUMP, HOLD), width=0.7,
+             label="correction of $A'_{m-1}$")
+    ax_c.plot(steps[:m], weight[:m], "o", color=SEEN, ms=3, label="weight of $V_m$")
+    ax_c.set_ylim(0, 1.15)
+    ax_c.set_ylabel("factor")
+    ax_c.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=2, frameon=False)
+
+    ax_s.plot(steps[:m], s[:m], "o-", color=SEEN, ms=3)
+    ax_s.axhline(s[-1], color="k", ls="--", lw=1, label=f"$s_M$ = {s[-1]:.3g}")
+    ax_s.set_ylim(0, 1.1 * max(float(np.nanmax(s)), 1e-12))
+    ax_s.set_ylabel("running sum $s_m$")
+    ax_s.set_xlabel("key m" if labels is None else "")
+    ax_s.legend(loc="lower right", fontsize=8)
+    if labels is not None:
+        ax_s.set_xticks(steps, [str(t) for t in labels], rotation=90, fontsize=6)
+
+    for color, d in zip(DIM_COLORS, dims):
+        ax_a.axhline(target[d], color=color, ls="--", lw=1)
+        ax_a.plot(np.concatenate([[0], steps[:m]]), np.concatenate([[0.0], a_all[:m, d]]), "o-", color=color,
+                  ms=3, lw=1.2, label=f"$A'_m$[{d}]")
+    shown = np.concatenate([a_all[:, dims].ravel(), target[dims], [0.0]])
+    ax_a.set_ylim(*_limits(shown))
+    ax_a.set_xlim(-0.6, M + 0.6)
+    ax_a.set_ylabel("output (dashed: final A)")
+    ax_a.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=len(dims), frameon=False)
+
+    ax_d.plot(np.concatenate([[0], steps[:m]]), np.concatenate([[np.linalg.norm(target)], dist[:m]]), "o-",
+              color=SEEN, ms=3)
+    ax_d.axhline(0, color="k", lw=0.5)
+    ax_d.set_ylim(-0.05 * float(max(dist.max(), np.linalg.norm(target))),
+                  1.1 * float(max(dist.max(), np.linalg.norm(target))))
+    ax_d.set_xlim(-0.6, M + 0.6)
+    ax_d.set_ylabel("$\\|A'_m - A\\|$")
+    ax_d.set_xlabel("keys seen m")
+
+    if m == 0:
+        title = "m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$"
+    else:
+        j = m - 1
+        title = (f"m = {m}: $x_m$ = {x[j]:.3f}, $g_m$ = {g[j]:.3f}, $s_m$ = {s[j]:.3f}, "
+                 f"correction = {corr[j]:.3f}, $\\|A'_m - A\\|$ = {dist[j]:.2e}")
+    fig.suptitle(title, fontsize=11)
+    return fig

@@ -14,9 +14,11 @@ import ipywidgets as widgets
 import numpy as np
 
 from flashmath import viz
+from flashmath.attention import loop_swap_trace, one_loop_trace
 from flashmath.softmax import online_softmax_trace
 
-__all__ = ["online_softmax_player", "overflow_explorer", "step_player"]
+__all__ = ["online_softmax_player", "overflow_explorer", "step_player", "scale_explorer", "loop_swap_player",
+           "one_loop_player"]
 
 
 def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step", interval: int = 700,
@@ -106,3 +108,95 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         return viz.plot_overflow(x, dtype=dtype, scale=scale)
 
     return widgets.interactive(callback, scale=scale_slider, dtype=dtype_buttons)
+
+
+def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
+    """Slide over the head size ``D``: spread of the scores and sharpness of softmax, with and without scale.
+
+    Args:
+        sweep: from :func:`flashmath.scale_sweep` (computed once, by the caller, with its seeded rng).
+        D: the head size shown first, one of ``sweep.dims`` (default: the middle one).
+        interval: milliseconds between Play frames.
+
+    Returns:
+        ``ipywidgets.interactive`` with a ``D`` selection slider (over ``sweep.dims``) and a linked Play button.
+
+    Raises:
+        ValueError: ``D`` not in ``sweep.dims``.
+    """
+    dims = [int(d) for d in sweep.dims]
+    if D is None:
+        D = dims[len(dims) // 2]
+    if D not in dims:
+        raise ValueError(f"D must be one of sweep.dims = {dims}, got {D}")
+    slider = widgets.SelectionSlider(options=dims, value=D, description="D", continuous_update=True)
+    play = widgets.Play(value=dims.index(D), min=0, max=len(dims) - 1, step=1, interval=interval,
+                        description="Play")
+    widgets.jslink((play, "value"), (slider, "index"))
+
+    def callback(D):
+        return viz.plot_scale_step(sweep, dims.index(D))
+
+    ui = widgets.interactive(callback, D=slider)
+    ui.children = (widgets.HBox([play, slider]),) + tuple(ui.children[1:])
+    return ui
+
+
+def loop_swap_player(y, v, *, row: int = 0, labels=None, value: int = 0, interval: int = 500):
+    """Step through the keys of ``A = Y V`` in the order ``for n: for m: for d``: a row of partial sums grows.
+
+    Args:
+        y: ``(N, M)`` probabilities (small: the trace runs scalar loops, ``N * M * Dv`` steps).
+        v: ``(M, Dv)`` values.
+        row: the query row ``n`` to show.
+        labels: optional key labels (tokens), length ``M``.
+        value: the number of keys added at first (0 = none).
+        interval: milliseconds between Play frames.
+
+    Returns:
+        ``ipywidgets.interactive`` (slider ``keys m`` over ``0..M`` and a Play button).
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.loop_swap_trace`; ``row`` out of range.
+    """
+    trace = loop_swap_trace(y, v)  # computed once; the callback only draws
+    if not 0 <= row < trace.y.shape[0]:
+        raise ValueError(f"row must be in 0..{trace.y.shape[0] - 1}, got {row}")
+
+    def draw(step, trace, row, labels):
+        return viz.plot_loop_swap_step(trace, step, row=row, labels=labels)
+
+    return step_player(draw, len(trace), value=value, description="keys m", interval=interval, trace=trace,
+                       row=row, labels=labels)
+
+
+def one_loop_player(q, k, v, *, row: int = 0, dims=(0, 1, 2), labels=None, value: int = 0,
+                    interval: int = 500):
+    """Step through the merged loop of chapter 5 for one query row: ``x_m, g_m``, the correction, ``s_m``, ``A'_m``.
+
+    Args:
+        q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)`` (2-D; the default scale ``1 / sqrt(D)``).
+        row: the query row ``n`` to follow.
+        dims: the output dimensions of ``A'_m`` to draw.
+        labels: optional key labels (tokens), length ``M``.
+        value: the number of keys seen at first (0 = none).
+        interval: milliseconds between Play frames.
+
+    Returns:
+        ``ipywidgets.interactive`` (slider ``keys m`` over ``0..M`` and a Play button).
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.one_loop_trace`; inputs that are not 2-D; ``row`` out of range.
+    """
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"q, k, v must be 2-D (N, D), (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}")
+    if not 0 <= row < q.shape[0]:
+        raise ValueError(f"row must be in 0..{q.shape[0] - 1}, got {row}")
+    trace = one_loop_trace(q[row:row + 1], k, v)  # computed once, for the one row shown
+
+    def draw(step, trace, dims, labels):
+        return viz.plot_one_loop_step(trace, step, row=0, dims=dims, labels=labels)
+
+    return step_player(draw, len(trace), value=value, description="keys m", interval=interval, trace=trace,
+                       dims=tuple(dims), labels=labels)
