@@ -1,6 +1,6 @@
 """Attention: the float64 reference and the loop variants of chapters 3-5.
 
-Notation follows the course (``shared/COURSE.md``): ``Q (N, D)``, ``K (M, D)``, ``V (M, Dv)``; the scores
+Notation follows the course's notation table (chapter 0): ``Q (N, D)``, ``K (M, D)``, ``V (M, Dv)``; the scores
 ``X = Q K^T / sqrt(D)`` (masked entries set to ``-inf``), the probabilities ``Y = softmax(X)`` row by row, and the
 output ``A = Y V``. Inside a row ``n``: ``x_m`` is the score of key ``m``, ``g_m`` the running max and ``s_m`` the
 running sum after the first ``m`` keys, and ``A'_m`` the output when only those keys are seen.

@@ -95,7 +95,7 @@ def check_score_row(fn) -> CheckReport:
         elif np.allclose(x, expected * np.sqrt(q_n.shape[0]), rtol=1e-9) and q_n.shape[0] > 1:
             report.add(name, False, "the scores are sqrt(D) too large: divide by sqrt(D)")
         elif not np.allclose(x, expected, rtol=1e-9, atol=1e-12):
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(x)}")
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(x)}{_error_note(x, expected)}")
         else:
             report.add(name, True)
     return report
@@ -134,14 +134,14 @@ def check_safe_softmax(fn) -> CheckReport:
             report.add(name, False, f"expected shape {x.shape}, got {y.shape}")
         elif np.isnan(expected).all() and not np.isnan(y).all():
             report.add(name, False, f"expected NaN everywhere (NaN in, NaN out), got {_fmt(y)}")
-        elif x.dtype == np.float16 and y.dtype != np.float16:
-            report.add(name, False, f"float16 in should give float16 out, got {y.dtype}")
+        elif y.dtype != x.dtype:
+            report.add(name, False, f"{x.dtype} in should give {x.dtype} out, got {y.dtype}")
         elif not np.allclose(y.astype(np.float64), expected.astype(np.float64), rtol=2e-3 if x.dtype == np.float16
                              else 1e-9, atol=1e-12, equal_nan=True):
             hint = ""
             if np.isnan(y).any() and not np.isnan(expected).any():
                 hint = " (NaN: did exp overflow, or -inf - (-inf) happen?)"
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(y)}{hint}")
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(y)}{hint}{_error_note(y, expected)}")
         else:
             report.add(name, True)
     return report
@@ -186,8 +186,7 @@ def check_online_normalizer(fn) -> CheckReport:
     """
     report = CheckReport("check_online_normalizer")
     cases = [(name, x) for name, x in _softmax_cases() if x.dtype != np.float16]
-    cases = [(("a fully masked row (all -inf): expected (g, s) = (-inf, 0)" if np.all(x == -np.inf) else name), x)
-             for name, x in cases]
+    cases = [(("a fully masked row (all -inf)" if np.all(x == -np.inf) else name), x) for name, x in cases]
     for name, x in cases:
         vec = OnePassVector(x)
         out, ok = _run(report, name, fn, vec)
@@ -200,20 +199,43 @@ def check_online_normalizer(fn) -> CheckReport:
             continue
         g_ref, s_ref = (float(v) for v in online_normalizer(x))
         if vec.reads > len(x) or vec.passes > 1:
-            report.add(name, False, f"read the input {vec.reads} times for a vector of length {len(x)} "
-                                    f"({vec.passes} passes); one pass reads each element once")
+            sweeps = f" in {vec.passes} passes" if vec.passes > 1 else ""
+            report.add(name, False, f"read {vec.reads} elements of a vector of length {len(x)}{sweeps}; "
+                                    f"one pass reads each element once")
         elif not (_close(g, g_ref) and _close(s, s_ref)):
-            report.add(name, False, f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})")
+            report.add(name, False, _state_message(g, s, g_ref, s_ref))
         else:
             report.add(name, True)
     return report
+
+
+def _state_message(g, s, g_ref, s_ref) -> str:
+    """What is wrong with a learner's ``(g, s)``, with a hint for the two classic traps."""
+    message = f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})"
+    if np.isnan(g_ref) and not np.isnan(g):
+        message += (": a NaN went missing. Python's max(1.0, nan) returns 1.0 (every comparison with NaN is "
+                    "False); test with math.isnan, or use np.maximum, which propagates NaN")
+    elif g_ref == -np.inf and np.isnan(s) and not np.isnan(s_ref):
+        message += (": -inf - (-inf) is NaN. While the max is still -inf nothing has been seen, so keep "
+                    "s = 0 instead of computing exp(g_old - g_new)")
+    return message
+
+
+def _error_note(actual, expected) -> str:
+    """' (max relative error ..., dtype ...)' when two arrays print alike but differ."""
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    if not finite.any() or not np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
+        return ""
+    err = np.max(np.abs(actual[finite] - expected[finite]) / np.maximum(np.abs(expected[finite]), 1e-300))
+    return f" (they agree to {err:.1e} relative: was part of it computed in a lower precision than float64?)"
 
 
 def check_merge(fn) -> CheckReport:
     """Check a learner's ``fn(g1, s1, g2, s2) -> (g, s)`` against :func:`flashmath.merge`.
 
     Cases: two halves of a vector give the state of the whole; the identity ``(-inf, 0)`` on either side;
-    both parts empty; order does not matter; parts whose maxima differ by 1e4.
+    both parts empty; order does not matter; parts whose maxima differ by 1e4; NaN in either max or in a sum.
     """
     report = CheckReport("check_merge")
     rng = np.random.default_rng(0)
@@ -223,10 +245,12 @@ def check_merge(fn) -> CheckReport:
         ("two halves give the whole vector's state", (*left, *right)),
         ("the identity (-inf, 0) on the left", (-np.inf, 0.0, *right)),
         ("the identity (-inf, 0) on the right", (*left, -np.inf, 0.0)),
-        ("both parts fully masked: expected (-inf, 0), not NaN", (-np.inf, 0.0, -np.inf, 0.0)),
+        ("both parts fully masked, (-inf, 0) each", (-np.inf, 0.0, -np.inf, 0.0)),
         ("the other order", (*right, *left)),
         ("maxima 1e4 apart (no overflow)", (1e4, 2.0, 0.0, 3.0)),
-        ("NaN propagates", (np.nan, 1.0, 0.0, 1.0)),
+        ("NaN in the first part's max propagates", (np.nan, 1.0, 0.0, 1.0)),
+        ("NaN in the second part's max propagates", (0.0, 1.0, np.nan, 1.0)),
+        ("NaN in a sum propagates", (0.0, np.nan, -1.0, 1.0)),
     ]
     for name, args in cases:
         out, ok = _run(report, name, fn, *(float(a) for a in args))
@@ -241,7 +265,7 @@ def check_merge(fn) -> CheckReport:
         if _close(g, g_ref) and _close(s, s_ref):
             report.add(name, True)
         else:
-            report.add(name, False, f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})")
+            report.add(name, False, _state_message(g, s, g_ref, s_ref))
     return report
 
 

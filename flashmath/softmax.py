@@ -1,6 +1,6 @@
 """Softmax, safe softmax and online softmax (chapters 1 and 2).
 
-Notation follows the course (``shared/COURSE.md``): ``x`` is the softmax input, ``g_i`` the running max
+Notation follows the course's notation table (chapter 0): ``x`` is the softmax input, ``g_i`` the running max
 ("greatest") of the first ``i`` elements and ``s_i = sum_{j <= i} exp(x_j - g_i)`` the running sum. After the
 last element, ``s_N`` is the softmax denominator.
 
@@ -21,6 +21,7 @@ algorithms 1-3.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,10 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _check_axis(arr: np.ndarray, axis: int) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"axis must be an integer (one axis to normalise over), got {axis!r}") from None
     if arr.ndim == 0:
         raise ValueError("softmax needs at least a 1-D array; got a scalar (shape ())")
     if not -arr.ndim <= axis < arr.ndim:
@@ -117,8 +122,8 @@ def safe_softmax(x, axis: int = -1) -> np.ndarray:
         return np.empty_like(x)
     g = np.max(xc, axis=axis, keepdims=True)  # pass 1: g = max_j x_j
     g_safe = np.where(g == -np.inf, 0.0, g)  # a fully masked row: exp(-inf - 0) = 0, no -inf - (-inf)
-    with np.errstate(invalid="ignore", divide="ignore"):  # +inf - inf: NaN, on purpose
-        e = np.exp(xc - g_safe)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # +inf - inf: NaN, on purpose
+        e = np.exp(xc - g_safe)  # -1e308 - 1e308 = -inf gives exp = 0, as it should
         s = np.sum(e, axis=axis, keepdims=True)  # pass 2: s = sum_j exp(x_j - g)
         y = np.where(s == 0, 0.0, e / s)  # pass 3: y_i = exp(x_i - g) / s
     return y.astype(x.dtype, copy=False)
@@ -143,16 +148,23 @@ def merge(g1, s1, g2, s2):
         ``(g, s)`` with the broadcast shape, in the promoted floating dtype (at least float32). Where ``g`` is
         ``-inf`` (both parts empty or fully masked) ``s`` is 0; NaN in any input propagates.
 
+    Raises:
+        ValueError: a negative ``s1`` or ``s2``. TypeError: non-real input.
+
     Source: Milakov and Gimelshein (2018), section 3.1 (the parallel form of the online normalizer).
     """
     g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2")))
     dtype = compute_dtype(np.result_type(g1, s1, g2, s2))
     g1, s1, g2, s2 = (a.astype(dtype, copy=False) for a in (g1, s1, g2, s2))
+    for s_k, name in ((s1, "s1"), (s2, "s2")):
+        if np.any(s_k < 0):
+            raise ValueError(f"{name} must be >= 0 (a sum of exponentials), got {s_k.min()}")
     g = np.maximum(g1, g2)  # g = max(g1, g2); NaN propagates
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         # s = s1 * exp(g1 - g) + s2 * exp(g2 - g)
         s = s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
-    s = np.where(g == -np.inf, dtype.type(0), s)  # -inf - (-inf) is NaN: an empty state has s = 0
+        # Where g = -inf, -inf - (-inf) is NaN: both parts are empty, so s = 0 (0 * NaN keeps a NaN s1 or s2).
+        s = np.where(g == -np.inf, 0 * (s1 + s2), s)
     return g[()], s[()]
 
 
@@ -228,7 +240,7 @@ def online_softmax(x, axis: int = -1) -> np.ndarray:
     xc = np.moveaxis(x.astype(compute_dtype(x.dtype), copy=False), axis, -1)
     g, s = _normalizer_last_axis(xc)  # pass 1: (g_N, s_N) per row
     g, s = g[..., None], s[..., None]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         y = np.exp(xc - g) / s  # pass 2: y_i = exp(x_i - g_N) / s_N
     y = np.where(s == 0, 0.0, y)  # fully masked row: 0, not 0 / 0
     return np.moveaxis(y, -1, axis).astype(x.dtype, copy=False)
@@ -259,8 +271,12 @@ class OnlineSoftmaxTrace:
 
     @property
     def jumps(self) -> np.ndarray:
-        """Boolean array: True at the steps where the running max increased (``g_i > g_{i-1}``)."""
-        return self.rescale < 1
+        """Boolean array: True at the steps ``i >= 2`` where the running max increased (``g_i > g_{i-1}``).
+
+        Step 1 does not count: there the "previous max" is the empty prefix's ``g_0 = -inf``.
+        """
+        jumped = self.g[1:] > self.g[:-1]
+        return np.concatenate([[False], jumped])
 
 
 def online_softmax_trace(x) -> OnlineSoftmaxTrace:
@@ -283,7 +299,7 @@ def online_softmax_trace(x) -> OnlineSoftmaxTrace:
     g = np.array([gi for gi, _ in states], dtype=xc.dtype)
     s = np.array([si for _, si in states], dtype=xc.dtype)
     g_prev = np.concatenate([[-np.inf], g[:-1]]).astype(xc.dtype)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         # rescale_i = exp(g_{i-1} - g_i); defined as 1 where the max did not change (also -inf -> -inf)
         rescale = np.where(g_prev == g, xc.dtype.type(1), np.exp(g_prev - g))
     return OnlineSoftmaxTrace(x=xc, g=g, s=s, rescale=rescale, denominator=s[-1])

@@ -2,7 +2,7 @@
 
 Chapters 1 and 2 run each softmax variant element by element on a :class:`CountedMemory`, an array in
 off-chip memory (DRAM / HBM) that counts every element load and store, pass by pass. Scalars kept in
-registers (the running max, the running sum) cost nothing. The counts reproduce Table 1 of Milakov and
+registers (the running max, the running sum) cost nothing. The counts reproduce the memory-access table of Milakov and
 Gimelshein (2018):
 
 ================  =====  ======  ====================
@@ -177,7 +177,7 @@ SOFTMAX_VARIANTS = {
     "safe softmax": safe_softmax_counted,
     "online softmax": online_softmax_counted,
 }
-"""The counted variants by name, in the order of Milakov and Gimelshein's Table 1."""
+"""The counted variants by name, in the order of Milakov and Gimelshein's memory-access table."""
 
 
 # Scalar helpers with numpy's IEEE semantics (inf, NaN) instead of Python's exceptions.

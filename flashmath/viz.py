@@ -158,7 +158,7 @@ def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0))
     ax_y.set_ylabel("probability")
     ax_y.set_xlabel("element i")
     ax_y.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
-    fig.suptitle(f"{dt.name}, scale {scale:g}: max x = {float(np.max(xs)):.4g}, "
+    fig.suptitle(f"{dt.name}, scale {scale:.3g}: max x = {float(np.max(xs)):.4g}, "
                  f"{int(overflowed.sum())} of {L} exponentials overflow", fontsize=11)
     return fig
 

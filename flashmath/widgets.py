@@ -15,7 +15,7 @@ import numpy as np
 
 from flashmath import viz
 from flashmath.attention import loop_swap_trace, one_loop_trace
-from flashmath.softmax import online_softmax_trace
+from flashmath.softmax import as_float_array, online_softmax_trace
 
 __all__ = ["online_softmax_player", "overflow_explorer", "step_player", "scale_explorer", "loop_swap_player",
            "one_loop_player"]
@@ -57,21 +57,24 @@ def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step"
 
 
 def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = 700):
-    """Step through the online normalizer of a 1-D vector: x_i, g_i, the rescale factor, s_i, s_L.
+    """Step through the online normalizer of a 1-D vector: x_i, g_i, the rescale factor, s_i, s_N.
 
     Args:
-        x: 1-D array ``(L,)`` (any real row: random numbers, a real attention score row...).
-        labels: optional tick labels (e.g. tokens), length ``L``.
+        x: 1-D array ``(N,)`` (any real row: random numbers, a real attention score row...).
+        labels: optional tick labels (e.g. tokens), length ``N``.
         value: the step shown first (0 = nothing read yet).
         interval: milliseconds between Play frames.
 
     Returns:
-        ``ipywidgets.interactive`` (slider ``step`` over ``0..L`` and a Play button).
+        ``ipywidgets.interactive`` (slider ``step`` over ``0..N`` and a Play button).
 
     Raises:
-        ValueError / TypeError: as :func:`flashmath.online_softmax_trace` for a bad ``x``.
+        ValueError / TypeError: as :func:`flashmath.online_softmax_trace` for a bad ``x``; ValueError for
+        ``labels`` of the wrong length.
     """
     trace = online_softmax_trace(x)  # computed once; the callback only draws
+    if labels is not None and len(labels) != len(trace):
+        raise ValueError(f"labels must have one entry per element of x ({len(trace)}), got {len(labels)}")
 
     def draw(step, trace, labels):
         return viz.plot_online_softmax_step(trace, step, labels=labels)
@@ -85,21 +88,28 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
 
     Args:
         x: 1-D array ``(L,)``.
-        scale: initial scale (log slider from 1 to 1000).
-        dtype: initial dtype, one of ``"float16"``, ``"float32"``, ``"float64"``.
+        scale: initial scale, 1 to 1000 (a log slider).
+        dtype: initial dtype, ``"float16"``, ``"float32"`` or ``"float64"`` (or the numpy dtype).
 
     Returns:
         ``ipywidgets.interactive`` with controls ``scale`` and ``dtype``.
 
     Raises:
-        ValueError: ``dtype`` not one of the three, or ``x`` not 1-D.
+        ValueError: ``dtype`` not one of the three, ``scale`` outside 1..1000, ``x`` not a non-empty 1-D vector.
+        TypeError: ``x`` not real numbers.
     """
-    x = np.array(x, dtype=np.float64)  # a private copy
-    if x.ndim != 1:
-        raise ValueError(f"x must be a 1-D vector, got shape {x.shape}")
+    x = as_float_array(x).astype(np.float64)  # a private copy
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"x must be a non-empty 1-D vector, got shape {x.shape}")
     choices = ["float16", "float32", "float64"]
+    try:
+        dtype = np.dtype(dtype).name
+    except TypeError:
+        pass
     if dtype not in choices:
         raise ValueError(f"dtype must be one of {choices}, got {dtype!r}")
+    if not 1 <= scale <= 1000:
+        raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
     scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
                                           continuous_update=False)
     dtype_buttons = widgets.ToggleButtons(options=choices, value=dtype, description="dtype")

@@ -64,9 +64,40 @@ def test_two_passes_are_caught():
     assert "2 passes" in repr(report)
 
 
+def python_max_merge(g1, s1, g2, s2):
+    """Guarded, but Python's max drops a NaN in its second argument."""
+    g = max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
 def test_unguarded_merge_fails_on_two_empty_parts():
-    failed = failures(exercises.check_merge(unguarded_merge))
-    assert failed == ["both parts fully masked: expected (-inf, 0), not NaN"]
+    report = exercises.check_merge(unguarded_merge)
+    assert failures(report) == ["both parts fully masked, (-inf, 0) each", "NaN in the second part's max propagates"]
+    assert "-inf - (-inf) is NaN" in repr(report)
+
+
+def test_python_max_losing_nan_is_explained():
+    report = exercises.check_merge(python_max_merge)
+    assert failures(report) == ["NaN in the second part's max propagates"]
+    assert "max(1.0, nan) returns 1.0" in repr(report)
+
+
+def test_wrong_dtype_is_named_not_hidden_by_rounding():
+    report = exercises.check_safe_softmax(lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)))
+    assert "float64 in should give float64 out, got float32" in repr(report)
+    report = exercises.check_score_row(lambda q, K: solutions.score_row(np.float32(q), np.float32(K)))
+    assert "lower precision" in repr(report)
+
+
+def test_indexing_twice_counts_reads():
+    def index_twice(x):
+        g = max(x[i] for i in range(len(x)))
+        return g, sum(math.exp(x[i] - g) for i in range(len(x)))
+
+    report = exercises.check_online_normalizer(index_twice)
+    assert "read 8 elements of a vector of length 4;" in repr(report)
 
 
 def test_exceptions_become_failures():

@@ -186,8 +186,34 @@ def test_trace_states():
     expected_rescale = np.where(g_prev == t.g, 1.0, np.exp(g_prev - t.g))
     np.testing.assert_allclose(t.rescale, expected_rescale, rtol=1e-15)
     assert t.rescale[0] == 0.0  # g_0 = -inf
-    assert t.jumps.tolist() == [True, True, False, True, False, False]
+    assert t.jumps.tolist() == [False, True, False, True, False, False]  # step 1 is not a jump
     assert t.denominator == fm.online_normalizer(x)[1]
     masked_prefix = fm.online_softmax_trace(np.array([-np.inf, -np.inf, 1.0]))
     assert masked_prefix.rescale.tolist() == [1.0, 1.0, 0.0]
     assert masked_prefix.s.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_merge_keeps_nan_in_empty_states_and_rejects_negative_sums():
+    g, s = fm.merge(-np.inf, np.nan, -np.inf, 0.0)
+    assert g == -np.inf and np.isnan(s)
+    with pytest.raises(ValueError, match="s2 must be >= 0"):
+        fm.merge(0.0, 1.0, 0.0, -1.0)
+
+
+@pytest.mark.parametrize("axis", [None, "0", 1.5, (0, 1)])
+def test_axis_must_be_an_integer(axis):
+    for f in (fm.softmax, fm.safe_softmax, fm.online_softmax):
+        with pytest.raises(TypeError, match="axis must be an integer"):
+            f(np.ones((2, 2)), axis=axis)
+
+
+def test_extreme_finite_values_raise_no_warning():
+    import warnings
+
+    x = np.array([1e308, -1e308])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for f in (fm.safe_softmax, fm.online_softmax):
+            np.testing.assert_array_equal(f(x), [1.0, 0.0])
+        fm.online_normalizer(x)
+        fm.online_softmax_trace(x)

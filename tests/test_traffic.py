@@ -1,4 +1,4 @@
-"""Element load/store counts reproduce Milakov and Gimelshein (2018), Table 1."""
+"""Element load/store counts reproduce the memory-access table of Milakov and Gimelshein (2018)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 import flashmath as fm
 from flashmath.traffic import SOFTMAX_VARIANTS, naive_softmax_counted, online_softmax_counted, safe_softmax_counted
 
-TABLE_1 = {  # variant: (loads, stores, accesses) per element
+MEMORY_ACCESS_TABLE = {  # variant: (loads, stores, accesses) per element
     "naive softmax": (2, 1, 3),
     "safe softmax": (3, 1, 4),
     "online softmax": (2, 1, 3),
@@ -14,12 +14,12 @@ TABLE_1 = {  # variant: (loads, stores, accesses) per element
 
 
 @pytest.mark.parametrize("length", [1, 7, 100])
-@pytest.mark.parametrize("name", list(TABLE_1))
+@pytest.mark.parametrize("name", list(MEMORY_ACCESS_TABLE))
 def test_counts_match_table_1(name, length):
     x = np.random.default_rng(length).normal(size=length)
     y, count = SOFTMAX_VARIANTS[name](x)
-    assert count.per_element() == TABLE_1[name]
-    assert count.loads == TABLE_1[name][0] * length
+    assert count.per_element() == MEMORY_ACCESS_TABLE[name]
+    assert count.loads == MEMORY_ACCESS_TABLE[name][0] * length
     assert len(count.passes) == {"naive softmax": 2, "safe softmax": 3, "online softmax": 2}[name]
     np.testing.assert_allclose(y, fm.safe_softmax(x), rtol=1e-13)
 

@@ -73,6 +73,14 @@ def test_overflow_explorer_redraws_for_scale_and_dtype():
 def test_bad_arguments_raise_before_any_widget_is_built():
     with pytest.raises(ValueError, match="dtype must be one of"):
         widgets.overflow_explorer([1.0, 2.0], dtype="int8")
+    with pytest.raises(ValueError, match="scale must be between 1 and 1000"):
+        widgets.overflow_explorer([1.0, 2.0], scale=0)
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        widgets.overflow_explorer([])
+    with pytest.raises(TypeError, match="floating-point"):
+        widgets.overflow_explorer([1j, 2.0])
+    with pytest.raises(ValueError, match="labels must have one entry per element"):
+        widgets.online_softmax_player([1.0, 2.0, 3.0], labels=["a", "b"])
     with pytest.raises(ValueError, match="non-empty 1-D"):
         widgets.online_softmax_player(np.ones((2, 2)))
     with pytest.raises(ValueError, match="step i must be in 0..3"):
