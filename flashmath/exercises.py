@@ -192,11 +192,10 @@ def check_online_normalizer(fn) -> CheckReport:
         out, ok = _run(report, name, fn, vec)
         if not ok:
             continue
-        try:
-            g, s = (float(v) for v in out)
-        except Exception:
-            report.add(name, False, f"expected a pair (g, s), got {out!r}")
+        state = _pair(report, name, out)
+        if state is None:
             continue
+        g, s = state
         g_ref, s_ref = (float(v) for v in online_normalizer(x))
         if vec.reads > len(x) or vec.passes > 1:
             sweeps = f" in {vec.passes} passes" if vec.passes > 1 else ""
@@ -207,6 +206,16 @@ def check_online_normalizer(fn) -> CheckReport:
         else:
             report.add(name, True)
     return report
+
+
+def _pair(report: CheckReport, name: str, out):
+    """``out`` as a pair of floats ``(g, s)``, or None after recording a failure that says what came back."""
+    try:
+        g, s = (float(v) for v in out)
+    except Exception:
+        report.add(name, False, f"expected a pair (g, s), got {out!r}")
+        return None
+    return g, s
 
 
 def _state_message(g, s, g_ref, s_ref) -> str:
@@ -256,11 +265,10 @@ def check_merge(fn) -> CheckReport:
         out, ok = _run(report, name, fn, *(float(a) for a in args))
         if not ok:
             continue
-        try:
-            g, s = (float(v) for v in out)
-        except Exception:
-            report.add(name, False, f"expected a pair (g, s), got {out!r}")
+        state = _pair(report, name, out)
+        if state is None:
             continue
+        g, s = state
         g_ref, s_ref = (float(v) for v in merge(*args))
         if _close(g, g_ref) and _close(s, s_ref):
             report.add(name, True)

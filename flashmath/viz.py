@@ -16,7 +16,7 @@ from flashmath.softmax import OnlineSoftmaxTrace, safe_softmax, softmax
 __all__ = [
     "plot_online_softmax_step",
     "plot_overflow",
-    "animate_online_softmax",
+    "animate_steps",
     "figure_signature",
     "plot_scale_step",
     "plot_loop_swap_step",
@@ -27,6 +27,14 @@ SEEN = "#1f77b4"
 UNSEEN = "#c7c7c7"
 JUMP = "#d62728"
 HOLD = "#7f7f7f"
+
+
+def _figure(fig, figsize):
+    """A new pyplot figure, or ``fig`` cleared for redrawing (animations draw every frame into one figure)."""
+    if fig is None:
+        return plt.figure(figsize=figsize, layout="constrained")
+    fig.clear()
+    return fig
 
 
 def _limits(values: np.ndarray, pad: float = 0.08) -> tuple[float, float]:
@@ -70,10 +78,7 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
     s = np.asarray(trace.s, dtype=np.float64)
     r = np.asarray(trace.rescale, dtype=np.float64)
 
-    if fig is None:
-        fig = plt.figure(figsize=figsize, layout="constrained")
-    else:
-        fig.clear()
+    fig = _figure(fig, figsize)
     ax_x, ax_r, ax_s = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1.5])
     x_plot = np.where(np.isfinite(x), x, np.nan)
     ax_x.bar(steps, x_plot, color=np.where(seen, SEEN, UNSEEN), width=0.7, label="$x_j$")
@@ -163,31 +168,35 @@ def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0))
     return fig
 
 
-def animate_online_softmax(trace: OnlineSoftmaxTrace, *, interval: int = 600, labels=None,
-                           figsize=(8.0, 6.0), dpi: int = 60):
-    """A :class:`matplotlib.animation.FuncAnimation` of the online normalizer, one frame per step.
+def animate_steps(plot_step, trace, *, steps=None, interval: int = 600, figsize=(8.0, 6.0), dpi: int = 80,
+                  **kwargs):
+    """A :class:`matplotlib.animation.FuncAnimation` that redraws ``plot_step(trace, step, fig=fig, **kwargs)``.
 
-    Each frame redraws :func:`plot_online_softmax_step` into the same figure; ``.to_jshtml()`` gives a
-    self-contained HTML player that works without a kernel (nbviewer, GitHub's static view).
+    Works with every step plot here (:func:`plot_online_softmax_step`, :func:`plot_loop_swap_step`,
+    :func:`plot_one_loop_step`). ``.to_jshtml()`` gives a self-contained HTML player that works without a kernel
+    (nbviewer, GitHub's static view); every frame is stored as a PNG in it, so keep ``dpi`` and the number of
+    steps modest.
 
     Args:
-        trace: from :func:`flashmath.online_softmax_trace`.
+        plot_step: a drawing function ``(trace, step, *, fig, figsize, **kwargs) -> Figure``.
+        trace: the trace it draws.
+        steps: the steps to show, in order (default ``0..len(trace)``).
         interval: milliseconds between frames.
-        labels: optional tick labels, length ``L``.
-        figsize: inches.
-        dpi: dots per inch of the frames (each frame is stored as a PNG in the HTML: keep it small).
+        figsize: inches. dpi: dots per inch of the frames.
+        kwargs: passed to ``plot_step`` (``labels``, ``row``...).
 
     Returns:
         ``(animation, figure)``; close the figure after rendering so that it is not also shown as a picture.
     """
-    fig = plot_online_softmax_step(trace, 0, labels=labels, figsize=figsize)
+    steps = list(range(len(trace) + 1)) if steps is None else list(steps)
+    fig = plot_step(trace, steps[0], figsize=figsize, **kwargs)
     fig.set_dpi(dpi)
 
     def update(step):
-        plot_online_softmax_step(trace, step, labels=labels, fig=fig)
+        plot_step(trace, step, fig=fig, **kwargs)
         return fig.axes
 
-    anim = animation.FuncAnimation(fig, update, frames=len(trace) + 1, interval=interval, blit=False)
+    anim = animation.FuncAnimation(fig, update, frames=steps, interval=interval, blit=False)
     return anim, fig
 
 
@@ -291,7 +300,7 @@ def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
 FINAL = "k"
 
 
-def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2)):
+def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2), fig=None):
     """Row ``row`` of ``A = Y V`` in the swapped order ``for n: for m: for d``, after the first ``m`` keys.
 
     Top: the weights ``Y[n, :]`` over the keys (the ones already added in colour, the current one circled).
@@ -303,7 +312,8 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
         m: keys added so far, ``0 <= m <= M`` (0 = the row is still all zeros).
         row: the query row ``n`` to show.
         labels: optional key labels (tokens), length ``M``.
-        figsize: inches.
+        figsize: inches, for a new figure.
+        fig: draw into this figure (cleared first) instead of a new one; animations use it.
 
     Returns:
         matplotlib Figure.
@@ -326,7 +336,8 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
     final = partial[row, -1]
     current = partial[row, m - 1] if m > 0 else np.zeros(Dv)
 
-    fig, (ax_y, ax_a) = plt.subplots(2, 1, figsize=figsize, layout="constrained", height_ratios=[1, 1.4])
+    fig = _figure(fig, figsize)
+    ax_y, ax_a = fig.subplots(2, 1, height_ratios=[1, 1.4])
     ax_y.bar(keys, y[row], color=np.where(keys < m, SEEN, UNSEEN), width=0.7)
     if m > 0:
         ax_y.plot([m - 1], [y[row, m - 1]], "o", ms=9, mfc="none", mec="k")
@@ -365,7 +376,8 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
 DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 
 
-def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=None, figsize=(10.0, 6.6)):
+def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=None, figsize=(10.0, 6.6),
+                       fig=None):
     """The merged loop of chapter 5 on one query row, after the first ``m`` keys.
 
     Left, over the keys ``1..M``: the scores ``x_m`` and the running max ``g_m``; the correction factor
@@ -379,7 +391,8 @@ def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=No
         row: the query row ``n``.
         dims: the output dimensions of ``A'`` to draw (at most 5).
         labels: optional key labels (tokens), length ``M``.
-        figsize: inches.
+        figsize: inches, for a new figure.
+        fig: draw into this figure (cleared first) instead of a new one; animations use it.
 
     Returns:
         matplotlib Figure.
@@ -413,7 +426,7 @@ def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=No
     jumped = np.concatenate([[False], g[1:] > g[:-1]])
     dist = np.linalg.norm(a_all - target, axis=1)  # (M,)
 
-    fig = plt.figure(figsize=figsize, layout="constrained")
+    fig = _figure(fig, figsize)
     axd = fig.subplot_mosaic([["x", "a"], ["c", "a"], ["s", "dist"]], width_ratios=[1.15, 1])
     ax_x, ax_c, ax_s, ax_a, ax_d = axd["x"], axd["c"], axd["s"], axd["a"], axd["dist"]
     for ax in (ax_x, ax_c, ax_s, ax_a, ax_d):

@@ -45,13 +45,21 @@ def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step"
         raise ValueError(f"value must be in 0..{n_steps}, got {value}")
     slider = widgets.IntSlider(value=value, min=0, max=n_steps, step=1, description=description,
                                continuous_update=True)
-    play = widgets.Play(value=value, min=0, max=n_steps, step=1, interval=interval, description="Play")
-    widgets.jslink((play, "value"), (slider, "value"))
 
     def callback(step):
         return draw(step=step, **fixed)
 
-    ui = widgets.interactive(callback, step=slider)
+    return _with_play(callback, "step", slider, frames=n_steps, value=value, link_to="value", interval=interval)
+
+
+def _with_play(callback, name: str, slider, *, frames: int, value: int, link_to: str, interval: int):
+    """``interactive(callback, name=slider)`` with a Play button over ``0..frames`` linked to ``slider.link_to``.
+
+    The link is made in the browser (``jslink``); the first control row becomes ``[Play, slider]``.
+    """
+    play = widgets.Play(value=value, min=0, max=frames, step=1, interval=interval, description="Play")
+    widgets.jslink((play, "value"), (slider, link_to))
+    ui = widgets.interactive(callback, **{name: slider})
     ui.children = (widgets.HBox([play, slider]),) + tuple(ui.children[1:])
     return ui
 
@@ -140,16 +148,12 @@ def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
     if D not in dims:
         raise ValueError(f"D must be one of sweep.dims = {dims}, got {D}")
     slider = widgets.SelectionSlider(options=dims, value=D, description="D", continuous_update=True)
-    play = widgets.Play(value=dims.index(D), min=0, max=len(dims) - 1, step=1, interval=interval,
-                        description="Play")
-    widgets.jslink((play, "value"), (slider, "index"))
 
     def callback(D):
         return viz.plot_scale_step(sweep, dims.index(D))
 
-    ui = widgets.interactive(callback, D=slider)
-    ui.children = (widgets.HBox([play, slider]),) + tuple(ui.children[1:])
-    return ui
+    return _with_play(callback, "D", slider, frames=len(dims) - 1, value=dims.index(D), link_to="index",
+                      interval=interval)
 
 
 def loop_swap_player(y, v, *, row: int = 0, labels=None, value: int = 0, interval: int = 500):
