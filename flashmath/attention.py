@@ -208,15 +208,17 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     q, k, v = (a.astype(np.float64, copy=False) for a in (inp.q, inp.k, inp.v))
-    # X = Q K^T * scale
-    x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
+        # X = Q K^T * scale
+        x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
     if inp.keep is not None:
         # mask(X): excluded scores become -inf, so exp gives them weight 0
         x = np.where(inp.keep, x, -np.inf)  # (..., N, M)
     # Y = softmax(X) row by row (safe softmax: a fully masked row gives zeros, not 0 / 0)
     y = safe_softmax(x)  # (..., N, M)
-    # A = Y V
-    a = np.matmul(y, v)  # (..., N, M) @ (..., M, Dv) -> (..., N, Dv)
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
+        # A = Y V
+        a = np.matmul(y, v)  # (..., N, M) @ (..., M, Dv) -> (..., N, Dv)
     g = np.max(x, axis=-1, initial=-np.inf)  # (..., N), the row max; -inf for a row with no key
     empty = g == -np.inf
     a = np.where(empty[..., None], 0.0, a)  # fully masked rows are 0 even where v holds NaN or inf
@@ -247,8 +249,9 @@ def _setup(inp: AttentionInputs):
 
 def _score(q_scaled: np.ndarray, k: np.ndarray, keep: np.ndarray | None, m: int) -> np.ndarray:
     """The scores of key ``m`` for every row: ``x_m = Q[n, :] . K[m, :]``, ``-inf`` where masked. ``(..., N)``."""
-    # x_m = sum_d Q[n, d] * K[m, d]
-    x_m = np.matmul(q_scaled, k[..., m, :, None])[..., 0]  # (..., N, D) @ (..., D, 1) -> (..., N)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
+        # x_m = sum_d Q[n, d] * K[m, d]
+        x_m = np.matmul(q_scaled, k[..., m, :, None])[..., 0]  # (..., N, D) @ (..., D, 1) -> (..., N)
     if keep is not None:
         x_m = np.where(keep[..., :, m], x_m, -np.inf)  # (..., N)
     return x_m
@@ -309,8 +312,9 @@ def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
         with np.errstate(invalid="ignore"):  # +inf - +inf: NaN, on purpose
             # y_m = exp(x_m - g_M) / s_M
             y_m = np.exp(x_m - g_safe) / s_safe  # (..., N)
-        # A_m = A_{m-1} + y_m * V[m, :]   (a vector of length Dv per row)
-        a = a + y_m[..., None] * v[..., None, m, :]  # (..., N, 1) * (..., 1, Dv) -> (..., N, Dv)
+        with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
+            # A_m = A_{m-1} + y_m * V[m, :]   (a vector of length Dv per row)
+            a = a + y_m[..., None] * v[..., None, m, :]  # (..., N, 1) * (..., 1, Dv) -> (..., N, Dv)
         yield y_m, a
 
 
@@ -532,8 +536,9 @@ def _one_loop(q_scaled, k, v, keep, rows, dtype):
             # correction_m = s_{m-1} * exp(g_{m-1} - g_m) / s_m;  weight_m = exp(x_m - g_m) / s_m  (they sum to 1)
             correction = s_prev * np.exp(g_prev - g_safe) / s_safe  # (..., N)
             weight = np.exp(x_m - g_safe) / s_safe  # (..., N)
-        # 4. attention:  A'_m = A'_{m-1} * s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m * V_m
-        a = a * correction[..., None] + weight[..., None] * v[..., None, m, :]  # (..., N, Dv)
+        with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
+            # 4. attention:  A'_m = A'_{m-1} * s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m * V_m
+            a = a * correction[..., None] + weight[..., None] * v[..., None, m, :]  # (..., N, Dv)
         yield x_m, g, s, correction, weight, a
 
 

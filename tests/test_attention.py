@@ -497,3 +497,18 @@ def test_property_loop_swap_bitwise(N, M, Dv, seed):
     rng = np.random.default_rng(seed)
     y, v = rng.standard_normal((N, M)) * 1e3, rng.standard_normal((M, Dv))
     assert (matmul_ndm(y, v) == matmul_nmd(y, v)).all()
+
+
+def test_inf_and_nan_inputs_raise_no_warnings():
+    import warnings
+
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        q, k, v = rng.normal(size=(2, 3)), rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+        for arr in (q, k, v):
+            if rng.random() < 0.6:
+                arr[tuple(rng.integers(0, s) for s in arr.shape)] = rng.choice([np.inf, -np.inf, np.nan])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for f in (attention, two_loop_attention, one_loop_attention):
+                f(q, k, v, return_lse=True)
