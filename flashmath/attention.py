@@ -240,7 +240,8 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
 def _setup(inp: AttentionInputs):
     """Cast to the compute dtype and fold the scale into Q (simplification 1 of chapter 3)."""
     dtype = compute_dtype(inp.dtype)
-    q_scaled = inp.q.astype(dtype) * dtype.type(inp.scale)  # (..., N, D), a new array
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 (scale 0) is NaN, on purpose
+        q_scaled = inp.q.astype(dtype) * dtype.type(inp.scale)  # (..., N, D), a new array
     k = inp.k.astype(dtype, copy=False)  # (..., M, D)
     v = inp.v.astype(dtype, copy=False)  # (..., M, Dv)
     rows = inp.batch_shape + (inp.N,)  # the shape of one per-row state (g, s, x_m, ...)
@@ -439,30 +440,33 @@ def matmul_ndm(y, v) -> np.ndarray:
         TypeError: non-real input. ValueError: not 2-D, or the inner dimensions differ.
     """
     y_rows, v_rows, N, M, Dv, dtype, out_dtype = _matmul_operands(y, v)
-    a = [[dtype.type(0)] * Dv for _ in range(N)]
-    for n in range(N):
-        for d in range(Dv):
-            for m in range(M):
-                # A[n, d] = A[n, d] + Y[n, m] * V[m, d]
-                a[n][d] += y_rows[n][m] * v_rows[m][d]
-    return np.array(a, dtype=dtype).reshape(N, Dv).astype(out_dtype, copy=False)
+    out = np.zeros((N, Dv), dtype=dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in any matrix product
+        for n in range(N):
+            for d in range(Dv):
+                total = dtype.type(0)
+                for m in range(M):
+                    # A[n, d] = sum_m Y[n, m] V[m, d], one term at a time in the order m = 0, 1, ...
+                    total = total + y_rows[n][m] * v_rows[m][d]
+                out[n, d] = total
+    return out.astype(out_dtype, copy=False)
 
 
 def _matmul_nmd(y, v, keep_partial: bool):
     y_rows, v_rows, N, M, Dv, dtype, out_dtype = _matmul_operands(y, v)
-    a = [[dtype.type(0)] * Dv for _ in range(N)]
-    partial = []  # partial[n][m]: row n of A after keys 0..m
-    for n in range(N):
-        row = []
-        for m in range(M):
-            for d in range(Dv):
-                # A[n, d] = A[n, d] + Y[n, m] * V[m, d]   (the same additions, in the same order per element)
-                a[n][d] += y_rows[n][m] * v_rows[m][d]
-            if keep_partial:
-                row.append(list(a[n]))
-        partial.append(row)
-    result = np.array(a, dtype=dtype).reshape(N, Dv).astype(out_dtype, copy=False)
-    return result, (np.array(partial, dtype=dtype).reshape(N, M, Dv) if keep_partial else None)
+    out = np.zeros((N, Dv), dtype=dtype)
+    partial = np.zeros((N, M, Dv), dtype=dtype) if keep_partial else None  # row n of A after keys 0..m
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in any matrix product
+        for n in range(N):
+            acc = [dtype.type(0)] * Dv  # the row of partial sums of A[n, :]
+            for m in range(M):
+                for d in range(Dv):
+                    # acc[d] = acc[d] + Y[n, m] V[m, d]: every element still gets its terms in the order m = 0, 1, ...
+                    acc[d] = acc[d] + y_rows[n][m] * v_rows[m][d]
+                if keep_partial:
+                    partial[n, m] = acc
+            out[n] = acc
+    return out.astype(out_dtype, copy=False), partial
 
 
 def matmul_nmd(y, v) -> np.ndarray:

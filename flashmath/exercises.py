@@ -49,7 +49,12 @@ class CheckReport:
 
 
 def _fmt(a) -> str:
-    return np.array2string(np.asarray(a, dtype=np.float64), precision=4, separator=", ", threshold=8)
+    """An array for a message: in full when it has at most 8 numbers, else its shape and its first values."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.size <= 8:
+        return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
+    first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
+    return f"an array of shape {a.shape} starting {first}, ...]"
 
 
 def _run(report: CheckReport, name: str, fn, *args):
@@ -231,13 +236,37 @@ def _state_message(g, s, g_ref, s_ref) -> str:
 
 
 def _error_note(actual, expected) -> str:
-    """' (max relative error ..., dtype ...)' when two arrays print alike but differ."""
+    """Where two arrays of one shape differ most, e.g. '; largest difference 2.1e-08 at [0, 3] (...)'.
+
+    When they agree to 1e-3 relative (they print alike) it adds a hint: was part of it computed in float32?
+    Empty when the shapes differ or nothing finite differs.
+    """
     actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    finite = np.isfinite(actual) & np.isfinite(expected)
-    if not finite.any() or not np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
+    if actual.shape != expected.shape:
         return ""
-    err = np.max(np.abs(actual[finite] - expected[finite]) / np.maximum(np.abs(expected[finite]), 1e-300))
-    return f" (they agree to {err:.1e} relative: was part of it computed in a lower precision than float64?)"
+    note = ""
+    nan_moved = np.argwhere(np.isnan(actual) != np.isnan(expected))
+    if nan_moved.size:
+        where = tuple(nan_moved[0])
+        note = f"; got {actual[where]:.6g} at {_at(where)} where {expected[where]:.6g} was expected"
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(actual - expected), 0.0)
+    if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
+        return note
+    where = np.unravel_index(np.argmax(diff), diff.shape)
+    note += (f"; largest difference {diff[where]:.3g} at {_at(where)} "
+             f"(expected {expected[where]:.17g}, got {actual[where]:.17g})")
+    if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
+        err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
+        note += (f": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
+                 f"float64, such as float32 (about 1e-7 relative)? Compute in float64")
+    return note
+
+
+def _at(index) -> str:
+    """An array index for a message: ``[1, 2]``."""
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
 def check_merge(fn) -> CheckReport:
@@ -290,13 +319,42 @@ def _close(a: float, b: float) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _attention_direct(q, k, v, axis=-1, scale=True):
-    """softmax(Q K^T / sqrt(D)) V in float64; ``axis`` and ``scale`` give the classic wrong variants."""
+def _attention_direct(q, k, v, axis=-1, scale=None):
+    """softmax(Q K^T * scale) V in float64 (``scale`` None: ``1 / sqrt(D)``); other ``axis`` or ``scale`` values give
+    the classic wrong variants."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     x = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., N, M)
-    if scale:
-        x = x / np.sqrt(q.shape[-1])
+    x = x * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
     return np.matmul(safe_softmax(x, axis=axis), v)  # (..., N, Dv)
+
+
+def _named_mistake(a, mistakes) -> str | None:
+    """The message of the first ``(wrong answer, message)`` in ``mistakes`` that ``a`` matches, or None."""
+    return next((message for wrong, message in mistakes if np.allclose(a, wrong, rtol=1e-9, atol=1e-12)), None)
+
+
+def _attention_mistakes(q, k, v):
+    """The classic wrong answers of chapter 3, each with what went wrong: ``[(wrong A, message)]``."""
+    N, D, M, Dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    right = 1 / np.sqrt(D)
+    scales = [
+        (1.0, "this is softmax(Q K^T) V: divide the scores by sqrt(D)"),
+        (1 / np.sqrt(M), f"the scores were divided by sqrt(M) = sqrt({M}), M the number of keys: divide by sqrt(D), "
+                         f"D = {D} the width of q and k"),
+        (1 / D, f"the scores were divided by D = {D}: divide by sqrt(D)"),
+        (1 / np.sqrt(Dv), f"the scores were divided by sqrt({Dv}), the width of V: divide by sqrt(D), D = {D} the "
+                          f"width of q and k"),
+    ]
+    mistakes = [(_attention_direct(q, k, v, scale=scale), message) for scale, message in scales
+                if not np.isclose(scale, right, rtol=1e-12)]
+    if N > 1:
+        mistakes.append((_attention_direct(q, k, v, axis=-2), "the softmax normalised over the queries: each row of X "
+                         "(one query, all keys) must sum to 1, so normalise along the last axis"))
+    else:  # over one query every weight is exp(0) / 1 = 1
+        mistakes.append((_attention_direct(q, k, v, axis=-2), "the softmax normalised over the queries: with one query "
+                         "(N = 1) every weight is then 1 and A is the sum of the rows of V. Each row of X (one query, "
+                         "all keys) must sum to 1, so normalise along the last axis"))
+    return mistakes
 
 
 def check_attention(fn) -> CheckReport:
@@ -304,7 +362,9 @@ def check_attention(fn) -> CheckReport:
 
     Cases: ``N != M``, ``N = 1`` (decoding with a KV cache), ``D = 1``, values of another width, batch and head
     dimensions ``(B, H, N, D)``, a real head (the scale matters), large scores (the softmax must be safe). Named
-    mistakes: no ``1 / sqrt(D)``, softmax over the queries instead of the keys, ``k.T`` on a 4-D array.
+    mistakes: no scale or the scale ``1 / sqrt(M)``, ``1 / D`` or ``1 / sqrt(Dv)`` instead of ``1 / sqrt(D)``;
+    softmax over the queries instead of the keys (with ``N = 1``: all weights 1); ``k.T`` on a 4-D array; an
+    answer computed in float32 (its largest difference is reported).
     """
     from flashmath.data import load_heads
 
@@ -334,7 +394,6 @@ def check_attention(fn) -> CheckReport:
             continue
         expected = _attention_direct(q, k, v)
         a = None if out is None else np.asarray(out, dtype=np.float64)
-        D = q.shape[-1]
         if any(not np.array_equal(x, b) for x, b in zip((q, k, v), before)):
             report.add(name, False, "your function modified its input in place")
         elif a is None or a.shape != expected.shape:
@@ -342,24 +401,48 @@ def check_attention(fn) -> CheckReport:
                                     f"got {None if a is None else a.shape}")
         elif np.allclose(a, expected, rtol=1e-9, atol=1e-12):
             report.add(name, True)
-        elif D > 1 and np.allclose(a, _attention_direct(q, k, v, scale=False), rtol=1e-9, atol=1e-12):
-            report.add(name, False, "this is softmax(Q K^T) V: divide the scores by sqrt(D)")
-        elif q.shape[-2] > 1 and np.allclose(a, _attention_direct(q, k, v, axis=-2), rtol=1e-9, atol=1e-12):
-            report.add(name, False, "the softmax normalised over the queries: each row of X (one query, all "
-                                    "keys) must sum to 1, so normalise along the last axis")
+        elif named := _named_mistake(a, _attention_mistakes(q, k, v)):
+            report.add(name, False, named)
         elif np.isnan(a).any():
             report.add(name, False, "got NaN: did exp overflow? subtract each row's max before exp")
         else:
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}")
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}{_error_note(a, expected)}")
     return report
+
+
+def _order_case(M: int = 64):
+    """``(y (4, M), v (M, 1))`` whose sums give their bits only when added strictly in the order ``m = 0, 1, ...``.
+
+    Rows 0-2 add ``2^53``, then ``M - 4`` terms in ``(0.5, 1)``, then ``-2^53``, then ``-r`` and ``p``, where ``p`` is
+    an inexact product and ``r`` its rounded value. In order, each small term alone is below half a unit in the last
+    place of ``2^53`` and vanishes, ``-2^53`` brings the sum back to exactly 0, and ``-r + r = 0``: the answer is 0.
+    Any other grouping (BLAS or SIMD blocks, pairwise sums, ``math.fsum``, a reversed loop) adds two or more small
+    terms together first and keeps them; a fused multiply-add keeps the exact ``p`` and leaves ``p - r != 0``. Row 3
+    holds ordinary weights in ``[0, 1)`` and skips the ``2^53`` terms, so that the answer is not all zeros.
+    """
+    big = 2.0 ** 53
+    w = 1 + 2.0 ** -30
+    small = 0.5 + (np.arange(M - 4) % 31 + 1) / 64  # each in (0.5, 1): one alone vanishes into 2^53, two do not
+    v = np.concatenate([[big], small, [-big, -1.0, w]])[:, None]  # (M, 1)
+    rows = []
+    for j in (1, 3, 5):
+        y_last = 1 + j * 2.0 ** -30
+        r = y_last * w  # rounded: the exact product has j * 2^-60 more, which only a fused multiply-add keeps
+        rows.append(np.concatenate([np.ones(M - 2), [r, y_last]]))  # Y[n, M-2] V[M-2] = -r exactly
+    weights = np.random.default_rng(4).random(M)
+    weights[[0, M - 3]] = 0.0  # row 3 skips the 2^53 terms
+    return np.array(rows + [weights]), v
 
 
 def check_loop_swap(fn) -> CheckReport:
     """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (chapter 4).
 
     The result must be bitwise equal to the order ``n, d, m`` (:func:`flashmath.matmul_ndm`): every ``A[n, d]``
-    receives its terms in the order ``m = 0, 1, ..., M - 1``. A sum in another order, or BLAS (``@``,
-    ``np.dot``), rounds differently; a case with terms ``[1, 1e16, -1e16]`` shows the order.
+    receives its terms in the order ``m = 0, 1, ..., M - 1``, one multiply and one add each. A sum in another
+    order, or BLAS (``@``, ``np.dot``, ``np.einsum``), rounds differently: a case with terms ``[1, 1e16, -1e16]``
+    shows the order, and a case of 64 terms (:func:`_order_case`) catches blocked, pairwise, exact (``math.fsum``)
+    and fused multiply-add sums. A BLAS that sums strictly in order without fused multiply-adds would pass, and
+    rightly: it then does the same additions.
     """
     from flashmath.attention import matmul_ndm
     from flashmath.data import load_heads
@@ -375,6 +458,8 @@ def check_loop_swap(fn) -> CheckReport:
         ("one output dimension (Dv = 1)", rng.random((3, 5)), rng.standard_normal((5, 1))),
         ("order-sensitive terms [1, 1e16, -1e16]: added from m = 0 they give 0", np.ones((1, 3)),
          np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
+        ("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ...",
+         *_order_case()),
         ("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)", safe_softmax(x),
          heads.v[0, 1].astype(np.float64)),
     ]
@@ -395,18 +480,33 @@ def check_loop_swap(fn) -> CheckReport:
             report.add(name, False, f"expected shape {expected.shape} = (N, Dv), got {a.shape}")
         elif np.array_equal(a, expected):
             report.add(name, True)
-        elif np.allclose(a, expected, rtol=1e-12, atol=1e-12):
+        elif _within_rounding(a, expected, y, v):
             diff = float(np.max(np.abs(a - expected)))
-            report.add(name, False, f"equal up to {diff:.3g} but not bitwise: add the terms of each A[n, d] in the "
-                                    "order m = 0, 1, ..., M-1 (another order, or @ / np.dot, rounds differently)")
+            report.add(name, False, f"equal to within rounding (largest difference {diff:.3g}) but not bit for bit: "
+                                    "a sum matches bit for bit only when it adds the terms of each A[n, d] strictly "
+                                    "in the order m = 0, 1, ..., M-1, one multiply and one add each; @, np.dot and "
+                                    "np.einsum (BLAS or SIMD kernels: blocks, fused multiply-adds), math.fsum and a "
+                                    "reversed loop round differently")
         else:
             hint = ""
             if np.array_equal(a, expected[::-1]) or a.shape == expected.T.shape:
                 hint = " (rows or axes swapped?)"
             elif np.array_equal(a, np.zeros_like(a)) and not np.array_equal(expected, np.zeros_like(expected)):
                 hint = " (all zeros: did the loop run, and did you return the accumulated array?)"
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}{hint}")
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(a)}{hint}{_error_note(a, expected)}")
     return report
+
+
+def _within_rounding(a, expected, y, v) -> bool:
+    """True when ``a`` differs from ``expected = Y V`` by no more than float64 rounding in some order of the sums.
+
+    Any order of the ``M`` additions of ``A[n, d]`` is within ``M`` units of rounding of ``sum_m |Y[n, m] V[m, d]|``
+    of the exact sum, so two orders are within twice that (with margin).
+    """
+    M = y.shape[1]
+    bound = 4 * (M + 1) * np.finfo(np.float64).eps * (np.abs(y) @ np.abs(v))  # (N, Dv)
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((np.abs(a - expected) <= bound) | (np.isnan(a) & np.isnan(expected))))
 
 
 def _one_loop_step_reference(g_prev, s_prev, a_prev, x_m, v_m):
@@ -419,13 +519,43 @@ def _one_loop_step_reference(g_prev, s_prev, a_prev, x_m, v_m):
     return g, s, np.asarray(a_prev, dtype=np.float64) * correction + weight * np.asarray(v_m, dtype=np.float64)
 
 
+def _one_loop_step_mistakes(g_prev, s_prev, a_prev, x_m, v_m):
+    """The classic wrong ``A'_m`` of chapter 5, each with what went wrong: ``[(wrong A'_m, message)]``.
+
+    Checked in this order, after the right answer; the first match names the mistake.
+    """
+    g, s, a_ref = _one_loop_step_reference(g_prev, s_prev, a_prev, x_m, v_m)
+    if not np.isfinite(g) or s == 0:
+        return []
+    a_prev, v_m = np.asarray(a_prev, dtype=np.float64), np.asarray(v_m, dtype=np.float64)
+    rescale = np.exp(g_prev - g)  # exp(g_{m-1} - g_m)
+    e = np.exp(x_m - g)  # exp(x_m - g_m)
+    rule = "A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m"
+    return [
+        (s * a_ref, "this is s_m A'_m, the unnormalised numerator (chapter 7): divide by s_m"),
+        (a_ref / s, f"divided by s_m twice: {rule} divides each term by s_m once"),
+        (a_prev + e / s * v_m, "A'_{m-1} was not corrected: it must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m, "
+                               "which is below 1 even when the max holds (s_{m-1} < s_m): the old average gives up "
+                               "the weight the new key takes"),
+        (a_prev * rescale + e * v_m, "A'_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m) V_m is the update of the "
+                                     "unnormalised numerator s A' of FlashAttention-2 (chapter 7); here A' is "
+                                     f"normalised at every step: {rule}"),
+        ((a_prev * s_prev + e * v_m) / s, "exp(g_{m-1} - g_m) is missing: when the max jumps, A'_{m-1} must be "
+                                          "multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m"),
+        ((a_prev * rescale + e * v_m) / s, "s_{m-1} is missing: A'_{m-1} is an average over a weight of s_{m-1}, so it "
+                                           "must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m"),
+    ]
+
+
 def check_one_loop_step(fn) -> CheckReport:
     """Check a learner's ``fn(g_prev, s_prev, a_prev, x_m, v_m) -> (g_m, s_m, a_m)``, one step of chapter 5.
 
     ``A'_m = A'_{m-1} s_{m-1} e^{g_{m-1} - g_m} / s_m + e^{x_m - g_m} / s_m V_m`` with ``g_m``, ``s_m`` of online
     softmax. Cases: the first key from the empty state ``(-inf, 0, 0)``, a max that holds, a max that jumps by
     3 and by 1000 (no overflow), and a whole real score row folded key by key (it must give the attention
-    output). Named mistakes: returning ``s_m A'_m`` (not divided), not rescaling when the max jumps.
+    output). Named mistakes: returning ``s_m A'_m`` (not divided); dividing by ``s_m`` twice; no correction of
+    ``A'_{m-1}`` at all; FlashAttention-2's update of the unnormalised ``s A'``; a correction without
+    ``exp(g_{m-1} - g_m)`` or without ``s_{m-1}``; else, in a case where the max jumps, the correction in general.
     """
     from flashmath.attention import attention
     from flashmath.data import load_heads
@@ -458,13 +588,13 @@ def check_one_loop_step(fn) -> CheckReport:
             report.add(name, False, f"expected A'_m of shape {a_ref.shape}, got {a.shape}")
         elif np.allclose(a, a_ref, rtol=1e-9, atol=1e-12):
             report.add(name, True)
-        elif s_ref != 1.0 and np.allclose(a, s_ref * a_ref, rtol=1e-9, atol=1e-12):
-            report.add(name, False, "this is s_m A'_m, the unnormalised numerator (chapter 7): divide by s_m")
+        elif named := _named_mistake(a, _one_loop_step_mistakes(*args)):
+            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}: {named}")
         elif "jumps" in name:
-            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}: when the max jumps, "
-                                    "A'_{m-1} must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m")
+            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}{_error_note(a, a_ref)}: when the "
+                                    "max jumps, A'_{m-1} must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m")
         else:
-            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}")
+            report.add(name, False, f"expected A'_m = {_fmt(a_ref)}, got {_fmt(a)}{_error_note(a, a_ref)}")
 
     name = "a real score row folded key by key (46 keys) gives the attention output"
     heads = load_heads()
@@ -488,5 +618,6 @@ def check_one_loop_step(fn) -> CheckReport:
         if np.allclose(state[2], expected, rtol=1e-9, atol=1e-12):
             report.add(name, True)
         else:
-            report.add(name, False, f"after all keys expected A = {_fmt(expected)}, got {_fmt(state[2])}")
+            report.add(name, False, f"after all keys expected A = {_fmt(expected)}, got {_fmt(state[2])}"
+                                    f"{_error_note(state[2], expected)}")
     return report

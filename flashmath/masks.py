@@ -27,6 +27,8 @@ _ALIGNMENTS = ("bottom-right", "top-left")
 
 
 def _size(value, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)):  # operator.index(True) is 1: a bool is never meant as a size
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
     try:
         size = operator.index(value)
     except TypeError:
@@ -56,7 +58,8 @@ def causal_mask(N: int, M: int, *, align: str = "bottom-right") -> np.ndarray:
         Boolean array ``(N, M)``, True = attend.
 
     Raises:
-        TypeError: ``N`` or ``M`` is not an integer. ValueError: a negative size or an unknown ``align``.
+        TypeError: ``N`` or ``M`` is not an integer (a bool is not). ValueError: a negative size or an unknown
+        ``align``.
     """
     N, M = _size(N, "N"), _size(M, "M")
     offset = _offset(N, M, align)
@@ -83,7 +86,8 @@ def sliding_window_mask(N: int, M: int, window: int, *, align: str = "bottom-rig
         Boolean array ``(N, M)``, True = attend.
 
     Raises:
-        TypeError: a size is not an integer. ValueError: a negative size, ``window < 1`` or an unknown ``align``.
+        TypeError: a size is not an integer (a bool is not). ValueError: a negative size, ``window < 1`` or an
+        unknown ``align``.
     """
     N, M = _size(N, "N"), _size(M, "M")
     window = _size(window, "window")
@@ -99,7 +103,7 @@ def padding_mask(lengths, M: int) -> np.ndarray:
     """Key-padding mask for a batch of sequences padded to ``M`` keys: sequence ``b`` has ``lengths[b]`` real keys.
 
     Args:
-        lengths: 1-D integer array ``(B,)`` with ``0 <= lengths[b] <= M``.
+        lengths: 1-D integer array ``(B,)`` with ``0 <= lengths[b] <= M`` (empty: ``B = 0``).
         M: the padded number of keys.
 
     Returns:
@@ -107,11 +111,13 @@ def padding_mask(lengths, M: int) -> np.ndarray:
         ``(B, N, M)``; for scores ``(B, H, N, M)`` use ``mask[:, None]`` (shape ``(B, 1, 1, M)``).
 
     Raises:
-        TypeError: ``lengths`` is not integers. ValueError: ``lengths`` is not 1-D or a length is outside
-        ``[0, M]``.
+        TypeError: ``lengths`` is not integers (bools are not), or ``M`` is not an integer. ValueError:
+        ``lengths`` is not 1-D or a length is outside ``[0, M]``.
     """
     M = _size(M, "M")
     lengths = np.asarray(lengths)
+    if lengths.size == 0 and lengths.dtype.kind == "f":  # an empty list is a batch of no sequences
+        lengths = lengths.astype(np.intp)
     if lengths.dtype.kind not in "iu":
         raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
     if lengths.ndim != 1:

@@ -10,6 +10,7 @@ every ``D``. :func:`scale_sweep` measures both on random vectors, for the chapte
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,12 +39,12 @@ def softmax_entropy(y, axis: int = -1) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ScaleSweep:
-    """Scores of random unit-variance queries and keys for several head sizes ``D``, unscaled and scaled.
+    """Scores of random unit-variance queries and keys for several head dimensions ``D``, unscaled and scaled.
 
     Entry ``[i]`` of every array belongs to ``D = dims[i]``. All arrays float64.
 
     Attributes:
-        dims: ``(S,)`` int, the head sizes.
+        dims: ``(S,)`` int, the head dimensions.
         raw: ``(S, N * M)`` the scores ``q_n . k_m`` (no scale), for ``N`` queries against ``M`` keys.
         scaled: ``(S, N * M)`` the same scores divided by ``sqrt(D)``.
         max_prob_raw, max_prob_scaled: ``(S, N)`` the largest softmax probability of each row of scores.
@@ -68,30 +69,51 @@ class ScaleSweep:
         return self.raw.std(axis=1), self.scaled.std(axis=1)
 
 
+def _count(value, name: str, least: int) -> int:
+    """``value`` as a Python int ``>= least``; TypeError for a non-integer (bools, floats and strings included)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    if count < least:
+        raise ValueError(f"{name} must be at least {least}, got {count}")
+    return count
+
+
 def scale_sweep(dims, *, rng: np.random.Generator, n_queries: int = 200, n_keys: int = 64) -> ScaleSweep:
-    """Draw unit-variance queries and keys for each head size in ``dims`` and measure their scores.
+    """Draw unit-variance queries and keys for each head dimension in ``dims`` and measure their scores.
 
     For each ``D``: ``Q (n_queries, D)`` and ``K (n_keys, D)`` with independent standard normal entries; the
     scores ``X = Q K^T`` unscaled and divided by ``sqrt(D)``; the largest probability and the entropy of each
     row's softmax.
 
     Args:
-        dims: positive head sizes, e.g. ``[1, 2, 4, ..., 512]``.
+        dims: positive head dimensions, e.g. ``[1, 2, 4, ..., 512]``.
         rng: the random generator (pass the notebook's seeded one).
-        n_queries: ``N``, rows per head size.
+        n_queries: ``N``, rows per head dimension.
         n_keys: ``M``, keys per row (at least 2).
 
     Returns:
         :class:`ScaleSweep`.
 
     Raises:
-        ValueError: empty ``dims``, a ``D < 1``, ``n_queries < 1`` or ``n_keys < 2``.
+        ValueError: ``dims`` not a non-empty list of positive integers, ``n_queries < 1`` or ``n_keys < 2``.
+        TypeError: ``rng`` not a :class:`numpy.random.Generator`; ``n_queries`` or ``n_keys`` not an integer.
     """
-    dims = np.asarray(dims)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator: pass np.random.default_rng(SEED), got {type(rng).__name__} "
+                        f"{rng!r}")
+    n_queries = _count(n_queries, "n_queries", 1)
+    n_keys = _count(n_keys, "n_keys", 2)
+    given = dims
+    try:
+        dims = np.asarray(dims)
+    except ValueError:  # ragged nested lists
+        dims = np.asarray([None])
     if dims.ndim != 1 or dims.size == 0 or dims.dtype.kind not in "iu" or (dims < 1).any():
-        raise ValueError(f"dims must be a non-empty 1-D list of positive integers, got {dims!r}")
-    if n_queries < 1 or n_keys < 2:
-        raise ValueError(f"need n_queries >= 1 and n_keys >= 2, got {n_queries} and {n_keys}")
+        raise ValueError(f"dims must be a non-empty 1-D list of positive integers (head dimensions), got {given!r}")
     raw, scaled, mp_raw, mp_scaled, h_raw, h_scaled = [], [], [], [], [], []
     for D in dims.tolist():
         q = rng.standard_normal((n_queries, D))  # (N, D), mean 0, variance 1

@@ -67,14 +67,21 @@ def attention(q, k, v):
 
 def loop_swap(y, v):
     """Chapter 4: A = Y V with the loops in the order n, m, d (a row of partial sums per query)."""
-    N, M, Dv = len(y), len(v), len(v[0])
-    a = [[0.0] * Dv for _ in range(N)]
+    y, v = np.asarray(y), np.asarray(v)
+    N, M = y.shape
+    Dv = v.shape[1]
+    out_dtype = np.result_type(y, v)
+    dtype = np.promote_types(out_dtype, np.float32)  # float16 is accumulated in float32
+    y, v = y.astype(dtype), v.astype(dtype)
+    a = np.zeros((N, Dv), dtype=dtype)  # (N, Dv)
     for n in range(N):
+        acc = np.zeros(Dv, dtype=dtype)  # row n of A so far, sum_{m' < m} Y[n, m'] V[m', :]
         for m in range(M):
             for d in range(Dv):
-                # A[n, d] = A[n, d] + Y[n, m] * V[m, d]: for each (n, d) still in the order m = 0, 1, ...
-                a[n][d] += y[n][m] * v[m][d]
-    return np.array(a)
+                # A[n, d] = A[n, d] + Y[n, m] V[m, d]: each (n, d) still gets its terms in the order m = 0, 1, ...
+                acc[d] = acc[d] + y[n, m] * v[m, d]
+        a[n] = acc
+    return a.astype(out_dtype)
 
 
 def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
@@ -88,13 +95,17 @@ def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
     return g, s, a
 
 
-def show(name: str) -> None:
-    """Print the source of the solution called ``name`` (one of ``__all__`` except ``show``).
+def show(name: str | None = None) -> None:
+    """Print the source of the solution called ``name`` (one of ``__all__`` except ``show``); without a name, the
+    list of names.
 
     Raises:
         ValueError: no solution has that name.
     """
     names = [n for n in __all__ if n != "show"]
+    if name is None:
+        print("Solutions: " + ", ".join(names) + '. Print one with solutions.show("name").')
+        return
     if name not in names:
         raise ValueError(f"no solution called {name!r}; choose one of {names}")
     print(inspect.getsource(globals()[name]))

@@ -7,9 +7,13 @@ steps so that a slider or an animation does not make the axes jump.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import matplotlib.pyplot as plt
 from matplotlib import animation
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from flashmath.softmax import OnlineSoftmaxTrace, safe_softmax, softmax
 
@@ -27,6 +31,7 @@ SEEN = "#1f77b4"
 UNSEEN = "#c7c7c7"
 JUMP = "#d62728"
 HOLD = "#7f7f7f"
+DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]  # the output dimensions of chapter 5
 
 
 def _figure(fig, figsize):
@@ -37,13 +42,65 @@ def _figure(fig, figsize):
     return fig
 
 
-def _limits(values: np.ndarray, pad: float = 0.08) -> tuple[float, float]:
+def _limits(values, pad: float = 0.08) -> tuple[float, float]:
+    """Axis limits around the finite ``values`` (NaN and inf are ignored: they are not drawn either)."""
+    values = np.asarray(values, dtype=np.float64)
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return -1.0, 1.0
     lo, hi = float(finite.min()), float(finite.max())
     span = hi - lo if hi > lo else max(abs(hi), 1.0)
     return lo - pad * span, hi + pad * span
+
+
+def _top(values, floor: float = 1e-12) -> float:
+    """An upper axis limit for non-negative ``values`` drawn from 0: 1.1 times the largest finite value."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    return 1.1 * max(float(finite.max()) if finite.size else 1.0, floor)
+
+
+def _integer(value, name: str) -> int:
+    """``value`` as a Python int; TypeError for anything else (bools, and floats such as 1.0, included)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
+def _index(value, name: str, stop: int, what: str = "") -> int:
+    """``value`` as a Python int in ``0..stop-1``; TypeError for a non-integer (bools too), ValueError outside."""
+    index = _integer(value, name)
+    if not 0 <= index < stop:
+        raise ValueError(f"{name} must be in 0..{stop - 1}{what}, got {index}")
+    return index
+
+
+def _check_labels(labels, n: int, what: str) -> list | None:
+    """``labels`` as a list of ``n`` strings with ``$`` escaped (so that a token is drawn as written, never parsed
+    as mathtext), or None."""
+    if labels is None:
+        return None
+    if isinstance(labels, str) or not hasattr(labels, "__len__"):
+        raise TypeError(f"labels must be a list of {n} labels (one per {what}), got {type(labels).__name__}")
+    if len(labels) != n:
+        raise ValueError(f"labels must have one entry per {what} ({n}), got {len(labels)}")
+    return [str(t).replace("$", r"\$") for t in labels]
+
+
+def _dims(dims, Dv: int) -> list[int]:
+    """The output dimensions to draw: ``dims`` checked against ``Dv``, or by default the first ``min(3, Dv)``."""
+    if dims is None:
+        return list(range(min(3, Dv)))
+    try:
+        dims = list(dims)
+    except TypeError:
+        raise TypeError(f"dims must be a list of output dimensions, e.g. (0, 1), got {dims!r}") from None
+    if not 1 <= len(dims) <= len(DIM_COLORS):
+        raise ValueError(f"dims must list 1 to {len(DIM_COLORS)} output dimensions in 0..{Dv - 1}, got {dims}")
+    return [_index(d, "each entry of dims", Dv, f" (V has Dv = {Dv} output dimensions)") for d in dims]
 
 
 def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0), fig=None):
@@ -64,13 +121,11 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
         matplotlib Figure.
 
     Raises:
-        ValueError: ``i`` out of range, or ``labels`` of the wrong length.
+        ValueError: ``i`` out of range, or ``labels`` of the wrong length. TypeError: ``i`` not an integer.
     """
     L = len(trace)
-    if not 0 <= i <= L:
-        raise ValueError(f"step i must be in 0..{L} (the vector has {L} elements), got {i}")
-    if labels is not None and len(labels) != L:
-        raise ValueError(f"labels must have one entry per element ({L}), got {len(labels)}")
+    i = _index(i, "step i", L + 1, f" (the vector has {L} elements)")
+    labels = _check_labels(labels, L, "element")
     steps = np.arange(1, L + 1)
     seen = steps <= i
     x = np.asarray(trace.x, dtype=np.float64)
@@ -96,16 +151,18 @@ def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, 
     ax_r.set_ylim(0, 1.15)
     ax_r.set_ylabel(r"$e^{g_{j-1}-g_j}$")
 
-    ax_s.axhline(trace.denominator, color="k", ls="--", lw=1, label=f"denominator $s_N$ = {trace.denominator:.4g}")
+    if np.isfinite(trace.denominator):
+        ax_s.axhline(trace.denominator, color="k", ls="--", lw=1)
+    ax_s.plot([], [], color="k", ls="--", lw=1, label=f"denominator $s_N$ = {trace.denominator:.4g}")
     if i > 0:
         ax_s.plot(steps[:i], s[:i], "o-", color=SEEN, ms=4, label="running sum $s_j$")
-    ax_s.set_ylim(0, 1.1 * max(float(np.nanmax(s)) if np.isfinite(s).any() else 1.0, 1e-12))
+    ax_s.set_ylim(0, _top(np.append(s, trace.denominator)))
     ax_s.set_ylabel("sum")
     ax_s.set_xlabel("step j")
     ax_s.legend(loc="lower right", fontsize=8)
     ax_s.set_xlim(0.4, L + 0.6)
     if labels is not None:
-        ax_s.set_xticks(steps, [str(t) for t in labels], rotation=90, fontsize=7)
+        ax_s.set_xticks(steps, labels, rotation=90, fontsize=7)
 
     if i == 0:
         title = "step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$"
@@ -219,7 +276,8 @@ SCALED = SEEN  # scores divided by sqrt(D)
 
 
 def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
-    """The scores of random unit-variance ``q, k`` for the head size ``D = sweep.dims[i]``, with and without scale.
+    """The scores of random unit-variance ``q, k`` for the head dimension ``D = sweep.dims[i]``, with and without
+    scale.
 
     Four panels: the histogram of the scores ``q . k`` and ``q . k / sqrt(D)`` for this ``D``; over all ``D``
     (log axis), their standard deviation, the mean largest softmax probability of a row, and the mean entropy
@@ -234,11 +292,10 @@ def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
         matplotlib Figure.
 
     Raises:
-        ValueError: ``i`` out of range.
+        ValueError: ``i`` out of range. TypeError: ``i`` not an integer.
     """
     S = len(sweep)
-    if not 0 <= i < S:
-        raise ValueError(f"i must index sweep.dims (0..{S - 1}), got {i}")
+    i = _index(i, "i", S, " (an index into sweep.dims)")
     dims = np.asarray(sweep.dims, dtype=np.float64)
     D = int(sweep.dims[i])
     std_raw, std_scaled = sweep.std()
@@ -267,7 +324,7 @@ def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
         ax.axvline(D, color="k", ls=":", lw=1)
         ax.set_xscale("log", base=2)
         ax.set_xlim(dims[0] / 1.4, dims[-1] * 1.4)
-        ax.set_xlabel("head size D")
+        ax.set_xlabel("head dimension D")
         ax.set_ylabel(ylabel)
         if extra is not None:
             extra(ax)
@@ -285,7 +342,8 @@ def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
     over_d(ax_e, sweep.entropy_raw.mean(axis=1), sweep.entropy_scaled.mean(axis=1), "mean entropy (nats)",
            lambda ax: ax.axhline(log_m, color="k", lw=0.8, ls="--", label=f"uniform, log M = {log_m:.2f}"))
     ax_e.set_ylim(0, 1.12 * log_m)
-    ax_e.legend(loc="lower left", fontsize=8)
+    # above the axes: inside, any corner covers a curve for some D
+    ax_e.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
 
     fig.suptitle(f"D = {D}: score std {std_raw[i]:.2f} unscaled, {std_scaled[i]:.2f} scaled; "
                  f"max probability {sweep.max_prob_raw[i].mean():.2f} vs {sweep.max_prob_scaled[i].mean():.2f}",
@@ -319,19 +377,17 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
         matplotlib Figure.
 
     Raises:
-        ValueError: ``m`` or ``row`` out of range, or ``labels`` of the wrong length.
+        ValueError: ``m`` or ``row`` out of range, or ``labels`` of the wrong length. TypeError: ``m`` or ``row``
+        not an integer.
     """
     y = np.asarray(trace.y, dtype=np.float64)
     v = np.asarray(trace.v, dtype=np.float64)
     partial = np.asarray(trace.partial, dtype=np.float64)
     N, M = y.shape
     Dv = v.shape[1]
-    if not 0 <= m <= M:
-        raise ValueError(f"m must be in 0..{M} (keys added so far), got {m}")
-    if not 0 <= row < N:
-        raise ValueError(f"row must be in 0..{N - 1}, got {row}")
-    if labels is not None and len(labels) != M:
-        raise ValueError(f"labels must have one entry per key ({M}), got {len(labels)}")
+    m = _index(m, "m", M + 1, " (keys added so far)")
+    row = _index(row, "row", N, f" (y has N = {N} rows)")
+    labels = _check_labels(labels, M, "key")
     keys = np.arange(M)
     final = partial[row, -1]
     current = partial[row, m - 1] if m > 0 else np.zeros(Dv)
@@ -342,10 +398,10 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
     if m > 0:
         ax_y.plot([m - 1], [y[row, m - 1]], "o", ms=9, mfc="none", mec="k")
     ax_y.set_xlim(-0.6, M - 0.4)
-    ax_y.set_ylim(0, 1.1 * max(float(y[row].max()), 1e-12))
+    ax_y.set_ylim(0, _top(y[row]))
     ax_y.set_ylabel(f"Y[{row}, m]")
     if labels is not None:
-        ax_y.set_xticks(keys, [str(t) for t in labels], rotation=90, fontsize=7)
+        ax_y.set_xticks(keys, labels, rotation=90, fontsize=7)
     else:
         ax_y.set_xlabel("key m")
 
@@ -364,7 +420,8 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
     ax_a.set_ylabel(f"A[{row}, d]")
     ax_a.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=3, frameon=False)
 
-    dist = float(np.max(np.abs(current - final)))
+    with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
+        dist = float(np.max(np.abs(current - final)))
     fig.suptitle(f"loop order n, m, d: after {m} of {M} keys, max |partial - A| = {dist:.3g}", fontsize=11)
     return fig
 
@@ -373,23 +430,21 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
 # Chapter 5: one loop
 # ----------------------------------------------------------------------------------------------------------------
 
-DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 
-
-def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=None, figsize=(10.0, 6.6),
-                       fig=None):
+def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=None, labels=None, figsize=(10.0, 6.6), fig=None):
     """The merged loop of chapter 5 on one query row, after the first ``m`` keys.
 
     Left, over the keys ``1..M``: the scores ``x_m`` and the running max ``g_m``; the correction factor
     ``s_{m-1} e^{g_{m-1} - g_m} / s_m`` applied to the old output (red where the max jumped) and the weight
-    ``e^{x_m - g_m} / s_m`` of the new value; the running sum ``s_m``. Right: a few output dimensions of
-    ``A'_m`` against their final values ``A`` (dashed), and the distance ``||A'_m - A||`` (``||A||`` at ``m = 0``).
+    ``e^{x_m - g_m} / s_m`` of the new value; the running sum ``s_m``. Right, over the keys seen ``m = 0..M``: a
+    few output dimensions of ``A'_m`` against their final values ``A`` (dashed), and the distance ``||A'_m - A||``
+    (``||A||`` at ``m = 0``). Both columns share one x axis, so key ``m`` sits above ``A'_m``, the output after it.
 
     Args:
         trace: from :func:`flashmath.one_loop_trace` of 2-D inputs (no batch dimensions).
         m: keys seen so far, ``0 <= m <= M`` (0 = nothing seen: ``g_0 = -inf``, ``s_0 = 0``, ``A'_0 = 0``).
         row: the query row ``n``.
-        dims: the output dimensions of ``A'`` to draw (at most 5).
+        dims: the output dimensions of ``A'`` to draw, 1 to 5 of ``0..Dv-1`` (default: the first ``min(3, Dv)``).
         labels: optional key labels (tokens), length ``M``.
         figsize: inches, for a new figure.
         fig: draw into this figure (cleared first) instead of a new one; animations use it.
@@ -399,22 +454,18 @@ def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=No
 
     Raises:
         ValueError: a trace with batch dimensions, ``m``, ``row`` or ``dims`` out of range, or bad ``labels``.
+        TypeError: ``m``, ``row`` or an entry of ``dims`` not an integer.
     """
     x_all = np.asarray(trace.x, dtype=np.float64)
     if x_all.ndim != 2:
         raise ValueError(f"plot_one_loop_step needs a trace of 2-D inputs (M, N); got x of shape {x_all.shape}")
     M, N = x_all.shape
-    if not 0 <= m <= M:
-        raise ValueError(f"m must be in 0..{M} (keys seen so far), got {m}")
-    if not 0 <= row < N:
-        raise ValueError(f"row must be in 0..{N - 1}, got {row}")
+    m = _index(m, "m", M + 1, " (keys seen so far)")
+    row = _index(row, "row", N, f" (the trace has N = {N} query rows)")
     a_all = np.asarray(trace.a, dtype=np.float64)[:, row]  # (M, Dv)
     Dv = a_all.shape[1]
-    dims = list(dims)
-    if not 1 <= len(dims) <= len(DIM_COLORS) or any(not 0 <= d < Dv for d in dims):
-        raise ValueError(f"dims must list 1 to {len(DIM_COLORS)} output dimensions in 0..{Dv - 1}, got {dims}")
-    if labels is not None and len(labels) != M:
-        raise ValueError(f"labels must have one entry per key ({M}), got {len(labels)}")
+    dims = _dims(dims, Dv)
+    labels = _check_labels(labels, M, "key")
     x = x_all[:, row]
     g = np.asarray(trace.g, dtype=np.float64)[:, row]
     s = np.asarray(trace.s, dtype=np.float64)[:, row]
@@ -424,63 +475,70 @@ def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=(0, 1, 2), labels=No
     steps = np.arange(1, M + 1)
     seen = steps <= m
     jumped = np.concatenate([[False], g[1:] > g[:-1]])
-    dist = np.linalg.norm(a_all - target, axis=1)  # (M,)
+    with np.errstate(invalid="ignore"):  # inf - inf in a trace of inf inputs: NaN, not drawn
+        dist = np.linalg.norm(a_all - target, axis=1)  # (M,)
+        dist_0 = float(np.linalg.norm(target))  # ||A'_0 - A|| = ||A||
 
     fig = _figure(fig, figsize)
     axd = fig.subplot_mosaic([["x", "a"], ["c", "a"], ["s", "dist"]], width_ratios=[1.15, 1])
     ax_x, ax_c, ax_s, ax_a, ax_d = axd["x"], axd["c"], axd["s"], axd["a"], axd["dist"]
     for ax in (ax_x, ax_c, ax_s, ax_a, ax_d):
-        ax.set_xlim(0.4, M + 0.6)
+        ax.set_xlim(-0.6, M + 0.6)  # one x axis for both columns: key m (left) above A'_m (right)
+    legend = dict(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
 
     x_plot = np.where(np.isfinite(x), x, np.nan)
-    ax_x.bar(steps, x_plot, color=np.where(seen, SEEN, UNSEEN), width=0.7, label="$x_m$")
+    ax_x.bar(steps, x_plot, color=np.where(seen, SEEN, UNSEEN), width=0.7)
     if m > 0:
-        ax_x.step(steps[:m], g[:m], where="mid", color=JUMP, lw=2, label="running max $g_m$")
+        ax_x.step(steps[:m], g[:m], where="mid", color=JUMP, lw=2)
     ax_x.axhline(0, color="k", lw=0.5)
     ax_x.set_ylim(*_limits(np.concatenate([x, g])))
     ax_x.set_ylabel("score")
-    ax_x.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=2, frameon=False)
+    # explicit handles: the legend is the same at every step, whatever has been drawn so far
+    ax_x.legend(handles=[Patch(color=SEEN, label="score $x_m$ (seen)"), Patch(color=UNSEEN, label="not seen yet"),
+                         Line2D([], [], color=JUMP, lw=2, label="running max $g_m$")], ncol=3, **legend)
 
-    ax_c.bar(steps[:m], corr[:m], color=np.where(jumped[:m], JUMP, HOLD), width=0.7,
-             label="correction of $A'_{m-1}$")
-    ax_c.plot(steps[:m], weight[:m], "o", color=SEEN, ms=3, label="weight of $V_m$")
+    ax_c.bar(steps[:m], corr[:m], color=np.where(jumped[:m], JUMP, HOLD), width=0.7)
+    ax_c.plot(steps[:m], weight[:m], "o", color=SEEN, ms=3)
     ax_c.set_ylim(0, 1.15)
     ax_c.set_ylabel("factor")
-    ax_c.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=2, frameon=False)
+    ax_c.legend(handles=[Patch(color=HOLD, label="correction of $A'_{m-1}$, max held"),
+                         Patch(color=JUMP, label="max jumped"),
+                         Line2D([], [], color=SEEN, marker="o", ls="", ms=3, label="weight of $V_m$")],
+                ncol=3, **legend)
 
     ax_s.plot(steps[:m], s[:m], "o-", color=SEEN, ms=3)
-    ax_s.axhline(s[-1], color="k", ls="--", lw=1, label=f"$s_M$ = {s[-1]:.3g}")
-    ax_s.set_ylim(0, 1.1 * max(float(np.nanmax(s)), 1e-12))
+    if np.isfinite(s[-1]):
+        ax_s.axhline(s[-1], color="k", ls="--", lw=1)
+    ax_s.set_ylim(0, _top(s))
     ax_s.set_ylabel("running sum $s_m$")
-    ax_s.set_xlabel("key m" if labels is None else "")
-    ax_s.legend(loc="lower right", fontsize=8)
+    ax_s.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {s[-1]:.3g}")], loc="lower right",
+                fontsize=8)
     if labels is not None:
-        ax_s.set_xticks(steps, [str(t) for t in labels], rotation=90, fontsize=6)
+        ax_s.set_xticks(steps, labels, rotation=90, fontsize=6)
+    else:
+        ax_s.set_xlabel("key m (1..M)")
 
     for color, d in zip(DIM_COLORS, dims):
-        ax_a.axhline(target[d], color=color, ls="--", lw=1)
+        if np.isfinite(target[d]):
+            ax_a.axhline(target[d], color=color, ls="--", lw=1)
         ax_a.plot(np.concatenate([[0], steps[:m]]), np.concatenate([[0.0], a_all[:m, d]]), "o-", color=color,
                   ms=3, lw=1.2, label=f"$A'_m$[{d}]")
-    shown = np.concatenate([a_all[:, dims].ravel(), target[dims], [0.0]])
-    ax_a.set_ylim(*_limits(shown))
-    ax_a.set_xlim(-0.6, M + 0.6)
+    ax_a.set_ylim(*_limits(np.concatenate([a_all[:, dims].ravel(), target[dims], [0.0]])))
     ax_a.set_ylabel("output (dashed: final A)")
-    ax_a.legend(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, ncol=len(dims), frameon=False)
+    ax_a.legend(ncol=len(dims), **legend)
 
-    ax_d.plot(np.concatenate([[0], steps[:m]]), np.concatenate([[np.linalg.norm(target)], dist[:m]]), "o-",
-              color=SEEN, ms=3)
+    ax_d.plot(np.concatenate([[0], steps[:m]]), np.concatenate([[dist_0], dist[:m]]), "o-", color=SEEN, ms=3)
     ax_d.axhline(0, color="k", lw=0.5)
-    ax_d.set_ylim(-0.05 * float(max(dist.max(), np.linalg.norm(target))),
-                  1.1 * float(max(dist.max(), np.linalg.norm(target))))
-    ax_d.set_xlim(-0.6, M + 0.6)
+    top = _top(np.append(dist, dist_0))
+    ax_d.set_ylim(-0.05 * top / 1.1, top)
     ax_d.set_ylabel("$\\|A'_m - A\\|$")
-    ax_d.set_xlabel("keys seen m")
+    ax_d.set_xlabel("keys seen m (0 = none)")
 
     if m == 0:
         title = "m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$"
     else:
         j = m - 1
-        title = (f"m = {m}: $x_m$ = {x[j]:.3f}, $g_m$ = {g[j]:.3f}, $s_m$ = {s[j]:.3f}, "
-                 f"correction = {corr[j]:.3f}, $\\|A'_m - A\\|$ = {dist[j]:.2e}")
+        title = (f"m = {m}: $x_m$ = {x[j]:.3g}, $g_m$ = {g[j]:.3g}, $s_m$ = {s[j]:.3g}, "
+                 f"correction = {corr[j]:.3g}, $\\|A'_m - A\\|$ = {dist[j]:.2e}")
     fig.suptitle(title, fontsize=11)
     return fig

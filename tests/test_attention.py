@@ -512,3 +512,19 @@ def test_inf_and_nan_inputs_raise_no_warnings():
             warnings.simplefilter("error")
             for f in (attention, two_loop_attention, one_loop_attention):
                 f(q, k, v, return_lse=True)
+
+
+def test_loop_swap_and_zero_scale_with_inf_raise_no_warnings():
+    import warnings
+
+    y = np.array([[1.0, 0.0]])
+    v = np.array([[1.0, 2.0], [np.inf, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = matmul_ndm(y, v)
+        assert np.array_equal(a, matmul_nmd(y, v), equal_nan=True)
+        assert np.isnan(a[0, 0]) and a[0, 1] == 2.0  # 0 * inf is NaN, as in y @ v
+        loop_swap_trace(y, v)
+        q = np.array([[np.inf, 1.0]])
+        for f in (two_loop_attention, one_loop_attention):
+            f(q, np.ones((2, 2)), np.ones((2, 2)), scale=0.0)

@@ -72,6 +72,12 @@ def test_padding_mask():
     np.testing.assert_array_equal(mask[:, 0], [[T, T, T, F], [F, F, F, F], [T, T, T, T]])
 
 
+def test_padding_mask_of_an_empty_batch():
+    for lengths in ([], (), np.array([], dtype=np.int64)):
+        mask = padding_mask(lengths, 3)
+        assert mask.shape == (0, 1, 3) and mask.dtype == np.bool_
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
@@ -82,6 +88,11 @@ def test_padding_mask():
         (lambda: padding_mask([1, 5], 4), ValueError, r"every length must lie in \[0, M\]"),
         (lambda: padding_mask([[1]], 4), ValueError, "lengths must be a 1-D array"),
         (lambda: padding_mask([1.5], 4), TypeError, "lengths must be integers"),
+        (lambda: padding_mask([True, False], 4), TypeError, "lengths must be integers"),
+        (lambda: causal_mask(True, 5), TypeError, "N must be an integer, got the bool True"),
+        (lambda: causal_mask(3, np.True_), TypeError, "M must be an integer, got the bool"),
+        (lambda: sliding_window_mask(3, 3, True), TypeError, "window must be an integer, got the bool"),
+        (lambda: padding_mask([1], False), TypeError, "M must be an integer, got the bool"),
     ],
 )
 def test_errors(call, error, match):
