@@ -513,6 +513,12 @@ class NotebookDriver:
         t0 = time.monotonic()
         changes = 0
         first = self._wait_for_new_image(p["scope"], snap, timeout)
+        if not first and not play.locator("button i.fa-pause").count():
+            # The click did not start playback (seen once on a loaded machine: the page was still busy);
+            # press once more. A Play button that is really broken fails this second press too.
+            button.click()
+            t0 = time.monotonic()
+            first = self._wait_for_new_image(p["scope"], snap, timeout)
         if first:
             changes, snap = 1, first
             while time.monotonic() - t0 < play_seconds:
