@@ -27,12 +27,12 @@ Conventions kept by every function here:
   log of 0). NaN in a row of ``q`` or in an attended row of ``k`` makes that output row NaN; NaN in ``v`` reaches
   every row that is not fully masked (a masked key still enters ``Y V`` with weight 0, and ``0 * NaN`` is NaN, as
   in a plain matrix product). Nothing is ever silently turned into 0 except fully masked rows.
-* dtypes: integers and bools are taken as float64 (as in :mod:`flashmath.softmax`). :func:`attention` computes
+* dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first). :func:`attention` computes
   in float64 and returns float64. The variants compute in ``compute_dtype`` of the promoted input dtype (float32
   for float16, else the dtype itself), return the output in the promoted input dtype (float16 in, float16 out,
   like FlashAttention) and the logsumexp in the compute dtype.
-* Errors: ``TypeError`` for a wrong dtype (complex or string data, a non-boolean mask, a non-bool ``causal``,
-  a non-numeric ``scale``); ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k``
+* Errors: :class:`flashmath.softmax.NonFloatInputError` (a ValueError and a TypeError) for ``q``, ``k``, ``v`` that
+  are not floating point; ``TypeError`` for a non-boolean mask, a non-bool ``causal``, a non-numeric ``scale``; ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k``
   differing, ``k`` and ``v`` with different ``M``, leading dimensions or a mask that do not broadcast, ``D == 0``)
   and for a non-finite ``scale``. Inputs are never modified.
 
@@ -106,13 +106,14 @@ def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None) ->
     """Check and normalise the arguments of an attention function (see the module docstring for conventions).
 
     Raises:
-        TypeError: non-real ``q``/``k``/``v``, a non-boolean ``mask``, a ``causal`` that is not a bool, a
-            ``scale`` that is not a real number.
+        NonFloatInputError: ``q``/``k``/``v`` not floating-point (integers, bools, complex, strings); it is both
+            a ValueError and a TypeError.
+        TypeError: a non-boolean ``mask``, a ``causal`` that is not a bool, a ``scale`` that is not a real number.
         ValueError: ``q``/``k``/``v`` with fewer than 2 dimensions, ``D`` of ``q`` and ``k`` differing or 0,
             ``k`` and ``v`` with different numbers of keys, leading dimensions or ``mask`` that do not broadcast
             to ``(..., N, M)``, a non-finite ``scale``.
     """
-    q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
+    q, k, v = (as_float_array(a, name, allow_int=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     for arr, name, shape in ((q, "q", "(..., N, D)"), (k, "k", "(..., M, D)"), (v, "v", "(..., M, Dv)")):
         if arr.ndim < 2:
             raise ValueError(f"{name} must have shape {shape} with at least 2 dimensions, got shape {arr.shape}")

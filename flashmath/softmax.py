@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "NonFloatInputError",
     "softmax",
     "safe_softmax",
     "online_softmax",
@@ -37,17 +38,25 @@ __all__ = [
 ]
 
 
-def as_float_array(x, name: str = "x") -> np.ndarray:
+class NonFloatInputError(TypeError, ValueError):
+    """Input that is not real floating-point numbers. Both a TypeError and a ValueError, so either catches it."""
+
+
+def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
     """Return ``x`` as a floating-point ndarray without copying float input.
 
-    Integer and bool arrays become float64. Raises ``TypeError`` for complex, object or string data.
+    Integer and bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused
+    otherwise (the attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
+    complex, object or string data, and for integers when not allowed.
     """
     arr = np.asarray(x)
-    if arr.dtype.kind in "biu":
+    if arr.dtype.kind in "biu" and allow_int:
         return arr.astype(np.float64)
     if arr.dtype.kind != "f":
-        raise TypeError(
+        hint = f"; convert it first, e.g. {name}.astype(np.float64)" if arr.dtype.kind in "biu" else ""
+        raise NonFloatInputError(
             f"{name} must hold real floating-point numbers (float16, float32 or float64), got dtype {arr.dtype}"
+            + hint
         )
     return arr
 

@@ -251,11 +251,15 @@ def test_large_float16_scores_do_not_overflow():
         np.testing.assert_allclose(np.asarray(a, np.float64), np.tile(v.mean(0), (2, 1)), rtol=1e-3)
 
 
-def test_integer_input_is_taken_as_float64():
-    q, k, v = np.eye(2, dtype=int), np.eye(2, dtype=int), np.arange(4).reshape(2, 2)
+@pytest.mark.parametrize("bad", [np.eye(2, dtype=int), np.eye(2, dtype=bool), np.eye(2) * 1j])
+def test_non_float_input_is_refused_with_a_value_error(bad):
+    good = np.eye(2)
     for variant in [attention] + VARIANTS:
-        assert variant(q, k, v).dtype == np.float64
-    assert_close(two_loop_attention(q, k, v), direct(q, k, v)[0])
+        for args, name in (((bad, good, good), "q"), ((good, bad, good), "k"), ((good, good, bad), "v")):
+            with pytest.raises(ValueError, match=f"{name} must hold real floating-point numbers"):
+                variant(*args)
+            with pytest.raises(TypeError):  # the same error is a TypeError too
+                variant(*args)
 
 
 # --------------------------------------------------------------------------------------------------------------
