@@ -17,9 +17,9 @@ Both agree when ``N == M``.
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
+
+from flashmath._checks import integer
 
 __all__ = ["causal_mask", "sliding_window_mask", "padding_mask"]
 
@@ -27,12 +27,7 @@ _ALIGNMENTS = ("bottom-right", "top-left")
 
 
 def _size(value, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):  # operator.index(True) is 1: a bool is never meant as a size
-        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
-    try:
-        size = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    size = integer(value, name)
     if size < 0:
         raise ValueError(f"{name} must be >= 0, got {size}")
     return size

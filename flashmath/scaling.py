@@ -10,11 +10,11 @@ every ``D``. :func:`scale_sweep` measures both on random vectors, for the chapte
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 
 import numpy as np
 
+from flashmath._checks import integer
 from flashmath.softmax import safe_softmax
 
 __all__ = ["ScaleSweep", "scale_sweep", "softmax_entropy"]
@@ -71,12 +71,7 @@ class ScaleSweep:
 
 def _count(value, name: str, least: int) -> int:
     """``value`` as a Python int ``>= least``; TypeError for a non-integer (bools, floats and strings included)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
-    try:
-        count = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    count = integer(value, name)
     if count < least:
         raise ValueError(f"{name} must be at least {least}, got {count}")
     return count

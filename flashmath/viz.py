@@ -7,14 +7,13 @@ steps so that a slider or an animation does not make the axes jump.
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 import matplotlib.pyplot as plt
 from matplotlib import animation
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from flashmath._checks import integer
 from flashmath.softmax import OnlineSoftmaxTrace, safe_softmax, softmax
 
 __all__ = [
@@ -60,19 +59,9 @@ def _top(values, floor: float = 1e-12) -> float:
     return 1.1 * max(float(finite.max()) if finite.size else 1.0, floor)
 
 
-def _integer(value, name: str) -> int:
-    """``value`` as a Python int; TypeError for anything else (bools, and floats such as 1.0, included)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
-
-
 def _index(value, name: str, stop: int, what: str = "") -> int:
     """``value`` as a Python int in ``0..stop-1``; TypeError for a non-integer (bools too), ValueError outside."""
-    index = _integer(value, name)
+    index = integer(value, name)
     if not 0 <= index < stop:
         raise ValueError(f"{name} must be in 0..{stop - 1}{what}, got {index}")
     return index

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from flashmath import viz
+from flashmath._checks import integer
 from flashmath.attention import loop_swap_trace, one_loop_trace
 from flashmath.softmax import as_float_array, online_softmax_trace
 
@@ -47,7 +48,7 @@ def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step"
         ValueError: ``n_steps < 1``, ``value`` outside ``0..n_steps`` or ``interval < 1``. TypeError: one of them
         not an integer. Whatever ``draw`` raises for the first step.
     """
-    n_steps = viz._integer(n_steps, "n_steps")
+    n_steps = integer(n_steps, "n_steps")
     if n_steps < 1:
         raise ValueError(f"n_steps must be at least 1, got {n_steps}")
     value = _step(value, n_steps)
@@ -76,7 +77,7 @@ def _with_play(callback, name: str, slider, *, frames: int, value: int, link_to:
 
 def _step(value, n_steps: int) -> int:
     """The first step shown: an integer in ``0..n_steps``."""
-    value = viz._integer(value, "value (the step shown first)")
+    value = integer(value, "value (the step shown first)")
     if not 0 <= value <= n_steps:
         raise ValueError(f"value (the step shown first) must be in 0..{n_steps}, got {value}")
     return value
@@ -84,7 +85,7 @@ def _step(value, n_steps: int) -> int:
 
 def _interval(interval) -> int:
     """Milliseconds between Play frames: a positive integer."""
-    interval = viz._integer(interval, "interval (milliseconds between Play frames)")
+    interval = integer(interval, "interval (milliseconds between Play frames)")
     if interval < 1:
         raise ValueError(f"interval (milliseconds between Play frames) must be at least 1, got {interval}")
     return interval
@@ -189,7 +190,7 @@ def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
     dims = [int(d) for d in sweep.dims]
     if D is None:
         D = dims[len(dims) // 2]
-    D = viz._integer(D, "D")
+    D = integer(D, "D")
     if D not in dims:
         raise ValueError(f"D must be one of sweep.dims = {dims}, got {D}")
     interval = _interval(interval)

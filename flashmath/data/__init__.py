@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from flashmath._checks import integer
 
 __all__ = ["HEADS_PATH", "Heads", "load_heads"]
 
@@ -30,12 +31,7 @@ HEADS_PATH = Path(__file__).with_name("heads.npz")
 
 def _position(name: str, i, n: int, hint: str) -> int:
     """i as a position 0 <= i < n, or TypeError/IndexError that says the valid range."""
-    if isinstance(i, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer position, got {i!r}")
-    try:
-        i = operator.index(i)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer position, got {type(i).__name__} {i!r}") from None
+    i = integer(i, name, "an integer position")
     if not 0 <= i < n:
         raise IndexError(f"{name} must satisfy 0 <= {name} < {n} ({hint}); got {i}")
     return i
