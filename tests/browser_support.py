@@ -474,7 +474,7 @@ class NotebookDriver:
             self.wait_settled(60, quiet=0.5, label=f"after {key} on {what}")
             self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
 
-    def exercise_slider(self, s: dict, presses: int = 3, timeout: float = 15.0) -> None:
+    def exercise_slider(self, s: dict, presses: int = 3, timeout: float = 30.0) -> None:
         """Arrow keys must change the plot; End and Home (the extremes) must not raise."""
         handle = self.page.locator(f'[data-fm-slider="{s["id"]}"]')
         what = f"slider {s['label'] or '#' + s['id']!r} (cell {s['cell']})"
@@ -502,7 +502,7 @@ class NotebookDriver:
         self._press_and_settle(handle, s["scope"], "Home", what)
         self.exercised["sliders"] += 1
 
-    def exercise_play(self, p: dict, play_seconds: float = 8.0, timeout: float = 15.0) -> None:
+    def exercise_play(self, p: dict, play_seconds: float = 8.0, timeout: float = 30.0) -> None:
         """Press Play; the plot must change.  Let it play up to ``play_seconds`` (or to its end)."""
         play = self.page.locator(f'[data-fm-play="{p["id"]}"]')
         what = f"Play button #{p['id']} (cell {p['cell']})"
