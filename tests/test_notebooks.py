@@ -23,6 +23,7 @@ CHAPTER_TITLES = [
     "Masking",
     "Floating point",
     "Beyond the article",
+    "A GPU kernel in Triton",
     "Recap",
 ]
 LOCAL_PATH = re.compile(r"(/root\b|/home/|/tmp/|/work/|/Users/|[A-Z]:\\\\Users|/private/var/)")
