@@ -303,7 +303,7 @@ def test_one_figure_per_widget_however_often_it_moves():
     q, k, v = small_head()
     before = set(plt.get_fignums())
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # "More than 20 figures have been opened" would fail here
+        warnings.simplefilter("error", RuntimeWarning)  # "More than 20 figures have been opened" would fail here
         ui = quiet(widgets.one_loop_player, q, k, v)
         slider = control(ui, "keys m")
         figure = plot_of(ui).fig
