@@ -524,9 +524,15 @@ class NotebookDriver:
             self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
 
     def press_latency(self, handle, s: dict, key: str, timeout: float = 30.0) -> float | None:
-        """Press ``key`` on a slider handle; milliseconds until a new picture is decoded (None: none came)."""
+        """Press ``key`` on a slider handle; milliseconds until a new picture is decoded (None: none came).
+
+        Returns at once when the press did not move the handle (no new value: no new picture to wait for).
+        """
         self.page.evaluate(JS_ARM_LATENCY, [s["scope"], s["id"]])
+        before = self._value(handle)
         handle.press(key)
+        if self._value(handle) == before:
+            return None
         try:
             self.page.wait_for_function("() => window.__fmLatency && window.__fmLatency.t1 !== null",
                                         timeout=timeout * 1000, polling="raf")
@@ -551,12 +557,15 @@ class NotebookDriver:
             handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
         self.wait_settled(60, quiet=0.5, label=f"before timing {what}")
         self._wait_for_picture_to_settle(s["scope"])
-        times = []
-        for _ in range(presses):
+        times, stuck = [], 0
+        while len(times) < presses and stuck < 3:
             before = self._value(handle)
             ms = self.press_latency(handle, s, key, timeout)
             if self._value(handle) == before:
-                break  # reached the end of a short slider
+                # the end of a short slider, or a press that ipywidgets rounded back (its FloatLogSlider does
+                # that to every other arrow press): no new value, no new picture to wait for
+                stuck += 1
+                continue
             self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
             if ms is None:
                 raise NotebookCheckFailure(
