@@ -171,3 +171,18 @@ def test_scale_figure_entropy_legend_is_above_its_axes():
     legend_box = ax_e.get_legend().get_window_extent()
     assert legend_box.y0 >= ax_e.get_window_extent().y1 - 1  # outside the axes: it covers no curve
     assert {ax.get_xlabel() for ax in fig.axes[1:]} == {"head dimension D"}
+
+
+def test_the_pattern_example_in_the_live_module_runs():
+    """The example in flashmath/viz/live.py's docstring is the template for new chapters: it must work."""
+    import re
+
+    from flashmath import widgets
+    from flashmath.viz import live
+
+    example = re.search(r"Example, a new plot for a later chapter::\n\n(.*?)\n\n(?=\S)", live.__doc__, re.S).group(1)
+    namespace = {"np": np, "widgets": widgets, **{k: getattr(live, k) for k in dir(live) if not k.startswith("_")}}
+    exec(compile("\n".join(line[4:] for line in example.splitlines()), "live.py example", "exec"), namespace)
+    ui, picture, animation = namespace["ui"], namespace["picture"], namespace["animation"]
+    assert ui.image.value[:4] == b"\x89PNG" and picture._repr_png_()[:4] == b"\x89PNG"
+    assert animation.to_jshtml().count("data:image/png;base64") == 11

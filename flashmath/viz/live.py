@@ -34,10 +34,9 @@ Example, a new plot for a later chapter::
             self.dot.set_data([self.xs[step]], [self.xs[step] ** 2])
             self.title.set_text(f"step {step}")
 
-    plot = SquarePlot(np.linspace(0, 1, 11))
-    widgets.live_widget(plot, step=widgets.step_slider(10), interval=200)      # a slider, Play, an Image
-    plot_static = SquarePlot(np.linspace(0, 1, 11), step=10)                     # a picture of the last step
-    animation = animate_steps(SquarePlot(np.linspace(0, 1, 11), dpi=60))         # .to_jshtml() for nbviewer
+    ui = widgets.live_widget(SquarePlot(np.linspace(0, 1, 11)), step=widgets.step_slider(10), interval=200)
+    picture = SquarePlot(np.linspace(0, 1, 11), step=10)  # a cell ending in `picture` shows the last step
+    animation = animate_steps(SquarePlot(np.linspace(0, 1, 11), dpi=60), steps=range(11))  # .to_jshtml()
 
 Nothing here computes softmax or attention: the plots draw traces computed by :mod:`flashmath`.
 """
