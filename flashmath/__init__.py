@@ -19,8 +19,10 @@ from flashmath.attention import (
     two_loop_attention,
     two_loop_trace,
 )
+from flashmath.backward import attention_backward
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
+from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -38,13 +40,16 @@ __all__ = [
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
     "ScaleSweep",
+    "SplitKVTrace",
     "TwoLoopTrace",
     "attention",
+    "attention_backward",
     "causal_mask",
     "loop_swap_trace",
     "matmul_ndm",
     "matmul_nmd",
     "merge",
+    "merge_states",
     "one_loop_attention",
     "one_loop_trace",
     "online_normalizer",
@@ -56,6 +61,8 @@ __all__ = [
     "sliding_window_mask",
     "softmax",
     "softmax_entropy",
+    "split_kv_attention",
+    "split_kv_trace",
     "two_loop_attention",
     "two_loop_trace",
 ]
