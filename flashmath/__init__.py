@@ -1,9 +1,9 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
 The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
-:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the
-real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets
-(:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.flash`,
+:mod:`flashmath.traffic`); the real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`)
+and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
 """
 
 from flashmath.attention import (
@@ -19,6 +19,7 @@ from flashmath.attention import (
     two_loop_attention,
     two_loop_trace,
 )
+from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
 from flashmath.softmax import (
@@ -30,17 +31,35 @@ from flashmath.softmax import (
     safe_softmax,
     softmax,
 )
+from flashmath.traffic import (
+    SramSweep,
+    algorithm1_block_sizes,
+    attention_traffic,
+    block_sizes_for_sram,
+    counted_attention,
+    gpt2_medium_traffic,
+    sram_sweep,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlashTrace",
     "LoopSwapTrace",
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
     "ScaleSweep",
+    "SramSweep",
     "TwoLoopTrace",
+    "algorithm1_block_sizes",
     "attention",
+    "attention_traffic",
+    "block_sizes_for_sram",
     "causal_mask",
+    "counted_attention",
+    "flash_attention",
+    "flash_trace",
+    "gpt2_medium_traffic",
     "loop_swap_trace",
     "matmul_ndm",
     "matmul_nmd",
@@ -56,6 +75,7 @@ __all__ = [
     "sliding_window_mask",
     "softmax",
     "softmax_entropy",
+    "sram_sweep",
     "two_loop_attention",
     "two_loop_trace",
 ]

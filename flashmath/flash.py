@@ -142,13 +142,15 @@ def _fa2_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
     batch, dtype = inp.batch_shape, a.dtype
     key_tiles = _tiles(inp.M, block_k)
     for i, (r0, r1) in enumerate(_tiles(inp.N, block_q)):
-        q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
+        q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
         g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
         s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
         acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), dtype)  # acc = s A' = 0, unnormalised
         for j, (c0, c1) in enumerate(key_tiles):
             keep_tile = _tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is not False:
+                if q_tile is None:
+                    q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
                 k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
                 with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
                     x_tile = _scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
@@ -193,14 +195,14 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
     batch = inp.batch_shape
     query_tiles = _tiles(inp.N, block_q)
     for j, (c0, c1) in enumerate(_tiles(inp.M, block_k)):
-        keeps = [_tile_keep(inp, r0, r1, c0, c1) for r0, r1 in query_tiles]
-        if any(keep_tile is not False for keep_tile in keeps):
-            k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j once for all query tiles
+        k_tile = v_tile = None
         for i, (r0, r1) in enumerate(query_tiles):
-            keep_tile = keeps[i]
+            keep_tile = _tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is False:
                 yield i, j, True, (r0, r1), None, None, None
                 continue
+            if k_tile is None:  # load K_j, V_j once, for all the query tiles of this column
+                k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # (..., B_c, D), (..., B_c, Dv)
             # load Q_i, A_i, g_i, s_i: (..., B_r, D), (..., B_r, Dv), (..., B_r), (..., B_r)
             q_tile, a_tile, g_tile, s_tile = q[..., r0:r1, :], a[..., r0:r1, :], g[..., r0:r1], s[..., r0:r1]
             with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out

@@ -503,8 +503,8 @@ def attention_traffic(
         B_r, B_c = _size(block_q, "block_q", 1), _size(block_k, "block_k", 1)
         T_r, T_c = -(-N // B_r), -(-M // B_c)  # ceil(N / B_r) query tiles, ceil(M / B_c) key tiles
         if algorithm == "fa2":
-            # each query tile reads every key and value tile; A and lse are written once
-            arrays = {"Q": (q, 0), "K": (T_r * k, 0), "V": (T_r * v, 0), "A": (0, a), "lse": (0, N)}
+            # each query tile reads every key and value tile (and Q_i only if there is a key); A, lse written once
+            arrays = {"Q": (q if M else 0, 0), "K": (T_r * k, 0), "V": (T_r * v, 0), "A": (0, a), "lse": (0, N)}
         else:
             # each key tile reads every query tile and reads and writes its A, g, s; plus the initialisation
             arrays = {

@@ -263,7 +263,8 @@ def main(argv=None) -> int:
         f"attention, N = M, D = {args.dim}, float32, {os.cpu_count()} CPUs; flash_attention blocks {bq} x {bk}; "
         "each case in its own process"
     )
-    print(f"{'N = M':>6} {'case':>6} {'best ms':>9} {'vs torch':>9} {'vs naive':>9} {'extra peak MiB':>15} {'max err':>9}")
+    header = ("N = M", 6), ("case", 6), ("best ms", 9), ("vs torch", 9), ("vs naive", 9), ("extra peak MiB", 15)
+    print(" ".join(f"{name:>{width}}" for name, width in header) + f" {'max err':>9}")
     results, failed = {}, False
     for N in args.sizes:
         repeats = args.repeats or (5 if N < 16384 else 3)
