@@ -8,11 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_attention import assert_close, make, problems
+from test_attention import mask_kwargs as reference_mask_kwargs
 
 from flashmath.attention import attention
 from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention, flash_trace
 from flashmath.masks import causal_mask
 
+# The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
+# attention) are tested for flash_attention in both orders in test_attention.py. Here: what is particular to tiles.
 ORDERS = ["fa1", "fa2"]
 # (N, M, D, Dv): N != M both ways, N = 1 (decoding), M = 1, sizes that are not multiples of the blocks
 SHAPES = [(7, 13, 5, 5), (13, 7, 5, 3), (1, 13, 5, 5), (7, 1, 5, 5), (1, 1, 3, 2), (16, 16, 8, 8), (23, 29, 4, 6)]
@@ -20,34 +24,12 @@ BLOCKS = [(1, 1), (3, 4), (5, 2), (4, 16), (64, 64)]
 MASKS = ["none", "causal", "top-left", "random", "padding"]
 
 
-def make(rng, N, M, D, Dv, batch=(), dtype=np.float64):
-    shapes = (batch + (N, D), batch + (M, D), batch + (M, Dv))
-    return tuple(rng.standard_normal(shape).astype(dtype) for shape in shapes)
-
-
 def mask_kwargs(kind, N, M, rng):
-    """Keyword arguments of the attention functions and the (N, M) keep-matrix they mean."""
-    if kind == "none":
-        return {}, np.ones((N, M), bool)
-    if kind == "causal":
-        return {"causal": True}, causal_mask(N, M)
-    if kind == "top-left":
-        keep = causal_mask(N, M, align="top-left")
-    elif kind == "padding":
-        keep = np.broadcast_to(np.arange(M) < max(M - 3, 1), (N, M))
-    else:
-        keep = rng.random((N, M)) < 0.5
+    """test_attention's masks, and a padding mask: the last three keys masked for every query."""
+    if kind != "padding":
+        return reference_mask_kwargs(kind, N, M, rng)
+    keep = np.broadcast_to(np.arange(M) < max(M - 3, 1), (N, M))
     return {"mask": keep}, keep
-
-
-def assert_close(actual, expected, tol):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    assert actual.shape == expected.shape
-    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
-    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
-    finite = np.isfinite(expected)
-    err = np.abs(actual[finite] - expected[finite])
-    assert np.all(err <= tol * (1 + np.abs(expected[finite]))), f"max error {err.max() if err.size else 0}"
 
 
 @pytest.mark.parametrize("order", ORDERS)
@@ -69,7 +51,7 @@ def test_equals_reference_float64(order, kind, N, M, D, Dv):
 @pytest.mark.parametrize("kind", ["none", "causal", "random"])
 def test_equals_reference_float32(order, kind):
     rng = np.random.default_rng(3)
-    q, k, v = make(rng, 37, 53, 16, 8, dtype=np.float32)
+    q, k, v = (a.astype(np.float32) for a in make(rng, 37, 53, 16, 8))
     kwargs, _ = mask_kwargs(kind, 37, 53, rng)
     a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
     for block_q, block_k in [(8, 16), (5, 7), (64, 64)]:
@@ -79,49 +61,12 @@ def test_equals_reference_float32(order, kind):
         assert_close(lse, lse_ref, 1e-5)
 
 
-@pytest.mark.parametrize("order", ORDERS)
-def test_float16_in_float16_out_accumulated_in_float32(order):
-    rng = np.random.default_rng(4)
-    q, k, v = make(rng, 9, 11, 8, 4, dtype=np.float16)
-    a, lse = flash_attention(q, k, v, block_q=4, block_k=3, order=order, causal=True, return_lse=True)
-    assert a.dtype == np.float16 and lse.dtype == np.float32
-    a_ref, lse_ref = attention(q, k, v, causal=True, return_lse=True)
-    assert np.max(np.abs(a - a_ref)) < 2e-3 and np.max(np.abs(lse - lse_ref)) < 2e-3
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_leading_dimensions_broadcast(order):
-    rng = np.random.default_rng(5)
-    q = rng.standard_normal((2, 3, 7, 4))
-    k = rng.standard_normal((1, 3, 9, 4))  # shared over the batch
-    v = rng.standard_normal((2, 1, 9, 5))  # shared over the heads
-    mask = rng.random((2, 1, 7, 9)) < 0.7  # per batch element
-    a, lse = flash_attention(q, k, v, block_q=3, block_k=4, order=order, mask=mask, causal=True, return_lse=True)
-    a_ref, lse_ref = attention(q, k, v, mask=mask, causal=True, return_lse=True)
-    assert a.shape == (2, 3, 7, 5) and lse.shape == (2, 3, 7)
-    assert_close(a, a_ref, 1e-10)
-    assert_close(lse, lse_ref, 1e-10)
-    for b in range(2):  # each (batch, head) is an independent attention
-        for h in range(3):
-            single = flash_attention(q[b, h], k[0, h], v[b, 0], mask=mask[b, 0], causal=True, order=order)
-            assert_close(a[b, h], single, 1e-12)
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_mask_with_more_leading_dimensions_than_q_k_v(order):
-    rng = np.random.default_rng(6)
-    q, k, v = make(rng, 5, 6, 3, 2)
-    mask = rng.random((4, 5, 6)) < 0.5
-    a = flash_attention(q, k, v, mask=mask, block_q=2, block_k=4, order=order)
-    assert a.shape == (4, 5, 2)
-    assert_close(a, attention(q, k, v, mask=mask), 1e-10)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # A masked key is absent
 # --------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("error")  # NaN and inf in, and no RuntimeWarning out
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("block_q, block_k", [(1, 1), (2, 3), (4, 8), (16, 16)])
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
@@ -142,6 +87,7 @@ def test_masked_keys_are_absent_whatever_their_rows_hold(order, block_q, block_k
     assert_close(lse, lse_ref, 1e-12)
 
 
+@pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("block_q, block_k", [(1, 1), (3, 4), (8, 8)])
 def test_causal_future_keys_are_absent_even_when_nan(order, block_q, block_k):
@@ -155,6 +101,7 @@ def test_causal_future_keys_are_absent_even_when_nan(order, block_q, block_k):
         assert_close(a[n], attention(q[n : n + 1], k[: n + 4], v[: n + 4])[0], 1e-12)
 
 
+@pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("order", ORDERS)
 def test_key_masked_for_one_row_and_attended_by_another(order):
     rng = np.random.default_rng(9)
@@ -167,65 +114,6 @@ def test_key_masked_for_one_row_and_attended_by_another(order):
     others = np.array([0, 1, 3, 4, 5])
     for n in (0, 3):
         assert_close(a[n], attention(q[n : n + 1], k[others], v[others])[0], 1e-12)
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_fully_masked_rows_and_no_keys(order):
-    rng = np.random.default_rng(10)
-    q, k, v = make(rng, 6, 3, 4, 2)  # bottom-right causal with N > M: queries 0..2 see no key
-    v[1] = np.nan
-    a, lse = flash_attention(q, k, v, causal=True, block_q=2, block_k=2, order=order, return_lse=True)
-    np.testing.assert_array_equal(a[:3], 0)
-    np.testing.assert_array_equal(lse[:3], -np.inf)
-    q, k, v = np.ones((2, 3, 4)), np.ones((2, 0, 4)), np.ones((2, 0, 5))
-    a, lse = flash_attention(q, k, v, order=order, return_lse=True)
-    assert a.shape == (2, 3, 5) and lse.shape == (2, 3)
-    np.testing.assert_array_equal(a, 0)
-    np.testing.assert_array_equal(lse, -np.inf)
-    a = flash_attention(np.ones((0, 4)), np.ones((3, 4)), np.ones((3, 2)), order=order)
-    assert a.shape == (0, 2)
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_nan_propagates_and_is_never_zeroed(order):
-    rng = np.random.default_rng(11)
-    q, k, v = make(rng, 4, 5, 3, 2)
-    q[2, 1] = np.nan
-    a, lse = flash_attention(q, k, v, block_q=3, block_k=2, order=order, return_lse=True)
-    assert np.isnan(a[2]).all() and np.isnan(lse[2]) and np.isfinite(a[[0, 1, 3]]).all()
-    q, k, v = make(rng, 4, 5, 3, 2)
-    k[3, 0] = np.nan
-    a = flash_attention(q, k, v, causal=True, block_q=3, block_k=2, order=order)  # query 0 sees keys 0..1
-    assert np.isnan(a[2:]).all() and np.isfinite(a[:2]).all()
-
-
-@pytest.mark.parametrize("order", ORDERS)
-def test_inputs_are_not_modified(order):
-    rng = np.random.default_rng(12)
-    arrays = make(rng, 5, 7, 3, 2, dtype=np.float32)
-    mask = rng.random((5, 7)) < 0.5
-    copies = [a.copy() for a in (*arrays, mask)]
-    for a in (*arrays, mask):
-        a.flags.writeable = False  # any in-place write would raise
-    flash_attention(*arrays, mask=mask, causal=True, block_q=2, block_k=3, order=order, return_lse=True)
-    for a, c in zip((*arrays, mask), copies):
-        np.testing.assert_array_equal(a, c)
-
-
-def test_no_warnings_with_inf_and_nan_inputs():
-    import warnings
-
-    rng = np.random.default_rng(13)
-    for _ in range(60):
-        q, k, v = rng.normal(size=(3, 3)), rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
-        for arr in (q, k, v):
-            if rng.random() < 0.6:
-                arr[tuple(rng.integers(0, s) for s in arr.shape)] = rng.choice([np.inf, -np.inf, np.nan])
-        mask = rng.random((3, 5)) < 0.6
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            for order in ORDERS:
-                flash_attention(q, k, v, mask=mask, block_q=2, block_k=2, order=order, return_lse=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -285,7 +173,7 @@ def test_trace_skips_masked_tiles_and_loads_nothing_for_them(order, N, M, block_
 def test_trace_states(order):
     rng = np.random.default_rng(16)
     N, M, Dv = 7, 10, 3
-    q, k, v = make(rng, N, M, 4, Dv, dtype=np.float32)
+    q, k, v = (a.astype(np.float32) for a in make(rng, N, M, 4, Dv))
     trace = flash_trace(q, k, v, block_q=3, block_k=4, order=order)
     T_r, T_c = 3, 3
     i, j = trace.tiles[:, 0], trace.tiles[:, 1]
@@ -316,39 +204,31 @@ def test_trace_states(order):
 def test_trace_errors():
     with pytest.raises(ValueError, match="at least one query and one key"):
         flash_trace(np.ones((2, 3)), np.ones((0, 3)), np.ones((0, 3)))
-    with pytest.raises(ValueError, match="order must be"):
-        flash_trace(np.ones((2, 3)), np.ones((2, 3)), np.ones((2, 3)), order="fa3")
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Errors: those of attention, plus the tiling arguments
+# Errors of the tiling arguments (attention's own errors are tested in test_attention.py for both orders)
 # --------------------------------------------------------------------------------------------------------------
 
 Q, K, V = np.zeros((3, 4)), np.zeros((5, 4)), np.zeros((5, 2))
 
 
 @pytest.mark.parametrize(
-    "args, kwargs, error, match",
+    "kwargs, error, match",
     [
-        ((np.zeros(4), K, V), {}, ValueError, r"q must have shape \(\.\.\., N, D\)"),
-        ((Q, np.zeros((5, 3)), V), {}, ValueError, "same head dimension D, got D = 4 for q"),
-        ((Q, K, np.zeros((6, 2))), {}, ValueError, "same number of keys M, got 5 for k"),
-        ((Q, K, V), {"mask": np.ones((3, 4), bool)}, ValueError, r"does not broadcast to \(\.\.\., N, M\)"),
-        ((Q, K, V), {"mask": np.ones((3, 5))}, TypeError, "mask must be a boolean array"),
-        ((Q.astype(int), K, V), {}, ValueError, "q must hold real floating-point numbers"),
-        ((Q, K, V), {"causal": "top-left"}, TypeError, "causal must be True or False"),
-        ((Q, K, V), {"scale": np.inf}, ValueError, "scale must be finite"),
-        ((Q, K, V), {"block_q": 0}, ValueError, "block_q must be a positive number of rows per tile, got 0"),
-        ((Q, K, V), {"block_k": -4}, ValueError, "block_k must be a positive number of rows per tile, got -4"),
-        ((Q, K, V), {"block_q": 2.5}, TypeError, "block_q must be a positive integer"),
-        ((Q, K, V), {"block_k": True}, TypeError, "block_k must be a positive integer"),
-        ((Q, K, V), {"block_k": "64"}, TypeError, "block_k must be a positive integer"),
-        ((Q, K, V), {"order": "fa3"}, ValueError, "order must be 'fa1'"),
+        ({"block_q": 0}, ValueError, "block_q must be a positive number of rows per tile, got 0"),
+        ({"block_k": -4}, ValueError, "block_k must be a positive number of rows per tile, got -4"),
+        ({"block_q": 2.5}, TypeError, "block_q must be a positive integer"),
+        ({"block_k": True}, TypeError, "block_k must be a positive integer"),
+        ({"block_k": "64"}, TypeError, "block_k must be a positive integer"),
+        ({"order": "fa3"}, ValueError, "order must be 'fa1'"),
+        ({"order": "fa1", "block_q": None, "mask": np.ones((3, 4), bool)}, ValueError, "does not broadcast"),
     ],
 )
-def test_errors(args, kwargs, error, match):
+@pytest.mark.parametrize("function", [flash_attention, flash_trace])
+def test_errors(function, kwargs, error, match):
     with pytest.raises(error, match=match):
-        flash_attention(*args, **kwargs)
+        function(Q, K, V, **kwargs)
 
 
 def test_defaults_are_positive_and_numpy_integer_blocks_are_taken():
@@ -363,27 +243,10 @@ def test_defaults_are_positive_and_numpy_integer_blocks_are_taken():
 # --------------------------------------------------------------------------------------------------------------
 
 
-@st.composite
-def problems(draw):
-    N, M = draw(st.integers(1, 12)), draw(st.integers(1, 12))
-    D, Dv = draw(st.integers(1, 5)), draw(st.integers(1, 4))
-    seed = draw(st.integers(0, 2**32 - 1))
-    spread = draw(st.sampled_from([0.1, 1.0, 10.0, 100.0]))
-    rng = np.random.default_rng(seed)
-    q, k, v = (a * spread for a in make(rng, N, M, D, Dv))
-    kind = draw(st.sampled_from(MASKS + ["sparse"]))
-    if kind == "sparse":
-        kwargs = {"mask": rng.random((N, M)) < 0.2}
-    else:
-        kwargs, _ = mask_kwargs(kind, N, M, rng)
-    blocks = draw(st.integers(1, 13)), draw(st.integers(1, 13))
-    return q, k, v, kwargs, blocks, draw(st.sampled_from(ORDERS))
-
-
 @settings(max_examples=120, deadline=None)
-@given(problems())
-def test_property_equals_reference(problem):
-    q, k, v, kwargs, (block_q, block_k), order = problem
+@given(problems(), st.integers(1, 13), st.integers(1, 13), st.sampled_from(ORDERS))
+def test_property_equals_reference(problem, block_q, block_k, order):
+    q, k, v, kwargs, _ = problem  # test_attention's problems: sizes 1-9, every mask kind, scores up to 100x
     a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
     a, lse = flash_attention(q, k, v, block_q=block_q, block_k=block_k, order=order, return_lse=True, **kwargs)
     scale = 1 + np.abs(v).max()
