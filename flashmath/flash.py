@@ -26,8 +26,9 @@ pairs are all masked (for every leading (batch, head) element) is skipped: neith
 leading dimensions are processed together: a tile spans all of them.
 
 Sources: T. Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness" (2022),
-section 3.1 and Algorithm 1; T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
-Partitioning" (2023), section 3.1 and Algorithm 1; section 3.1.1 of both on skipping masked blocks.
+section 3.1 and Algorithm 1 (section 3.3: block-sparse attention skips zero blocks); T. Dao, "FlashAttention-2:
+Faster Attention with Better Parallelism and Work Partitioning" (2023), section 3.1.1 and Algorithm 1 (its
+"causal masking" paragraph: blocks above the diagonal are skipped).
 """
 
 from __future__ import annotations
@@ -317,6 +318,8 @@ class FlashTrace:
             once when the query tile is done.
         loaded_bytes, stored_bytes: ``(T,)`` int, bytes moved from and to memory so far (fa1's initialisation
             of ``A``, ``g``, ``s`` included in the first step).
+        bytes_by_array: ``{name: (T, 2) int}``, the same per array (``Q``, ``K``, ``V``, ``A``, and ``lse`` or
+            ``g``, ``s``): column 0 loaded, column 1 stored, so far.
         traffic: the :class:`flashmath.traffic.TrafficCount` of the whole run (per array).
         output: ``(..., N, Dv)`` and lse: ``(..., N)``, the result of :func:`flash_attention`.
     """
@@ -334,6 +337,7 @@ class FlashTrace:
     a: np.ndarray
     loaded_bytes: np.ndarray
     stored_bytes: np.ndarray
+    bytes_by_array: dict
     traffic: TrafficCount
     output: np.ndarray
     lse: np.ndarray
@@ -385,7 +389,7 @@ def flash_trace(
     g_now = np.full(rows_shape, -np.inf, dtype)  # every row's state so far
     s_now = np.zeros(rows_shape, dtype)
     a_now = np.zeros(rows_shape + (inp.Dv,), dtype)
-    record = {name: [] for name in ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored")}
+    record = {name: [] for name in ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")}
     cols = _tiles(inp.M, block_k)
     for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in steps:
         if not skipped:
@@ -405,6 +409,7 @@ def flash_trace(
             ("a", a_now.copy()),
             ("loaded", count.loads * count.bytes_per_element),
             ("stored", count.stores * count.bytes_per_element),
+            ("arrays", dict(count.arrays)),
         ):
             record[name].append(value)
     output, lse = _tile_result(hbm, inp, order, return_lse=True)
@@ -422,6 +427,10 @@ def flash_trace(
         a=np.stack(record["a"]),
         loaded_bytes=np.array(record["loaded"], dtype=np.int64),
         stored_bytes=np.array(record["stored"], dtype=np.int64),
+        bytes_by_array={
+            name: np.array([step[name] for step in record["arrays"]], dtype=np.int64) * hbm.count.bytes_per_element
+            for name in hbm.count.arrays
+        },
         traffic=hbm.count,
         output=output,
         lse=lse,

@@ -199,6 +199,11 @@ def test_trace_states(order):
     np.testing.assert_allclose(trace.acc, trace.s[..., None] * trace.a)
     assert (np.diff(trace.hbm_bytes) > 0).all()
     assert trace.hbm_bytes[-1] == trace.traffic.bytes and trace.traffic.bytes_per_element == 4
+    by_array = trace.bytes_by_array
+    assert set(by_array) == set(trace.traffic.arrays)
+    np.testing.assert_array_equal(sum(by_array.values())[:, 0], trace.loaded_bytes)
+    np.testing.assert_array_equal(sum(by_array.values())[:, 1], trace.stored_bytes)
+    assert by_array["Q"][-1, 0] == 4 * trace.traffic.arrays["Q"][0]
 
 
 def test_trace_errors():
