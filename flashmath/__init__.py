@@ -1,9 +1,9 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
 The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
-:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the
-real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets
-(:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.flash`,
+:mod:`flashmath.traffic`); the real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`)
+and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
 """
 
 from flashmath.attention import (
@@ -20,6 +20,7 @@ from flashmath.attention import (
     two_loop_trace,
 )
 from flashmath.backward import attention_backward
+from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
 from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
@@ -32,19 +33,37 @@ from flashmath.softmax import (
     safe_softmax,
     softmax,
 )
+from flashmath.traffic import (
+    SramSweep,
+    algorithm1_block_sizes,
+    attention_traffic,
+    block_sizes_for_sram,
+    counted_attention,
+    gpt2_medium_traffic,
+    sram_sweep,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlashTrace",
     "LoopSwapTrace",
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
     "ScaleSweep",
     "SplitKVTrace",
+    "SramSweep",
     "TwoLoopTrace",
+    "algorithm1_block_sizes",
     "attention",
     "attention_backward",
+    "attention_traffic",
+    "block_sizes_for_sram",
     "causal_mask",
+    "counted_attention",
+    "flash_attention",
+    "flash_trace",
+    "gpt2_medium_traffic",
     "loop_swap_trace",
     "matmul_ndm",
     "matmul_nmd",
@@ -63,6 +82,7 @@ __all__ = [
     "softmax_entropy",
     "split_kv_attention",
     "split_kv_trace",
+    "sram_sweep",
     "two_loop_attention",
     "two_loop_trace",
 ]
