@@ -24,12 +24,14 @@ import numpy as np
 
 from flashmath import viz
 from flashmath._checks import integer
-from flashmath.attention import loop_swap_trace, one_loop_trace
+from flashmath.attention import loop_swap_trace, one_loop_trace, prepare_attention_inputs
+from flashmath.flash import flash_trace
 from flashmath.softmax import as_float_array, online_softmax_trace
+from flashmath.traffic import attention_traffic
 from flashmath.viz.live import check_dims, check_labels, index
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player"]
+           "loop_swap_player", "one_loop_player", "tile_sweep_player"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -239,3 +241,52 @@ def one_loop_player(q, k, v, *, row: int = 0, dims=None, labels=None, value: int
     slider = step_slider(len(trace), value=value, description="keys m")
     plot = viz.OneLoopPlot(trace, row=0, dims=dims, labels=labels, step=slider.value)
     return live_widget(plot, interval=interval, step=slider)
+
+
+def tile_sweep_traces(q, k, v, *, block_q: int, block_k: int, causal=False, mask=None):
+    """What :func:`tile_sweep_player` draws: ``(traces, scores, standard_bytes)`` for 2-D inputs.
+
+    ``traces`` maps ``"fa1"`` and ``"fa2"`` to :func:`flashmath.flash_trace`; ``scores`` is ``(N, M)``, the scaled
+    scores with ``-inf`` where masked; ``standard_bytes`` what standard attention moves for the same sizes.
+    """
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"q, k, v must be 2-D (N, D), (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}")
+    traces = {order: flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order, causal=causal, mask=mask)
+              for order in ("fa1", "fa2")}
+    inp = prepare_attention_inputs(q, k, v, causal=causal, mask=mask)
+    scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)  # (N, M), for the background
+    if inp.keep is not None:
+        scores = np.where(inp.keep, scores, -np.inf)
+    standard = attention_traffic("standard", inp.N, inp.M, inp.D, Dv=inp.Dv,
+                                 bytes_per_element=traces["fa2"].traffic.bytes_per_element).bytes
+    return traces, scores, standard
+
+
+def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=False, mask=None, order: str = "fa2",
+                      value: int = 0, interval: int = PLAY_INTERVAL):
+    """Step through the tiles of FlashAttention in either loop order: the grid, the row states, the bytes moved.
+
+    Args:
+        q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)`` (2-D: one head; small, since every step's state is kept).
+        block_q, block_k: the tile sizes ``B_r``, ``B_c``.
+        causal, mask: as :func:`flashmath.flash_attention` (fully masked tiles are skipped, and drawn grey).
+        order: the loop order shown first, ``"fa1"`` or ``"fa2"`` (a toggle switches).
+        value: the number of tile steps done at first.
+        interval: milliseconds between Play frames.
+
+    Returns:
+        :func:`live_widget` with a ``tile step t`` slider (and Play) and an ``order`` toggle.
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.flash_trace`; inputs that are not 2-D; an unknown ``order``;
+        ``value`` or ``interval`` as :func:`step_slider` and :func:`live_widget`.
+    """
+    if order not in ("fa1", "fa2"):
+        raise ValueError(f"order must be 'fa1' or 'fa2', got {order!r}")
+    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=block_q, block_k=block_k, causal=causal,
+                                                 mask=mask)
+    slider = step_slider(len(traces[order]), value=value, description="tile step t")
+    toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description="order")
+    plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
+    return live_widget(plot, interval=interval, step=slider, order=toggle)

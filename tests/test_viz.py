@@ -20,8 +20,13 @@ def small_plots():
     q, k, v = rng.standard_normal((2, 3)), rng.standard_normal((5, 3)), rng.standard_normal((5, 4))
     sweep = fm.scale_sweep([1, 4, 16], rng=rng, n_queries=5, n_keys=6)
     x = rng.standard_normal(6) * 3
+    from flashmath.widgets import tile_sweep_traces
+
+    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=1, block_k=2, causal=True)
     return [
         (lambda **s: viz.OnlineSoftmaxPlot(fm.online_softmax_trace(x), **s), "step", [0, 3, 6, 2]),
+        (lambda **s: viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, **s), ("step", "order"),
+         [(0, "fa2"), (4, "fa2"), (4, "fa1"), (6, "fa1"), (2, "fa2")]),
         (lambda **s: viz.OverflowPlot(x, **s), ("scale", "dtype"), [(1.0, "float16"), (40.0, "float16"),
                                                                     (40.0, "float64"), (3.0, "float32")]),
         (lambda **s: viz.ScalePlot(sweep, **s), "D", [1, 16, 4]),
@@ -35,7 +40,7 @@ def state(key, value):
     return dict(zip(key, value)) if isinstance(key, tuple) else {key: value}
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
 def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, steps):
     """Blitting leaves nothing of an earlier step behind, and each step has its own picture."""
     plot = make(**state(key, steps[0]))
@@ -49,7 +54,7 @@ def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, step
     assert plot.png()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
 def test_the_layout_is_frozen_after_the_first_draw(make, key, steps):
     plot = make(**state(key, steps[0]))
     positions = [ax.get_position().bounds for ax in plot.fig.axes]

@@ -365,3 +365,22 @@ def test_play_runs_at_four_frames_a_second_or_more_by_default():
         "one loop": play_of(widgets.one_loop_player(q, k, v)).interval,
     }
     assert set(intervals.values()) == {widgets.PLAY_INTERVAL} and widgets.PLAY_INTERVAL <= 250
+
+
+def test_tile_sweep_player_steps_through_tiles_and_switches_order():
+    q, k, v = small_head(N=5, M=7)
+    ui = quiet(widgets.tile_sweep_player, q, k, v, block_q=2, block_k=3, causal=True)
+    step, order = control(ui, "tile step"), control(ui, "order")
+    assert (step.min, step.max, order.value) == (0, 3 * 3, "fa2")
+    assert play_of(ui).max == step.max
+    seen = {rendered(ui)}
+    for t in (1, 5, 9):
+        seen.add(move(ui, step, t))
+    seen.add(move(ui, order, "fa1"))
+    assert len(seen) == 5
+    plot = plot_of(ui)
+    assert plot.traces["fa2"].n_skipped > 0  # causal: the tiles above the diagonal are skipped
+    with pytest.raises(ValueError, match="order must be 'fa1' or 'fa2'"):
+        widgets.tile_sweep_player(q, k, v, order="fa3")
+    with pytest.raises(ValueError, match="2-D"):
+        widgets.tile_sweep_player(q[None], k[None], v[None])

@@ -54,6 +54,7 @@ def course_cases() -> list[Case]:
     y = fm.safe_softmax(q @ k.T / np.sqrt(q.shape[1]))
     sweep = fm.scale_sweep([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], rng=np.random.default_rng(3), n_queries=200,
                            n_keys=64)
+    tile_traces, tile_scores, tile_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8, causal=True)
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
     loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
@@ -73,6 +74,10 @@ def course_cases() -> list[Case]:
              lambda step: viz.LoopSwapPlot(swap_trace, row=n, labels=tokens, step=step)),
         Case("05_one_loop", "one_loop_player", lambda: widgets.one_loop_player(q, k, v, row=n, labels=tokens),
              lambda step: viz.OneLoopPlot(loop_trace, labels=tokens, step=step)),
+        Case("06_tiling", "tile_sweep_player",
+             lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
+             lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
+                                                   step=step, order=order)),
     ]
 
 

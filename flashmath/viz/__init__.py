@@ -14,6 +14,7 @@ from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_
                                      plot_scale_step)
 from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, animate_steps, figure_signature
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
+from flashmath.viz.tiles import TileSweepPlot, plot_tile_sweep_step
 
 __all__ = [
     "DPI",
@@ -27,6 +28,7 @@ __all__ = [
     "OnlineSoftmaxPlot",
     "OverflowPlot",
     "ScalePlot",
+    "TileSweepPlot",
     "animate_steps",
     "figure_signature",
     "plot_loop_swap_step",
@@ -34,4 +36,5 @@ __all__ = [
     "plot_online_softmax_step",
     "plot_overflow",
     "plot_scale_step",
+    "plot_tile_sweep_step",
 ]
