@@ -331,30 +331,47 @@ JS_ARM_LATENCY = """([scope, handleId]) => {
   return true;
 }"""
 
-# Samples the scope every ``period`` ms for ``duration`` ms (in the page, without round trips):
-# how many samples had no visible picture, and how many times the picture changed.
-JS_SAMPLE_PICTURES = """async ([scope, duration, period]) => {
+# Samples the scope every ``period`` ms in the page (setInterval, no round trips) until stopped: a sample is
+# "missing" when the scope shows no <img> with a src, a laid-out box and pixels, and "loading" while the <img> is
+# fetching its next picture (naturalWidth 0: Chrome keeps painting the previous picture meanwhile, which the
+# screenshots taken alongside check); "changes" counts new pictures.
+JS_START_SAMPLER = """([scope, period]) => {
   const s = document.querySelector(`[data-fm-scope="${scope}"]`);
-  const out = {samples: 0, blank: 0, changes: 0, firstBlankAt: null};
+  const out = {samples: 0, missing: 0, loading: 0, changes: 0, firstMissingAt: null, detail: null};
   let last = null;
   const t0 = performance.now();
-  while (performance.now() - t0 < duration) {
+  window.__fmSampler = {out: out, id: setInterval(() => {
     const imgs = s ? Array.from(s.querySelectorAll('img')) : [];
-    const shown = imgs.filter(i => i.getAttribute('src') && i.naturalWidth > 0 && i.offsetHeight > 0);
+    // a broken picture (loaded, no pixels: complete with naturalWidth 0) counts as missing
+    const present = imgs.filter(i => i.getAttribute('src') && i.offsetHeight > 0 && i.offsetWidth > 0 &&
+                                     !(i.complete && i.naturalWidth === 0));
     out.samples += 1;
-    if (!shown.length) {
-      out.blank += 1;
-      if (out.firstBlankAt === null) out.firstBlankAt = Math.round(performance.now() - t0);
+    if (!present.length) {
+      out.missing += 1;
+      if (out.firstMissingAt === null) out.firstMissingAt = Math.round(performance.now() - t0);
       out.detail = imgs.map(i => ({nw: i.naturalWidth, oh: i.offsetHeight, complete: i.complete,
                                    src: (i.getAttribute('src') || '').slice(0, 40)}));
+    } else if (present.some(i => i.naturalWidth === 0)) {
+      out.loading += 1;
     }
     const key = imgs.map(i => i.getAttribute('src') || '').join('|');
     if (last !== null && key !== last) out.changes += 1;
     last = key;
-    await new Promise(r => setTimeout(r, period));
-  }
-  return out;
+  }, period)};
 }"""
+
+JS_STOP_SAMPLER = """() => { clearInterval(window.__fmSampler.id); return window.__fmSampler.out; }"""
+
+
+def dark_fraction(png: bytes) -> float:
+    """The fraction of pixels of a screenshot darker than light grey: about 0 for a blank (white) picture."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    grey = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    return float((grey < 200).mean()) if grey.size else 0.0
 
 
 class NotebookCheckFailure(AssertionError):
@@ -609,7 +626,19 @@ class NotebookDriver:
         except Exception:
             raise NotebookCheckFailure(f"{self.name}: pressing {what} did not start it (no pause button after 5 s; "
                                        f"{self.describe(p['scope'])})") from None
-        samples = self.page.evaluate(JS_SAMPLE_PICTURES, [p["scope"], int(sample_seconds * 1000), period_ms])
+        # 3 s of play: the DOM sampled every 50 ms in the page, and screenshots of the picture meanwhile
+        self.page.evaluate(JS_START_SAMPLER, [p["scope"], period_ms])
+        picture = self.page.locator(f'[data-fm-scope="{p["scope"]}"] img').first
+        shots, blank_shots, t_end = 0, 0, time.monotonic() + sample_seconds
+        while time.monotonic() < t_end:
+            try:
+                shot = picture.screenshot(timeout=2_000, animations="allow")
+            except Exception:  # the element was being replaced: counted as a blank picture
+                shot = b""
+            shots += 1
+            blank_shots += dark_fraction(shot) < 0.005 if shot else 1
+        samples = self.page.evaluate(JS_STOP_SAMPLER)
+        samples.update(shots=shots, blank_shots=blank_shots)
         changed = self._wait_for_new_image(p["scope"], snap, timeout) if not samples["changes"] else "yes"
         if play.locator("button i.fa-pause").count():
             play.locator("button:has(i.fa-pause)").first.click()
@@ -621,11 +650,11 @@ class NotebookDriver:
                 f"{self.name}: pressing {what} did not change the plotted image within {timeout:.0f} s "
                 f"({self.describe(p['scope'])})"
             )
-        if samples["blank"]:
+        if samples["missing"] or samples["blank_shots"]:
             raise NotebookCheckFailure(
-                f"{self.name}: while {what} played, {samples['blank']} of {samples['samples']} samples "
-                f"(every {period_ms} ms) showed no picture, the first after {samples['firstBlankAt']} ms "
-                f"({samples.get('detail')})"
+                f"{self.name}: while {what} played, {samples['missing']} of {samples['samples']} DOM samples "
+                f"(every {period_ms} ms) had no picture (the first after {samples['firstMissingAt']} ms: "
+                f"{samples.get('detail')}) and {samples['blank_shots']} of {samples['shots']} screenshots were blank"
             )
         self.exercised["play_frames"] += samples["changes"]
         self.exercised["plays"] += 1

@@ -7,7 +7,8 @@ callback's exception inside its output widget instead of raising it).
 
 Measured on the way: for every slider, the milliseconds from a key press to the new picture
 decoded on the page (several presses each), and, for every Play button, 3 s of play sampled every
-50 ms: a picture must be present in every sample (no blank flash). The latencies go to
+50 ms in the page and by screenshots meanwhile: a picture must be present in every sample and no
+screenshot may be blank (no blank flash). The latencies go to
 ``artifacts/slider_latency.json`` and pytest's summary; a screenshot per notebook goes to
 ``artifacts/screenshots/<stem>.png``.
 
@@ -79,8 +80,9 @@ def latency_log(request):
             lines.append(f"{notebook:<26} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
                          f"{max(times):7.0f}")
         for play, s in entry["plays"].items():
-            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['samples']} samples, {s['blank']} blank, "
-                         f"{s['changes']} new pictures in 3 s")
+            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['changes']} new pictures in 3 s; "
+                         f"{s['samples']} DOM samples, {s['missing']} without a picture ({s['loading']} loading the "
+                         f"next); {s['shots']} screenshots, {s['blank_shots']} blank")
     lines.append(f"(key press to new picture decoded on the page; written to {LATENCY_FILE.relative_to(REPO)})")
     request.config._flashmath_latency = lines
 
