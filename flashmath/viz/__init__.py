@@ -12,9 +12,10 @@ seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy
 
 from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_loop_swap_step, plot_one_loop_step,
                                      plot_scale_step)
-from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, animate_steps, figure_signature
+from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
+                                strip)
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
-from flashmath.viz.tiles import TileSweepPlot, plot_tile_sweep_step
+from flashmath.viz.tiles import TileSweepPlot, plot_sram_sweep, plot_tile_sweep_step
 
 __all__ = [
     "DPI",
@@ -27,6 +28,7 @@ __all__ = [
     "OneLoopPlot",
     "OnlineSoftmaxPlot",
     "OverflowPlot",
+    "Picture",
     "ScalePlot",
     "TileSweepPlot",
     "animate_steps",
@@ -37,4 +39,6 @@ __all__ = [
     "plot_overflow",
     "plot_scale_step",
     "plot_tile_sweep_step",
+    "plot_sram_sweep",
+    "strip",
 ]

@@ -53,7 +53,7 @@ from PIL import Image
 
 from flashmath._checks import integer
 
-__all__ = ["LivePlot", "animate_steps", "figure_signature", "DPI"]
+__all__ = ["LivePlot", "Picture", "animate_steps", "strip", "figure_signature", "DPI"]
 
 DPI = 80  # dots per inch of live pictures: 8 inches are 640 pixels, readable, and quick to draw and encode
 PNG_COMPRESS_LEVEL = 1  # zlib level: 1 encodes several times faster than the default 6, for a slightly larger PNG
@@ -164,7 +164,8 @@ class LivePlot:
 
 
 def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: int = 500):
-    """A :class:`matplotlib.animation.FuncAnimation` that shows ``plot.update(**{name: s})`` for ``s`` in ``steps``.
+    """A :class:`matplotlib.animation.FuncAnimation` that shows ``plot.update(**{name: s})`` for ``s`` in ``steps``
+    (the plot's other state keywords keep their values).
 
     ``.to_jshtml()`` gives a self-contained HTML player that works without a kernel (nbviewer, GitHub's static
     view); every frame is stored in it as a PNG, so keep the plot's ``dpi`` and the number of steps modest.
@@ -191,11 +192,57 @@ def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: i
     plot._unblit()
 
     def frame(step):
-        plot.update(**{name: step})
+        plot.update(**{**plot.state, name: step})  # the other keywords (an order, a dtype) stay as they are
         return plot.fig.axes
 
     return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False,
                                    cache_frame_data=False)
+
+
+class Picture:
+    """A PNG picture that Jupyter shows (the last expression of a cell). ``data``: the PNG bytes."""
+
+    def __init__(self, data: bytes):
+        self.data = bytes(data)
+        self.width, self.height = Image.open(io.BytesIO(self.data)).size
+
+    def _repr_png_(self) -> bytes:
+        return self.data
+
+    def __repr__(self) -> str:  # the text/plain beside the picture: short, and the same on every machine
+        return f"<flashmath picture, {self.width} x {self.height} pixels>"
+
+
+def strip(plot: LivePlot, states, *, columns: int | None = None) -> Picture:
+    """Key frames of a plot side by side, in one PNG: the static view of a slider for GitHub and nbviewer.
+
+    Args:
+        plot: a :class:`LivePlot` (its own instance; its ``dpi`` sets the frame size).
+        states: the states to show, each a dict of ``update`` keywords, in reading order.
+        columns: frames per row (default: all in one row).
+
+    Returns:
+        :class:`Picture`.
+
+    Raises:
+        ValueError: no states, or ``columns`` below 1.
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("states must list at least one state")
+    columns = len(states) if columns is None else integer(columns, "columns")
+    if columns < 1:
+        raise ValueError(f"columns must be at least 1, got {columns}")
+    frames = [Image.fromarray(np.ascontiguousarray(plot.update(**state).rgb())) for state in states]
+    width, height = frames[0].size
+    rows = -(-len(frames) // columns)
+    sheet = Image.new("RGB", (columns * width, rows * height), "white")
+    for k, frame in enumerate(frames):
+        sheet.paste(frame, ((k % columns) * width, (k // columns) * height))
+    buffer = io.BytesIO()
+    # stored in a notebook: small beats fast here (a 128-colour palette keeps plots crisp at half the size)
+    sheet.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(buffer, format="png", optimize=True)
+    return Picture(buffer.getvalue())
 
 
 def figure_signature(fig) -> bytes:

@@ -9,7 +9,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from flashmath.viz.live import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, finite_or_nan, index, limits
 
-__all__ = ["TileSweepPlot", "plot_tile_sweep_step"]
+__all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 
 ORDER_NAMES = {"fa1": "FlashAttention (key tiles outside)", "fa2": "FlashAttention-2 (query tiles outside)"}
 ORDER_COLORS = {"fa1": "#9467bd", "fa2": SEEN}
@@ -211,3 +211,34 @@ def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, st
     """A static picture of :class:`TileSweepPlot` after ``step`` tile steps (a pyplot figure, shown by Jupyter)."""
     return TileSweepPlot(traces, scores=scores, standard_bytes=standard_bytes, step=step, order=order,
                          figsize=figsize, pyplot=True).fig
+
+
+def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
+    """HBM traffic of the tiled orders against on-chip memory size (log-log), with Theorem 2's slope and the
+    standard algorithm's traffic; a static pyplot figure.
+
+    Args:
+        sweeps: :class:`flashmath.SramSweep` objects (one per order) from :func:`flashmath.sram_sweep` over the same
+            sizes and problem.
+
+    Returns:
+        matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    sweeps = list(sweeps)
+    if not sweeps:
+        raise ValueError("sweeps must hold at least one SramSweep")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    kib = sweeps[0].sram_bytes / 1024
+    for sweep in sweeps:
+        ax.loglog(kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4,
+                  label=f"{sweep.order} ({'Algorithm 1 blocks' if sweep.order == 'fa1' else 'query tile large'})")
+    theta = sweeps[0].theta_bytes
+    anchor = sweeps[0].hbm_bytes[0] / theta[0]
+    ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label="$\propto N^2 D^2 / S$ (Theorem 2)")
+    ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label="standard (X, Y in HBM)")
+    ax.set_xlabel("on-chip memory S per SM (KiB)")
+    ax.set_ylabel("HBM reads + writes (MB)")
+    ax.legend(fontsize=8)
+    return fig
