@@ -39,7 +39,7 @@ import numpy as np
 
 from flashmath._checks import integer
 from flashmath.attention import AttentionInputs, _setup, prepare_attention_inputs
-from flashmath.softmax import merge
+from flashmath.softmax import _merge_states
 from flashmath.traffic import CountedMemory, TrafficCount
 
 __all__ = ["DEFAULT_BLOCK_Q", "DEFAULT_BLOCK_K", "ORDERS", "flash_attention", "flash_trace", "FlashTrace"]
@@ -213,7 +213,7 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
                 p_tile = np.exp(np.subtract(x_tile, _nonempty(g_loc)[..., None], out=x_tile), out=x_tile)
                 s_loc = p_tile.sum(axis=-1)
                 # g_new = max(g, g~);  s_new = s exp(g - g_new) + s~ exp(g~ - g_new)   (chapter 2's merge)
-                g_new, s_new = merge(g_tile, s_tile, g_loc, s_loc)
+                g_new, s_new = _merge_states(g_tile, s_tile, g_loc, s_loc)
                 g_ref = _nonempty(g_new)
                 old = s_tile * np.exp(g_tile - g_ref)  # (..., B_r)
                 new = np.exp(g_loc - g_ref)
