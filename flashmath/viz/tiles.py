@@ -242,3 +242,31 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     ax.set_ylabel("HBM reads + writes (MB)")
     ax.legend(fontsize=8)
     return fig
+
+
+def plot_op_counts(counts: dict, *, names=("exp", "multiply", "divide", "add", "subtract", "maximum"),
+                   figsize=(7.5, 3.4)):
+    """Element operations per score of each loop, side by side (a static pyplot figure).
+
+    Args:
+        counts: ``{label: OpCount}`` from :func:`flashmath.count_ops`.
+        names: the operations to show, in order.
+
+    Returns:
+        matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if not counts:
+        raise ValueError("counts must hold at least one OpCount")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    width = 0.8 / len(counts)
+    colors = [ORDER_COLORS.get(label.split()[0], UNSEEN) for label in counts]
+    for k, (label, count) in enumerate(counts.items()):
+        xs = np.arange(len(names)) + (k - (len(counts) - 1) / 2) * width
+        bars = ax.bar(xs, [count.per_score(n) for n in names], width, color=colors[k], label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.set_xticks(np.arange(len(names)), names)
+    ax.set_ylabel("operations per score")
+    ax.legend(fontsize=8)
+    return fig
