@@ -24,9 +24,12 @@ Conventions kept by every function here:
   ``causal=True`` is the bottom-right aligned mask of :func:`flashmath.masks.causal_mask` (query ``n`` sees
   keys ``m <= n + M - N``), and is combined with ``mask`` by logical and.
 * A row with no key to attend to (fully masked, or ``M == 0``) outputs 0 and has logsumexp ``-inf`` (natural
-  log of 0). NaN in a row of ``q`` or in an attended row of ``k`` makes that output row NaN; NaN in ``v`` reaches
-  every row that is not fully masked (a masked key still enters ``Y V`` with weight 0, and ``0 * NaN`` is NaN, as
-  in a plain matrix product). Nothing is ever silently turned into 0 except fully masked rows.
+  log of 0). A row with a ``+inf`` score has logsumexp ``+inf`` and a NaN output (``inf / inf``).
+* A masked key is absent: the output equals attention with that key removed, whatever its ``k`` and ``v`` rows
+  hold (NaN or inf included), in every function, tile size and loop order. Masked scores and their value terms
+  are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN. NaN in a row of ``q`` or in
+  an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is ever silently turned into 0
+  except what is masked.
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first). :func:`attention` computes
   in float64 and returns float64. The variants compute in ``compute_dtype`` of the promoted input dtype (float32
   for float16, else the dtype itself), return the output in the promoted input dtype (float16 in, float16 out,
@@ -34,7 +37,10 @@ Conventions kept by every function here:
 * Errors: :class:`flashmath.softmax.NonFloatInputError` (a ValueError and a TypeError) for ``q``, ``k``, ``v`` that
   are not floating point; ``TypeError`` for a non-boolean mask, a non-bool ``causal``, a non-numeric ``scale``; ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k``
   differing, ``k`` and ``v`` with different ``M``, leading dimensions or a mask that do not broadcast, ``D == 0``)
-  and for a non-finite ``scale``. Inputs are never modified.
+  and for a non-finite ``scale``. Any finite scale is taken: it is folded into ``Q`` in float64, so a scale beyond
+  the compute dtype's range (``1e39`` with float32 inputs) still gives the right answer wherever the scores
+  themselves fit. Empty ``N`` gives an empty output, empty ``M`` fully masked rows. Inputs are never modified,
+  read-only and non-contiguous arrays included.
 
 Sources: A. Vaswani et al., "Attention Is All You Need" (2017), section 3.2.1 (scaled dot-product attention and
 the ``1 / sqrt(D)`` scale); M. Milakov and N. Gimelshein, "Online normalizer calculation for softmax" (2018)
@@ -55,6 +61,8 @@ from flashmath.softmax import as_float_array, compute_dtype, merge, safe_softmax
 
 __all__ = [
     "AttentionInputs",
+    "weighted_values",
+    "logsumexp_of",
     "prepare_attention_inputs",
     "attention",
     "two_loop_attention",
@@ -225,8 +233,8 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
     # Y = softmax(X) row by row (safe softmax: a fully masked row gives zeros, not 0 / 0)
     y = safe_softmax(x)  # (..., N, M)
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
-        # A = Y V
-        a = np.matmul(y, v)  # (..., N, M) @ (..., M, Dv) -> (..., N, Dv)
+        # A = Y V, a masked key absent whatever its v row holds
+        a = weighted_values(y, v, inp.keep)  # (..., N, M) @ (..., M, Dv) -> (..., N, Dv)
     g = np.max(x, axis=-1, initial=-np.inf)  # (..., N), the row max; -inf for a row with no key
     empty = g == -np.inf
     a = np.where(empty[..., None], 0.0, a)  # fully masked rows are 0 even where v holds NaN or inf
@@ -235,8 +243,8 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
         return a
     g_safe = np.where(empty, 0.0, g)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # logsumexp = g + log(sum_m exp(x_m - g)); log(0) = -inf for a fully masked row
-        lse = g_safe + np.log(np.sum(np.exp(x - g_safe[..., None]), axis=-1))  # (..., N)
+        # logsumexp = g + log(sum_m exp(x_m - g)); -inf for a fully masked row, +inf for a row with a +inf score
+        lse = logsumexp_of(g, np.sum(np.exp(x - g_safe[..., None]), axis=-1))  # (..., N)
     return a, np.broadcast_to(lse, inp.batch_shape + (inp.N,)).copy()
 
 
@@ -245,11 +253,48 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def weighted_values(p, v, keep) -> np.ndarray:
+    """``P V`` with masked keys absent: ``(..., R, Dv)`` from weights ``p (..., R, C)`` and values ``v (..., C, Dv)``.
+
+    A masked pair has weight exactly 0, and ``0 * x = 0`` for every finite ``x``, so the matrix product is right
+    unless a value row is NaN or inf. Those rows are left out of the product and added back one key at a time,
+    only for the rows that attend to them (there ``0 * inf`` stays NaN, as in any matrix product). ``keep``
+    (broadcastable to ``p``, True = attend) may be None: every pair attends.
+    """
+    if keep is None:
+        return np.matmul(p, v)
+    finite = np.isfinite(v).all(axis=-1)  # (..., C): keys whose value row is finite
+    if finite.all():
+        return np.matmul(p, v)
+    pv = np.matmul(p, np.where(finite[..., None], v, 0))  # (..., R, Dv)
+    for c in np.flatnonzero(~finite.reshape(-1, finite.shape[-1]).all(axis=0)):
+        attends = keep[..., :, c, None] & ~finite[..., None, c, None]  # (..., R, 1)
+        pv = pv + np.where(attends, p[..., :, c, None] * v[..., None, c, :], 0)
+    return pv
+
+
+def logsumexp_of(g: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``L = g + log(s)`` from a row's running max and sum: ``-inf`` for a row with no key (``s = 0``), ``+inf``
+    for a row with a ``+inf`` score (where ``s`` is NaN: ``inf - inf``), NaN where the row holds NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # L = g + log(s);  a fully masked row: -inf + log(0) = -inf
+        return np.where(g == np.inf, np.inf, g + np.log(s))
+
+
+def _value_term(weight, v, keep, m) -> np.ndarray:
+    """``weight_m V[m, :]`` for every row, ``(..., N, Dv)``, and exactly 0 where key ``m`` is masked for the row
+    (whatever ``V[m, :]`` holds: a masked key is absent)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
+        term = weight[..., None] * v[..., None, m, :]  # (..., N, 1) * (..., 1, Dv) -> (..., N, Dv)
+    return term if keep is None else np.where(keep[..., :, m, None], term, 0)
+
+
 def _setup(inp: AttentionInputs):
     """Cast to the compute dtype and fold the scale into Q (simplification 1 of chapter 3)."""
     dtype = compute_dtype(inp.dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 (scale 0) is NaN, on purpose
-        q_scaled = inp.q.astype(dtype) * dtype.type(inp.scale)  # (..., N, D), a new array
+        # Q * scale in float64, then the compute dtype: a scale such as 1e39 has no float32, but q * scale may
+        q_scaled = (inp.q.astype(np.float64) * inp.scale).astype(dtype)  # (..., N, D), a new array
     k = inp.k.astype(dtype, copy=False)  # (..., M, D)
     v = inp.v.astype(dtype, copy=False)  # (..., M, Dv)
     rows = inp.batch_shape + (inp.N,)  # the shape of one per-row state (g, s, x_m, ...)
@@ -280,10 +325,7 @@ def _finish(a, g, s, inp: AttentionInputs, return_lse: bool):
     a = np.where(s[..., None] == 0, 0, a).astype(inp.dtype, copy=False)  # (..., N, Dv)
     if not return_lse:
         return a
-    with np.errstate(divide="ignore"):
-        # lse = g_M + log(s_M); a fully masked row: -inf + log(0) = -inf
-        lse = g + np.log(s)  # (..., N)
-    return a, lse
+    return a, logsumexp_of(g, s)  # (..., N)
 
 
 def _stack(states, dtype) -> np.ndarray:
@@ -321,9 +363,8 @@ def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
         with np.errstate(invalid="ignore"):  # +inf - +inf: NaN, on purpose
             # y_m = exp(x_m - g_M) / s_M
             y_m = np.exp(x_m - g_safe) / s_safe  # (..., N)
-        with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
-            # A_m = A_{m-1} + y_m * V[m, :]   (a vector of length Dv per row)
-            a = a + y_m[..., None] * v[..., None, m, :]  # (..., N, 1) * (..., 1, Dv) -> (..., N, Dv)
+        # A_m = A_{m-1} + y_m * V[m, :]   (a vector of length Dv per row; nothing where key m is masked)
+        a = a + _value_term(y_m, v, keep, m)  # (..., N, Dv)
         yield y_m, a
 
 
@@ -550,7 +591,7 @@ def _one_loop(q_scaled, k, v, keep, rows, dtype):
             weight = np.exp(x_m - g_safe) / s_safe  # (..., N)
         with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
             # 4. attention:  A'_m = A'_{m-1} * s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m * V_m
-            a = a * correction[..., None] + weight[..., None] * v[..., None, m, :]  # (..., N, Dv)
+            a = a * correction[..., None] + _value_term(weight, v, keep, m)  # (..., N, Dv)
         yield x_m, g, s, correction, weight, a
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashmath._checks import integer
-from flashmath.attention import AttentionInputs, _setup, prepare_attention_inputs
+from flashmath.attention import AttentionInputs, _setup, logsumexp_of, prepare_attention_inputs, weighted_values
 from flashmath.softmax import _merge_states
 from flashmath.traffic import CountedMemory, TrafficCount
 
@@ -106,25 +106,6 @@ def _scores(q_tile, k_tile, keep_tile, batch: tuple) -> np.ndarray:
     return x_tile
 
 
-def _weighted_values(p_tile, v_tile, keep_tile) -> np.ndarray:
-    """``P_ij V_j`` with masked keys absent: ``(..., B_r, Dv)``.
-
-    A masked pair has weight exactly 0, and ``0 * x = 0`` for every finite ``x``, so the matrix product is
-    right unless a value row is NaN or inf. Those rows are left out of the product and added back one key at
-    a time, only for the rows that attend to them (there ``0 * inf`` stays NaN, as in any matrix product).
-    """
-    if keep_tile is None:
-        return np.matmul(p_tile, v_tile)
-    finite = np.isfinite(v_tile).all(axis=-1)  # (..., B_c): keys whose value row is finite
-    if finite.all():
-        return np.matmul(p_tile, v_tile)
-    pv = np.matmul(p_tile, np.where(finite[..., None], v_tile, 0))  # (..., B_r, Dv)
-    for c in np.flatnonzero(~finite.reshape(-1, finite.shape[-1]).all(axis=0)):
-        attends = keep_tile[..., :, c, None] & ~finite[..., None, c, None]  # (..., B_r, 1)
-        pv = pv + np.where(attends, p_tile[..., :, c, None] * v_tile[..., None, c, :], 0)
-    return pv
-
-
 def _nonempty(g: np.ndarray) -> np.ndarray:
     """``g`` with ``-inf`` (a row that has seen no key yet) replaced by 0, where ``g`` is subtracted: the weights
     of such a row come out as ``exp(-inf - 0) = 0`` instead of ``exp(-inf - (-inf)) = NaN``."""
@@ -166,7 +147,7 @@ def _fa2_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
                     s_tile = s_tile * alpha + p_tile.sum(axis=-1)
                     # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
                     acc_tile *= alpha[..., None]
-                    acc_tile += _weighted_values(p_tile, v_tile, keep_tile)
+                    acc_tile += weighted_values(p_tile, v_tile, keep_tile)
                 g_tile = g_new
                 del x_tile, p_tile  # the score tile is dropped before the next one is made
             if j == len(key_tiles) - 1:
@@ -182,7 +163,7 @@ def _fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile) -> None:
         # A_i = acc / s  (a row that saw no key has acc = 0: divide by 1 instead of 0)
         a[..., r0:r1, :] = acc_tile / np.where(s_tile == 0, 1, s_tile)[..., None]
         # lse_i = g + log(s);  a row that saw no key: -inf + log(0) = -inf
-        lse[..., r0:r1] = g_tile + np.log(s_tile)
+        lse[..., r0:r1] = logsumexp_of(g_tile, s_tile)
 
 
 def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: int):
@@ -218,7 +199,7 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
                 old = s_tile * np.exp(g_tile - g_ref)  # (..., B_r)
                 new = np.exp(g_loc - g_ref)
                 # A_new = (s exp(g - g_new) A + exp(g~ - g_new) P~ V_j) / s_new   (normalised at every step)
-                a_new = old[..., None] * a_tile + new[..., None] * _weighted_values(p_tile, v_tile, keep_tile)
+                a_new = old[..., None] * a_tile + new[..., None] * weighted_values(p_tile, v_tile, keep_tile)
                 a_new /= np.where(s_new == 0, 1, s_new)[..., None]
             del x_tile, p_tile
             # write A_i, g_i, s_i back to memory
@@ -251,9 +232,8 @@ def _tile_result(hbm: CountedMemory, inp: AttentionInputs, order: str, return_ls
         return a
     if order == "fa2":
         return a, hbm.array("lse")
-    with np.errstate(divide="ignore"):
-        # lse = g + log(s) from the row statistics Algorithm 1 leaves in memory
-        return a, hbm.array("g") + np.log(hbm.array("s"))
+    # lse = g + log(s) from the row statistics Algorithm 1 leaves in memory
+    return a, logsumexp_of(hbm.array("g"), hbm.array("s"))
 
 
 def flash_attention(

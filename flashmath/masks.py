@@ -63,35 +63,51 @@ def causal_mask(N: int, M: int, *, align: str = "bottom-right") -> np.ndarray:
     return m <= n + offset  # (N, M)
 
 
-def sliding_window_mask(N: int, M: int, window: int, *, align: str = "bottom-right") -> np.ndarray:
-    """Causal sliding-window (local) mask: query ``n`` sees its last ``window`` keys.
+def sliding_window_mask(N: int, M: int, window: int | None = None, *, left: int | None = None,
+                        right: int | None = None, align: str = "bottom-right") -> np.ndarray:
+    """Sliding-window (local) mask: query ``n`` sees the keys within ``left`` before and ``right`` after its own.
 
-    Query ``n`` sees key ``m`` when ``n + offset - window < m <= n + offset``, with ``offset`` as in
-    :func:`causal_mask`. ``window >= N + offset`` (``>= M`` bottom-right, ``>= N`` top-left) gives the plain causal
-    mask. In FlashAttention's ``window_size=(left, right)`` terms this is ``(window - 1, 0)``; it is the window of
-    Mistral-style local attention.
+    With ``p = n + offset`` the key aligned with query ``n`` (``offset`` as in :func:`causal_mask`), query ``n`` sees
+    key ``m`` when ``p - left <= m <= p + right``: both extents inclusive, as FlashAttention's
+    ``window_size=(left, right)``, where ``None`` (FlashAttention's ``-1``) means unbounded on that side. The
+    causal local attention of Mistral-style models is ``window=w``, short for ``left=w - 1, right=0``: the last
+    ``w`` keys, the aligned one included. ``left=None, right=0`` is the plain causal mask.
 
     Args:
-        N: number of queries (``>= 0``).
-        M: number of keys (``>= 0``).
-        window: number of keys each query sees, its own diagonal key included (``>= 1``).
+        N: number of queries (``>= 0``). M: number of keys (``>= 0``).
+        window: keys each query sees, its aligned key included (``>= 1``); give either this or ``left``/``right``.
+        left, right: the extents (``>= 0``, or None for unbounded on that side; at least one is needed).
         align: ``"bottom-right"`` (default) or ``"top-left"``, see :func:`causal_mask`.
 
     Returns:
         Boolean array ``(N, M)``, True = attend.
 
     Raises:
-        TypeError: a size is not an integer (a bool is not). ValueError: a negative size, ``window < 1`` or an
-        unknown ``align``.
+        TypeError: a size or extent is not an integer (a bool is not). ValueError: a negative size or extent,
+        ``window < 1``, both ``window`` and an extent, neither, or an unknown ``align``.
     """
     N, M = _size(N, "N"), _size(M, "M")
-    window = _size(window, "window")
-    if window < 1:
-        raise ValueError(f"window must be >= 1 (each query sees at least its own key), got {window}")
+    if window is not None:
+        if left is not None or right is not None:
+            raise ValueError("give either window or left/right, not both")
+        window = _size(window, "window")
+        if window < 1:
+            raise ValueError(f"window must be >= 1 (each query sees at least its own key), got {window}")
+        left, right = window - 1, 0
+    elif left is None and right is None:
+        raise ValueError("give window (the last keys each query sees) or the extents left and right")
+    else:
+        left = None if left is None else _size(left, "left")
+        right = None if right is None else _size(right, "right")
     offset = _offset(N, M, align)
-    n = np.arange(N)[:, None]  # (N, 1)
+    p = np.arange(N)[:, None] + offset  # (N, 1): the key aligned with each query
     m = np.arange(M)[None, :]  # (1, M)
-    return (m <= n + offset) & (m > n + offset - window)  # (N, M)
+    keep = np.ones((N, M), dtype=bool)
+    if left is not None:
+        keep &= m >= p - left
+    if right is not None:
+        keep &= m <= p + right
+    return keep  # (N, M)
 
 
 def padding_mask(lengths, M: int) -> np.ndarray:
@@ -102,8 +118,9 @@ def padding_mask(lengths, M: int) -> np.ndarray:
         M: the padded number of keys.
 
     Returns:
-        Boolean array ``(B, 1, M)``: ``mask[b, 0, m] = m < lengths[b]``. It broadcasts against scores
-        ``(B, N, M)``; for scores ``(B, H, N, M)`` use ``mask[:, None]`` (shape ``(B, 1, 1, M)``).
+        Boolean array ``(B, 1, 1, M)``: ``mask[b, 0, 0, m] = m < lengths[b]``. It broadcasts against scores
+        ``(B, H, N, M)`` (batch, heads, queries, keys) as returned; for inputs without a heads axis,
+        ``(B, N, D)``, use ``mask[:, 0]`` (shape ``(B, 1, M)``).
 
     Raises:
         TypeError: ``lengths`` is not integers (bools are not), or ``M`` is not an integer. ValueError:
@@ -120,4 +137,4 @@ def padding_mask(lengths, M: int) -> np.ndarray:
     if lengths.size and (lengths.min() < 0 or lengths.max() > M):
         raise ValueError(f"every length must lie in [0, M] = [0, {M}], got {lengths.tolist()}")
     m = np.arange(M)  # (M,)
-    return (m[None, :] < lengths[:, None])[:, None, :]  # (B, M) -> (B, 1, M)
+    return (m[None, :] < lengths[:, None])[:, None, None, :]  # (B, M) -> (B, 1, 1, M)

@@ -12,6 +12,7 @@ from flashmath.bench.__main__ import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+BUILDERS = set(widgets.__all__) - {"live_widget", "step_slider"}
 
 
 def widget_calls():
@@ -21,7 +22,8 @@ def widget_calls():
         for cell in json.loads(path.read_text())["cells"]:
             if cell["cell_type"] == "code":
                 for builder in re.findall(r"\bwidgets\.(\w+)\(", "".join(cell["source"])):
-                    calls.add((path.stem, builder))
+                    if builder in BUILDERS:  # not helpers such as widgets.tile_sweep_traces
+                        calls.add((path.stem, builder))
     return calls
 
 
@@ -29,8 +31,7 @@ def test_every_widget_of_every_notebook_is_benchmarked():
     cases = {(c.notebook, c.builder) for c in sliders.course_cases()}
     missing = widget_calls() - cases
     assert not missing, f"add these widgets to flashmath/bench/sliders.py course_cases(): {sorted(missing)}"
-    builders = set(widgets.__all__) - {"live_widget", "step_slider"}
-    assert builders <= {b for _, b in cases}, "every widget builder of flashmath.widgets is benchmarked"
+    assert BUILDERS <= {b for _, b in cases}, "every widget builder of flashmath.widgets is benchmarked"
 
 
 def test_the_benchmark_runs_and_prints_a_row_per_widget(capsys):

@@ -68,14 +68,39 @@ def test_sliding_window_example():
 
 def test_padding_mask():
     mask = padding_mask([3, 0, 4], 4)
-    assert mask.shape == (3, 1, 4) and mask.dtype == np.bool_
-    np.testing.assert_array_equal(mask[:, 0], [[T, T, T, F], [F, F, F, F], [T, T, T, T]])
+    assert mask.shape == (3, 1, 1, 4) and mask.dtype == np.bool_
+    np.testing.assert_array_equal(mask[:, 0, 0], [[T, T, T, F], [F, F, F, F], [T, T, T, T]])
+
+
+@pytest.mark.parametrize("H", [2, 3])  # H == B used to broadcast silently against the heads axis
+def test_padding_mask_as_returned_masks_the_right_batch_rows_of_b_h_n_d_inputs(H):
+    import flashmath as fm
+
+    rng = np.random.default_rng(H)
+    B, N, M, D = 2, 3, 4, 5
+    q, k, v = rng.standard_normal((B, H, N, D)), rng.standard_normal((B, H, M, D)), rng.standard_normal((B, H, M, D))
+    lengths = [1, 3]
+    out = fm.attention(q, k, v, mask=padding_mask(lengths, M))
+    for b, length in enumerate(lengths):  # each sequence alone, its padding removed
+        np.testing.assert_allclose(out[b], fm.attention(q[b], k[b, :, :length], v[b, :, :length]), rtol=1e-12)
+
+
+def test_sliding_window_extents_as_flashattention_window_size():
+    # window_size = (left, right) = (1, 1): the aligned key and one on each side
+    np.testing.assert_array_equal(sliding_window_mask(3, 3, left=1, right=1),
+                                  [[T, T, F], [T, T, T], [F, T, T]])
+    np.testing.assert_array_equal(sliding_window_mask(3, 5, left=0, right=None),  # bottom-right: key p = n + 2
+                                  [[F, F, T, T, T], [F, F, F, T, T], [F, F, F, F, T]])
+    np.testing.assert_array_equal(sliding_window_mask(3, 3, left=None, right=0), causal_mask(3, 3))
+    np.testing.assert_array_equal(sliding_window_mask(4, 4, 2), sliding_window_mask(4, 4, left=1, right=0))
+    np.testing.assert_array_equal(sliding_window_mask(2, 4, left=1, right=0, align="top-left"),
+                                  [[T, F, F, F], [T, T, F, F]])
 
 
 def test_padding_mask_of_an_empty_batch():
     for lengths in ([], (), np.array([], dtype=np.int64)):
         mask = padding_mask(lengths, 3)
-        assert mask.shape == (0, 1, 3) and mask.dtype == np.bool_
+        assert mask.shape == (0, 1, 1, 3) and mask.dtype == np.bool_
 
 
 @pytest.mark.parametrize(
@@ -93,6 +118,10 @@ def test_padding_mask_of_an_empty_batch():
         (lambda: causal_mask(3, np.True_), TypeError, "M must be an integer, got the bool"),
         (lambda: sliding_window_mask(3, 3, True), TypeError, "window must be an integer, got the bool"),
         (lambda: padding_mask([1], False), TypeError, "M must be an integer, got the bool"),
+        (lambda: sliding_window_mask(3, 3, 2, left=1), ValueError, "either window or left/right"),
+        (lambda: sliding_window_mask(3, 3), ValueError, "give window"),
+        (lambda: sliding_window_mask(3, 3, left=-1), ValueError, "left must be >= 0"),
+        (lambda: sliding_window_mask(3, 3, left=1, right=1.0), TypeError, "right must be an integer"),
     ],
 )
 def test_errors(call, error, match):

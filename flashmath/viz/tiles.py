@@ -236,7 +236,7 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
                   label=f"{sweep.order} ({'Algorithm 1 blocks' if sweep.order == 'fa1' else 'query tile large'})")
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
-    ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label="$\propto N^2 D^2 / S$ (Theorem 2)")
+    ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=r"$\propto N^2 D^2 / S$ (Theorem 2)")
     ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label="standard (X, Y in HBM)")
     ax.set_xlabel("on-chip memory S per SM (KiB)")
     ax.set_ylabel("HBM reads + writes (MB)")
