@@ -55,6 +55,9 @@ def course_cases() -> list[Case]:
     sweep = fm.scale_sweep([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], rng=np.random.default_rng(3), n_queries=200,
                            n_keys=64)
     tile_traces, tile_scores, tile_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8, causal=True)
+    window = fm.sliding_window_mask(len(q), len(k), 12)
+    window_traces, window_scores, window_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8,
+                                                                              mask=window)
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
     loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
@@ -78,6 +81,10 @@ def course_cases() -> list[Case]:
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
              lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
                                                    step=step, order=order)),
+        Case("08_masking", "tile_sweep_player",
+             lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
+             lambda step, order: viz.TileSweepPlot(window_traces, scores=window_scores,
+                                                   standard_bytes=window_standard, step=step, order=order)),
     ]
 
 

@@ -15,7 +15,7 @@ from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_
 from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
                                 strip)
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
-from flashmath.viz.tiles import TileSweepPlot, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
+from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 
 __all__ = [
     "DPI",
@@ -34,6 +34,7 @@ __all__ = [
     "animate_steps",
     "figure_signature",
     "plot_loop_swap_step",
+    "plot_masks",
     "plot_one_loop_step",
     "plot_op_counts",
     "plot_online_softmax_step",

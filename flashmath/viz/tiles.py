@@ -270,3 +270,38 @@ def plot_op_counts(counts: dict, *, names=("exp", "multiply", "divide", "add", "
     ax.set_ylabel("operations per score")
     ax.legend(fontsize=8)
     return fig
+
+
+def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
+    """Boolean masks drawn side by side (attend = dark), one panel each with its title (a static pyplot figure).
+
+    Args:
+        masks: ``{title: (N, M) boolean array}``.
+        columns: panels per row.
+
+    Returns:
+        matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if not masks:
+        raise ValueError("masks must hold at least one mask")
+    rows = -(-len(masks) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=figsize or (3.2 * columns, 2.6 * rows), layout="constrained",
+                             squeeze=False)
+    for ax, (title, mask) in zip(axes.ravel(), masks.items()):
+        mask = np.asarray(mask, dtype=bool)
+        N, M = mask.shape
+        ax.imshow(mask, cmap="Blues", vmin=-0.3, vmax=1.2, extent=(0.5, M + 0.5, N + 0.5, 0.5))
+        ax.set_xticks(np.arange(1, M + 1))
+        ax.set_yticks(np.arange(1, N + 1))
+        ax.set_xticks(np.arange(0.5, M + 1), minor=True)
+        ax.set_yticks(np.arange(0.5, N + 1), minor=True)
+        ax.grid(which="minor", color="w", lw=1)
+        ax.tick_params(which="minor", length=0)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("key m", fontsize=8)
+        ax.set_ylabel("query n", fontsize=8)
+    for ax in axes.ravel()[len(masks):]:
+        ax.set_visible(False)
+    return fig
