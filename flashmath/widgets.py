@@ -27,11 +27,12 @@ from flashmath._checks import integer
 from flashmath.attention import loop_swap_trace, one_loop_trace, prepare_attention_inputs
 from flashmath.flash import flash_trace
 from flashmath.softmax import as_float_array, online_softmax_trace
+from flashmath.splitkv import split_kv_trace
 from flashmath.traffic import attention_traffic
 from flashmath.viz.live import check_dims, check_labels, index
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player", "tile_sweep_player"]
+           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -290,3 +291,38 @@ def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=Fal
     toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description="order")
     plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
     return live_widget(plot, interval=interval, step=slider, order=toggle)
+
+
+def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: int = PLAY_INTERVAL):
+    """Split one query's keys into 1..``max_splits`` ranges: each range's output and logsumexp, and the merge tree.
+
+    Args:
+        q: ``(1, D)`` one query (decoding), k: ``(M, D)``, v: ``(M, Dv)``.
+        max_splits: the largest number of ranges on the slider (``>= 1``).
+        value: the number of ranges shown first.
+        interval: milliseconds between Play frames.
+
+    Returns:
+        :func:`live_widget` with a ``splits`` slider over ``1..max_splits`` and a Play button.
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.split_kv_trace`; ``q`` not one query; ``max_splits`` or
+        ``value`` out of range or not integers.
+    """
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim != 2 or q.shape[0] != 1 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"q must be one query (1, D) and k, v 2-D (M, D), (M, Dv); got {q.shape}, {k.shape}, "
+                         f"{v.shape}")
+    max_splits = integer(max_splits, "max_splits")
+    if max_splits < 1:
+        raise ValueError(f"max_splits must be at least 1, got {max_splits}")
+    value = integer(value, "value (the number of ranges shown first)")
+    if not 1 <= value <= max_splits:
+        raise ValueError(f"value (the number of ranges shown first) must be in 1..{max_splits}, got {value}")
+    traces = {p: split_kv_trace(q, k, v, p) for p in range(1, max_splits + 1)}
+    inp = prepare_attention_inputs(q, k, v)
+    scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)[0]  # (M,)
+    slider = widgets.IntSlider(value=value, min=1, max=max_splits, step=1, description="splits",
+                               continuous_update=True)
+    plot = viz.SplitKVPlot(traces, scores, splits=value)
+    return live_widget(plot, interval=interval, splits=slider)

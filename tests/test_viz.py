@@ -23,7 +23,9 @@ def small_plots():
     from flashmath.widgets import tile_sweep_traces
 
     traces, scores, standard = tile_sweep_traces(q, k, v, block_q=1, block_k=2, causal=True)
+    splits = {p: fm.split_kv_trace(q[:1], k, v, p) for p in (1, 2, 3, 7)}
     return [
+        (lambda **s: viz.SplitKVPlot(splits, (q[:1] @ k.T)[0] / np.sqrt(3), **s), "splits", [1, 3, 7, 2]),
         (lambda **s: viz.OnlineSoftmaxPlot(fm.online_softmax_trace(x), **s), "step", [0, 3, 6, 2]),
         (lambda **s: viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, **s), ("step", "order"),
          [(0, "fa2"), (4, "fa2"), (4, "fa1"), (6, "fa1"), (2, "fa2")]),
@@ -40,7 +42,7 @@ def state(key, value):
     return dict(zip(key, value)) if isinstance(key, tuple) else {key: value}
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"])
 def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, steps):
     """Blitting leaves nothing of an earlier step behind, and each step has its own picture."""
     plot = make(**state(key, steps[0]))
@@ -54,7 +56,7 @@ def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, step
     assert plot.png()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"])
 def test_the_layout_is_frozen_after_the_first_draw(make, key, steps):
     plot = make(**state(key, steps[0]))
     positions = [ax.get_position().bounds for ax in plot.fig.axes]

@@ -384,3 +384,18 @@ def test_tile_sweep_player_steps_through_tiles_and_switches_order():
         widgets.tile_sweep_player(q, k, v, order="fa3")
     with pytest.raises(ValueError, match="2-D"):
         widgets.tile_sweep_player(q[None], k[None], v[None])
+
+
+def test_split_kv_player_redraws_for_every_split_count():
+    q, k, v = small_head(N=1, M=9)
+    ui = quiet(widgets.split_kv_player, q, k, v, max_splits=12, value=2)
+    slider = control(ui, "splits")
+    assert (slider.min, slider.max, slider.value) == (1, 12, 2)
+    seen = {rendered(ui)}
+    for p in (1, 3, 9, 12):  # 12 > M: empty ranges too
+        seen.add(move(ui, slider, p))
+    assert len(seen) == 5
+    with pytest.raises(ValueError, match="one query"):
+        widgets.split_kv_player(np.ones((2, 4)), k, v)
+    with pytest.raises(ValueError, match=r"must be in 1..12"):
+        widgets.split_kv_player(q, k, v, max_splits=12, value=13)

@@ -58,6 +58,7 @@ def course_cases() -> list[Case]:
     window = fm.sliding_window_mask(len(q), len(k), 12)
     window_traces, window_scores, window_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8,
                                                                               mask=window)
+    split_traces = {p: fm.split_kv_trace(q[n:n + 1], k, v, p) for p in range(1, 17)}
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
     loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
@@ -85,6 +86,8 @@ def course_cases() -> list[Case]:
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
              lambda step, order: viz.TileSweepPlot(window_traces, scores=window_scores,
                                                    standard_bytes=window_standard, step=step, order=order)),
+        Case("10_beyond", "split_kv_player", lambda: widgets.split_kv_player(q[n:n + 1], k, v, value=4),
+             lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
     ]
 
 

@@ -14,6 +14,7 @@ from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_
                                      plot_scale_step)
 from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
                                 strip)
+from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 
@@ -30,6 +31,7 @@ __all__ = [
     "OverflowPlot",
     "Picture",
     "ScalePlot",
+    "SplitKVPlot",
     "TileSweepPlot",
     "animate_steps",
     "figure_signature",
