@@ -121,25 +121,25 @@ def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
 
 
 def block_step(g_prev, s_prev, a_prev, x_block, v_block):
-    """Chapter 5, exercise 5.2 (derivation): the state after a block of b keys, m+1 .. m+b, in one step.
+    """Chapter 5, exercise 5.2 (derivation): the state after a block of b keys, m-b+1 .. m, in one step.
 
-    By definition A'_{m+b} = sum_{i <= m+b} exp(x_i - g_{m+b}) / s_{m+b} V_i. Split the sum into the first m keys and
-    the block. In the first part write exp(x_i - g_{m+b}) = exp(x_i - g_m) exp(g_m - g_{m+b}) and
-    1 / s_{m+b} = (1 / s_m) (s_m / s_{m+b}); what remains of it is the definition of A'_m:
+    By definition A'_m = sum_{i <= m} exp(x_i - g_m) / s_m V_i. Split the sum into the keys before the block,
+    i <= m-b, and the block. In the first part write exp(x_i - g_m) = exp(x_i - g_{m-b}) exp(g_{m-b} - g_m) and
+    1 / s_m = (1 / s_{m-b}) (s_{m-b} / s_m); what remains of it is the definition of A'_{m-b}:
 
-        A'_{m+b} = A'_m s_m exp(g_m - g_{m+b}) / s_{m+b} + sum_{i = m+1..m+b} exp(x_i - g_{m+b}) / s_{m+b} V_i,
+        A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i,
 
-    with g_{m+b} = max(g_m, x_{m+1}, ..., x_{m+b}) and s_{m+b} = s_m exp(g_m - g_{m+b}) + sum_i exp(x_i - g_{m+b})
-    (the same split applied to the sum). With b = 1 it is the recurrence of the chapter; with a block of B_c keys
-    it is the rescaling of FlashAttention, section 3.1, that chapter 6 uses for tiles.
+    with g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m) and s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m) (the
+    same split applied to the sum). With b = 1 it is the recurrence of the chapter; with a block of B_c keys it is
+    the rescaling of FlashAttention, section 3.1, that chapter 6 uses for tiles.
     """
     x = np.asarray(x_block, dtype=np.float64)  # (b,) the block's scores
     V = np.asarray(v_block, dtype=np.float64)  # (b, Dv) the block's value rows
-    g = max(g_prev, float(x.max()))  # g_{m+b} = max(g_m, x_{m+1}, ..., x_{m+b})
-    rescale = math.exp(g_prev - g)  # exp(g_m - g_{m+b}): 0 from the empty state
-    e = np.exp(x - g)  # exp(x_i - g_{m+b}) <= 1, one per key of the block
-    s = s_prev * rescale + e.sum()  # s_{m+b} = s_m exp(g_m - g_{m+b}) + sum_i exp(x_i - g_{m+b})
-    # A'_{m+b} = A'_m s_m exp(g_m - g_{m+b}) / s_{m+b} + sum_i exp(x_i - g_{m+b}) / s_{m+b} V_i
+    g = max(g_prev, float(x.max()))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)
+    rescale = math.exp(g_prev - g)  # exp(g_{m-b} - g_m): 0 from the empty state
+    e = np.exp(x - g)  # exp(x_i - g_m) <= 1, one per key of the block
+    s = s_prev * rescale + e.sum()  # s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m)
+    # A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_i exp(x_i - g_m) / s_m V_i
     a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) @ V
     return g, s, a
 

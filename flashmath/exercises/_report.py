@@ -34,6 +34,12 @@ class CheckReport:
     def add(self, name: str, ok: bool, message: str = "") -> None:
         self.cases.append((name, bool(ok), message))
 
+    def in_order(self, names) -> CheckReport:
+        """Put the cases in the order of ``names`` (a checker records the cases that raised first); return self."""
+        rank = {name: i for i, name in enumerate(names)}
+        self.cases.sort(key=lambda case: rank.get(case[0], len(rank)))
+        return self
+
     def __repr__(self) -> str:
         n_ok = sum(ok for _, ok, _ in self.cases)
         lines = [f"{self.title}: {n_ok} of {len(self.cases)} cases passed"]
@@ -86,24 +92,20 @@ class Diagnosis:
     """
 
     def __init__(self, cases, answers, mistakes, same):
-        self._matches = []  # per mistake: per case, True when one of its models gives the learner's answer
+        self._rows = []  # per model of each mistake: (mistake, [matches the learner's answer on case i])
         for mistake in mistakes:
             compare = mistake.compare or same
-            row = []
-            for args, answer in zip(cases, answers):
-                hit = False
-                if answer is not None:
-                    for model in mistake.models:
-                        wrong = quiet(model, *args)
-                        if wrong is not None and quiet(compare, answer, wrong):
-                            hit = True
-                            break
-                row.append(hit)
-            self._matches.append((mistake, row))
+            for model in mistake.models:
+                row = []
+                for args, answer in zip(cases, answers):
+                    wrong = None if answer is None else quiet(model, *args)
+                    row.append(wrong is not None and bool(quiet(compare, answer, wrong)))
+                self._rows.append((mistake, row))
 
     def for_case(self, i: int) -> Mistake | None:
-        """The mistake that gives the learner's answer on case ``i`` and on the most cases of the run, or None."""
-        candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._matches) if row[i]]
+        """The mistake whose model gives the learner's answer on case ``i`` and on the most cases of the run (the
+        first in the catalogue on a tie), or None."""
+        candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._rows) if row[i]]
         return max(candidates, key=lambda c: c[:2])[2] if candidates else None
 
 

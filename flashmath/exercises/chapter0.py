@@ -104,4 +104,4 @@ def check_score_row(fn) -> CheckReport:
             report.add(name, False, f"expected {fmt(expected)}, got {fmt(x)}: {mistake.message()}")
         else:
             report.add(name, False, f"expected {fmt(expected)}, got {fmt(x)}{error_note(x, expected)}")
-    return report
+    return report.in_order([name for name, *_ in cases])

@@ -151,4 +151,4 @@ def check_safe_softmax(fn) -> CheckReport:
             if np.isnan(y.astype(np.float64)).any() and not np.isnan(expected.astype(np.float64)).any():
                 hint = " (NaN: did exp overflow, or -inf - (-inf) happen?)"
             report.add(name, False, f"expected {fmt(expected)}, got {fmt(y)}{hint}{error_note(y, expected)}")
-    return report
+    return report.in_order([name for name, *_ in cases])

@@ -160,4 +160,4 @@ def check_attention(fn) -> CheckReport:
                                     "Subtract each row's own max before exp")
         else:
             report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}{error_note(a, expected)}")
-    return report
+    return report.in_order([name for name, *_ in cases])

@@ -75,46 +75,53 @@ def _step_model(update, state=None):
     return lambda g_prev, s_prev, a_prev, x_m, v_m: block(g_prev, s_prev, a_prev, [x_m], [v_m])
 
 
-def _a_mistakes(model, rule):
-    """The classic wrong ``A'`` of chapter 5; ``model`` turns an update into a model with the exercise's signature."""
+def _a_mistakes(model, rule, old="m-1"):
+    """The classic wrong ``A'`` of chapter 5; ``model`` turns an update into a model with the exercise's signature.
+
+    ``old`` is the index of the state before the step: "m-1" for one key, "m-b" for a block of ``b`` keys.
+    """
+    a_old, s_old, g_old = f"A'_{{{old}}}", f"s_{{{old}}}", f"g_{{{old}}}"
+    correction = f"{s_old} exp({g_old} - g_m) / s_m"
     return (
         Mistake("s_m A'_m returned (not divided)", "that is the unnormalised numerator of FlashAttention-2 (chapter 7): "
                 "divide by s_m", (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),)),
         Mistake("divided by s_m twice", f"{rule} divides each term by s_m once",
                 (model(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),)),
-        Mistake("A'_{m-1} not corrected", "the old output must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m, which "
-                "is below 1 even when the max holds (s_{m-1} < s_m): the old average gives up the weight the new key "
-                "takes", (model(lambda a, sp, r, e, V, s, *_: a + e @ V / s),)),
-        Mistake("FlashAttention-2's update", "A'_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m) V_m updates the "
-                f"unnormalised numerator s A' of FlashAttention-2 (chapter 7); here A' is normalised at every step: "
-                f"{rule}", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V),)),
-        Mistake("exp(g_{m-1} - g_m) missing", "when the max jumps, A'_{m-1} must be multiplied by s_{m-1} exp(g_{m-1} "
-                "- g_m) / s_m (did you overwrite g with the new max before computing exp(g_{m-1} - g_m)?)",
+        Mistake(f"{a_old} not corrected", f"the old output must be multiplied by {correction}, which is below 1 even "
+                f"when the max holds ({s_old} < s_m): the old average gives up the weight the new keys take",
+                (model(lambda a, sp, r, e, V, s, *_: a + e @ V / s),)),
+        Mistake("FlashAttention-2's update", f"{a_old} exp({g_old} - g_m) + exp(x - g_m) V updates the unnormalised "
+                f"numerator s A' of FlashAttention-2 (chapter 7); here A' is normalised at every step: {rule}",
+                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V),)),
+        Mistake(f"exp({g_old} - g_m) missing", f"when the max jumps, {a_old} must be multiplied by {correction} (did "
+                f"you overwrite g with the new max before computing exp({g_old} - g_m)?)",
                 (model(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),)),
-        Mistake("s_{m-1} missing", "A'_{m-1} is an average over a total weight of s_{m-1}, so it must be multiplied by "
-                "s_{m-1} exp(g_{m-1} - g_m) / s_m", (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),)),
-        Mistake("divided by s_{m-1} instead of s_m", "both terms are divided by the new sum s_m, which includes the "
-                f"new key: {rule}", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
-                                     model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp))),
-        Mistake("s_m used where s_{m-1} belongs", "the correction is s_{m-1} exp(g_{m-1} - g_m) / s_m, with the old sum "
-                "on top: keep s_{m-1} before updating s", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),)),
-        Mistake("the correction inverted", "the factor is s_{m-1} exp(g_{m-1} - g_m) / s_m <= 1: the old output "
-                "shrinks", (model(lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s),)),
-        Mistake("the new weight relative to the old max", "the new value row's weight is exp(x_m - g_m) / s_m, with "
-                "the new max g_m", (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),)),
-        Mistake("A'_{m-1} returned unchanged", f"the output must take in the new key: {rule}",
+        Mistake(f"{s_old} missing", f"{a_old} is an average over a total weight of {s_old}, so it must be multiplied "
+                f"by {correction}", (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),)),
+        Mistake(f"divided by {s_old} instead of s_m", f"both terms are divided by the new sum s_m, which includes the "
+                f"new keys: {rule}", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
+                                      model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp))),
+        Mistake(f"s_m used where {s_old} belongs", f"the correction is {correction}, with the old sum on top: keep "
+                f"{s_old} before updating s", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),)),
+        Mistake("the correction inverted", f"the factor is {correction} <= 1: the old output shrinks",
+                (model(lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s),)),
+        Mistake("the new weight relative to the old max", "a new value row's weight is exp(x - g_m) / s_m, with the "
+                "new max g_m", (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),)),
+        Mistake(f"{a_old} returned unchanged", f"the output must take in the new keys: {rule}",
                 (model(lambda a, *_: a),)),
     )
 
 
-def _state_mistakes(model):
+def _state_mistakes(model, old="m-1"):
+    """The classic wrong ``(g, s)`` of a step (compared on ``(g, s)`` only)."""
+    s_old, g_old = f"s_{{{old}}}", f"g_{{{old}}}"
     return (
-        Mistake("the rescale of s missing", "s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m): the old sum is "
-                "relative to the old max", (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),),
+        Mistake("the rescale of s missing", f"s_m = {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m): the old "
+                "sum is relative to the old max", (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),),
                 same_state),
-        Mistake("the rescale of s inverted", "the factor on s_{m-1} is exp(g_{m-1} - g_m) <= 1",
+        Mistake("the rescale of s inverted", f"the factor on {s_old} is exp({g_old} - g_m) <= 1",
                 (model(None, lambda sp, gp, g, x: sp * np.exp(g - gp) + np.exp(x - g).sum()),), same_state),
-        Mistake("the new term of s relative to the old max", "the new term is exp(x_m - g_m), with the new max",
+        Mistake("the new term of s relative to the old max", "a new term is exp(x - g_m), with the new max",
                 (model(None, lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - gp).sum()),), same_state),
         Mistake("a wrong base (2 or 10) instead of e", "use the natural exponential, np.exp or math.exp",
                 (model(None, lambda sp, gp, g, x: sp * np.exp2(gp - g) + np.exp2(x - g).sum()),), same_state),
@@ -149,7 +156,10 @@ def _check_steps(report, fn, cases, reference, mistakes):
     for name, args in cases:
         out, ok = run(report, name, fn, *(a.copy() if isinstance(a, np.ndarray) else a for a in args), hint=_hint)
         answers.append((ok, _triple(out) if ok else None))
-    diagnosis = Diagnosis([args for _, args in cases], [t for _, t in answers], mistakes, same_triple)
+    args_list, triples = [args for _, args in cases], [t for _, t in answers]
+    # mistakes of (g, s) explain a wrong state; the others a wrong A' with the right state
+    state_diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is same_state], same_triple)
+    diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is not same_state], same_triple)
     for i, ((name, args), (ok, triple)) in enumerate(zip(cases, answers)):
         if not ok:
             continue
@@ -159,9 +169,9 @@ def _check_steps(report, fn, cases, reference, mistakes):
         g, s, a = triple
         g_ref, s_ref, a_ref = reference(*args)
         if not (close(g, g_ref) and close(s, s_ref)):
-            mistake = diagnosis.for_case(i)
+            mistake = state_diagnosis.for_case(i)
             report.add(name, False, f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})"
-                                    + (f": {mistake.message()}" if mistake else ""))
+                                    + (f": {mistake.message()}" if mistake else error_note([g, s], [g_ref, s_ref])))
         elif a.shape != a_ref.shape:
             report.add(name, False, f"expected A' of shape {a_ref.shape}, got {a.shape}")
         elif same_array(a, a_ref):
@@ -170,7 +180,7 @@ def _check_steps(report, fn, cases, reference, mistakes):
             report.add(name, False, f"expected A' = {fmt(a_ref)}, got {fmt(a)}: {mistake.message()}")
         else:
             report.add(name, False, f"expected A' = {fmt(a_ref)}, got {fmt(a)}{error_note(a, a_ref)}")
-    return report
+    return report.in_order([name for name, _ in cases])
 
 
 def _fold(report, name, step, x, v, expected, block=1):
@@ -238,20 +248,20 @@ def _one_key_max(which):
     return model
 
 
-BLOCK_RULE = ("A'_{m+b} = A'_m s_m exp(g_m - g_{m+b}) / s_{m+b} + sum_{i = m+1..m+b} exp(x_i - g_{m+b}) / s_{m+b} V_i")
-BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE) + _state_mistakes(_with_state(_block_model)) + (
+BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
+BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes(_with_state(_block_model), "m-b") + (
     Mistake("the max of one key of the block only", "the new max is over the old max and every key of the block, "
-            "g_{m+b} = max(g_m, x_{m+1}, ..., x_{m+b})", (_one_key_max(0), _one_key_max(-1)), same_state),
+            "g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)", (_one_key_max(0), _one_key_max(-1)), same_state),
     NOT_A_TRIPLE, LOWER_PRECISION))
 
 
 def check_block_step(fn) -> CheckReport:
     """Check a learner's ``fn(g_prev, s_prev, a_prev, x_block, v_block) -> (g, s, A')`` for a block of keys (5.2).
 
-    The derivation exercise: from the definition of ``A'``, the state after ``b`` more keys is
-    ``g_{m+b} = max(g_m, x_{m+1}, ..., x_{m+b})``, ``s_{m+b} = s_m e^{g_m - g_{m+b}} + sum_i e^{x_i - g_{m+b}}`` and
-    ``A'_{m+b} = A'_m s_m e^{g_m - g_{m+b}} / s_{m+b} + sum_i e^{x_i - g_{m+b}} / s_{m+b} V_i``; with ``b = 1`` it is
-    the recurrence of the chapter. Cases: one key, a block under the old max, a block whose max jumps, the first
+    The derivation exercise: from the definition of ``A'``, the state after a block of ``b`` keys ``m-b+1 .. m`` is
+    ``g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)``, ``s_m = s_{m-b} e^{g_{m-b} - g_m} + sum_i e^{x_i - g_m}`` and
+    ``A'_m = A'_{m-b} s_{m-b} e^{g_{m-b} - g_m} / s_m + sum_i e^{x_i - g_m} / s_m V_i``; with ``b = 1`` it is the
+    recurrence of the chapter. Cases: one key, a block under the old max, a block whose max jumps, the first
     block from the empty state, a key 1000 above the old max, and a real row folded in blocks of 8 keys (46 = 5 x 8
     + 6). Named mistakes: :data:`BLOCK_MISTAKES`.
     """
