@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake, error_note,
-                                         fmt, modified, run, same)
+from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake, modified,
+                                         report_value, run, same)
 
 
 def _scores(q_n, K, scale):
@@ -98,10 +98,6 @@ def check_score_row(fn) -> CheckReport:
         elif x is None or x.shape != expected.shape:
             report.add(name, False, f"expected shape {expected.shape}, got {None if x is None else x.shape}: "
                                     f"{WRONG_SHAPE.message()}")
-        elif same(x, expected):
-            report.add(name, True)
-        elif mistake := diagnosis.for_case(i):
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(x)}: {mistake.message()}")
         else:
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(x)}{error_note(x, expected)}")
+            report_value(report, name, x, expected, same(x, expected), diagnosis.for_case(i))
     return report.in_order([name for name, *_ in cases])

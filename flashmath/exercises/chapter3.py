@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, run, same)
+                                         error_note, fmt, modified, pick, run, same)
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
@@ -74,9 +74,8 @@ MISTAKES = (
     Mistake("a wrong shape", "A has shape (..., N, Dv): one output row per query"),
     LOWER_PRECISION,
 )
-_BY_NAME = {mistake.name: mistake for mistake in MISTAKES}
-K_T, KEEPDIMS = _BY_NAME["k.T on a batched array"], _BY_NAME["keepdims missing"]
-Y_RETURNED, WRONG_SHAPE = _BY_NAME["the probabilities Y returned"], _BY_NAME["a wrong shape"]
+K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE = pick(MISTAKES, "k.T on a batched array", "keepdims missing",
+                                              "the probabilities Y returned", "a wrong shape")
 
 
 def attention_cases():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, run, same)
+                                         error_note, fmt, modified, pick, run, same)
 from flashmath.softmax import safe_softmax
 
 
@@ -150,9 +150,9 @@ MISTAKES = (
     Mistake("a wrong shape", "A = Y V has shape (N, Dv)"),
     LOWER_PRECISION,
 )
-_BY_NAME = {mistake.name: mistake for mistake in MISTAKES}
-OTHER_ORDER, CONVERTED = _BY_NAME["summed in another order"], _BY_NAME["the inputs converted before the loops"]
-TRANSPOSED, WRONG_SHAPE = _BY_NAME["the result transposed"], _BY_NAME["a wrong shape"]
+OTHER_ORDER, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
+    MISTAKES, "summed in another order", "the inputs converted before the loops", "the result transposed",
+    "a wrong shape", "Y[n, m] paired with another key's values", "products missing or repeated", "keys out of order")
 
 
 def order_case(M: int = 64):
@@ -209,16 +209,16 @@ def order_problem(pairs, N: int, M: int, Dv: int) -> Mistake | None:
     if pairs is None or not pairs:
         return CONVERTED
     if any(i[1] != j[0] for i, j in pairs):
-        return _BY_NAME["Y[n, m] paired with another key's values"]
+        return PAIRED
     for n in range(N):
         row = [(i[1], j[1]) for i, j in pairs if i[0] == n]  # (m, d) in the order computed
         if sorted(row) != [(m, d) for m in range(M) for d in range(Dv)]:
-            return _BY_NAME["products missing or repeated"]
+            return MISSING
         if row == [(m, d) for d in range(Dv) for m in range(M)] and Dv > 1:
             return NOT_SWAPPED
         keys = [m for m, _ in row]
         if any(b < a for a, b in zip(keys, keys[1:])):
-            return _BY_NAME["keys out of order"]
+            return OUT_OF_ORDER
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._report import (LOWER_PRECISION, CheckReport, Diagnosis, Mistake, close, error_note, fmt,
-                                         run)
+                                         report_value, run)
 from flashmath.exercises._report import same as same_array
 from flashmath.softmax import merge
 
@@ -174,12 +174,8 @@ def _check_steps(report, fn, cases, reference, mistakes):
                                     + (f": {mistake.message()}" if mistake else error_note([g, s], [g_ref, s_ref])))
         elif a.shape != a_ref.shape:
             report.add(name, False, f"expected A' of shape {a_ref.shape}, got {a.shape}")
-        elif same_array(a, a_ref):
-            report.add(name, True)
-        elif mistake := diagnosis.for_case(i):
-            report.add(name, False, f"expected A' = {fmt(a_ref)}, got {fmt(a)}: {mistake.message()}")
         else:
-            report.add(name, False, f"expected A' = {fmt(a_ref)}, got {fmt(a)}{error_note(a, a_ref)}")
+            report_value(report, name, a, a_ref, same_array(a, a_ref), diagnosis.for_case(i), what="A' = ")
     return report.in_order([name for name, _ in cases])
 
 
