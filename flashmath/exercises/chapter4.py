@@ -195,7 +195,7 @@ def loop_swap_cases():
         ("one row (N = 1)", rng.random((1, 6)), rng.standard_normal((6, 3))),
         ("one key (M = 1)", rng.random((3, 1)), rng.standard_normal((1, 4))),
         ("one output dimension (Dv = 1)", rng.random((3, 5)), rng.standard_normal((5, 1))),
-        ("order-sensitive terms [1, 1e16, -1e16]: added from m = 0 they give 0", np.ones((1, 3)),
+        ("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0", np.ones((1, 3)),
          np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
         ("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ...",
          *order_case()),
