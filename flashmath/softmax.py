@@ -171,13 +171,19 @@ def merge(g1, s1, g2, s2):
     for s_k, name in ((s1, "s1"), (s2, "s2")):
         if np.any(s_k < 0):
             raise ValueError(f"{name} must be >= 0 (a sum of exponentials), got {s_k.min()}")
+    g, s = _merge_states(g1, s1, g2, s2)
+    return g[()], s[()]
+
+
+def _merge_states(g1, s1, g2, s2):
+    """The arithmetic of :func:`merge` on arrays already checked (the tile loops call it directly)."""
     g = np.maximum(g1, g2)  # g = max(g1, g2); NaN propagates
     with np.errstate(invalid="ignore", over="ignore"):
         # s = s1 * exp(g1 - g) + s2 * exp(g2 - g)
         s = s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
         # Where g = -inf, -inf - (-inf) is NaN: both parts are empty, so s = 0 (0 * NaN keeps a NaN s1 or s2).
         s = np.where(g == -np.inf, 0 * (s1 + s2), s)
-    return g[()], s[()]
+    return g, s
 
 
 def _online_scan(x: np.ndarray):
