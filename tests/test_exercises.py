@@ -551,8 +551,16 @@ def test_a_max_started_at_0_with_a_masked_row_guard_is_caught_where_it_matters()
     report = exercises.check_safe_softmax(max_from_zero_guarded)
     assert failures(report) == ["values far below 0, [-1000, -1001]"]
     assert "the max started at 0" in message(report, "values far below 0")
-    report = exercises.check_online_normalizer(normalizer_with(g=0.0))
-    assert "negative values, [-3, -5] (the max is -3)" in failures(report)
+    for fn in (normalizer_with(g=0.0), max_from_zero_normalizer_guarded):
+        report = exercises.check_online_normalizer(fn)
+        assert "negative values, [-3, -5] (the max is -3)" in failures(report)
+        assert "the max started at 0" in message(report, "negative values")
+    assert "a fully masked row (all -inf)" not in failures(exercises.check_online_normalizer(max_from_zero_normalizer_guarded))
+
+
+def max_from_zero_normalizer_guarded(x):
+    g, s = normalizer_with(g=0.0)(x)
+    return (-math.inf, 0.0) if s == 0 else (g, s)  # a special case for the fully masked row
 
 
 def test_the_silent_all_zeros_case_is_named():
