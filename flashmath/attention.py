@@ -213,7 +213,8 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
         mask: boolean array broadcastable to ``(..., N, M)``, True = attend; combined with ``causal`` by "and".
         return_lse: also return the logsumexp of each row of the scaled, masked scores.
 
-    Inputs may be float16, float32 or float64 (integers are taken as float64); they are not modified.
+    Inputs may be float16, float32 or float64; integers and bools are refused with
+    :class:`~flashmath.softmax.NonFloatInputError` (convert them first). Inputs are not modified.
 
     Returns:
         ``A`` as float64 ``(..., N, Dv)``, and if ``return_lse`` the float64 logsumexp ``(..., N)``
@@ -400,14 +401,17 @@ def two_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_l
 
 @dataclass(frozen=True)
 class TwoLoopTrace:
-    """Per-key states of :func:`two_loop_attention`; entry ``[j]`` is the state after keys ``0..j``.
+    """Per-key states of :func:`two_loop_attention`; entry ``[m - 1]`` is the state after the first ``m`` keys.
+
+    Keys are counted from 1 in the math (``x_m``, ``g_m``, ``s_m`` after keys ``1..m``) and from 0 in code: the state
+    after key ``m`` is ``trace.g[m - 1]``, after all keys ``trace.g[-1]``.
 
     Attributes (compute dtype; ``...`` are the broadcast leading dimensions):
         x: ``(M, ..., N)`` the scores ``x_m`` of key ``m`` for every row (scaled; ``-inf`` where masked).
         g: ``(M, ..., N)`` loop (1): the running max ``g_m``.
         s: ``(M, ..., N)`` loop (1): the running sum ``s_m``.
         y: ``(M, ..., N)`` loop (2): the probabilities ``y_m = exp(x_m - g_M) / s_M``.
-        a: ``(M, ..., N, Dv)`` loop (2): the partial sums ``A_m = sum_{i <= m} y_i V[i, :]``.
+        a: ``(M, ..., N, Dv)`` loop (2): the partial sums ``A_m = sum_{i <= m} y_i V_i`` (``V_i`` = ``v[i - 1]``).
         output: ``(..., N, Dv)`` the result of :func:`two_loop_attention` (``a[-1]``, fully masked rows 0).
         lse: ``(..., N)`` its logsumexp.
     """
@@ -538,8 +542,8 @@ class LoopSwapTrace:
 
     Attributes (compute dtype):
         y: ``(N, M)`` and v: ``(M, Dv)``, the operands.
-        partial: ``(N, M, Dv)``; ``partial[n, j]`` is row ``n`` of ``A`` after keys ``0..j``,
-            ``sum_{m <= j} Y[n, m] V[m, :]``.
+        partial: ``(N, M, Dv)``; ``partial[n, m - 1]`` is row ``n`` of ``A`` after the first ``m`` keys (code
+            indices ``0..m-1``), ``sum_{m' < m} Y[n, m'] V[m', :]``.
         a: ``(N, Dv)`` the product (equal to ``partial[:, -1]``, bitwise equal to :func:`matmul_ndm`).
     """
 
@@ -627,7 +631,10 @@ def one_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_l
 
 @dataclass(frozen=True)
 class OneLoopTrace:
-    """Per-key states of :func:`one_loop_attention`; entry ``[j]`` is the state after keys ``0..j``.
+    """Per-key states of :func:`one_loop_attention`; entry ``[m - 1]`` is the state after the first ``m`` keys.
+
+    Keys are counted from 1 in the math (``A'_m`` over keys ``1..m``) and from 0 in code: ``A'_m`` is
+    ``trace.a[m - 1]``, ``A'_M = trace.a[-1]``.
 
     Attributes (compute dtype unless noted; ``...`` are the broadcast leading dimensions):
         x: ``(M, ..., N)`` the scores ``x_m`` (scaled; ``-inf`` where masked).

@@ -81,10 +81,13 @@ def _check_axis(arr: np.ndarray, axis: int) -> int:
 def softmax(x, axis: int = -1) -> np.ndarray:
     """Direct softmax ``exp(x) / sum(exp(x))``, computed in the input's own dtype.
 
-    This is the textbook formula with no protection: ``exp`` overflows to ``inf`` once ``x`` exceeds
-    ``log(finfo(dtype).max)`` (about 11.09 in float16, 88.72 in float32, 709.78 in float64), and the row then
-    becomes NaN (``inf / inf``). That failure is the lesson of chapter 1; use :func:`safe_softmax` for real
-    work. Overflow warnings are silenced: the inf and NaN in the result are the message.
+    This is the textbook formula with no protection. It fails once the sum of the exponentials overflows, that is
+    once ``logsumexp(x) = log(sum(exp(x)))`` exceeds ``log(finfo(dtype).max)`` (about 11.09 in float16, 88.72 in
+    float32, 709.78 in float64), which can happen with every entry below that threshold. When one ``exp(x_i)`` is
+    itself ``inf`` that entry becomes NaN (``inf / inf``) and the others 0; when every ``exp(x_i)`` fits but their
+    sum does not, the whole row silently becomes 0 (for example 46 entries of 10.0 in float16). That failure is the
+    lesson of chapter 1; use :func:`safe_softmax` for real work. Overflow warnings are silenced: the inf, NaN and
+    zeros in the result are the message.
 
     Args:
         x: array ``(..., L)`` of float16/float32/float64 (integers are taken as float64).

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "attention", "loop_swap",
-           "one_loop_step"]
+__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
+           "one_loop_step", "block_step"]
 
 
 def score_row(q_n, K):
@@ -55,6 +55,31 @@ def merge(g1, s1, g2, s2):
     return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
 
 
+def merge_three(g1, s1, g2, s2, g3, s3):
+    """Chapter 2, exercise 2.3 (derivation): the state of three parts, and why merge is associative.
+
+    Write P_k for part k with state (g_k, s_k), s_k = sum_{j in P_k} exp(x_j - g_k). Left grouping: merging P1 and
+    P2 gives g_12 = max(g_1, g_2) and s_12 = s_1 exp(g_1 - g_12) + s_2 exp(g_2 - g_12). Merging that with P3 gives
+    g = max(g_12, g_3) = max(g_1, g_2, g_3) and
+
+        s = s_12 exp(g_12 - g) + s_3 exp(g_3 - g)
+          = s_1 exp(g_1 - g_12) exp(g_12 - g) + s_2 exp(g_2 - g_12) exp(g_12 - g) + s_3 exp(g_3 - g)
+          = s_1 exp(g_1 - g) + s_2 exp(g_2 - g) + s_3 exp(g_3 - g),
+
+    because exp(a - b) exp(b - c) = exp(a - c): the intermediate max g_12 cancels. The right grouping, P1 with
+    (P2 with P3), gives the same three terms with g_23 cancelling instead. Both equal the closed form below, which
+    is symmetric in the three parts; so the grouping does not matter (associative), and neither does the order
+    (commutative). (-inf, 0) adds a term 0 * exp(-inf - g) = 0: it is the identity. Every s_k exp(g_k - g) is the
+    sum of part k's exp(x_j - g), so the closed form is the state of the concatenated parts.
+    """
+    gs = (g1, g2, g3)
+    g = math.nan if any(math.isnan(g_k) for g_k in gs) else max(gs)  # g = max(g_1, g_2, g_3); NaN propagates
+    if g == -math.inf:  # all three parts empty or fully masked
+        return g, 0.0
+    # s = sum_k s_k exp(g_k - g)
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g) + s3 * math.exp(g3 - g)
+
+
 def attention(q, k, v):
     """Chapter 3: A = softmax(Q K^T / sqrt(D)) V for q (..., N, D), k (..., M, D), v (..., M, Dv)."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
@@ -92,6 +117,30 @@ def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
     s = s_prev * rescale + e  # s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m)
     # A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m
     a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) * np.asarray(v_m)
+    return g, s, a
+
+
+def block_step(g_prev, s_prev, a_prev, x_block, v_block):
+    """Chapter 5, exercise 5.2 (derivation): the state after a block of b keys, m-b+1 .. m, in one step.
+
+    By definition A'_m = sum_{i <= m} exp(x_i - g_m) / s_m V_i. Split the sum into the keys before the block,
+    i <= m-b, and the block. In the first part write exp(x_i - g_m) = exp(x_i - g_{m-b}) exp(g_{m-b} - g_m) and
+    1 / s_m = (1 / s_{m-b}) (s_{m-b} / s_m); what remains of it is the definition of A'_{m-b}:
+
+        A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i,
+
+    with g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m) and s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m) (the
+    same split applied to the sum). With b = 1 it is the recurrence of the chapter; with a block of B_c keys it is
+    the rescaling of FlashAttention, section 3.1, that chapter 6 uses for tiles.
+    """
+    x = np.asarray(x_block, dtype=np.float64)  # (b,) the block's scores
+    V = np.asarray(v_block, dtype=np.float64)  # (b, Dv) the block's value rows
+    g = max(g_prev, float(x.max()))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)
+    rescale = math.exp(g_prev - g)  # exp(g_{m-b} - g_m): 0 from the empty state
+    e = np.exp(x - g)  # exp(x_i - g_m) <= 1, one per key of the block
+    s = s_prev * rescale + e.sum()  # s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m)
+    # A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_i exp(x_i - g_m) / s_m V_i
+    a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) @ V
     return g, s, a
 
 

@@ -1,244 +1,20 @@
-"""The checkers pass the solutions and name the classic mistakes, without ever raising."""
+"""The checkers pass the solutions, catch every classic mistake and name it, and never raise.
+
+``WRONG[checker][mistake name]`` is a wrong solution written the way a learner would write it, with that one
+mistake; the checker must fail it and name that mistake (and no other, except the ones listed in ``ALSO``).
+"""
 
 import math
 
 import numpy as np
+import pytest
 
 from flashmath import exercises, solutions
-
-
-def naive_softmax(x):
-    e = np.exp(np.asarray(x))
-    return e / e.sum()
-
-
-def safe_but_nan_to_zero(x):
-    x = np.asarray(x, dtype=np.float64)
-    g = np.max(x)
-    y = np.exp(x - g) / np.sum(np.exp(x - g))
-    return np.nan_to_num(y)
-
-
-def two_pass_normalizer(x):
-    g = max(x)
-    return g, sum(math.exp(v - g) for v in x)
-
-
-def unguarded_merge(g1, s1, g2, s2):
-    g = max(g1, g2)
-    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
-
-
-def not_done(*args):
-    raise NotImplementedError
+from flashmath.exercises import chapter2, chapter4
 
 
 def failures(report):
     return [name for name, ok, _ in report.cases if not ok]
-
-
-def test_solutions_pass():
-    assert exercises.check_score_row(solutions.score_row).passed
-    assert exercises.check_safe_softmax(solutions.safe_softmax).passed
-    assert exercises.check_online_normalizer(solutions.online_normalizer).passed
-    assert exercises.check_merge(solutions.merge).passed
-
-
-def test_naive_softmax_fails_on_overflow_and_masked_rows():
-    report = exercises.check_safe_softmax(naive_softmax)
-    assert not report.passed
-    failed = failures(report)
-    assert any("1e4" in f for f in failed) and any("fully masked" in f for f in failed)
-    assert any("float16" in f for f in failed)
-    assert "FAIL" in repr(report) and "NaN" in repr(report)
-
-
-def test_nan_to_zero_is_caught():
-    failed = failures(exercises.check_safe_softmax(safe_but_nan_to_zero))
-    assert any("NaN propagates" in f for f in failed)
-
-
-def test_two_passes_are_caught():
-    report = exercises.check_online_normalizer(two_pass_normalizer)
-    assert not report.passed
-    assert "2 passes" in repr(report)
-
-
-def python_max_merge(g1, s1, g2, s2):
-    """Guarded, but Python's max drops a NaN in its second argument."""
-    g = max(g1, g2)
-    if g == -math.inf:
-        return g, 0.0
-    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
-
-
-def test_unguarded_merge_fails_on_two_empty_parts():
-    report = exercises.check_merge(unguarded_merge)
-    assert failures(report) == ["both parts fully masked, (-inf, 0) each", "NaN in the second part's max propagates"]
-    assert "-inf - (-inf) is NaN" in repr(report)
-
-
-def test_python_max_losing_nan_is_explained():
-    report = exercises.check_merge(python_max_merge)
-    assert failures(report) == ["NaN in the second part's max propagates"]
-    assert "max(1.0, nan) returns 1.0" in repr(report)
-
-
-def test_wrong_dtype_is_named_not_hidden_by_rounding():
-    report = exercises.check_safe_softmax(lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)))
-    assert "float64 in should give float64 out, got float32" in repr(report)
-    report = exercises.check_score_row(lambda q, K: solutions.score_row(np.float32(q), np.float32(K)))
-    assert "lower precision" in repr(report)
-
-
-def test_indexing_twice_counts_reads():
-    def index_twice(x):
-        g = max(x[i] for i in range(len(x)))
-        return g, sum(math.exp(x[i] - g) for i in range(len(x)))
-
-    report = exercises.check_online_normalizer(index_twice)
-    assert "read 8 elements of a vector of length 4;" in repr(report)
-
-
-def test_exceptions_become_failures():
-    for check in (exercises.check_safe_softmax, exercises.check_online_normalizer, exercises.check_merge):
-        report = check(not_done)
-        assert not report.passed
-        assert "not implemented yet" in repr(report)
-
-
-def test_show_without_a_name_lists_the_solutions(capsys):
-    solutions.show()
-    out = capsys.readouterr().out
-    assert all(name in out for name in ("score_row", "loop_swap", "one_loop_step")) and "show(" in out
-
-
-def test_show_prints_a_solution(capsys):
-    solutions.show("merge")
-    assert "def merge" in capsys.readouterr().out
-    try:
-        solutions.show("nope")
-    except ValueError as exc:
-        assert "choose one of" in str(exc)
-    else:
-        raise AssertionError("show('nope') should raise ValueError")
-
-
-def test_score_row_without_scale_is_named():
-    report = exercises.check_score_row(lambda q, K: np.asarray(K) @ np.asarray(q))
-    assert "divide by sqrt(D)" in repr(report)
-    assert [ok for _, ok, _ in report.cases] == [False, True, False, False]  # D = 1 has scale 1
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Chapters 3-5
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def test_new_solutions_pass():
-    assert exercises.check_attention(solutions.attention).passed
-    assert exercises.check_loop_swap(solutions.loop_swap).passed
-    assert exercises.check_one_loop_step(solutions.one_loop_step).passed
-
-
-def unscaled_attention(q, k, v):
-    x = np.asarray(q) @ np.swapaxes(k, -1, -2)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True) @ v
-
-
-def softmax_over_queries(q, k, v):
-    x = np.asarray(q) @ np.swapaxes(k, -1, -2) / np.sqrt(np.shape(q)[-1])
-    e = np.exp(x - x.max(axis=-2, keepdims=True))
-    return e / e.sum(axis=-2, keepdims=True) @ v
-
-
-def transpose_with_dot_t(q, k, v):
-    x = np.asarray(q) @ np.asarray(k).T / np.sqrt(np.shape(q)[-1])  # .T reverses every axis of a 4-D array
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True) @ v
-
-
-def unsafe_attention(q, k, v):
-    x = np.asarray(q) @ np.swapaxes(k, -1, -2) / np.sqrt(np.shape(q)[-1])
-    e = np.exp(x)
-    return e / e.sum(axis=-1, keepdims=True) @ v
-
-
-def test_attention_mistakes_are_named():
-    report = exercises.check_attention(unscaled_attention)
-    assert "divide the scores by sqrt(D)" in repr(report)
-    assert [name for name in failures(report) if name.startswith("D = 1")] == []  # D = 1: the scale is 1
-    assert "normalise along the last axis" in repr(exercises.check_attention(softmax_over_queries))
-    failed = failures(exercises.check_attention(transpose_with_dot_t))
-    assert failed == ["batch and heads, shape (B, H, N, D) = (2, 3, 4, 5): transpose only the last two axes of k"]
-    report = exercises.check_attention(unsafe_attention)
-    assert failures(report) == ["large scores (entries of size 30): the softmax must subtract the row max"]
-    assert "subtract each row's max" in repr(report)
-
-
-def loop_swap_reversed(y, v):
-    y, v = np.asarray(y), np.asarray(v)
-    a = np.zeros((y.shape[0], v.shape[1]))
-    for n in range(y.shape[0]):
-        for m in reversed(range(y.shape[1])):  # the keys from last to first: another rounding
-            for d in range(v.shape[1]):
-                a[n, d] += y[n, m] * v[m, d]
-    return a
-
-
-def test_loop_swap_wants_bits_not_just_closeness():
-    report = exercises.check_loop_swap(loop_swap_reversed)
-    assert "order-sensitive terms [1, 1e16, -1e16]: added from m = 0 they give 0" in failures(report)
-    assert "not bit for bit" in repr(report) and "strictly in the order m = 0, 1, ..., M-1" in repr(report)
-    transposed = exercises.check_loop_swap(lambda y, v: solutions.loop_swap(y, v).T)
-    assert not transposed.passed and "shape" in repr(transposed)
-    assert "not implemented yet" in repr(exercises.check_loop_swap(not_done))
-
-
-def unnormalised_step(g_prev, s_prev, a_prev, x_m, v_m):
-    g, s, a = solutions.one_loop_step(g_prev, s_prev, a_prev, x_m, v_m)
-    return g, s, a * s  # FlashAttention-2's numerator, never divided
-
-
-def no_rescale_step(g_prev, s_prev, a_prev, x_m, v_m):
-    g = max(g_prev, x_m)
-    s = s_prev * math.exp(g_prev - g) + math.exp(x_m - g)
-    a = (np.asarray(a_prev) * s_prev + math.exp(x_m - g) * np.asarray(v_m)) / s  # forgot exp(g_{m-1} - g_m)
-    return g, s, a
-
-
-def overflowing_step(g_prev, s_prev, a_prev, x_m, v_m):
-    g = max(g_prev, x_m)
-    s = s_prev * math.exp(g_prev) / math.exp(g) + math.exp(x_m) / math.exp(g)  # exp of a score alone
-    return g, s, (np.asarray(a_prev) * s_prev * math.exp(g_prev - g) + math.exp(x_m - g) * np.asarray(v_m)) / s
-
-
-def test_one_loop_step_mistakes_are_named():
-    report = exercises.check_one_loop_step(unnormalised_step)
-    assert "divide by s_m" in repr(report)
-    assert failures(report)[0].startswith("the max holds")  # the first key has s_1 = 1: A' = s A' there
-    report = exercises.check_one_loop_step(no_rescale_step)
-    failed = failures(report)
-    assert "the max jumps by 3 (x_m = 5 > g_{m-1} = 2)" in failed
-    assert "must be multiplied by s_{m-1} exp(g_{m-1} - g_m) / s_m" in repr(report)
-    assert not any(name.startswith("the max holds") for name in failed)
-    failed = failures(exercises.check_one_loop_step(overflowing_step))
-    assert "the max jumps by 1000 (no overflow: never take exp of a score alone)" in failed
-    assert "not implemented yet" in repr(exercises.check_one_loop_step(not_done))
-
-
-def test_show_prints_the_new_solutions(capsys):
-    for name in ("attention", "loop_swap", "one_loop_step"):
-        solutions.show(name)
-        assert f"def {name}" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Review fixes: named mistakes, float32 answers, compact messages, the order of a sum
-# ----------------------------------------------------------------------------------------------------------------
-
-ORDER_CASE = "order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ..."
 
 
 def message(report, prefix):
@@ -246,60 +22,689 @@ def message(report, prefix):
     return next(msg for name, _, msg in report.cases if name.startswith(prefix))
 
 
-def attention_with_scale(scale_of):
-    def fn(q, k, v):
-        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-        x = q @ np.swapaxes(k, -1, -2) * scale_of(q.shape[-1], k.shape[-2], v.shape[-1])
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True) @ v
+def named(report):
+    """The names of the catalogue's mistakes that the report's messages name."""
+    catalogue = exercises.MISTAKES[report.title]
+    texts = [msg for _, ok, msg in report.cases if not ok]
+    return {m.name for m in catalogue if any(m.name in text for text in texts)}
+
+
+def nan_max(a, b):
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 0: score_row
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def score_row_scaled_in_place(q_n, K):
+    q_n /= math.sqrt(len(q_n))  # modifies the caller's array
+    return np.asarray(K) @ q_n
+
+
+def score_row_cosine(q_n, K):
+    return np.array([q_n @ k_m / (np.linalg.norm(q_n) * np.linalg.norm(k_m)) for k_m in K])
+
+
+SCORE_ROW = {
+    "no scale": lambda q, K: np.asarray(K) @ np.asarray(q),
+    "divided by D": lambda q, K: np.asarray(K) @ q / len(q),
+    "divided by sqrt(M)": lambda q, K: np.asarray(K) @ q / math.sqrt(len(K)),
+    "multiplied by sqrt(D)": lambda q, K: np.asarray(K) @ q * math.sqrt(len(q)),
+    "the columns of K instead of its rows": lambda q, K: np.asarray(q) @ np.asarray(K) / math.sqrt(len(q)),
+    "a cosine similarity": score_row_cosine,
+    "the input modified in place": score_row_scaled_in_place,
+    "a wrong shape": lambda q, K: (np.asarray(K) @ q / math.sqrt(len(q)))[:, None],
+    "a lower precision": lambda q, K: solutions.score_row(np.float32(q), np.float32(K)),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 1: safe softmax
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def softmax_with(g_of=np.max, exp=np.exp, finish=None, guard=True):
+    """A learner's safe softmax with one step changed: the max, the exponential or the final division."""
+    def fn(x):
+        x = np.asarray(x)
+        w = x.astype(np.promote_types(x.dtype, np.float32))
+        if guard and np.all(w == -np.inf):
+            return np.zeros_like(x)
+        e = exp(w - g_of(w))
+        y = e / e.sum() if finish is None else finish(e, w)
+        return y.astype(x.dtype)
     return fn
 
 
-def test_wrong_scales_are_named():
-    report = exercises.check_attention(attention_with_scale(lambda D, M, Dv: 1 / math.sqrt(M)))
-    assert "divided by sqrt(M) = sqrt(7)" in message(report, "N != M")
-    report = exercises.check_attention(attention_with_scale(lambda D, M, Dv: 1 / D))
-    assert "divided by D = 32" in message(report, "a real head")
-    assert "D = 1 (the scale is 1)" not in failures(report)  # 1 / D is right for D = 1
-    report = exercises.check_attention(attention_with_scale(lambda D, M, Dv: 1 / math.sqrt(Dv)))
-    assert "the width of V" in message(report, "values of another width")
+def max_from_zero(x):
+    g = 0.0  # the running max starts at 0
+    for v in x:
+        g = nan_max(g, float(v))
+    e = np.exp(np.asarray(x, dtype=np.float64) - g)
+    return (e / e.sum()).astype(np.asarray(x).dtype)
 
 
-def test_softmax_over_the_queries_is_named_for_one_query_too():
-    report = exercises.check_attention(softmax_over_queries)
-    assert "with one query (N = 1) every weight is then 1" in message(report, "N = 1")
-    assert "normalise along the last axis" in message(report, "N != M")
+def max_from_zero_guarded(x):
+    if np.all(np.asarray(x) == -np.inf):
+        return np.zeros_like(np.asarray(x))
+    return max_from_zero(x)
+
+
+def sum_from_one(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    g = w.max()
+    if g == -np.inf:
+        return np.zeros_like(x)
+    s = 1.0  # the sum starts at 1
+    for v in w:
+        s += np.exp(v - g)
+    return (np.exp(w - g) / s).astype(x.dtype)
+
+
+def naive(x):
+    e = np.exp(np.asarray(x))
+    return e / e.sum()
+
+
+def in_place_softmax(x):
+    x -= np.max(x)  # changes the caller's array
+    e = np.exp(x)
+    return e / e.sum()
+
+
+def uniform_when_masked(x):
+    x = np.asarray(x)
+    if np.all(x == -np.inf):
+        return np.full_like(x, 1 / len(x))
+    return solutions.safe_softmax(x)
+
+
+SAFE_SOFTMAX = {
+    "the max not subtracted": naive,
+    "the max started at 0": max_from_zero,
+    "the sum started at 1": sum_from_one,
+    "a wrong base (2 or 10) instead of e": softmax_with(exp=np.exp2),
+    "divided twice": softmax_with(finish=lambda e, w: e / e.sum() / e.sum()),
+    "exp missing": lambda x: np.asarray(x) / np.sum(x),
+    "log-probabilities returned": softmax_with(finish=lambda e, w: w - w.max() - np.log(e.sum())),
+    "the min subtracted instead of the max": softmax_with(g_of=np.min),
+    "NaN turned into 0": lambda x: np.nan_to_num(solutions.safe_softmax(x)),
+    "-inf - (-inf) on a fully masked row": softmax_with(guard=False),
+    "a fully masked row made uniform": uniform_when_masked,
+    "the input modified in place": in_place_softmax,
+    "a different dtype out": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float64)),
+    "a wrong shape": lambda x: solutions.safe_softmax(x)[:, None],
+    "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(np.asarray(x).dtype),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 2: online normalizer, merge, three parts
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def normalizer_with(step=None, g=-math.inf, s=0.0, guard=True, first=None, maximum=nan_max):
+    """A learner's one-pass normalizer: ``s = step(s, g_old, g_new, x_i)``, the right one by default."""
+    step = step or (lambda s, g_old, g_new, x_i: s * math.exp(g_old - g_new) + math.exp(x_i - g_new))
+
+    def fn(x):
+        g_run, s_run = g, s
+        for x_i in x:  # the only pass
+            g_new = maximum(g_run, x_i)
+            if guard and g_new == -math.inf:
+                continue
+            s_run = first(x_i) if first and g_run == -math.inf else step(s_run, g_run, g_new, x_i)
+            g_run = g_new
+        return g_run, s_run
+    return fn
+
+
+def counted_twice(x):
+    g, s = x[0], 1.0  # the first element already counted ...
+    for x_i in x:  # ... and counted again here
+        g_new = nan_max(g, x_i)
+        if g_new == -math.inf:
+            continue
+        s = s * math.exp(g - g_new) + math.exp(x_i - g_new)
+        g = g_new
+    return g, s
+
+
+def two_passes(x):
+    g = -math.inf
+    for v in x:  # pass 1: the max
+        g = nan_max(g, v)
+    if g == -math.inf:
+        return g, 0.0
+    return g, sum(math.exp(v - g) for v in x)  # pass 2: the sum
+
+
+def max_started_at_first_element(x):
+    g, s = x[0], 0.0  # reads x[0] once more than the loop below
+    for x_i in x:
+        g_new = nan_max(g, x_i)
+        if g_new == -math.inf:
+            continue
+        s = s * math.exp(g - g_new) + math.exp(x_i - g_new)
+        g = g_new
+    return g, s
+
+
+NORMALIZER = {
+    "the max not subtracted": normalizer_with(step=lambda s, g_old, g_new, x_i: s + math.exp(x_i)),
+    "the max started at 0": normalizer_with(g=0.0),
+    "the sum started at 1": normalizer_with(s=1.0),
+    "the first element counted twice": counted_twice,
+    "a wrong base (2 or 10) instead of e": normalizer_with(step=lambda s, go, gn, xi: s * 2 ** (go - gn) + 2 ** (xi - gn)),
+    "the rescale missing": normalizer_with(step=lambda s, go, gn, xi: s + math.exp(xi - gn)),
+    "the rescale inverted": normalizer_with(step=lambda s, go, gn, xi: s * math.exp(gn - go) + math.exp(xi - gn),
+                                            first=lambda xi: 1.0),
+    "the new term relative to the old max": normalizer_with(
+        step=lambda s, go, gn, xi: s * math.exp(go - gn) + math.exp(xi - go), first=lambda xi: 1.0),
+    "(s, g) swapped": lambda x: tuple(reversed(normalizer_with()(x))),
+    "-inf - (-inf) while nothing is seen": normalizer_with(guard=False),
+    "Python's max dropping NaN": normalizer_with(maximum=max),
+    "two passes over x": two_passes,
+    "an element read twice": max_started_at_first_element,
+    "not a pair": lambda x: normalizer_with()(x)[1],
+}
+
+
+def merge_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max, guard=True):
+    def fn(g1, s1, g2, s2):
+        g = g_of(g1, g2)
+        if guard and g == -math.inf:
+            return g, 0.0
+        return g, term(s1, g1, g) + term(s2, g2, g)
+    return fn
+
+
+def merge_inverted(g1, s1, g2, s2):
+    if g1 == -math.inf:  # an empty part changes nothing
+        return g2, s2
+    if g2 == -math.inf:
+        return g1, s1
+    g = nan_max(g1, g2)
+    return g, s1 * math.exp(g - g1) + s2 * math.exp(g - g2)
+
+
+def merge_one_side(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2  # part 2 assumed to hold the max
+
+
+MERGE = {
+    "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
+    "the rescale inverted": merge_inverted,
+    "only one part rescaled": merge_one_side,
+    "the min of the two maxima": merge_with(g_of=lambda a, b: float(np.minimum(a, b))),
+    "a wrong base (2 or 10) instead of e": merge_with(term=lambda s, g_k, g: s * 2.0 ** (g_k - g)),
+    "(s, g) swapped": lambda *a: tuple(reversed(solutions.merge(*a))),
+    "-inf - (-inf) while nothing is seen": merge_with(guard=False),
+    "Python's max dropping NaN": merge_with(g_of=max),
+    "not a pair": lambda *a: solutions.merge(*a)[1],
+}
+
+
+def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=lambda *gs: max(gs), guard=True):
+    def fn(g1, s1, g2, s2, g3, s3):
+        g = g_of(g1, g2, g3)
+        if guard and g == -math.inf:
+            return g, 0.0
+        return g, term(s1, g1, g) + term(s2, g2, g) + term(s3, g3, g)
+    return fn
+
+
+THREE = {
+    "merged without rescaling": three_with(term=lambda s, g_k, g: s),
+    "the rescale inverted": three_with(term=lambda s, g_k, g: s * math.exp(g - g_k) if s else 0.0),
+    "a max of two parts only": three_with(g_of=lambda g1, g2, g3: max(g1, g2)),
+    "-inf - (-inf) while nothing is seen": three_with(guard=False),
+    "not a pair": lambda *a: solutions.merge_three(*a)[1],
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 3: attention
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]), shift=lambda x: x.max(axis=-1, keepdims=True),
+                   norm=lambda e: e.sum(axis=-1, keepdims=True), after=lambda a, q: a, kt=lambda k: np.swapaxes(k, -1, -2)):
+    """A learner's attention with one step changed."""
+    def fn(q, k, v):
+        q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+        x = q @ kt(k) * scale(q, k, v)
+        e = np.exp(x - shift(x))
+        return after(e / norm(e) @ v, q)
+    return fn
+
+
+def attention_scaled_in_place(q, k, v):
+    q *= 1 / math.sqrt(q.shape[-1])  # changes the caller's array
+    return attention_with(scale=lambda q, k, v: 1.0)(q, k, v)
+
+
+def attention_returns_y(q, k, v):
+    x = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+ATTENTION = {
+    "no scale": attention_with(scale=lambda q, k, v: 1.0),
+    "divided by sqrt(M)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
+    "divided by D": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]),
+    "divided by sqrt(Dv)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
+    "the scale from the wrong axis of q": attention_with(scale=lambda q, k, v: 1 / math.sqrt(len(q))),
+    "multiplied by sqrt(D)": attention_with(scale=lambda q, k, v: math.sqrt(q.shape[-1])),
+    "the scale applied to the output": attention_with(scale=lambda q, k, v: 1.0,
+                                                      after=lambda a, q: a / math.sqrt(q.shape[-1])),
+    "softmax over the wrong axis (the queries)": attention_with(shift=lambda x: x.max(axis=-2, keepdims=True),
+                                                                norm=lambda e: e.sum(axis=-2, keepdims=True)),
+    "the max over the wrong axis": attention_with(shift=lambda x: x.max(axis=-2, keepdims=True)),
+    "keepdims missing": attention_with(shift=lambda x: x.max(axis=-1)),
+    "the global max instead of each row's max": attention_with(shift=lambda x: x.max()),
+    "the max not subtracted": attention_with(shift=lambda x: 0.0),
+    "normalised over the whole matrix": attention_with(norm=lambda e: e.sum()),
+    "k.T on a batched array": attention_with(kt=lambda k: k.T),
+    "the probabilities Y returned": attention_returns_y,
+    "the input modified in place": attention_scaled_in_place,
+    "a wrong shape": lambda q, k, v: solutions.attention(q, k, v)[..., None],
+    "a lower precision": lambda q, k, v: solutions.attention(*(np.asarray(a, dtype=np.float32) for a in (q, k, v))),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 4: the loop swap
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def loops(order="nmd", fresh_row=True, add=True, keys=lambda M: range(M), pair=lambda n, m: m):
+    """A learner's triple loop in ``order`` ("nmd" or "ndm") with one step changed."""
+    def fn(y, v):
+        y, v = np.asarray(y), np.asarray(v)
+        (N, M), Dv = y.shape, v.shape[1]
+        a = np.zeros((N, Dv))
+        acc = np.zeros(Dv)
+        for n in range(N):
+            if fresh_row:
+                acc = np.zeros(Dv)  # the row of partial sums of A[n, :]
+            if order == "nmd":
+                for m in keys(M):
+                    for d in range(Dv):
+                        term = y[n, m] * v[pair(n, m), d]
+                        acc[d] = acc[d] + term if add else term
+            else:
+                for d in range(Dv):
+                    for m in keys(M):
+                        acc[d] = acc[d] + y[n, m] * v[pair(n, m), d]
+            a[n] = acc
+        return a
+    return fn
+
+
+def loop_swap_skipping_zero_products(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]))
+    for n in range(y.shape[0]):
+        for m in range(y.shape[1]):
+            for d in range(v.shape[1]):
+                if y[n, m] * v[m, d] != 0:  # "saves" the adds of zeros, and computes each product twice
+                    a[n, d] += y[n, m] * v[m, d]
+    return a
+
+
+def loop_swap_converted(y, v):
+    return loops()(np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64))
+
+
+def loop_swap_never_stored(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]))
+    for n in range(y.shape[0]):
+        acc = np.zeros(v.shape[1])
+        for m in range(y.shape[1]):
+            acc += y[n, m] * v[m]
+    return a  # the rows were never stored
+
+
+def loop_swap_float32(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]), dtype=np.float32)  # a float32 row of partial sums
+    for n in range(y.shape[0]):
+        for m in range(y.shape[1]):
+            for d in range(v.shape[1]):
+                a[n, d] = a[n, d] + np.float32(y[n, m] * v[m, d])
+    return a
+
+
+def loop_swap_normalising_in_place(y, v):
+    y /= y.sum(axis=1, keepdims=True)  # changes the caller's array
+    return loops()(y, v)
+
+
+LOOP_SWAP = {
+    "summed in another order": lambda y, v: np.asarray(y, dtype=np.float64) @ np.asarray(v, dtype=np.float64),
+    "the loops not swapped (order n, d, m)": loops(order="ndm"),
+    "keys out of order": loops(keys=lambda M: reversed(range(M))),
+    "products missing or repeated": loop_swap_skipping_zero_products,
+    "Y[n, m] paired with another key's values": loops(pair=lambda n, m: n),
+    "the inputs converted before the loops": loop_swap_converted,
+    "the row of partial sums not reset for each row": loops(fresh_row=False),
+    "= instead of +=": loops(add=False),
+    "a key skipped (off by one)": loops(keys=lambda M: range(M - 1)),
+    "the result transposed": lambda y, v: loops()(y, v).T,
+    "zeros returned": loop_swap_never_stored,
+    "the input modified in place": loop_swap_normalising_in_place,
+    "a wrong shape": lambda y, v: loops()(y, v).ravel(),
+    "a lower precision": loop_swap_float32,
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chapter 5: one step, a block of keys
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def block_with(update=None, s_of=None, g_of=None):
+    """A learner's block step (``x`` may hold one key) with the update of A' or s, or the max, changed.
+
+    ``update(a, s_prev, rescale, e, V, s, x, g_prev, g)``; ``s_of(s_prev, g_prev, g, x)``; ``g_of(g_prev, x)``.
+    """
+    def fn(g_prev, s_prev, a_prev, x, V):
+        x, V = np.atleast_1d(np.asarray(x, dtype=np.float64)), np.atleast_2d(V)
+        g = max(g_prev, float(x.max())) if g_of is None else g_of(g_prev, x)
+        rescale, e = math.exp(g_prev - g), np.exp(x - g)
+        s = s_prev * rescale + e.sum() if s_of is None else s_of(s_prev, g_prev, g, x)
+        if update is None:
+            return g, s, a_prev * (s_prev * rescale / s) + (e / s) @ V
+        return g, s, update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)
+    return fn
+
+
+def as_step(block):
+    return lambda g_prev, s_prev, a_prev, x_m, v_m: block(g_prev, s_prev, a_prev, [x_m], [v_m])
+
+
+def to_step(fn):
+    """A block-step mistake as a one-step solution ``(g_prev, s_prev, a_prev, x_m, v_m)``."""
+    return lambda g_prev, s_prev, a_prev, x_m, v_m: fn(g_prev, s_prev, np.asarray(a_prev), [x_m], [v_m])
+
+
+def a_updates(old):
+    """The wrong updates of A', written for a block; ``old`` is the index of the previous state in the names."""
+    return {
+        "s_m A'_m returned (not divided)": block_with(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),
+        "divided by s_m twice": block_with(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),
+        f"A'_{{{old}}} not corrected": block_with(lambda a, sp, r, e, V, s, *_: a + e @ V / s),
+        "FlashAttention-2's update": block_with(lambda a, sp, r, e, V, s, *_: a * r + e @ V),
+        f"exp(g_{{{old}}} - g_m) missing": block_with(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),
+        f"s_{{{old}}} missing": block_with(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),
+        f"divided by s_{{{old}}} instead of s_m": block_with(
+            lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp if sp else a * r + e @ V / s),
+        f"s_m used where s_{{{old}}} belongs": block_with(lambda a, sp, r, e, V, s, *_: a * s * r / s + e @ V / s),
+        "the correction inverted": block_with(
+            lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s if sp else e @ V / s),
+        "the new weight relative to the old max": block_with(
+            lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),
+        f"A'_{{{old}}} returned unchanged": block_with(lambda a, *_: a),
+        "the rescale of s missing": block_with(s_of=lambda sp, gp, g, x: sp + np.exp(x - g).sum()),
+        "the rescale of s inverted": block_with(
+            s_of=lambda sp, gp, g, x: (sp * math.exp(g - gp) if sp else 0.0) + np.exp(x - g).sum()),
+        "the new term of s relative to the old max": block_with(
+            s_of=lambda sp, gp, g, x: sp * math.exp(gp - g) + np.exp(x - (gp if gp > -math.inf else g)).sum()),
+        "a wrong base (2 or 10) instead of e": block_with(s_of=lambda sp, gp, g, x: sp * 2 ** (gp - g) + (2 ** (x - g)).sum()),
+        "a lower precision": lambda g, s, a, x, V: solutions.block_step(
+            g, s, np.float32(a), np.float32(np.atleast_1d(x)), np.float32(np.atleast_2d(V))),
+    }
+
+
+ONE_LOOP_STEP = {name: to_step(fn) for name, fn in a_updates("m-1").items()}
+ONE_LOOP_STEP["not a triple"] = lambda *args: solutions.one_loop_step(*args)[2]
+
+BLOCK_STEP = dict(a_updates("m-b"))
+BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: max(g_prev, float(x[0])))
+BLOCK_STEP["not a triple"] = lambda *args: solutions.block_step(*args)[:2]
+
+
+WRONG = {
+    "check_score_row": SCORE_ROW,
+    "check_safe_softmax": SAFE_SOFTMAX,
+    "check_online_normalizer": NORMALIZER,
+    "check_merge": MERGE,
+    "check_merge_three": THREE,
+    "check_attention": ATTENTION,
+    "check_loop_swap": LOOP_SWAP,
+    "check_one_loop_step": ONE_LOOP_STEP,
+    "check_block_step": BLOCK_STEP,
+}
+
+# A wrong solution may rightly show a second mistake of the catalogue too (for example a reversed loop is both out
+# of key order and summed in another order): {(checker, mistake): the other names allowed}.
+ALSO = {
+    ("check_online_normalizer", "the first element counted twice"): {"an element read twice"},
+    ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
+    ("check_loop_swap", "keys out of order"): {"summed in another order"},
+    ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
+}
+
+SOLUTIONS = {
+    "check_score_row": solutions.score_row,
+    "check_safe_softmax": solutions.safe_softmax,
+    "check_online_normalizer": solutions.online_normalizer,
+    "check_merge": solutions.merge,
+    "check_merge_three": solutions.merge_three,
+    "check_attention": solutions.attention,
+    "check_loop_swap": solutions.loop_swap,
+    "check_one_loop_step": solutions.one_loop_step,
+    "check_block_step": solutions.block_step,
+}
+
+
+@pytest.mark.parametrize("checker", list(SOLUTIONS))
+def test_the_solutions_pass(checker):
+    report = getattr(exercises, checker)(SOLUTIONS[checker])
+    assert report.passed, repr(report)
+    assert repr(report).endswith("All good.")
+
+
+def test_every_named_mistake_has_a_wrong_solution_here():
+    assert set(WRONG) == set(exercises.MISTAKES)
+    for checker, mistakes in exercises.MISTAKES.items():
+        names = [m.name for m in mistakes]
+        assert len(names) == len(set(names)), checker
+        assert set(WRONG[checker]) == set(names), checker
+
+
+@pytest.mark.parametrize("checker, mistake", [(c, m) for c in WRONG for m in WRONG[c]])
+def test_each_mistake_is_caught_and_named(checker, mistake):
+    report = getattr(exercises, checker)(WRONG[checker][mistake])
+    assert not report.passed
+    assert "All good." not in repr(report)
+    found = named(report)
+    assert mistake in found, repr(report)
+    assert found <= {mistake} | ALSO.get((checker, mistake), set()), (found, repr(report))
+
+
+@pytest.mark.parametrize("checker", list(SOLUTIONS))
+def test_exceptions_become_failures(checker):
+    def not_done(*args):
+        raise NotImplementedError
+
+    report = getattr(exercises, checker)(not_done)
+    assert not report.passed
+    assert all(msg == "not implemented yet" for _, _, msg in report.cases)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The cases the issue named, and messages
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_a_max_started_at_0_with_a_masked_row_guard_is_caught_where_it_matters():
+    report = exercises.check_safe_softmax(max_from_zero_guarded)
+    assert failures(report) == ["values far below 0, [-1000, -1001]"]
+    assert "the max started at 0" in message(report, "values far below 0")
+    for fn in (normalizer_with(g=0.0), max_from_zero_normalizer_guarded):
+        report = exercises.check_online_normalizer(fn)
+        assert "negative values, [-3, -5] (the max is -3)" in failures(report)
+        assert "the max started at 0" in message(report, "negative values")
+    assert "a fully masked row (all -inf)" not in failures(exercises.check_online_normalizer(max_from_zero_normalizer_guarded))
+
+
+def max_from_zero_normalizer_guarded(x):
+    g, s = normalizer_with(g=0.0)(x)
+    return (-math.inf, 0.0) if s == 0 else (g, s)  # a special case for the fully masked row
+
+
+def test_the_silent_all_zeros_case_is_named():
+    text = message(exercises.check_safe_softmax(naive), "46 equal values of 10 in float16")
+    assert "got an array of shape (46,) starting [0., 0., 0., 0., ...]" in text
+    assert "the max not subtracted" in text
+
+
+def test_wrong_scales_fail_the_large_scores_case_too():
+    for scale in (lambda q, k, v: 1.0, lambda q, k, v: 1 / q.shape[-1], lambda q, k, v: 1 / math.sqrt(k.shape[-2])):
+        report = exercises.check_attention(attention_with(scale=scale))
+        assert "large scores close together (about 800 each): subtract the row max" in failures(report)
+
+
+def test_the_global_max_is_not_called_an_overflow():
+    text = message(exercises.check_attention(ATTENTION["the global max instead of each row's max"]), "rows at very")
+    assert "underflow to 0" in text and "overflow" not in text.replace("underflow", "")
+
+
+def test_dividing_by_the_old_sum_is_not_called_a_missing_exp_factor():
+    text = message(exercises.check_one_loop_step(ONE_LOOP_STEP["divided by s_{m-1} instead of s_m"]), "the max holds")
+    assert "divided by s_{m-1} instead of s_m" in text and "exp(g_{m-1} - g_m) missing" not in text
+
+
+def test_messages_are_one_line_and_short():
+    for checker, wrong in WRONG.items():
+        for fn in wrong.values():
+            for _, _, text in getattr(exercises, checker)(fn).cases:
+                assert "\n" not in text and len(text) < 700, (checker, text)
 
 
 def test_float32_answers_report_the_largest_difference_and_a_float32_hint():
-    def attention32(q, k, v):
-        return solutions.attention(*(np.asarray(a, dtype=np.float32) for a in (q, k, v))).astype(np.float32)
-
-    def loop_swap32(y, v):
-        return solutions.loop_swap(np.asarray(y, dtype=np.float32), np.asarray(v, dtype=np.float32))
-
-    for report in (exercises.check_attention(attention32), exercises.check_loop_swap(loop_swap32)):
+    for report in (exercises.check_attention(ATTENTION["a lower precision"]),
+                   exercises.check_loop_swap(LOOP_SWAP["a lower precision"])):
         text = message(report, "a small product" if "loop" in report.title else "N != M")
         assert "largest difference" in text and "float32" in text
-        assert not report.passed
 
 
-def test_messages_about_big_arrays_stay_short():
-    def off_by_a_bit(q, k, v):
-        return solutions.attention(q, k, v) + 0.1
+def test_an_unnamed_wrong_update_gets_the_largest_difference():
+    report = exercises.check_one_loop_step(to_step(block_with(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / s
+                                                               + 0.01)))
+    assert "largest difference 0.01" in message(report, "the max holds")
+    assert "looks like" not in message(report, "the max holds")
 
-    text = message(exercises.check_attention(off_by_a_bit), "batch and heads")
-    assert "shape (2, 3, 4, 5)" in text and "largest difference 0.1" in text
-    assert len(text) < 400, text  # not the 120 numbers of each array
-    report = exercises.check_loop_swap(lambda y, v: solutions.loop_swap(y, v) + 1)
-    assert all("\n" not in text for _, _, text in report.cases)  # one line per case, (4, 1) arrays included
+
+# ----------------------------------------------------------------------------------------------------------------
+# 2.3: the claim of the derivation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_both_groupings_of_three_parts_agree_and_give_the_state_of_the_whole():
+    for name, args, elements in chapter2.merge_three_cases():
+        g1, s1, g2, s2, g3, s3 = args
+        left = solutions.merge(*solutions.merge(g1, s1, g2, s2), g3, s3)
+        right = solutions.merge(g1, s1, *solutions.merge(g2, s2, g3, s3))
+        assert chapter2.same_state(left, right), name
+        assert chapter2.same_state(chapter2.merge_three_reference(*args), solutions.merge_three(*args)), name
+        if elements is not None:
+            assert chapter2.same_state(left, solutions.online_normalizer(elements)), name
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 4.1: the traced order and the bits
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def loop_swap_rows(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]))
+    for n in range(y.shape[0]):
+        acc = np.zeros(v.shape[1])
+        for m in range(y.shape[1]):
+            acc += y[n, m] * v[m, :]  # the whole row of partial sums at once: still one add per element and key
+        a[n] = acc
+    return a
+
+
+def loop_swap_rows_value_first(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]))
+    for n in range(y.shape[0]):
+        for m in range(y.shape[1]):
+            a[n] += v[m] * y[n, m]  # numpy hands the traced product back to the checker
+    return a
+
+
+def loop_swap_python_floats(y, v):
+    y, v = np.asarray(y).tolist(), np.asarray(v).tolist()
+    a = [[0.0] * len(v[0]) for _ in y]
+    for n in range(len(y)):
+        for m in range(len(v)):
+            for d in range(len(v[0])):
+                a[n][d] += y[n][m] * v[m][d]
+    return a
+
+
+def loop_swap_float_calls(y, v):
+    a = np.zeros((len(y), len(v[0])))
+    for n in range(len(y)):
+        for m in range(len(v)):
+            for d in range(len(v[0])):
+                a[n, d] += float(y[n][m]) * float(v[m][d])  # per element, inside the loops
+    return a
+
+
+def loop_swap_keys_outermost(y, v):
+    y, v = np.asarray(y), np.asarray(v)
+    a = np.zeros((y.shape[0], v.shape[1]))
+    for m in range(y.shape[1]):  # m, n, d: for each row the key loop is still outside the d loop
+        for n in range(y.shape[0]):
+            for d in range(v.shape[1]):
+                a[n, d] = a[n, d] + y[n, m] * v[m, d]
+    return a
+
+
+def test_every_loop_with_the_keys_outside_the_output_dimension_passes():
+    for fn in (solutions.loop_swap, loops(), loop_swap_rows, loop_swap_rows_value_first, loop_swap_python_floats,
+               loop_swap_float_calls, loop_swap_keys_outermost):
+        assert exercises.check_loop_swap(fn).passed, (fn, repr(exercises.check_loop_swap(fn)))
+
+
+def test_the_unswapped_order_is_caught_only_by_its_trace():
+    report = exercises.check_loop_swap(loops(order="ndm"))
+    assert failures(report) == [chapter4.TRACED_CASE]  # bitwise equal everywhere else, by design
+    assert message(report, chapter4.TRACED_CASE).startswith("the right numbers, in the wrong order")
+
+
+def test_traced_numbers_record_products_in_order():
+    y, v = np.arange(1.0, 7.0).reshape(2, 3), np.arange(1.0, 7.0).reshape(3, 2)
+    y_t, v_t, log = chapter4.traced(y, v)
+    assert np.asarray(y_t) is y_t  # np.asarray keeps the record
+    row = y_t[1, 2] * v_t[2]  # a vectorised row update
+    assert row.dtype == np.float64 and np.array_equal(row, y[1, 2] * v[2])
+    assert chapter4.products(log) == [((1, 2), (2, 0)), ((1, 2), (2, 1))]
+    log.clear()
+    _ = np.asarray(y_t, dtype=np.float64)  # a conversion in bulk hides the order
+    assert chapter4.products(log) is None
 
 
 def test_the_order_case_needs_exactly_the_order_m_0_1_2():
     """The sums of the order case give their bits only in the strict order, whatever BLAS a machine has."""
     from fractions import Fraction
 
-    y, v = exercises._order_case()
+    y, v = chapter4.order_case()
     terms = y * v[:, 0]  # (N, M): the products, all exact but the last one of rows 0-2
     strict = [sum(row[1:], row[0]) for row in terms]  # left to right, from m = 0
 
@@ -323,49 +728,31 @@ def test_the_order_case_needs_exactly_the_order_m_0_1_2():
         assert sums[:3] != strict[:3], name
 
 
-def loop_swap_python_floats(y, v):
-    y, v = np.asarray(y).tolist(), np.asarray(v).tolist()
-    a = [[0.0] * len(v[0]) for _ in y]
-    for n in range(len(y)):
-        for m in range(len(v)):
-            for d in range(len(v[0])):
-                a[n][d] += y[n][m] * v[m][d]
-    return a
-
-
-def loop_swap_rows(y, v):
-    y, v = np.asarray(y), np.asarray(v)
-    a = np.zeros((y.shape[0], v.shape[1]))
-    for n in range(y.shape[0]):
-        for m in range(y.shape[1]):
-            a[n] += y[n, m] * v[m]  # the whole row of partial sums at once: still one add per element and key
-    return a
-
-
-def test_strict_order_loops_pass_the_loop_swap_check():
-    for fn in (solutions.loop_swap, loop_swap_python_floats, loop_swap_rows):
-        assert exercises.check_loop_swap(fn).passed, fn.__name__
+ORDER_CASE = "order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ..."
 
 
 def test_blas_einsum_fsum_and_other_orders_fail_the_order_case():
     def fsum(y, v):
-        y, v = np.asarray(y), np.asarray(v)
+        y, v = np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64)
         return np.array([[math.fsum(y[n] * v[:, d]) for d in range(v.shape[1])] for n in range(y.shape[0])])
 
+    def floats(fn):
+        return lambda y, v: fn(np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64))
+
     wrong = {
-        "@": lambda y, v: y @ v,
-        "np.dot": np.dot,
-        "np.einsum": lambda y, v: np.einsum("nm,md->nd", y, v),
-        "np.einsum, optimize": lambda y, v: np.einsum("nm,md->nd", y, v, optimize=True),
-        "a row at a time with @": lambda y, v: np.array([row @ v for row in y]),
+        "@": floats(lambda y, v: y @ v),
+        "np.dot": floats(np.dot),
+        "np.einsum": floats(lambda y, v: np.einsum("nm,md->nd", y, v)),
+        "np.einsum, optimize": floats(lambda y, v: np.einsum("nm,md->nd", y, v, optimize=True)),
+        "a row at a time with @": floats(lambda y, v: np.array([row @ v for row in y])),
         "math.fsum": fsum,
-        "reversed": loop_swap_reversed,
+        "reversed": loops(keys=lambda M: reversed(range(M))),
     }
     for name, fn in wrong.items():
         report = exercises.check_loop_swap(fn)
         assert ORDER_CASE in failures(report), name
         text = message(report, ORDER_CASE)
-        assert "BLAS" in text and "order m = 0, 1, ..., M-1" in text, (name, text)
+        assert "summed in another order" in text and "order m = 0, 1, ..., M-1" in text, (name, text)
 
 
 def test_the_loop_swap_solution_is_bitwise_the_package_loop_in_every_dtype():
@@ -381,36 +768,51 @@ def test_the_loop_swap_solution_is_bitwise_the_package_loop_in_every_dtype():
     assert "[[0.0]" not in inspect.getsource(solutions.loop_swap)  # our idiom: a numpy row of partial sums
 
 
-def one_loop_variant(update):
-    """A step with the right (g_m, s_m) and ``update(a_prev, v_m, rescale, e, s_prev, s) -> A'_m``."""
-    def step(g_prev, s_prev, a_prev, x_m, v_m):
-        g = max(g_prev, x_m)
-        rescale, e = math.exp(g_prev - g), math.exp(x_m - g)
-        s = s_prev * rescale + e
-        return g, s, update(np.asarray(a_prev), np.asarray(v_m), rescale, e, s_prev, s)
-    return step
+# ----------------------------------------------------------------------------------------------------------------
+# Predict, then check; solutions.show
+# ----------------------------------------------------------------------------------------------------------------
 
 
-def test_each_wrong_one_loop_update_is_named():
-    cases = {
-        "divided by s_m twice": lambda a, v, r, e, sp, s: (a * sp * r / s + e / s * v) / s,
-        "A'_{m-1} was not corrected": lambda a, v, r, e, sp, s: a + e / s * v,
-        "unnormalised numerator s A' of FlashAttention-2": lambda a, v, r, e, sp, s: a * r + e * v,
-        "exp(g_{m-1} - g_m) is missing": lambda a, v, r, e, sp, s: (a * sp + e * v) / s,
-        "s_{m-1} is missing": lambda a, v, r, e, sp, s: (a * r + e * v) / s,
-    }
-    for named, update in cases.items():
-        report = exercises.check_one_loop_step(one_loop_variant(update))
-        assert not report.passed
-        assert named in message(report, failures(report)[0]), (named, repr(report))
-    # no correction at all is wrong even when the max holds: s_{m-1} / s_m < 1
-    report = exercises.check_one_loop_step(one_loop_variant(cases["A'_{m-1} was not corrected"]))
-    assert "the max holds (x_m = 0.5 < g_{m-1} = 2)" in failures(report)
+def test_a_prediction_left_as_the_placeholder_prints_a_fixed_message(capsys):
+    exercises.check_prediction(..., 0.368)
+    exercises.check_prediction(..., 12345.0)
+    out = capsys.readouterr().out
+    assert out == 2 * (exercises.predict.PLACEHOLDER_MESSAGE + "\n")
+    assert "0.368" not in out and "12345" not in out  # nothing of the answer shows
 
 
-def test_an_unnamed_wrong_update_gets_the_generic_hint_only_where_the_max_jumps():
-    report = exercises.check_one_loop_step(
-        one_loop_variant(lambda a, v, r, e, sp, s: a * sp * r / s + e / s * v + 0.01))
-    assert "when the max jumps" in message(report, "the max jumps by 3")
-    assert "when the max jumps" not in message(report, "the max holds")
-    assert "largest difference 0.01" in message(report, "the max holds")
+def test_a_prediction_is_compared_with_the_answer(capsys):
+    exercises.check_prediction(0.37, math.exp(-1), why="e^{-1}.")
+    exercises.check_prediction(0.5, math.exp(-1))
+    exercises.check_prediction(1000, 1050.0)
+    exercises.check_prediction(0, 0.0)
+    exercises.check_prediction(float("nan"), float("nan"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "You predicted 0.37; the answer is 0.3679: right. e^{-1}."
+    assert lines[1].endswith("not quite.")
+    assert [line.split(": ")[-1] for line in lines[2:]] == ["right.", "right.", "right."]
+    with pytest.raises(TypeError, match="a prediction is a number"):
+        exercises.check_prediction("0.5 maybe", 0.5)
+
+
+def test_show_without_a_name_lists_the_solutions(capsys):
+    solutions.show()
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("score_row", "loop_swap", "one_loop_step", "merge_three", "block_step"))
+
+
+def test_show_prints_a_solution_and_the_derivations(capsys):
+    for name in ("merge", "merge_three", "block_step"):
+        solutions.show(name)
+        assert f"def {name}" in capsys.readouterr().out
+    solutions.show("merge_three")
+    assert "associative" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="choose one of"):
+        solutions.show("nope")
+
+
+def test_the_report_keeps_the_order_of_the_cases_when_some_raise():
+    from flashmath.exercises import chapter3
+
+    report = exercises.check_attention(ATTENTION["k.T on a batched array"])  # raises in the batch case only
+    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_cases()]

@@ -1,0 +1,43 @@
+"""Checkers for the chapter exercises: they run the learner's function on edge cases and say what failed.
+
+A checker never raises: an exception in the learner's code is reported as a failed case with its message.
+It returns a :class:`CheckReport`, whose text (one line per case) is what a notebook shows. Each case is where
+some classic mistake makes a difference (forgetting to subtract the max, a max started at 0, a fully masked row,
+NaN turned into 0, float16 overflow, reading the input twice, the loops in the wrong order, ...); when an answer
+is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
+catalogue of each checker is in :data:`MISTAKES`.
+
+One module per chapter (``chapter0`` ... ``chapter5``), and :mod:`~flashmath.exercises.predict` for the 'predict,
+then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
+``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based)
+index.
+
+Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
+"""
+
+from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5
+from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.exercises.chapter0 import check_score_row
+from flashmath.exercises.chapter1 import check_safe_softmax
+from flashmath.exercises.chapter2 import OnePassVector, check_merge, check_merge_three, check_online_normalizer
+from flashmath.exercises.chapter3 import check_attention
+from flashmath.exercises.chapter4 import Traced, check_loop_swap
+from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
+from flashmath.exercises.predict import check_prediction
+
+__all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
+           "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
+           "check_one_loop_step", "check_block_step", "check_prediction"]
+
+#: For each checker, the mistakes it names, in the order it tries them.
+MISTAKES = {
+    "check_score_row": chapter0.MISTAKES,
+    "check_safe_softmax": chapter1.MISTAKES,
+    "check_online_normalizer": chapter2.NORMALIZER_MISTAKES,
+    "check_merge": chapter2.MERGE_MISTAKES,
+    "check_merge_three": chapter2.THREE_MISTAKES,
+    "check_attention": chapter3.MISTAKES,
+    "check_loop_swap": chapter4.MISTAKES,
+    "check_one_loop_step": chapter5.STEP_MISTAKES,
+    "check_block_step": chapter5.BLOCK_MISTAKES,
+}

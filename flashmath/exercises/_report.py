@@ -1,0 +1,214 @@
+"""What every checker shares: the report, running the learner's code safely, and naming mistakes.
+
+A checker runs the learner's function on a list of cases, then compares each answer with the right one. When an
+answer is wrong it asks the chapter's catalogue of classic mistakes (:class:`Mistake`) which wrong implementation
+gives the same answer, and says so: the mistake's name, what was probably done, and what to change. When two
+mistakes give the same wrong answer on a case, the one that matches the learner's answers on more cases of the run
+is named (a max started at 0 and a max never subtracted both give NaN on ``[-1000, -1001]``; only one of them also
+survives ``[1e4, ...]``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+PASS, FAIL = "PASS", "FAIL"
+
+
+@dataclass
+class CheckReport:
+    """The outcome of a checker: one ``(name, ok, message)`` per case."""
+
+    title: str
+    cases: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when every case passed (and there was at least one)."""
+        return bool(self.cases) and all(ok for _, ok, _ in self.cases)
+
+    def add(self, name: str, ok: bool, message: str = "") -> None:
+        self.cases.append((name, bool(ok), message))
+
+    def in_order(self, names) -> CheckReport:
+        """Put the cases in the order of ``names`` (a checker records the cases that raised first); return self."""
+        rank = {name: i for i, name in enumerate(names)}
+        self.cases.sort(key=lambda case: rank.get(case[0], len(rank)))
+        return self
+
+    def __repr__(self) -> str:
+        n_ok = sum(ok for _, ok, _ in self.cases)
+        lines = [f"{self.title}: {n_ok} of {len(self.cases)} cases passed"]
+        for name, ok, message in self.cases:
+            lines.append(f"  {PASS if ok else FAIL}  {name}" + ("" if ok or not message else f": {message}"))
+        if self.passed:
+            lines.append("All good.")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic mistake of one exercise.
+
+    Attributes:
+        name: a short name, quoted in the message (tests look for it).
+        fix: what was probably done and what to change.
+        models: wrong implementations with the exercise's signature; the learner's answer is compared with theirs.
+        compare: ``compare(answer, model_answer) -> bool``, when the checker's own comparison does not fit (for
+            example to compare only ``(g, s)`` of a ``(g, s, A')`` triple).
+    """
+
+    name: str
+    fix: str
+    models: tuple = ()
+    compare: Callable | None = None
+
+    def message(self) -> str:
+        return f"looks like {self.name}: {self.fix}"
+
+
+def quiet(fn, *args):
+    """``fn(*args)`` with numpy's warnings silenced; None if it raises (for the mistake models)."""
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args)
+    except Exception:  # a model that cannot run on a case simply does not match it
+        return None
+
+
+class Diagnosis:
+    """Which mistake of a catalogue explains each wrong answer of a run.
+
+    Args:
+        cases: the arguments of each case (a tuple per case).
+        answers: the learner's answer per case (None where the function raised or returned nothing usable).
+        mistakes: the catalogue.
+        same: ``same(answer, model_answer) -> bool``, the default comparison.
+    """
+
+    def __init__(self, cases, answers, mistakes, same):
+        self._rows = []  # per model of each mistake: (mistake, [matches the learner's answer on case i])
+        for mistake in mistakes:
+            compare = mistake.compare or same
+            for model in mistake.models:
+                row = []
+                for args, answer in zip(cases, answers):
+                    wrong = None if answer is None else quiet(model, *args)
+                    row.append(wrong is not None and bool(quiet(compare, answer, wrong)))
+                self._rows.append((mistake, row))
+
+    def for_case(self, i: int) -> Mistake | None:
+        """The mistake whose model gives the learner's answer on case ``i`` and on the most cases of the run (the
+        first in the catalogue on a tie), or None."""
+        candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._rows) if row[i]]
+        return max(candidates, key=lambda c: c[:2])[2] if candidates else None
+
+
+def run(report: CheckReport, name: str, fn, *args, hint=None):
+    """Call ``fn(*args)``; return ``(result, True)``, or record a failure and return ``(None, False)``.
+
+    ``hint(exc) -> str | None`` may add what the exception probably means.
+    """
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # overflow warnings would print temporary paths
+            return fn(*args), True
+    except NotImplementedError:
+        report.add(name, False, "not implemented yet")
+    except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
+        extra = hint(exc) if hint is not None else None
+        report.add(name, False, f"raised {type(exc).__name__}: {exc}" + (f" ({extra})" if extra else ""))
+    return None, False
+
+
+def report_value(report: CheckReport, name: str, got, expected, ok: bool, mistake: Mistake | None, what: str = ""):
+    """Record a case whose answer has the right shape: a pass, or what was expected and got, then the named
+    mistake or, when none matches, where the two differ most. ``what`` names the quantity ("A' = ")."""
+    if ok:
+        report.add(name, True)
+        return
+    text = f"expected {what}{fmt(expected)}, got {fmt(got)}"
+    report.add(name, False, f"{text}: {mistake.message()}" if mistake is not None else text + error_note(got, expected))
+
+
+def pick(mistakes, *names):
+    """The mistakes of a catalogue with these names, in that order."""
+    by_name = {mistake.name: mistake for mistake in mistakes}
+    return tuple(by_name[name] for name in names)
+
+
+def fmt(a) -> str:
+    """An array for a message: in full when it has at most 8 numbers, else its shape and its first values."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.size <= 8:
+        return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
+    first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
+    return f"an array of shape {a.shape} starting {first}, ...]"
+
+
+def same(a, b, rtol: float = 1e-9) -> bool:
+    """Two answers agree: same shape, equal to ``rtol`` (NaN equal to NaN, inf to inf of the same sign)."""
+    try:
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=1e-12, equal_nan=True))
+
+
+def close(a: float, b: float) -> bool:
+    """Two floats agree: NaN with NaN, an infinity exactly, else to 1e-9 relative."""
+    if np.isnan(b):
+        return bool(np.isnan(a))
+    if np.isinf(b):
+        return a == b
+    return bool(np.isclose(a, b, rtol=1e-9, atol=1e-12))
+
+
+def error_note(actual, expected) -> str:
+    """Where two arrays of one shape differ most, e.g. '; largest difference 2.1e-08 at [0, 3] (...)'.
+
+    When they agree to 1e-3 relative (they print alike) it adds a hint: was part of it computed in float32?
+    Empty when the shapes differ or nothing finite differs.
+    """
+    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        return ""
+    note = ""
+    nan_moved = np.argwhere(np.isnan(actual) != np.isnan(expected))
+    if nan_moved.size:
+        where = tuple(nan_moved[0])
+        note = f"; got {actual[where]:.6g} at {at(where)} where {expected[where]:.6g} was expected"
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(actual - expected), 0.0)
+    if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
+        return note
+    where = np.unravel_index(np.argmax(diff), diff.shape)
+    note += (f"; largest difference {diff[where]:.3g} at {at(where)} "
+             f"(expected {expected[where]:.17g}, got {actual[where]:.17g})")
+    if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
+        err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
+        note += (f": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
+                 f"float64, such as float32 (about 1e-7 relative)? Compute in float64")
+    return note
+
+
+def at(index) -> str:
+    """An array index for a message, in code (0-based) form: ``[1, 2]``."""
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
+
+
+def modified(before, after) -> bool:
+    """True when an input array was changed in place (NaN equal to NaN)."""
+    return not np.array_equal(np.asarray(before), np.asarray(after), equal_nan=True)
+
+
+INPUT_MODIFIED = Mistake("the input modified in place", "your function changed an array it was given (for example "
+                         "x -= x.max() or q /= ...); work on a copy: x = x - x.max()")
+# Named by error_note, whose hint says "... computed in a lower precision than float64 ...".
+LOWER_PRECISION = Mistake("a lower precision", "part of the computation ran in float32 or float16: compute in float64")

@@ -1,0 +1,370 @@
+"""Chapter 2: exercises 2.1 (the online normalizer), 2.2 (merge) and 2.3 (derivation: merge is associative)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close, run
+from flashmath.exercises.chapter1 import softmax_cases
+from flashmath.softmax import merge, online_normalizer
+
+
+class OnePassVector:
+    """A read-only 1-D sequence that counts how often it is swept and how many elements are read.
+
+    Iterating over it (``for x_i in x``, and so ``max(x)`` or ``sum(x)``) is one pass; indexing counts single
+    reads. Converting it to a numpy array raises TypeError: the exercise is to write the loop.
+    """
+
+    def __init__(self, values):
+        self._values = [float(v) for v in values]
+        self.passes = 0
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self):
+        self.passes += 1
+        for v in self._values:
+            self.reads += 1
+            yield v
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            raise TypeError("OnePassVector does not slice: read it element by element in one loop")
+        self.reads += 1
+        return self._values[i]
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("this exercise reads x element by element (for x_i in x), not as a whole numpy array")
+
+
+def _pair(out):
+    """``out`` as a pair of floats ``(g, s)``, or None."""
+    try:
+        g, s = (float(v) for v in out)
+    except Exception:
+        return None
+    return g, s
+
+
+def same_state(a, b) -> bool:
+    """Two states ``(g, s)`` agree (NaN with NaN, infinities exactly, else to 1e-9)."""
+    a, b = _pair(a), _pair(b)
+    return a is not None and b is not None and close(a[0], b[0]) and close(a[1], b[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The mistake models: wrong running states, written as the loops a learner would write
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _np_max(a, b):
+    return float(np.maximum(a, b))  # NaN propagates
+
+
+def _python_max(a, b):
+    return max(a, b)  # max(1.0, nan) is 1.0: NaN is lost
+
+
+def _scan(x, step, *, g0=-math.inf, s0=0.0, guard=True, first=None, maximum=_np_max):
+    """A running state over ``x``: ``g_i = maximum(g_{i-1}, x_i)``, ``s_i = step(s_{i-1}, g_{i-1}, g_i, x_i)``.
+
+    ``guard`` skips elements while the max is still -inf (nothing seen); ``first(x_i)``, when given, sets the
+    state at the first element that is not -inf instead of ``step``.
+    """
+    g, s = g0, s0
+    for x_i in (float(v) for v in x):
+        g_new = maximum(g, x_i)
+        if guard and g_new == -math.inf:
+            continue
+        s = first(x_i) if first is not None and g == -math.inf else step(s, g, g_new, x_i)
+        g = g_new
+    return g, s
+
+
+def _right_step(s, g, g_new, x_i):
+    # s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
+    return s * np.exp(g - g_new) + np.exp(x_i - g_new)
+
+
+def _from_zero(x, masked_guard=False):
+    if masked_guard and all(v == -math.inf for v in x):
+        return -math.inf, 0.0
+    return _scan(x, _right_step, g0=0.0, guard=False)
+
+
+def _closed_form(x, term=np.exp, shift=True):
+    """``(g, sum term(x_j - g))`` (or ``sum term(x_j)`` without ``shift``), for mistakes outside the recurrence."""
+    x = np.asarray(x, dtype=np.float64)
+    g = float(np.max(x))
+    return g, float(np.sum(term(x - g if shift else x)))
+
+
+STATE_NOT_SUBTRACTED = Mistake(
+    "the max not subtracted", "sum(exp(x_i)) overflows to inf for large x: add exp(x_i - g_i), relative to the "
+    "running max, and rescale the old sum when the max grows", (lambda x: _closed_form(x, shift=False),))
+NO_RESCALE = Mistake(
+    "the rescale missing", "when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply "
+    "it by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that factor?)",
+    (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),))
+INVERTED_RESCALE = Mistake(
+    "the rescale inverted", "the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
+    "sum; exp(g_i - g_{i-1}) grows it",
+    (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn)),
+     lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn), first=lambda xi: 1.0)))
+OLD_MAX_TERM = Mistake(
+    "the new term relative to the old max", "the new term is exp(x_i - g_i), with the new max g_i (compute g_i "
+    "first); exp(x_i - g_{i-1}) can be above 1 and overflow",
+    (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g)),
+     lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g), first=lambda xi: 1.0)))
+BASE_2 = Mistake("a wrong base (2 or 10) instead of e", "the sum is of natural exponentials: np.exp or math.exp, "
+                 "not 2 ** x or 10 ** x",
+                 (lambda x: _closed_form(x, term=np.exp2), lambda x: _closed_form(x, term=lambda t: 10.0 ** t)))
+SWAPPED = Mistake("(s, g) swapped", "return the max first and the sum second: (g, s)")
+UNGUARDED = Mistake(
+    "-inf - (-inf) while nothing is seen", "while the max is still -inf (nothing seen, or only masked elements) "
+    "exp(g_{i-1} - g_i) is exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite "
+    "element as a fresh start", (lambda x: _scan(x, _right_step, guard=False),))
+PYTHON_MAX = Mistake(
+    "Python's max dropping NaN", "Python's max(1.0, nan) returns 1.0 (every comparison with NaN is False), so a "
+    "NaN went missing: test with math.isnan, or use np.maximum, which propagates NaN",
+    (lambda x: _scan(x, _right_step, maximum=_python_max),))
+TWO_PASSES = Mistake("two passes over x", "the online normalizer reads each element once: one for loop that updates "
+                     "g and s together, no max(x) or sum(...) beforehand")
+READ_TWICE = Mistake("an element read twice", "every element is read once, in the one loop: reading x[0] before "
+                     "the loop and then looping over all of x reads it twice")
+NOT_A_PAIR = Mistake("not a pair", "return the two numbers (g, s)")
+
+NORMALIZER_MISTAKES = (
+    STATE_NOT_SUBTRACTED,
+    Mistake("the max started at 0", "a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 "
+            "instead of -3. Start from g_0 = -inf (nothing seen) and s_0 = 0",
+            (_from_zero, lambda x: _from_zero(x, masked_guard=True))),
+    Mistake("the sum started at 1", "s_0 = 0 (the empty sum): with s_0 = 1 a fully masked row ends with s = 1 "
+            "instead of 0", (lambda x: _scan(x, _right_step, s0=1.0),)),
+    Mistake("the first element counted twice", "starting from (g, s) = (x_1, 1) already counts x_1: then loop over "
+            "the remaining elements only, or start from (-inf, 0) and loop over all of them",
+            (lambda x: _scan(x, _right_step, g0=float(x[0]), s0=1.0),)),
+    BASE_2,
+    NO_RESCALE,
+    INVERTED_RESCALE,
+    OLD_MAX_TERM,
+    Mistake(SWAPPED.name, SWAPPED.fix, (lambda x: tuple(reversed([float(v) for v in online_normalizer(x)])),)),
+    UNGUARDED,
+    PYTHON_MAX,
+    TWO_PASSES,
+    READ_TWICE,
+    NOT_A_PAIR,
+)
+
+
+def check_online_normalizer(fn) -> CheckReport:
+    """Check a learner's one-pass ``fn(x) -> (g, s)`` (running max and sum) for 1-D ``x`` (exercise 2.1).
+
+    ``x`` is passed as a :class:`OnePassVector`, so the checker also reports how many times the function
+    read the input: the online normalizer reads every element exactly once. Cases: those of chapter 1 (without
+    float16), negative values (the max is below 0), a masked element first. Named mistakes:
+    :data:`NORMALIZER_MISTAKES`.
+    """
+    report = CheckReport("check_online_normalizer")
+    cases = [(name, x) for name, x in softmax_cases() if x.dtype != np.float16]
+    cases = [(("a fully masked row (all -inf)" if np.all(x == -np.inf) else name), x) for name, x in cases]
+    cases += [("negative values, [-3, -5] (the max is -3)", np.array([-3.0, -5.0])),
+              ("a masked element first, [-inf, 1, 2]", np.array([-np.inf, 1.0, 2.0]))]
+    answers, counts = [], []
+    for name, x in cases:
+        vec = OnePassVector(x)
+        out, ok = run(report, name, fn, vec)
+        answers.append(_pair(out) if ok else None)
+        counts.append((ok, vec.reads, vec.passes))
+    diagnosis = Diagnosis([(x,) for _, x in cases], answers, NORMALIZER_MISTAKES, same_state)
+    for i, ((name, x), state, (ok, reads, passes)) in enumerate(zip(cases, answers, counts)):
+        if not ok:
+            continue
+        if state is None:
+            report.add(name, False, f"expected a pair (g, s): {NOT_A_PAIR.message()}")
+            continue
+        g_ref, s_ref = (float(v) for v in online_normalizer(x))
+        extra = reads > len(x) or passes > 1
+        count = f"read {reads} elements of a vector of length {len(x)}" + (f" in {passes} passes" if passes > 1 else "")
+        if not same_state(state, (g_ref, s_ref)):
+            message = _state_message(state, (g_ref, s_ref), diagnosis.for_case(i))
+            report.add(name, False, message + (f" (and {count})" if extra else ""))
+        elif extra:
+            report.add(name, False, f"{count}: {(TWO_PASSES if passes > 1 else READ_TWICE).message()}")
+        else:
+            report.add(name, True)
+    return report.in_order([name for name, _ in cases])
+
+
+def _state_message(state, expected, mistake: Mistake | None) -> str:
+    (g, s), (g_ref, s_ref) = state, expected
+    message = f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})"
+    return message + (f": {mistake.message()}" if mistake is not None else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2.2 merge
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _merge_model(g_of=_np_max, term=lambda s, g_k, g: s * np.exp(g_k - g), guard=False):
+    """A merge variant: ``g = g_of(g1, g2)``, ``s = term(s1, g1, g) + term(s2, g2, g)``; ``guard`` skips empty parts."""
+    def model(g1, s1, g2, s2):
+        g = g_of(g1, g2)
+        if guard:
+            parts = [(s_k, g_k) for s_k, g_k in ((s1, g1), (s2, g2)) if g_k != -math.inf]
+            if not parts:
+                return g, 0.0
+            return g, float(sum(term(s_k, g_k, g) for s_k, g_k in parts))
+        return g, float(term(s1, g1, g) + term(s2, g2, g))
+    return model
+
+
+def _guarded_merge(g_of):
+    def model(g1, s1, g2, s2):
+        g = g_of(g1, g2)
+        if g == -math.inf:
+            return g, 0.0
+        return g, float(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g))
+    return model
+
+
+MERGE_MISTAKES = (
+    Mistake("merged without rescaling", "s1 is relative to g1 and s2 to g2: convert both to the common max g first, "
+            "s = s1 exp(g1 - g) + s2 exp(g2 - g)", (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),)),
+    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) = exp(part max - common max) <= 1",
+            (_merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k)),
+             _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k), guard=True))),
+    Mistake("only one part rescaled", "both sums need converting to the common max: whichever part does not hold "
+            "it is rescaled by a factor below 1, and the one that holds it by exactly 1, so write both factors",
+            (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
+             lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))))),
+    Mistake("the min of the two maxima", "the merged state's max is the larger one, g = max(g1, g2); relative to the "
+            "smaller one the factors exp(g_k - g) can overflow", (_guarded_merge(lambda a, b: float(np.fmin(a, b))),
+                                                                   _merge_model(g_of=lambda a, b: float(np.fmin(a, b))))),
+    Mistake(BASE_2.name, BASE_2.fix, (_merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
+                                      _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)))),
+    Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed([float(v) for v in merge(*a)])),)),
+    Mistake(UNGUARDED.name, "when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is "
+            "exp(-inf - (-inf)) = NaN: return (-inf, 0) when the merged max is -inf", (_merge_model(),)),
+    Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
+    NOT_A_PAIR,
+)
+
+
+def merge_cases():
+    """The cases of exercise 2.2: ``[(name, (g1, s1, g2, s2))]``."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=10)
+    left, right = (tuple(float(v) for v in online_normalizer(part)) for part in (x[:4], x[4:]))
+    return [
+        ("two halves give the whole vector's state", (*left, *right)),
+        ("the identity (-inf, 0) on the left", (-np.inf, 0.0, *right)),
+        ("the identity (-inf, 0) on the right", (*left, -np.inf, 0.0)),
+        ("both parts fully masked, (-inf, 0) each", (-np.inf, 0.0, -np.inf, 0.0)),
+        ("the other order", (*right, *left)),
+        ("the first part holds the larger max", (2.0, 1.5, -1.0, 2.5)),
+        ("maxima 1e4 apart (no overflow)", (1e4, 2.0, 0.0, 3.0)),
+        ("NaN in the first part's max propagates", (np.nan, 1.0, 0.0, 1.0)),
+        ("NaN in the second part's max propagates", (0.0, 1.0, np.nan, 1.0)),
+        ("NaN in a sum propagates", (0.0, np.nan, -1.0, 1.0)),
+    ]
+
+
+def check_merge(fn) -> CheckReport:
+    """Check a learner's ``fn(g1, s1, g2, s2) -> (g, s)`` against :func:`flashmath.merge` (exercise 2.2).
+
+    Cases (:func:`merge_cases`): two halves give the state of the whole; the identity ``(-inf, 0)`` on either
+    side; both parts empty; either part holding the larger max; maxima 1e4 apart; NaN in either max or in a sum.
+    Named mistakes: :data:`MERGE_MISTAKES`.
+    """
+    return _check_states("check_merge", fn, merge_cases(), lambda *a: merge(*a), MERGE_MISTAKES)
+
+
+def _check_states(title, fn, cases, reference, mistakes) -> CheckReport:
+    """A checker of a function of floats that returns a state ``(g, s)``."""
+    report = CheckReport(title)
+    answers = []
+    for name, args in cases:
+        out, ok = run(report, name, fn, *(float(a) for a in args))
+        answers.append((ok, _pair(out) if ok else None))
+    diagnosis = Diagnosis([args for _, args in cases], [state for _, state in answers], mistakes, same_state)
+    for i, ((name, args), (ok, state)) in enumerate(zip(cases, answers)):
+        if not ok:
+            continue
+        if state is None:
+            report.add(name, False, f"expected a pair (g, s): {NOT_A_PAIR.message()}")
+            continue
+        expected = tuple(float(v) for v in reference(*args))
+        if same_state(state, expected):
+            report.add(name, True)
+        else:
+            report.add(name, False, _state_message(state, expected, diagnosis.for_case(i)))
+    return report.in_order([name for name, _ in cases])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2.3 derivation: merge is associative
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _three(term=lambda s, g_k, g: s * np.exp(g_k - g), guard=True, g_of=None):
+    def model(g1, s1, g2, s2, g3, s3):
+        g = float(np.maximum(np.maximum(g1, g2), g3)) if g_of is None else g_of((g1, g2, g3))
+        if guard and g == -math.inf:
+            return g, 0.0
+        return g, float(term(s1, g1, g) + term(s2, g2, g) + term(s3, g3, g))
+    return model
+
+
+THREE_MISTAKES = (
+    Mistake("merged without rescaling", "each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with "
+            "g = max(g_1, g_2, g_3)", (_three(term=lambda s, g_k, g: s),)),
+    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) <= 1", (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),)),
+    Mistake("a max of two parts only", "g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)",
+            tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]])) for pair in ((0, 1), (1, 2), (0, 2)))),
+    Mistake(UNGUARDED.name, "when all three parts are empty the merged state is (-inf, 0)", (_three(guard=False),)),
+    NOT_A_PAIR,
+)
+
+
+def merge_three_cases():
+    """The cases of exercise 2.3: ``[(name, (g1, s1, g2, s2, g3, s3), elements)]``, where ``elements`` is the
+    concatenation of the three parts when they come from a vector (None for made-up states)."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=12)
+    a, b, c = x[:3], 3 + x[3:8], x[8:] - 2  # b holds the max
+
+    def state(*parts):
+        return tuple(float(v) for p in parts for v in online_normalizer(p))
+
+    empty = (-np.inf, 0.0)
+    return [
+        ("three parts of a vector (the middle one holds the max)", state(a, b, c), np.concatenate([a, b, c])),
+        ("the first part holds the max", state(b, a, c), np.concatenate([b, a, c])),
+        ("the last part holds the max", state(a, c, b), np.concatenate([a, c, b])),
+        ("an empty part (-inf, 0) in the middle", (*state(a), *empty, *state(c)), np.concatenate([a, c])),
+        ("all three parts empty", empty * 3, None),
+        ("maxima 1e4 apart", (1e4, 1.0, 0.0, 2.0, -1e4, 3.0), None),
+    ]
+
+
+def check_merge_three(fn) -> CheckReport:
+    """Check a learner's closed form ``fn(g1, s1, g2, s2, g3, s3) -> (g, s)`` of three parts (exercise 2.3).
+
+    The derivation shows that both groupings, ``merge(merge(P1, P2), P3)`` and ``merge(P1, merge(P2, P3))``, equal
+    ``g = max(g_1, g_2, g_3)``, ``s = sum_k s_k exp(g_k - g)``; the checker compares the learner's closed form with
+    :func:`merge_three_reference` on :func:`merge_three_cases`. Named mistakes: :data:`THREE_MISTAKES`.
+    """
+    cases = [(name, args) for name, args, _ in merge_three_cases()]
+    return _check_states("check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES)
+
+
+def merge_three_reference(g1, s1, g2, s2, g3, s3):
+    """The state of three parts as ``merge(merge(P1, P2), P3)`` (the tests check the other grouping agrees)."""
+    return merge(*merge(g1, s1, g2, s2), g3, s3)

@@ -1,0 +1,162 @@
+"""Chapter 3: exercise 3.1, attention ``softmax(Q K^T / sqrt(D)) V`` with batch and head dimensions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
+                                         error_note, fmt, modified, pick, run, same)
+
+
+def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
+    """``softmax(Q K^T * scale) V`` in float64, right by default; the keywords give the classic wrong variants.
+
+    Args:
+        scale: ``scale(D, M, Dv, q)``, the factor applied to the scores.
+        shift: what is subtracted before ``exp``: "row" (each row's max), "column" (the max over the queries),
+            "global" (the max of the whole array), "none", or "flat" (``x.max(axis=-1)`` without keepdims).
+        norm: the axis of the sum that divides (-1 right, -2 the queries), "all" for the whole array, or "flat"
+            (``e.sum(axis=-1)`` without keepdims).
+        after: a factor applied to the output.
+    """
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    x = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., N, M)
+    x = x * scale(q.shape[-1], k.shape[-2], v.shape[-1], q)
+    shifts = {"row": lambda: x.max(axis=-1, keepdims=True), "column": lambda: x.max(axis=-2, keepdims=True),
+              "global": lambda: x.max(), "none": lambda: 0.0, "flat": lambda: x.max(axis=-1)}
+    e = np.exp(x - shifts[shift]())
+    sums = {-1: lambda: e.sum(axis=-1, keepdims=True), -2: lambda: e.sum(axis=-2, keepdims=True),
+            "all": lambda: e.sum(), "flat": lambda: e.sum(axis=-1)}
+    return np.matmul(e / sums[norm](), v) * after  # (..., N, Dv)
+
+
+def _scaled(scale):
+    return lambda q, k, v: variant(q, k, v, scale=scale)
+
+
+MISTAKES = (
+    Mistake("no scale", "this is softmax(Q K^T) V: divide the scores by sqrt(D)", (_scaled(lambda D, M, Dv, q: 1.0),)),
+    Mistake("divided by sqrt(M)", "the scores were divided by the square root of the number of keys M: divide by "
+            "sqrt(D), D = q.shape[-1] the width of q and k", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),)),
+    Mistake("divided by D", "the scores were divided by D: divide by sqrt(D)", (_scaled(lambda D, M, Dv, q: 1 / D),)),
+    Mistake("divided by sqrt(Dv)", "the scores were divided by the square root of the width of V: divide by "
+            "sqrt(D), D = q.shape[-1] the width of q and k", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(Dv)),)),
+    Mistake("the scale from the wrong axis of q", "D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the "
+            "number of queries (or the batch)", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])),
+                                                 _scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[0])))),
+    Mistake("multiplied by sqrt(D)", "the scale went the wrong way: divide the scores by sqrt(D)",
+            (_scaled(lambda D, M, Dv, q: np.sqrt(D)),)),
+    Mistake("the scale applied to the output", "1/sqrt(D) belongs inside the softmax, on the scores: "
+            "softmax(Q K^T / sqrt(D)) V, not softmax(Q K^T) V / sqrt(D)",
+            (lambda q, k, v: variant(q, k, v, scale=lambda D, M, Dv, q: 1.0, after=1 / np.sqrt(q.shape[-1])),)),
+    Mistake("softmax over the wrong axis (the queries)", "each row of X (one query, all keys) must sum to 1, so "
+            "normalise along the last axis (axis=-1). With one query (N = 1) a softmax over the queries makes every "
+            "weight 1, and A becomes the sum of the rows of V",
+            (lambda q, k, v: variant(q, k, v, shift="column", norm=-2), lambda q, k, v: variant(q, k, v, norm=-2))),
+    Mistake("the max over the wrong axis", "subtract each row's own max, x.max(axis=-1, keepdims=True): a max over "
+            "the queries (axis=-2) subtracts a different number from each entry of a row, which changes its softmax",
+            (lambda q, k, v: variant(q, k, v, shift="column"),)),
+    Mistake("keepdims missing", "x.max(axis=-1) and e.sum(axis=-1) drop the axis, and broadcasting then lines them "
+            "up with the columns: keep it, with keepdims=True (or [..., None])",
+            (lambda q, k, v: variant(q, k, v, shift="flat"), lambda q, k, v: variant(q, k, v, norm="flat"),
+             lambda q, k, v: variant(q, k, v, shift="flat", norm="flat"))),
+    Mistake("the global max instead of each row's max", "one max for the whole array is far above the scores of "
+            "some rows: their exp(x - max) all underflow to 0, and 0 / 0 is NaN. Subtract each row's own max, "
+            "x.max(axis=-1, keepdims=True)", (lambda q, k, v: variant(q, k, v, shift="global"),)),
+    Mistake("the max not subtracted", "exp of a large score overflows to inf and inf / inf is NaN: subtract each "
+            "row's max before exp", (lambda q, k, v: variant(q, k, v, shift="none"),)),
+    Mistake("normalised over the whole matrix", "divide each row by its own sum, e.sum(axis=-1, keepdims=True), "
+            "not by the sum of every entry", (lambda q, k, v: variant(q, k, v, norm="all"),)),
+    Mistake("k.T on a batched array", "k.T reverses every axis of a (B, H, M, D) array: transpose only the last "
+            "two, np.swapaxes(k, -1, -2) (or k.swapaxes(-1, -2))"),
+    Mistake("the probabilities Y returned", "this has the shape of Y (..., N, M): multiply it by v"),
+    INPUT_MODIFIED,
+    Mistake("a wrong shape", "A has shape (..., N, Dv): one output row per query"),
+    LOWER_PRECISION,
+)
+K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE = pick(MISTAKES, "k.T on a batched array", "keepdims missing",
+                                              "the probabilities Y returned", "a wrong shape")
+
+
+def attention_cases():
+    """The cases of exercise 3.1: ``[(name, (q, k, v))]``, each where some classic mistake shows."""
+    from flashmath.data import load_heads
+
+    rng = np.random.default_rng(3)
+    heads = load_heads()
+
+    def qkv(N, M, D, Dv=None, batch=()):
+        Dv = D if Dv is None else Dv
+        return tuple(rng.standard_normal(batch + shape) for shape in ((N, D), (M, D), (M, Dv)))
+
+    large = qkv(3, 5, 4)
+    large[0][:, 0], large[1][:, 0] = 40.0, 40.0  # every score gets 40 * 40 / sqrt(4) = 800, the spread stays ~1
+    levels = qkv(3, 6, 4)
+    levels[1][:, 0] = 1.0
+    levels[0][0, 0], levels[0][1, 0], levels[0][2, 0] = 2000.0, 0.0, -2000.0  # rows near +1000, 0 and -1000
+    return [
+        ("N != M: 5 queries, 7 keys, D = 4", qkv(5, 7, 4)),
+        ("N = 1: one new token against a KV cache of 9 entries", qkv(1, 9, 4)),
+        ("D = 1 (the scale is 1)", qkv(4, 6, 1)),
+        ("values of another width (V is M x 3, D = 4)", qkv(4, 6, 4, 3)),
+        ("batch and heads, shape (B, H, N, D) = (2, 3, 4, 5)", qkv(4, 6, 5, batch=(2, 3))),
+        ("a real head (layer 0, head 0, N = M = 46, D = 32)",
+         tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v))),
+        ("large scores close together (about 800 each): subtract the row max", large),
+        ("rows at very different levels (scores near +1000, 0 and -1000)", levels),
+    ]
+
+
+def _hint(exc) -> str | None:
+    text = str(exc)
+    if "matmul" in text:
+        return f"{K_T.name}? {K_T.fix}"
+    if "broadcast" in text:
+        return f"{KEEPDIMS.name}? {KEEPDIMS.fix}"
+    return None
+
+
+def check_attention(fn) -> CheckReport:
+    """Check a learner's ``fn(q, k, v) -> A = softmax(Q K^T / sqrt(D)) V`` for ``q (..., N, D)`` (exercise 3.1).
+
+    Cases (:func:`attention_cases`): ``N != M``, ``N = 1`` (decoding with a KV cache), ``D = 1``, values of another
+    width, batch and head dimensions ``(B, H, N, D)``, a real head, large scores close together (the softmax must be
+    safe, and every scale gives a different answer), rows at very different levels (each row needs its own max).
+    Named mistakes: :data:`MISTAKES`.
+    """
+    report = CheckReport("check_attention")
+    cases = attention_cases()
+    answers, ran = [], []
+    for name, qkv in cases:
+        inputs = tuple(a.copy() for a in qkv)
+        out, ok = run(report, name, fn, *inputs, hint=_hint)
+        ran.append(ok)
+        if ok and any(modified(a, b) for a, b in zip(qkv, inputs)):
+            answers.append(INPUT_MODIFIED)
+            continue
+        try:
+            answers.append(np.asarray(out, dtype=np.float64) if ok and out is not None else None)
+        except (TypeError, ValueError):
+            answers.append(None)
+    usable = [a if isinstance(a, np.ndarray) else None for a in answers]
+    diagnosis = Diagnosis([qkv for _, qkv in cases], usable, MISTAKES, same)
+    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran)):
+        if not ok:
+            continue
+        expected = variant(q, k, v)
+        if a is INPUT_MODIFIED:
+            report.add(name, False, INPUT_MODIFIED.message())
+        elif a is None or a.shape != expected.shape:
+            got = None if a is None else a.shape
+            mistake = Y_RETURNED if got == expected.shape[:-1] + (k.shape[-2],) else WRONG_SHAPE
+            report.add(name, False, f"expected shape {expected.shape} = (..., N, Dv), got {got}: {mistake.message()}")
+        elif same(a, expected):
+            report.add(name, True)
+        elif mistake := diagnosis.for_case(i):
+            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}: {mistake.message()}")
+        elif np.isnan(a).any():
+            report.add(name, False, f"got NaN{error_note(a, expected)}: did exp overflow, or underflow to 0 / 0? "
+                                    "Subtract each row's own max before exp")
+        else:
+            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}{error_note(a, expected)}")
+    return report.in_order([name for name, *_ in cases])

@@ -1,0 +1,307 @@
+"""Chapter 4: exercise 4.1, ``A = Y V`` with the loops in the order ``n, m, d`` (the loop swap).
+
+Two things are checked. The bits: every ``A[n, d]`` must receive its terms in the order ``m = 0, 1, ..., M - 1``
+(code indices), so the result is bitwise equal to the textbook order ``n, d, m`` (:func:`flashmath.matmul_ndm`).
+The order: that alone cannot tell the two loop orders apart (they are bitwise equal by design), so one case
+passes ``y`` and ``v`` as arrays of :class:`Traced` numbers, which record every product ``Y[n, m] * V[m, d]`` in
+the order it is computed, as chapter 2's :class:`~flashmath.exercises.OnePassVector` counts reads. What counts
+is that, within each row ``n``, all the products of one key come before those of the next: the key loop is
+outside the output-dimension loop. A vectorised row update ``acc += y[n, m] * v[m, :]`` and ``np.asarray`` on
+the inputs keep the record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
+                                         error_note, fmt, modified, pick, run, same)
+from flashmath.softmax import safe_softmax
+
+
+class Traced:
+    """A number that records the products it takes part in, for exercise 4.1.
+
+    ``value`` is the number, ``source`` "y" or "v" and ``index`` its position ``(n, m)`` or ``(m, d)``. A product
+    with another traced number (``*``, also element by element against a numpy array) appends ``(y index, v
+    index)`` to ``log`` and returns a plain float; ``float(t)`` appends ``("float", source, index)``. Other
+    arithmetic works on the value.
+    """
+
+    __slots__ = ("value", "source", "index", "log")
+
+    def __init__(self, value: float, source: str, index: tuple, log: list):
+        self.value, self.source, self.index, self.log = float(value), source, index, log
+
+    def __float__(self) -> float:
+        self.log.append(("float", self.source, self.index))
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __mul__(self, other):
+        return _product(self, other)
+
+    __rmul__ = __mul__
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if ufunc is np.multiply and method == "__call__" and len(inputs) == 2 and not kwargs:
+            return _product(*inputs)  # array * traced: numpy hands the product to us
+        return NotImplemented
+
+    def __add__(self, other):
+        return self.value + other
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self.value - other
+
+    def __rsub__(self, other):
+        return other - self.value
+
+    def __truediv__(self, other):
+        return self.value / other
+
+    def __neg__(self):
+        return -self.value
+
+
+def _product(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        arr, scalar, arr_first = (a, b, True) if isinstance(a, np.ndarray) else (b, a, False)
+        flat = [(_product(e, scalar) if arr_first else _product(scalar, e)) for e in arr.ravel()]
+        return np.array(flat, dtype=np.float64).reshape(arr.shape)
+    if isinstance(a, Traced) and isinstance(b, Traced):
+        y, v = (a, b) if a.source == "y" else (b, a)
+        a.log.append((y.source + v.source, y.index, v.index))
+        return a.value * b.value
+    if isinstance(a, Traced):
+        return a.value * b
+    if isinstance(b, Traced):
+        return a * b.value
+    return a * b
+
+
+def traced(y, v):
+    """``(y_traced, v_traced, log)``: object arrays of :class:`Traced` numbers holding ``y`` and ``v``, and their log."""
+    log = []
+    y_t, v_t = np.empty(np.shape(y), dtype=object), np.empty(np.shape(v), dtype=object)
+    for arr, out, source in ((y, y_t, "y"), (v, v_t, "v")):
+        for index in np.ndindex(out.shape):
+            out[index] = Traced(arr[index], source, index, log)
+    return y_t, v_t, log
+
+
+def products(log) -> list | None:
+    """The products ``((n, m), (m', d))`` of a log, in order; None when the inputs were turned into floats in bulk.
+
+    Products of two traced numbers are logged as they happen. A learner who writes ``float(y[n, m]) * float(v[m,
+    d])`` instead leaves ``float`` records, alternating between ``y`` and ``v``: each ``v`` read then pairs with
+    the latest ``y`` read. Conversions of a whole array at once (``np.asarray(y, dtype=float)``) do not alternate.
+    """
+    direct = [(i, j) for kind, i, j in log if kind == "yv"]
+    if direct:
+        return direct
+    reads = [(source, index) for kind, source, index in log if kind == "float"]
+    switches = sum(1 for a, b in zip(reads, reads[1:]) if a[0] != b[0])
+    if switches < len(reads) // 2:
+        return None
+    pairs, last_y = [], None
+    for source, index in reads:
+        if source == "y":
+            last_y = index
+        elif last_y is not None:
+            pairs.append((last_y, index))
+    return pairs
+
+
+NOT_SWAPPED = Mistake("the loops not swapped (order n, d, m)", "for each row the products came output element by "
+                      "output element, all keys for d = 0, then all keys for d = 1: that is the textbook order. Swap "
+                      "the m and d loops, so that each key m updates the whole row of partial sums before the next key")
+MISTAKES = (
+    Mistake("summed in another order", "a sum matches bit for bit only when it adds the terms of each A[n, d] "
+            "strictly in the order m = 0, 1, ..., M-1 (code indices), one multiply and one add each; @, np.dot and "
+            "np.einsum (BLAS or SIMD kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round "
+            "differently"),
+    NOT_SWAPPED,
+    Mistake("keys out of order", "within each row, take the keys one after the other, m = 0, 1, ..., M-1, and "
+            "finish all the products of a key before the next"),
+    Mistake("products missing or repeated", "each product Y[n, m] V[m, d] is computed exactly once"),
+    Mistake("Y[n, m] paired with another key's values", "key m's weight Y[n, m] multiplies key m's value row, "
+            "V[m, :]"),
+    Mistake("the inputs converted before the loops", "y and v arrived as arrays of traced numbers that record the "
+            "order of your products, and your function turned them into floats first (np.asarray(..., dtype=float), "
+            ".astype, np.array(..., dtype=...)). Use them as they are: indexing, np.asarray(y) without a dtype and "
+            "np.zeros for the result all keep the record"),
+    Mistake("the row of partial sums not reset for each row", "create the row of partial sums (acc = np.zeros(Dv)) "
+            "inside the loop over n: as it is, row n also holds the sums of rows 0..n-1",
+            (lambda y, v: np.cumsum(np.asarray(y) @ np.asarray(v), axis=0),)),
+    Mistake("= instead of +=", "each key must add Y[n, m] V[m, d] to the partial sum (acc[d] = acc[d] + ...); "
+            "assigning it keeps only the last key's term", (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],)),
+    Mistake("a key skipped (off by one)", "the loop over keys must run over all of range(M), 0 to M-1 in code; "
+            "range(1, M) or range(M - 1) leaves one out (the math counts keys 1..M, the code 0..M-1)",
+            (lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:], lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1])),
+    Mistake("the result transposed", "A has one row per query: shape (N, Dv), A[n, d]"),
+    Mistake("zeros returned", "did the loop run, and did you return the array you accumulated into?",
+            (lambda y, v: np.zeros((np.shape(y)[0], np.shape(v)[1])),)),
+    INPUT_MODIFIED,
+    Mistake("a wrong shape", "A = Y V has shape (N, Dv)"),
+    LOWER_PRECISION,
+)
+OTHER_ORDER, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
+    MISTAKES, "summed in another order", "the inputs converted before the loops", "the result transposed",
+    "a wrong shape", "Y[n, m] paired with another key's values", "products missing or repeated", "keys out of order")
+
+
+def order_case(M: int = 64):
+    """``(y (4, M), v (M, 1))`` whose sums give their bits only when added strictly in the order ``m = 0, 1, ...``.
+
+    Rows 0-2 add ``2^53``, then ``M - 4`` terms in ``(0.5, 1)``, then ``-2^53``, then ``-r`` and ``p``, where ``p`` is
+    an inexact product and ``r`` its rounded value. In order, each small term alone is below half a unit in the last
+    place of ``2^53`` and vanishes, ``-2^53`` brings the sum back to exactly 0, and ``-r + r = 0``: the answer is 0.
+    Any other grouping (BLAS or SIMD blocks, pairwise sums, ``math.fsum``, a reversed loop) adds two or more small
+    terms together first and keeps them; a fused multiply-add keeps the exact ``p`` and leaves ``p - r != 0``. Row 3
+    holds ordinary weights in ``[0, 1)`` and skips the ``2^53`` terms, so that the answer is not all zeros.
+    """
+    big = 2.0 ** 53
+    w = 1 + 2.0 ** -30
+    small = 0.5 + (np.arange(M - 4) % 31 + 1) / 64  # each in (0.5, 1): one alone vanishes into 2^53, two do not
+    v = np.concatenate([[big], small, [-big, -1.0, w]])[:, None]  # (M, 1)
+    rows = []
+    for j in (1, 3, 5):
+        y_last = 1 + j * 2.0 ** -30
+        r = y_last * w  # rounded: the exact product has j * 2^-60 more, which only a fused multiply-add keeps
+        rows.append(np.concatenate([np.ones(M - 2), [r, y_last]]))  # Y[n, M-2] V[M-2] = -r exactly
+    weights = np.random.default_rng(4).random(M)
+    weights[[0, M - 3]] = 0.0  # row 3 skips the 2^53 terms
+    return np.array(rows + [weights]), v
+
+
+TRACED_CASE = "the order of your loops (y and v record each product Y[n, m] * V[m, d]): N = 2, M = 4, Dv = 3"
+
+
+def loop_swap_cases():
+    """The cases of exercise 4.1: ``[(name, y, v)]``; the one named :data:`TRACED_CASE` is passed traced."""
+    from flashmath.data import load_heads
+
+    rng = np.random.default_rng(4)
+    heads = load_heads()
+    x = heads.scores(0, 1)[:4]  # (4, T): four real score rows
+    return [
+        ("a small product: N = 3, M = 5, Dv = 4", rng.random((3, 5)), rng.standard_normal((5, 4))),
+        (TRACED_CASE, rng.random((2, 4)), rng.standard_normal((4, 3))),
+        ("one row (N = 1)", rng.random((1, 6)), rng.standard_normal((6, 3))),
+        ("one key (M = 1)", rng.random((3, 1)), rng.standard_normal((1, 4))),
+        ("one output dimension (Dv = 1)", rng.random((3, 5)), rng.standard_normal((5, 1))),
+        ("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0", np.ones((1, 3)),
+         np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
+        ("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ...",
+         *order_case()),
+        ("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)", safe_softmax(x),
+         heads.v[0, 1].astype(np.float64)),
+    ]
+
+
+def order_problem(pairs, N: int, M: int, Dv: int) -> Mistake | None:
+    """What is wrong with the order of the products ``((n, m), (m', d))`` of an ``(N, M) x (M, Dv)`` product."""
+    if pairs is None or not pairs:
+        return CONVERTED
+    if any(i[1] != j[0] for i, j in pairs):
+        return PAIRED
+    for n in range(N):
+        row = [(i[1], j[1]) for i, j in pairs if i[0] == n]  # (m, d) in the order computed
+        if sorted(row) != [(m, d) for m in range(M) for d in range(Dv)]:
+            return MISSING
+        if row == [(m, d) for d in range(Dv) for m in range(M)] and Dv > 1:
+            return NOT_SWAPPED
+        keys = [m for m, _ in row]
+        if any(b < a for a, b in zip(keys, keys[1:])):
+            return OUT_OF_ORDER
+    return None
+
+
+def check_loop_swap(fn) -> CheckReport:
+    """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (exercise 4.1).
+
+    The result must be bitwise equal to the order ``n, d, m`` (:func:`flashmath.matmul_ndm`): every ``A[n, d]``
+    receives its terms in the order ``m = 0, 1, ..., M - 1``, one multiply and one add each. A sum in another
+    order, or BLAS (``@``, ``np.dot``, ``np.einsum``), rounds differently: a case with terms ``[1, 1e16, -1e16]``
+    shows the order, and a case of 64 terms (:func:`order_case`) catches blocked, pairwise, exact (``math.fsum``)
+    and fused multiply-add sums. A BLAS that sums strictly in order without fused multiply-adds would pass, and
+    rightly: it then does the same additions. The loop order itself is checked on traced inputs (module
+    docstring). Named mistakes: :data:`MISTAKES`.
+    """
+    from flashmath.attention import matmul_ndm
+
+    report = CheckReport("check_loop_swap")
+    cases = loop_swap_cases()
+    answers, ran, orders = [], [], []
+    for name, y, v in cases:
+        if name == TRACED_CASE:
+            y_in, v_in, log = traced(y, v)
+            before = [id(e) for arr in (y_in, v_in) for e in arr.flat]
+        else:
+            y_in, v_in, log = y.copy(), v.copy(), None
+        out, ok = run(report, name, fn, y_in, v_in)
+        ran.append(ok)
+        if log is not None:
+            changed = ok and before != [id(e) for arr in (y_in, v_in) for e in arr.flat]
+            orders.append(order_problem(products(list(log)), *y.shape, v.shape[1]) if ok else None)
+        else:
+            changed = ok and (modified(y, y_in) or modified(v, v_in))
+            orders.append(None)
+        try:
+            answers.append(INPUT_MODIFIED if changed else
+                           np.asarray(out, dtype=np.float64) if ok and out is not None else None)
+        except (TypeError, ValueError):
+            answers.append(None)
+    usable = [a if isinstance(a, np.ndarray) else None for a in answers]
+    diagnosis = Diagnosis([(y, v) for _, y, v in cases], usable, MISTAKES, same)
+    # "summed in another order" only when every answer is within rounding: a case whose terms hold 2^53 has a
+    # rounding bound that would also cover some wrong answers
+    all_within = all(a is None or a.shape != (y.shape[0], v.shape[1]) or _within_rounding(a, matmul_ndm(y, v), y, v)
+                     for (_, y, v), a in zip(cases, usable))
+    for i, ((name, y, v), a, ok, order) in enumerate(zip(cases, answers, ran, orders)):
+        if not ok:
+            continue
+        expected = matmul_ndm(y, v)
+        if a is INPUT_MODIFIED:
+            report.add(name, False, INPUT_MODIFIED.message())
+        elif a is None:
+            report.add(name, False, f"expected an (N, Dv) array or nested list of numbers: {WRONG_SHAPE.message()}")
+        elif a.shape != expected.shape:
+            mistake = TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
+            report.add(name, False, f"expected shape {expected.shape} = (N, Dv), got {a.shape}: {mistake.message()}")
+        elif order is not None:
+            values = ("the right numbers," if np.array_equal(a, expected) else
+                      f"expected {fmt(expected)}, got {fmt(a)}; and")
+            seen = "but the order of your loops could not be seen" if order is CONVERTED else "in the wrong order"
+            report.add(name, False, f"{values} {seen}: {order.message()}")
+        elif np.array_equal(a, expected):
+            report.add(name, True)
+        elif all_within and _within_rounding(a, expected, y, v):
+            diff = float(np.max(np.abs(a - expected)))
+            report.add(name, False, f"equal to within rounding (largest difference {diff:.3g}) but not bit for bit: "
+                                    f"{OTHER_ORDER.message()}")
+        elif mistake := diagnosis.for_case(i):
+            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}: {mistake.message()}")
+        else:
+            hint = ""
+            if np.array_equal(a, expected[::-1]) or np.array_equal(a, expected.T):
+                hint = f": {TRANSPOSED.message()}"
+            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}{error_note(a, expected)}{hint}")
+    return report.in_order([name for name, _, _ in cases])
+
+
+def _within_rounding(a, expected, y, v) -> bool:
+    """True when ``a`` differs from ``expected = Y V`` by no more than float64 rounding in some order of the sums.
+
+    Any order of the ``M`` additions of ``A[n, d]`` is within ``M`` units of rounding of ``sum_m |Y[n, m] V[m, d]|``
+    of the exact sum, so two orders are within twice that (with margin).
+    """
+    M = y.shape[1]
+    bound = 4 * (M + 1) * np.finfo(np.float64).eps * (np.abs(y) @ np.abs(v))  # (N, Dv)
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((np.abs(a - expected) <= bound) | (np.isnan(a) & np.isnan(expected))))
