@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
-           "one_loop_step", "block_step"]
+           "one_loop_step", "block_step", "tile_step", "numerator_step", "finish", "causal_mask", "masked_tile_step",
+           "merge_states"]
 
 
 def score_row(q_n, K):
@@ -142,6 +143,64 @@ def block_step(g_prev, s_prev, a_prev, x_block, v_block):
     # A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_i exp(x_i - g_m) / s_m V_i
     a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) @ V
     return g, s, a
+
+
+def tile_step(g, s, a, x_tile, v_tile):
+    """Chapter 6: one key tile for a query tile; the output normalised after the tile."""
+    g_new = np.maximum(g, x_tile.max(axis=1))  # each row's new max
+    ref = np.where(g_new == -np.inf, 0.0, g_new)  # a row that has seen nothing: subtract 0, not -inf
+    rescale = np.exp(g - ref)  # e^{g - g_new}
+    p = np.exp(x_tile - ref[:, None])  # P = e^{X - g_new}, (B_r, B_c)
+    s_new = s * rescale + p.sum(axis=1)
+    a_new = (a * (s * rescale)[:, None] + p @ v_tile) / s_new[:, None]
+    return g_new, s_new, a_new
+
+
+def numerator_step(g, s, u, x_tile, v_tile):
+    """Chapter 7: FlashAttention-2's tile step on the numerator U = s A' (no division)."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    rescale = np.exp(g - ref)
+    p = np.exp(x_tile - ref[:, None])
+    return g_new, s * rescale + p.sum(axis=1), u * rescale[:, None] + p @ v_tile
+
+
+def finish(g, s, u):
+    """Chapter 7: the end of a query tile, A = U / s and the logsumexp L = g + log(s)."""
+    empty = s == 0  # a row that saw no key
+    a = np.where(empty[:, None], 0.0, u / np.where(empty, 1.0, s)[:, None])
+    lse = np.where(empty, -np.inf, g + np.log(np.where(empty, 1.0, s)))
+    return a, lse
+
+
+def causal_mask(N, M):
+    """Chapter 8: the bottom-right causal mask, query n sees key m when m <= n + M - N."""
+    n = np.arange(N)[:, None]
+    m = np.arange(M)[None, :]
+    return m <= n + (M - N)
+
+
+def masked_tile_step(g, s, a, x_tile, v_tile, keep):
+    """Chapter 8: the tile step with a mask; a masked key is absent whatever its score and value hold."""
+    x = np.where(keep, x_tile, -np.inf)  # masked scores are -inf
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)  # no key seen yet: no -inf - (-inf)
+    rescale = np.exp(g - ref)
+    p = np.exp(x - ref[:, None])  # 0 where masked
+    s_new = s * rescale + p.sum(axis=1)
+    pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)  # never 0 * NaN
+    a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * rescale)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    return g_new, s_new, a_new
+
+
+def merge_states(a1, lse1, a2, lse2):
+    """Chapter 10: the output and logsumexp of two key ranges merged."""
+    lse = np.logaddexp(lse1, lse2)  # the sums add
+    w1 = np.where(lse1 == -np.inf, 0.0, np.exp(lse1 - np.where(lse == -np.inf, 0.0, lse)))  # each part's share
+    w2 = np.where(lse2 == -np.inf, 0.0, np.exp(lse2 - np.where(lse == -np.inf, 0.0, lse)))
+    a = (np.where(lse1[:, None] == -np.inf, 0.0, w1[:, None] * a1)  # an empty part is never read
+         + np.where(lse2[:, None] == -np.inf, 0.0, w2[:, None] * a2))
+    return a, lse
 
 
 def show(name: str | None = None) -> None:

@@ -515,8 +515,12 @@ def test_the_solutions_pass(checker):
 
 
 def test_every_named_mistake_has_a_wrong_solution_here():
-    assert set(WRONG) == set(exercises.MISTAKES)
+    from test_exercises_6_10 import CHECKERS  # chapters 6-10 have their own file
+
+    assert set(WRONG) | set(CHECKERS) == set(exercises.MISTAKES)
     for checker, mistakes in exercises.MISTAKES.items():
+        if checker in CHECKERS:
+            continue
         names = [m.name for m in mistakes]
         assert len(names) == len(set(names)), checker
         assert set(WRONG[checker]) == set(names), checker

@@ -7,7 +7,7 @@ NaN turned into 0, float16 overflow, reading the input twice, the loops in the w
 is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
 catalogue of each checker is in :data:`MISTAKES`.
 
-One module per chapter (``chapter0`` ... ``chapter5``), and :mod:`~flashmath.exercises.predict` for the 'predict,
+One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters), and :mod:`~flashmath.exercises.predict` for the 'predict,
 then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
 ``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based)
 index.
@@ -24,10 +24,14 @@ from flashmath.exercises.chapter3 import check_attention
 from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
 from flashmath.exercises.predict import check_prediction
+from flashmath.exercises import chapter6_10
+from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
+                                             check_merge_states, check_numerator_step, check_tile_step)
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
            "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
-           "check_one_loop_step", "check_block_step", "check_prediction"]
+           "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
+           "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {
@@ -40,4 +44,10 @@ MISTAKES = {
     "check_loop_swap": chapter4.MISTAKES,
     "check_one_loop_step": chapter5.STEP_MISTAKES,
     "check_block_step": chapter5.BLOCK_MISTAKES,
+    "check_tile_step": chapter6_10.TILE_MISTAKES,
+    "check_numerator_step": chapter6_10.NUMERATOR_MISTAKES,
+    "check_finish": chapter6_10.FINISH_MISTAKES,
+    "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
+    "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
+    "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
 }
