@@ -30,6 +30,7 @@ from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
 from flashmath.traffic import attention_traffic
 from flashmath.viz.live import check_dims, check_labels, index
+from flashmath.viz.softmax import DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
            "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player"]
@@ -37,19 +38,20 @@ __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_expl
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
 
-def step_slider(n_steps: int, *, value: int = 0, description: str = "step") -> widgets.IntSlider:
-    """An integer slider over ``0..n_steps`` for :func:`live_widget`.
+def step_slider(n_steps: int, *, value: int = 0, description: str = "step", low: int = 0,
+                name: str = "n_steps", what: str = "the step shown first") -> widgets.IntSlider:
+    """An integer slider over ``low..n_steps`` for :func:`live_widget`.
 
     Raises:
-        ValueError: ``n_steps < 1`` or ``value`` outside ``0..n_steps``. TypeError: not integers.
+        ValueError: ``n_steps < max(low, 1)`` or ``value`` outside ``low..n_steps``. TypeError: not integers.
     """
-    n_steps = integer(n_steps, "n_steps")
-    if n_steps < 1:
-        raise ValueError(f"n_steps must be at least 1, got {n_steps}")
-    value = integer(value, "value (the step shown first)")
-    if not 0 <= value <= n_steps:
-        raise ValueError(f"value (the step shown first) must be in 0..{n_steps}, got {value}")
-    return widgets.IntSlider(value=value, min=0, max=n_steps, step=1, description=description,
+    n_steps = integer(n_steps, name)
+    if n_steps < max(low, 1):
+        raise ValueError(f"{name} must be at least {max(low, 1)}, got {n_steps}")
+    value = integer(value, f"value ({what})")
+    if not low <= value <= n_steps:
+        raise ValueError(f"value ({what}) must be in {low}..{n_steps}, got {value}")
+    return widgets.IntSlider(value=value, min=low, max=n_steps, step=1, description=description,
                              continuous_update=True)
 
 
@@ -135,20 +137,14 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         TypeError: ``x`` not real numbers, ``scale`` not a number.
     """
     x = as_float_array(x).astype(np.float64)  # a private copy
-    choices = ["float16", "float32", "float64"]
-    try:
-        dtype = np.dtype(dtype).name
-    except TypeError:
-        pass
-    if dtype not in choices:
-        raise ValueError(f"dtype must be one of {choices}, got {dtype!r}")
+    dtype = dtype_name(dtype)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"scale must be a number between 1 and 1000, got {type(scale).__name__} {scale!r}")
     if not 1 <= scale <= 1000:
         raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
     scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
                                           continuous_update=False)
-    dtype_buttons = widgets.ToggleButtons(options=choices, value=dtype, description="dtype")
+    dtype_buttons = widgets.ToggleButtons(options=list(DTYPES), value=dtype, description="dtype")
     plot = viz.OverflowPlot(x, scale=scale_slider.value, dtype=dtype)
     return live_widget(plot, scale=scale_slider, dtype=dtype_buttons)
 
@@ -313,16 +309,10 @@ def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: 
     if q.ndim != 2 or q.shape[0] != 1 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"q must be one query (1, D) and k, v 2-D (M, D), (M, Dv); got {q.shape}, {k.shape}, "
                          f"{v.shape}")
-    max_splits = integer(max_splits, "max_splits")
-    if max_splits < 1:
-        raise ValueError(f"max_splits must be at least 1, got {max_splits}")
-    value = integer(value, "value (the number of ranges shown first)")
-    if not 1 <= value <= max_splits:
-        raise ValueError(f"value (the number of ranges shown first) must be in 1..{max_splits}, got {value}")
-    traces = {p: split_kv_trace(q, k, v, p) for p in range(1, max_splits + 1)}
+    slider = step_slider(max_splits, value=value, description="splits", low=1, name="max_splits",
+                         what="the number of ranges shown first")
+    traces = {p: split_kv_trace(q, k, v, p) for p in range(1, slider.max + 1)}
     inp = prepare_attention_inputs(q, k, v)
     scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)[0]  # (M,)
-    slider = widgets.IntSlider(value=value, min=1, max=max_splits, step=1, description="splits",
-                               continuous_update=True)
     plot = viz.SplitKVPlot(traces, scores, splits=value)
     return live_widget(plot, interval=interval, splits=slider)

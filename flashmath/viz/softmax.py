@@ -16,6 +16,17 @@ DTYPES = ("float16", "float32", "float64")
 ZERO = "#ff7f0e"  # the direct softmax's silent zeros
 
 
+def dtype_name(dtype) -> str:
+    """``dtype`` (a name or a numpy dtype) as one of :data:`DTYPES`; ValueError for any other."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = dtype
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    return name
+
+
 class OnlineSoftmaxPlot(LivePlot):
     """The online normalizer after step ``i``: three panels over the steps ``i = 1..N``.
 
@@ -164,14 +175,7 @@ class OverflowPlot(LivePlot):
                   self.nan_marks, self.zero_marks, self.title)
 
     def _update(self, scale, dtype) -> None:
-        if dtype not in DTYPES:
-            try:
-                dtype = np.dtype(dtype).name
-            except TypeError:
-                pass
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
-        dt = np.dtype(dtype)
+        dt = np.dtype(dtype_name(dtype))
         with np.errstate(over="ignore"):  # large scales overflow the dtype itself: inf, drawn as a cross
             xs = (self.x * scale).astype(dt)
             e = np.exp(xs)
