@@ -1,5 +1,21 @@
+import os
+import sys
+from pathlib import Path
+
 import matplotlib
 
 # Tests draw figures without a display. Select the backend in this process only: an MPLBACKEND
 # environment variable would leak into the kernels that nbval starts and change the notebooks' outputs.
 matplotlib.use("Agg")
+
+# scripts/pins.py reads constraints.txt and environment.yml; the tests import it as `pins`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under .ci/run, the results of the other Pythons, so that the log's last lines tell the whole story."""
+    results = os.environ.get("FLASHMATH_CI_RESULTS")
+    if results and os.path.exists(results):
+        terminalreporter.section(".ci/run: every Python")
+        for line in Path(results).read_text().splitlines():
+            terminalreporter.write_line(line)
