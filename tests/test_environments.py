@@ -81,7 +81,8 @@ def test_binder_pins_everything_the_course_installs():
         pytest.skip(f"{missing} is not installed here, so Binder's install cannot be followed")
     other = sorted(f"{n} {installed[n].version}" for n in needed if installed[n].version != expected.get(n))
     if other:
-        pytest.skip(f"this environment has other versions than Binder's ({', '.join(other[:4])}...)")
+        pytest.skip(f"this environment has other versions than Binder's: {', '.join(other[:4])}"
+                    + (f" and {len(other) - 4} more" if len(other) > 4 else ""))
     assert sorted(needed - set(pins.environment_pins())) == [], "run `python scripts/pins.py`"
     assert sorted(set(pins.environment_pins()) - needed) == [], "environment.yml pins what Binder does not need"
 
