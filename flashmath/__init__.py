@@ -1,9 +1,9 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
 The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
-:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.traffic`); the
-real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`) and widgets
-(:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.flash`,
+:mod:`flashmath.traffic`); the real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`)
+and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
 """
 
 from flashmath.attention import (
@@ -19,8 +19,11 @@ from flashmath.attention import (
     two_loop_attention,
     two_loop_trace,
 )
+from flashmath.backward import attention_backward
+from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
+from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -30,21 +33,42 @@ from flashmath.softmax import (
     safe_softmax,
     softmax,
 )
+from flashmath.traffic import (
+    SramSweep,
+    algorithm1_block_sizes,
+    attention_traffic,
+    block_sizes_for_sram,
+    counted_attention,
+    gpt2_medium_traffic,
+    sram_sweep,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlashTrace",
     "LoopSwapTrace",
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
     "ScaleSweep",
+    "SplitKVTrace",
+    "SramSweep",
     "TwoLoopTrace",
+    "algorithm1_block_sizes",
     "attention",
+    "attention_backward",
+    "attention_traffic",
+    "block_sizes_for_sram",
     "causal_mask",
+    "counted_attention",
+    "flash_attention",
+    "flash_trace",
+    "gpt2_medium_traffic",
     "loop_swap_trace",
     "matmul_ndm",
     "matmul_nmd",
     "merge",
+    "merge_states",
     "one_loop_attention",
     "one_loop_trace",
     "online_normalizer",
@@ -56,6 +80,9 @@ __all__ = [
     "sliding_window_mask",
     "softmax",
     "softmax_entropy",
+    "split_kv_attention",
+    "split_kv_trace",
+    "sram_sweep",
     "two_loop_attention",
     "two_loop_trace",
 ]

@@ -87,6 +87,9 @@ class AttentionInputs(NamedTuple):
         batch_shape: the broadcast leading dimensions of ``q``, ``k``, ``v`` and ``mask``.
         N, M, D, Dv: the sizes.
         dtype: the promoted dtype of ``q``, ``k``, ``v`` (the variants' output dtype).
+        causal: whether the bottom-right causal mask applies. It is already part of ``keep`` unless
+            :func:`prepare_attention_inputs` was called with ``fold_causal=False`` (the tiled loops of
+            :mod:`flashmath.flash` build it tile by tile instead of as a whole ``(N, M)`` array).
     """
 
     q: np.ndarray
@@ -100,10 +103,14 @@ class AttentionInputs(NamedTuple):
     D: int
     Dv: int
     dtype: np.dtype
+    causal: bool = False
 
 
-def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None) -> AttentionInputs:
+def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fold_causal=True) -> AttentionInputs:
     """Check and normalise the arguments of an attention function (see the module docstring for conventions).
+
+    With ``fold_causal=False`` the causal mask is not built into ``keep`` (only recorded in ``causal``), so a
+    tiled loop never materialises an ``(N, M)`` array.
 
     Raises:
         NonFloatInputError: ``q``/``k``/``v`` not floating-point (integers, bools, complex, strings); it is both
@@ -170,10 +177,10 @@ def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None) ->
         batch_shape = full[:-2]
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # at least 2-D: (..., N or 1, M or 1)
         keep = np.broadcast_to(mask, mask.shape[:-2] + (N, M))  # (..., N, M), a read-only view
-    if causal:
+    if causal and fold_causal:
         tri = causal_mask(N, M)  # (N, M), bottom-right aligned
         keep = tri if keep is None else keep & tri
-    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, np.result_type(q, k, v))
+    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, np.result_type(q, k, v), bool(causal))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,13 +1,18 @@
-"""Widget builders: ipywidgets controls wired to the drawing functions of :mod:`flashmath.viz`.
+"""Widget builders: ipywidgets controls wired to the live plots of :mod:`flashmath.viz`.
 
-Each builder checks its arguments, computes what it needs once, outside the callback, and draws its first
-figure once before building any control, so that a bad argument raises here, with a message, instead of
-printing a traceback inside the widget at every move. It returns an :class:`ipywidgets.interactive`: its
-``result`` is the figure drawn by the last callback (tests read it), its ``kwargs_widgets`` are the controls.
-Step sliders get a Play button linked to them in the browser (``jslink``), so the animation runs without a round
-trip per frame in the link itself. Each default Play interval is at least 1.5 times the slowest frame measured
-under Jupyter's inline backend (figure and PNG, on a 2-core CPU: chapter 2 up to 0.42 s, chapter 3 0.56 s,
-chapter 4 0.38 s, chapter 5 0.58 s); a shorter interval lets the slider run ahead of the figure.
+Every widget is :func:`live_widget`: one :class:`flashmath.viz.LivePlot`, built once, and an ``ipywidgets.Image``
+that receives the plot's PNG bytes after each move. The image is replaced only when the new picture is ready, so
+the page never shows a blank output between two steps (an ``Output`` that is cleared and redrawn can). Controls
+are wired with ``ipywidgets.interactive``, which also shows a callback's traceback in its output area; a step
+slider gets a Play button linked to it in the browser (``jslink``).
+
+A builder checks its arguments and computes its trace before building anything, so a bad argument raises here,
+with a message, instead of printing a traceback inside the widget at every move. The returned ``interactive`` has
+``kwargs_widgets`` (the controls), ``result`` (the plot, once drawn) and ``image`` (the Image widget).
+
+Default Play intervals: ``python -m flashmath.bench sliders`` measures every widget's update time; each default is
+at least 1.5 times the median measured on a 2-core machine (so Play does not run ahead of the picture) and at most
+250 ms (4 frames a second or more).
 
 Works with ipywidgets 7.7 (what Colab ships) and 8.x.
 """
@@ -15,96 +20,84 @@ Works with ipywidgets 7.7 (what Colab ships) and 8.x.
 from __future__ import annotations
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
 
 from flashmath import viz
 from flashmath._checks import integer
-from flashmath.attention import loop_swap_trace, one_loop_trace
+from flashmath.attention import loop_swap_trace, one_loop_trace, prepare_attention_inputs
+from flashmath.flash import flash_trace
 from flashmath.softmax import as_float_array, online_softmax_trace
+from flashmath.traffic import attention_traffic
+from flashmath.viz.live import check_dims, check_labels, index
 
-__all__ = ["online_softmax_player", "overflow_explorer", "step_player", "scale_explorer", "loop_swap_player",
-           "one_loop_player"]
+__all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
+           "loop_swap_player", "one_loop_player", "tile_sweep_player"]
+
+PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
 
-def step_player(draw, n_steps: int, *, value: int = 0, description: str = "step", interval: int = 700,
-                **fixed):
-    """An ``interactive`` over ``draw(step=..., **fixed)`` with a step slider and a linked Play button.
-
-    ``draw(step=value, **fixed)`` is called once before the widget is built, so an error raises here.
-
-    Args:
-        draw: callable ``draw(step, **fixed) -> Figure``.
-        n_steps: the slider runs over ``0..n_steps``.
-        value: initial step.
-        description: the slider's label.
-        interval: milliseconds between Play frames.
-        fixed: extra keyword arguments passed unchanged to ``draw``.
-
-    Returns:
-        ``ipywidgets.interactive`` whose first control row is ``[Play, slider]``.
+def step_slider(n_steps: int, *, value: int = 0, description: str = "step") -> widgets.IntSlider:
+    """An integer slider over ``0..n_steps`` for :func:`live_widget`.
 
     Raises:
-        ValueError: ``n_steps < 1``, ``value`` outside ``0..n_steps`` or ``interval < 1``. TypeError: one of them
-        not an integer. Whatever ``draw`` raises for the first step.
+        ValueError: ``n_steps < 1`` or ``value`` outside ``0..n_steps``. TypeError: not integers.
     """
     n_steps = integer(n_steps, "n_steps")
     if n_steps < 1:
         raise ValueError(f"n_steps must be at least 1, got {n_steps}")
-    value = _step(value, n_steps)
-    interval = _interval(interval)
-    _draw_once(draw, step=value, **fixed)
-    slider = widgets.IntSlider(value=value, min=0, max=n_steps, step=1, description=description,
-                               continuous_update=True)
-
-    def callback(step):
-        return draw(step=step, **fixed)
-
-    return _with_play(callback, "step", slider, frames=n_steps, value=value, link_to="value", interval=interval)
-
-
-def _with_play(callback, name: str, slider, *, frames: int, value: int, link_to: str, interval: int):
-    """``interactive(callback, name=slider)`` with a Play button over ``0..frames`` linked to ``slider.link_to``.
-
-    The link is made in the browser (``jslink``); the first control row becomes ``[Play, slider]``.
-    """
-    play = widgets.Play(value=value, min=0, max=frames, step=1, interval=interval, description="Play")
-    widgets.jslink((play, "value"), (slider, link_to))
-    ui = widgets.interactive(callback, **{name: slider})
-    ui.children = (widgets.HBox([play, slider]),) + tuple(ui.children[1:])
-    return ui
-
-
-def _step(value, n_steps: int) -> int:
-    """The first step shown: an integer in ``0..n_steps``."""
     value = integer(value, "value (the step shown first)")
     if not 0 <= value <= n_steps:
         raise ValueError(f"value (the step shown first) must be in 0..{n_steps}, got {value}")
-    return value
+    return widgets.IntSlider(value=value, min=0, max=n_steps, step=1, description=description,
+                             continuous_update=True)
 
 
-def _interval(interval) -> int:
-    """Milliseconds between Play frames: a positive integer."""
-    interval = integer(interval, "interval (milliseconds between Play frames)")
-    if interval < 1:
-        raise ValueError(f"interval (milliseconds between Play frames) must be at least 1, got {interval}")
-    return interval
+def live_widget(plot, *, interval: int | None = None, **controls):
+    """Wire ``controls`` to ``plot.update(**values)``; show ``plot.png()`` in an ``ipywidgets.Image``.
 
+    Args:
+        plot: a :class:`flashmath.viz.LivePlot`, already showing the controls' initial values.
+        interval: milliseconds between frames of a Play button linked to the first control (an ``IntSlider`` by
+            value, a ``SelectionSlider`` by index); None for no Play button.
+        controls: ``name=widget``, one per keyword of ``plot.update``.
 
-def _draw_once(draw, **kwargs) -> None:
-    """Draw and render one figure, then close it: an error raises now instead of inside the widget's output.
+    Returns:
+        ``ipywidgets.interactive``: ``[Play, first control]`` (or the controls), the Image, the output area that
+        shows a callback's error. ``.image`` is the Image, ``.result`` the plot after a move.
 
-    Closing keeps Jupyter's inline backend from also showing this figure below the cell.
+    Raises:
+        TypeError: ``plot`` not a LivePlot. ValueError / TypeError: ``interval`` not a positive integer.
     """
-    fig = draw(**kwargs)
-    try:
-        fig.canvas.draw()  # rendering finds what building the figure does not (e.g. bad mathtext)
-    finally:
-        plt.close(fig)
+    if not isinstance(plot, viz.LivePlot):
+        raise TypeError(f"plot must be a flashmath.viz.LivePlot, got {type(plot).__name__}")
+    image = widgets.Image(value=plot.png(), format="png")
+    image.layout.max_width = "100%"
+    image.layout.height = "auto"
+
+    def callback(**values):
+        if values != plot.state:  # ipywidgets 8 calls once on construction: nothing moved, nothing to draw
+            image.value = plot.update(**values).png()  # the old picture stays until this one is ready
+        return plot
+
+    ui = widgets.interactive(callback, **controls)
+    first, rest = ui.children[0], tuple(ui.children[1:-1])
+    if interval is not None:
+        interval = integer(interval, "interval (milliseconds between Play frames)")
+        if interval < 1:
+            raise ValueError(f"interval (milliseconds between Play frames) must be at least 1, got {interval}")
+        by_index = isinstance(first, widgets.SelectionSlider)
+        frames = len(first.options) - 1 if by_index else first.max - first.min
+        play = widgets.Play(value=first.index if by_index else first.value, min=0 if by_index else first.min,
+                            max=frames if by_index else first.max, step=1, interval=interval, description="Play")
+        widgets.jslink((play, "value"), (first, "index" if by_index else "value"))
+        first = widgets.HBox([play, first])
+    ui.children = (first,) + rest + (image, ui.out)
+    ui.image = image
+    return ui
 
 
-def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = 700):
-    """Step through the online normalizer of a 1-D vector: x_i, g_i, the rescale factor, s_i, s_N.
+def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = PLAY_INTERVAL):
+    """Step through the online normalizer of a 1-D vector: ``x_i``, ``g_i``, the rescale factor, ``s_i``, ``s_N``.
 
     Args:
         x: 1-D array ``(N,)`` (any real row: random numbers, a real attention score row...).
@@ -113,20 +106,16 @@ def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = 700
         interval: milliseconds between Play frames.
 
     Returns:
-        ``ipywidgets.interactive`` (slider ``step`` over ``0..N`` and a Play button).
+        :func:`live_widget` (slider ``step i`` over ``0..N`` and a Play button).
 
     Raises:
         ValueError / TypeError: as :func:`flashmath.online_softmax_trace` for a bad ``x``; ``labels`` of the
-        wrong length; ``value`` or ``interval`` as :func:`step_player`.
+        wrong length; ``value`` or ``interval`` as :func:`step_slider` and :func:`live_widget`.
     """
-    trace = online_softmax_trace(x)  # computed once; the callback only draws
-    viz._check_labels(labels, len(trace), "element of x")
-
-    def draw(step, trace, labels):
-        return viz.plot_online_softmax_step(trace, step, labels=labels)
-
-    return step_player(draw, len(trace), value=value, description="step i", interval=interval,
-                       trace=trace, labels=labels)
+    trace = online_softmax_trace(x)  # computed once; a move only redraws
+    slider = step_slider(len(trace), value=value, description="step i")
+    plot = viz.OnlineSoftmaxPlot(trace, labels=labels, step=slider.value)
+    return live_widget(plot, interval=interval, step=slider)
 
 
 def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
@@ -138,15 +127,13 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         dtype: initial dtype, ``"float16"``, ``"float32"`` or ``"float64"`` (or the numpy dtype).
 
     Returns:
-        ``ipywidgets.interactive`` with controls ``scale`` and ``dtype``.
+        :func:`live_widget` with controls ``scale`` and ``dtype``.
 
     Raises:
         ValueError: ``dtype`` not one of the three, ``scale`` outside 1..1000, ``x`` not a non-empty 1-D vector.
         TypeError: ``x`` not real numbers, ``scale`` not a number.
     """
     x = as_float_array(x).astype(np.float64)  # a private copy
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"x must be a non-empty 1-D vector, got shape {x.shape}")
     choices = ["float16", "float32", "float64"]
     try:
         dtype = np.dtype(dtype).name
@@ -158,19 +145,14 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         raise TypeError(f"scale must be a number between 1 and 1000, got {type(scale).__name__} {scale!r}")
     if not 1 <= scale <= 1000:
         raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
-
-    def callback(scale, dtype):
-        return viz.plot_overflow(x, dtype=dtype, scale=scale)
-
-    _draw_once(callback, scale=scale, dtype=dtype)
     scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
                                           continuous_update=False)
     dtype_buttons = widgets.ToggleButtons(options=choices, value=dtype, description="dtype")
+    plot = viz.OverflowPlot(x, scale=scale_slider.value, dtype=dtype)
+    return live_widget(plot, scale=scale_slider, dtype=dtype_buttons)
 
-    return widgets.interactive(callback, scale=scale_slider, dtype=dtype_buttons)
 
-
-def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
+def scale_explorer(sweep, *, D: int | None = None, interval: int = PLAY_INTERVAL):
     """Slide over the head dimension ``D``: spread of the scores and sharpness of softmax, with and without scale.
 
     Args:
@@ -179,7 +161,7 @@ def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
         interval: milliseconds between Play frames.
 
     Returns:
-        ``ipywidgets.interactive`` with a ``D`` selection slider (over ``sweep.dims``) and a linked Play button.
+        :func:`live_widget` with a ``D`` selection slider (over ``sweep.dims``) and a linked Play button.
 
     Raises:
         ValueError: ``D`` not in ``sweep.dims``; ``interval < 1``. TypeError: ``D`` or ``interval`` not an integer,
@@ -193,82 +175,118 @@ def scale_explorer(sweep, *, D: int | None = None, interval: int = 900):
     D = integer(D, "D")
     if D not in dims:
         raise ValueError(f"D must be one of sweep.dims = {dims}, got {D}")
-    interval = _interval(interval)
-
-    def callback(D):
-        return viz.plot_scale_step(sweep, dims.index(D))
-
-    _draw_once(callback, D=D)
     slider = widgets.SelectionSlider(options=dims, value=D, description="D", continuous_update=True)
-    return _with_play(callback, "D", slider, frames=len(dims) - 1, value=dims.index(D), link_to="index",
-                      interval=interval)
+    plot = viz.ScalePlot(sweep, D=D)
+    return live_widget(plot, interval=interval, D=slider)
 
 
-def loop_swap_player(y, v, *, row: int = 0, labels=None, value: int = 0, interval: int = 700):
+def loop_swap_player(y, v, *, row: int = 0, labels=None, value: int = 0, interval: int = PLAY_INTERVAL):
     """Step through the keys of ``A = Y V`` in the order ``for n: for m: for d``: a row of partial sums grows.
 
     Args:
         y: ``(N, M)`` probabilities (small: the trace runs scalar loops, ``N * M * Dv`` steps).
         v: ``(M, Dv)`` values.
-        row: the query row ``n`` to show, an integer in ``0..N-1``.
+        row: the query row ``n`` to show (0-based), an integer in ``0..N-1``.
         labels: optional key labels (tokens), length ``M``.
         value: the number of keys added at first (0 = none).
         interval: milliseconds between Play frames.
 
     Returns:
-        ``ipywidgets.interactive`` (slider ``keys m`` over ``0..M`` and a Play button).
+        :func:`live_widget` (slider ``keys m`` over ``0..M`` and a Play button).
 
     Raises:
         ValueError / TypeError: as :func:`flashmath.loop_swap_trace`; ``row`` not an integer or out of range;
-        ``labels`` of the wrong length; ``value`` or ``interval`` as :func:`step_player`.
+        ``labels`` of the wrong length; ``value`` or ``interval`` as :func:`step_slider` and :func:`live_widget`.
     """
     try:
         y_shape = np.shape(y)
     except ValueError:  # ragged nested lists: loop_swap_trace says what is wrong
         y_shape = ()
     if len(y_shape) == 2:  # checked before the trace, which runs N * M * Dv scalar steps
-        viz._index(row, "row", y_shape[0], f" (y has N = {y_shape[0]} rows)")
-        viz._check_labels(labels, y_shape[1], "key")
-    trace = loop_swap_trace(y, v)  # computed once; the callback only draws
-    row = viz._index(row, "row", trace.y.shape[0], f" (y has N = {trace.y.shape[0]} rows)")
-    viz._check_labels(labels, len(trace), "key")
-
-    def draw(step, trace, row, labels):
-        return viz.plot_loop_swap_step(trace, step, row=row, labels=labels)
-
-    return step_player(draw, len(trace), value=value, description="keys m", interval=interval, trace=trace,
-                       row=row, labels=labels)
+        index(row, "row", y_shape[0], f" (y has N = {y_shape[0]} rows)")
+        check_labels(labels, y_shape[1], "key")
+        step_slider(y_shape[1], value=value)
+    trace = loop_swap_trace(y, v)  # computed once; a move only redraws
+    slider = step_slider(len(trace), value=value, description="keys m")
+    plot = viz.LoopSwapPlot(trace, row=row, labels=labels, step=slider.value)
+    return live_widget(plot, interval=interval, step=slider)
 
 
-def one_loop_player(q, k, v, *, row: int = 0, dims=None, labels=None, value: int = 0, interval: int = 900):
+def one_loop_player(q, k, v, *, row: int = 0, dims=None, labels=None, value: int = 0, interval: int = PLAY_INTERVAL):
     """Step through the merged loop of chapter 5 for one query row: ``x_m, g_m``, the correction, ``s_m``, ``A'_m``.
 
     Args:
         q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)`` (2-D; the default scale ``1 / sqrt(D)``).
-        row: the query row ``n`` to follow, an integer in ``0..N-1``.
+        row: the query row ``n`` to follow (0-based), an integer in ``0..N-1``.
         dims: the output dimensions of ``A'_m`` to draw, 1 to 5 of ``0..Dv-1`` (default: the first ``min(3, Dv)``).
         labels: optional key labels (tokens), length ``M``.
         value: the number of keys seen at first (0 = none).
         interval: milliseconds between Play frames.
 
     Returns:
-        ``ipywidgets.interactive`` (slider ``keys m`` over ``0..M`` and a Play button).
+        :func:`live_widget` (slider ``keys m`` over ``0..M`` and a Play button).
 
     Raises:
         ValueError / TypeError: as :func:`flashmath.one_loop_trace`; inputs that are not 2-D; ``row`` not an
         integer or out of range; ``dims`` not integers in ``0..Dv-1``; ``labels`` of the wrong length; ``value``
-        or ``interval`` as :func:`step_player`.
+        or ``interval`` as :func:`step_slider` and :func:`live_widget`.
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"q, k, v must be 2-D (N, D), (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}")
-    row = viz._index(row, "row", q.shape[0], f" (q has N = {q.shape[0]} rows)")
-    dims = tuple(viz._dims(dims, v.shape[1]))
-    viz._check_labels(labels, k.shape[0], "key")
+    row = index(row, "row", q.shape[0], f" (q has N = {q.shape[0]} rows)")
+    dims = tuple(check_dims(dims, v.shape[1]))
+    check_labels(labels, k.shape[0], "key")
     trace = one_loop_trace(q[row:row + 1], k, v)  # computed once, for the one row shown
+    slider = step_slider(len(trace), value=value, description="keys m")
+    plot = viz.OneLoopPlot(trace, row=0, dims=dims, labels=labels, step=slider.value)
+    return live_widget(plot, interval=interval, step=slider)
 
-    def draw(step, trace, dims, labels):
-        return viz.plot_one_loop_step(trace, step, row=0, dims=dims, labels=labels)
 
-    return step_player(draw, len(trace), value=value, description="keys m", interval=interval, trace=trace,
-                       dims=dims, labels=labels)
+def tile_sweep_traces(q, k, v, *, block_q: int, block_k: int, causal=False, mask=None):
+    """What :func:`tile_sweep_player` draws: ``(traces, scores, standard_bytes)`` for 2-D inputs.
+
+    ``traces`` maps ``"fa1"`` and ``"fa2"`` to :func:`flashmath.flash_trace`; ``scores`` is ``(N, M)``, the scaled
+    scores with ``-inf`` where masked; ``standard_bytes`` what standard attention moves for the same sizes.
+    """
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"q, k, v must be 2-D (N, D), (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}")
+    traces = {order: flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order, causal=causal, mask=mask)
+              for order in ("fa1", "fa2")}
+    inp = prepare_attention_inputs(q, k, v, causal=causal, mask=mask)
+    scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)  # (N, M), for the background
+    if inp.keep is not None:
+        scores = np.where(inp.keep, scores, -np.inf)
+    standard = attention_traffic("standard", inp.N, inp.M, inp.D, Dv=inp.Dv,
+                                 bytes_per_element=traces["fa2"].traffic.bytes_per_element).bytes
+    return traces, scores, standard
+
+
+def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=False, mask=None, order: str = "fa2",
+                      value: int = 0, interval: int = PLAY_INTERVAL):
+    """Step through the tiles of FlashAttention in either loop order: the grid, the row states, the bytes moved.
+
+    Args:
+        q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)`` (2-D: one head; small, since every step's state is kept).
+        block_q, block_k: the tile sizes ``B_r``, ``B_c``.
+        causal, mask: as :func:`flashmath.flash_attention` (fully masked tiles are skipped, and drawn grey).
+        order: the loop order shown first, ``"fa1"`` or ``"fa2"`` (a toggle switches).
+        value: the number of tile steps done at first.
+        interval: milliseconds between Play frames.
+
+    Returns:
+        :func:`live_widget` with a ``tile step t`` slider (and Play) and an ``order`` toggle.
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.flash_trace`; inputs that are not 2-D; an unknown ``order``;
+        ``value`` or ``interval`` as :func:`step_slider` and :func:`live_widget`.
+    """
+    if order not in ("fa1", "fa2"):
+        raise ValueError(f"order must be 'fa1' or 'fa2', got {order!r}")
+    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=block_q, block_k=block_k, causal=causal,
+                                                 mask=mask)
+    slider = step_slider(len(traces[order]), value=value, description="tile step t")
+    toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description="order")
+    plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
+    return live_widget(plot, interval=interval, step=slider, order=toggle)

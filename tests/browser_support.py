@@ -247,13 +247,14 @@ JS_DOM_ERRORS = """() => {
 }"""
 
 # Tag every slider handle and Play widget with data-fm-* attributes and the element whose images
-# they should change: the nearest enclosing widget that contains a widget Output with an <img>,
-# else the cell's output area, else the whole notebook.
+# they should change: the nearest enclosing widget that contains an Image widget (flashmath's live
+# widgets) or a widget Output with an <img>, else the cell's output area, else the whole notebook.
 JS_TAG_CONTROLS = """() => {
   const scopeOf = (el) => {
     let p = el.parentElement;
     while (p && !p.classList.contains('jp-Cell')) {
-      if (p.classList.contains('jupyter-widgets') && p.querySelector('.widget-output img')) return p;
+      if (p.classList.contains('jupyter-widgets') &&
+          p.querySelector('img.widget-image, .widget-output img')) return p;
       p = p.parentElement;
     }
     if (p) {
@@ -310,6 +311,52 @@ JS_SNAPSHOT = """(scope) => {
 }"""
 
 
+# Latency of one key press: armed before the press, it records when the key goes down on the handle
+# and when the scope's picture has a new src that is decoded and ready to paint.
+JS_ARM_LATENCY = """([scope, handleId]) => {
+  const s = document.querySelector(`[data-fm-scope="${scope}"]`);
+  const handle = document.querySelector(`[data-fm-slider="${handleId}"]`);
+  const img = s && s.querySelector('img');
+  const lat = {t0: null, t1: null, src: img ? img.getAttribute('src') : null};
+  window.__fmLatency = lat;
+  if (!img || !handle) return false;
+  handle.addEventListener('keydown', () => { if (lat.t0 === null) lat.t0 = performance.now(); },
+                          {capture: true, once: true});
+  const obs = new MutationObserver(() => {
+    if (img.getAttribute('src') === lat.src) return;
+    obs.disconnect();
+    img.decode().catch(() => null).then(() => { lat.t1 = performance.now(); });
+  });
+  obs.observe(img, {attributes: true, attributeFilter: ['src']});
+  return true;
+}"""
+
+# Samples the scope every ``period`` ms for ``duration`` ms (in the page, without round trips):
+# how many samples had no visible picture, and how many times the picture changed.
+JS_SAMPLE_PICTURES = """async ([scope, duration, period]) => {
+  const s = document.querySelector(`[data-fm-scope="${scope}"]`);
+  const out = {samples: 0, blank: 0, changes: 0, firstBlankAt: null};
+  let last = null;
+  const t0 = performance.now();
+  while (performance.now() - t0 < duration) {
+    const imgs = s ? Array.from(s.querySelectorAll('img')) : [];
+    const shown = imgs.filter(i => i.getAttribute('src') && i.naturalWidth > 0 && i.offsetHeight > 0);
+    out.samples += 1;
+    if (!shown.length) {
+      out.blank += 1;
+      if (out.firstBlankAt === null) out.firstBlankAt = Math.round(performance.now() - t0);
+      out.detail = imgs.map(i => ({nw: i.naturalWidth, oh: i.offsetHeight, complete: i.complete,
+                                   src: (i.getAttribute('src') || '').slice(0, 40)}));
+    }
+    const key = imgs.map(i => i.getAttribute('src') || '').join('|');
+    if (last !== null && key !== last) out.changes += 1;
+    last = key;
+    await new Promise(r => setTimeout(r, period));
+  }
+  return out;
+}"""
+
+
 class NotebookCheckFailure(AssertionError):
     pass
 
@@ -323,6 +370,8 @@ class NotebookDriver:
         self.name = name
         self.timings: dict[str, float] = {}
         self.exercised = {"sliders": 0, "plays": 0, "play_frames": 0}
+        self.latencies: dict[str, list[float]] = {}  # slider -> milliseconds from key press to new picture
+        self.play_samples: dict[str, dict] = {}  # Play button -> what the pictures did while it played
         self.page_errors: list[str] = []
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
 
@@ -474,72 +523,111 @@ class NotebookDriver:
             self.wait_settled(60, quiet=0.5, label=f"after {key} on {what}")
             self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
 
-    def exercise_slider(self, s: dict, presses: int = 3, timeout: float = 30.0) -> None:
-        """Arrow keys must change the plot; End and Home (the extremes) must not raise."""
+    def press_latency(self, handle, s: dict, key: str, timeout: float = 30.0) -> float | None:
+        """Press ``key`` on a slider handle; milliseconds until a new picture is decoded (None: none came).
+
+        Returns at once when the press did not move the handle (no new value: no new picture to wait for).
+        """
+        self.page.evaluate(JS_ARM_LATENCY, [s["scope"], s["id"]])
+        before = self._value(handle)
+        handle.press(key)
+        if self._value(handle) == before:
+            return None
+        try:
+            self.page.wait_for_function("() => window.__fmLatency && window.__fmLatency.t1 !== null",
+                                        timeout=timeout * 1000, polling="raf")
+        except Exception:  # Playwright's TimeoutError: no new picture
+            return None
+        lat = self.page.evaluate("() => window.__fmLatency")
+        return lat["t1"] - lat["t0"] if lat["t0"] is not None else None
+
+    def exercise_slider(self, s: dict, presses: int = 4, timeout: float = 30.0) -> None:
+        """Each arrow key press must bring a new picture (timed); End and Home (the extremes) must not raise."""
         handle = self.page.locator(f'[data-fm-slider="{s["id"]}"]')
         what = f"slider {s['label'] or '#' + s['id']!r} (cell {s['cell']})"
-        before = self.snapshot(s["scope"])
         handle.scroll_into_view_if_needed()
         handle.focus()
         value0 = self._value(handle)
-        for key in ("ArrowRight", "ArrowLeft"):  # ArrowLeft if the handle sits at its maximum
-            for _ in range(presses):
-                handle.press(key)
-                self.page.wait_for_timeout(60)
-            if self._value(handle) != value0:
-                break
+        # move away from the end the handle sits at: ArrowLeft when it starts at its maximum
+        key = "ArrowRight"
+        handle.press("ArrowRight")
+        if self._value(handle) == value0:
+            key = "ArrowLeft"
         else:
+            handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
+        self.wait_settled(60, quiet=0.5, label=f"before timing {what}")
+        self._wait_for_picture_to_settle(s["scope"])
+        times, stuck = [], 0
+        while len(times) < presses and stuck < 3:
+            before = self._value(handle)
+            ms = self.press_latency(handle, s, key, timeout)
+            if self._value(handle) == before:
+                # the end of a short slider, or a press that ipywidgets rounded back (its FloatLogSlider does
+                # that to every other arrow press): no new value, no new picture to wait for
+                stuck += 1
+                continue
+            self.check_no_errors(f"after pressing {key} on {what} (value {self._value(handle)})")
+            if ms is None:
+                raise NotebookCheckFailure(
+                    f"{self.name}: pressing {key} on {what} (to value {self._value(handle)}) did not change its "
+                    f"picture within {timeout:.0f} s ({self.describe(s['scope'])})"
+                )
+            times.append(ms)
+            self.wait_settled(60, quiet=0.3, label=f"after {key} on {what}")
+        if not times:
             raise NotebookCheckFailure(f"{self.name}: {what} did not move on ArrowRight/ArrowLeft")
-        changed = self._wait_for_new_image(s["scope"], before, timeout)
-        self.wait_settled(60, quiet=0.5, label=f"after moving {what}")
-        self.check_no_errors(f"after moving {what} from {value0} to {self._value(handle)}")
-        if not changed:
-            raise NotebookCheckFailure(
-                f"{self.name}: moving {what} from {value0} to {self._value(handle)} "
-                f"did not change its plotted image within {timeout:.0f} s ({self.describe(s['scope'])})"
-            )
+        self.latencies[f"{what}"] = times
         self._press_and_settle(handle, s["scope"], "End", what)
         self._press_and_settle(handle, s["scope"], "Home", what)
         self.exercised["sliders"] += 1
 
-    def exercise_play(self, p: dict, play_seconds: float = 8.0, timeout: float = 30.0) -> None:
-        """Press Play; the plot must change.  Let it play up to ``play_seconds`` (or to its end)."""
+    def _wait_for_picture_to_settle(self, scope: str, quiet: float = 0.4, timeout: float = 30.0) -> None:
+        """Wait until the scope's picture has not changed for ``quiet`` s (pending redraws have landed)."""
+        deadline = time.monotonic() + timeout
+        last, since = self.snapshot(scope), time.monotonic()
+        while time.monotonic() < deadline:
+            self.page.wait_for_timeout(100)
+            now = self.snapshot(scope)
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+
+    def exercise_play(self, p: dict, sample_seconds: float = 3.0, period_ms: int = 50,
+                      timeout: float = 30.0) -> None:
+        """Press Play: it must start, change the picture, and show a picture in every 50 ms sample for 3 s."""
         play = self.page.locator(f'[data-fm-play="{p["id"]}"]')
         what = f"Play button #{p['id']} (cell {p['cell']})"
         button = play.locator("button").first
+        self.wait_settled(60, quiet=0.5, label=f"before pressing {what}")
+        self._wait_for_picture_to_settle(p["scope"])
         snap = self.snapshot(p["scope"])
         button.scroll_into_view_if_needed()
         button.click()
-        t0 = time.monotonic()
-        changes = 0
-        first = self._wait_for_new_image(p["scope"], snap, timeout)
-        if not first and not play.locator("button i.fa-pause").count():
-            # The click did not start playback (seen once on a loaded machine: the page was still busy);
-            # press once more. A Play button that is really broken fails this second press too.
-            button.click()
-            t0 = time.monotonic()
-            first = self._wait_for_new_image(p["scope"], snap, timeout)
-        if first:
-            changes, snap = 1, first
-            while time.monotonic() - t0 < play_seconds:
-                state = self.page.evaluate(JS_SNAPSHOT, p["scope"])
-                if state["error"]:
-                    break
-                if state["imgs"] and state["imgs"] != snap and all(state["imgs"].split("|")):
-                    changes, snap = changes + 1, state["imgs"]
-                if not play.locator("button i.fa-pause").count():
-                    break  # reached its end and stopped by itself
-                self.page.wait_for_timeout(100)
+        try:  # the button turns into a pause button once the Play widget runs
+            play.locator("button i.fa-pause").first.wait_for(state="attached", timeout=5_000)
+        except Exception:
+            raise NotebookCheckFailure(f"{self.name}: pressing {what} did not start it (no pause button after 5 s; "
+                                       f"{self.describe(p['scope'])})") from None
+        samples = self.page.evaluate(JS_SAMPLE_PICTURES, [p["scope"], int(sample_seconds * 1000), period_ms])
+        changed = self._wait_for_new_image(p["scope"], snap, timeout) if not samples["changes"] else "yes"
         if play.locator("button i.fa-pause").count():
             play.locator("button:has(i.fa-pause)").first.click()
         self.wait_settled(60, quiet=0.5, label=f"after pressing {what}")
         self.check_no_errors(f"while {what} was playing")
-        if not changes:
+        self.play_samples[what] = samples
+        if not changed:
             raise NotebookCheckFailure(
                 f"{self.name}: pressing {what} did not change the plotted image within {timeout:.0f} s "
                 f"({self.describe(p['scope'])})"
             )
-        self.exercised["play_frames"] += changes
+        if samples["blank"]:
+            raise NotebookCheckFailure(
+                f"{self.name}: while {what} played, {samples['blank']} of {samples['samples']} samples "
+                f"(every {period_ms} ms) showed no picture, the first after {samples['firstBlankAt']} ms "
+                f"({samples.get('detail')})"
+            )
+        self.exercised["play_frames"] += samples["changes"]
         self.exercised["plays"] += 1
 
     def shutdown_kernels(self) -> None:

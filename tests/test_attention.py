@@ -1,5 +1,6 @@
-"""flashmath.attention: the float64 reference against a formula written here, every loop variant against the
-reference, the bitwise loop swap, the traces, and the edge cases (masks, empty rows, NaN, dtypes, errors)."""
+"""flashmath.attention: the float64 reference against a formula written here, every loop variant (and the tiled
+flash_attention of flashmath.flash) against the reference, the bitwise loop swap, the traces, and the edge cases
+(masks, empty rows, NaN, dtypes, errors)."""
 
 import dataclasses
 import math
@@ -19,9 +20,20 @@ from flashmath.attention import (
     two_loop_attention,
     two_loop_trace,
 )
+from flashmath.flash import flash_attention
 from flashmath.masks import causal_mask
 
-VARIANTS = [two_loop_attention, one_loop_attention]
+
+def tiled(order):
+    """flash_attention in one loop order, with tiles that divide none of the sizes below."""
+
+    def variant(q, k, v, **kwargs):
+        return flash_attention(q, k, v, block_q=3, block_k=4, order=order, **kwargs)
+
+    return variant
+
+
+VARIANTS = [two_loop_attention, one_loop_attention, tiled("fa1"), tiled("fa2")]
 TOL = 1e-12
 
 # (N, M, D, Dv): N != M both ways, N = 1 (decoding), M = 1, D = 1, primes, Dv != D

@@ -3,8 +3,13 @@
 For each ``notebooks/*.ipynb``: open it in JupyterLab, Run All, fail on any error output; then
 move every ipywidgets slider with the keyboard and press every Play button, checking that the
 plotted image changes and that no traceback appears (``ipywidgets.interactive`` shows a
-callback's exception inside its output widget instead of raising it).  A screenshot per notebook
-goes to ``artifacts/screenshots/<stem>.png``.
+callback's exception inside its output widget instead of raising it).
+
+Measured on the way: for every slider, the milliseconds from a key press to the new picture
+decoded on the page (several presses each), and, for every Play button, 3 s of play sampled every
+50 ms: a picture must be present in every sample (no blank flash). The latencies go to
+``artifacts/slider_latency.json`` and pytest's summary; a screenshot per notebook goes to
+``artifacts/screenshots/<stem>.png``.
 
 Run only these:  python -m pytest -m browser -p no:nbval -o addopts=""
 Set FLASHMATH_BROWSER_NOTEBOOKS=<dir> to run the test on the notebooks in another directory.
@@ -12,7 +17,9 @@ Set FLASHMATH_BROWSER_NOTEBOOKS=<dir> to run the test on the notebooks in anothe
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -24,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = Path(os.environ.get("FLASHMATH_BROWSER_NOTEBOOKS", REPO / "notebooks"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
+LATENCY_FILE = REPO / "artifacts" / "slider_latency.json"
 
 pytestmark = pytest.mark.browser
 
@@ -56,6 +64,27 @@ def jupyterlab(browser):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def latency_log(request):
+    """Collects {notebook: {slider: [ms, ...]}}; written to artifacts/ and shown in pytest's summary at the end."""
+    log: dict = {}
+    yield log
+    if not log:
+        return
+    LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
+    LATENCY_FILE.write_text(json.dumps(log, indent=1))
+    lines = [f"{'notebook':<26} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
+    for notebook, entry in log.items():
+        for slider, times in entry["sliders"].items():
+            lines.append(f"{notebook:<26} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
+                         f"{max(times):7.0f}")
+        for play, s in entry["plays"].items():
+            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['samples']} samples, {s['blank']} blank, "
+                         f"{s['changes']} new pictures in 3 s")
+    lines.append(f"(key press to new picture decoded on the page; written to {LATENCY_FILE.relative_to(REPO)})")
+    request.config._flashmath_latency = lines
+
+
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -83,7 +112,7 @@ def _screenshot(driver: NotebookDriver, path: Path) -> None:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.name for nb in NOTEBOOKS])
-def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, page, record_property):
+def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, page, record_property, latency_log):
     t0 = time.monotonic()
     driver = NotebookDriver(page, jupyterlab, notebook.name)
     failure = None
@@ -109,6 +138,7 @@ def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, pa
         finally:
             driver.shutdown_kernels()
         driver.timings["total"] = time.monotonic() - t0
+        latency_log[notebook.name] = {"sliders": driver.latencies, "plays": driver.play_samples}
         for k, v in driver.timings.items():
             record_property(f"seconds_{k}", round(v, 1))
         print(

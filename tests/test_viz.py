@@ -14,31 +14,87 @@ def close_figures():
     plt.close("all")
 
 
+def small_plots():
+    """One instance of every live plot of the course, on small inputs, with its step keyword and steps."""
+    rng = np.random.default_rng(1)
+    q, k, v = rng.standard_normal((2, 3)), rng.standard_normal((5, 3)), rng.standard_normal((5, 4))
+    sweep = fm.scale_sweep([1, 4, 16], rng=rng, n_queries=5, n_keys=6)
+    x = rng.standard_normal(6) * 3
+    from flashmath.widgets import tile_sweep_traces
+
+    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=1, block_k=2, causal=True)
+    return [
+        (lambda **s: viz.OnlineSoftmaxPlot(fm.online_softmax_trace(x), **s), "step", [0, 3, 6, 2]),
+        (lambda **s: viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, **s), ("step", "order"),
+         [(0, "fa2"), (4, "fa2"), (4, "fa1"), (6, "fa1"), (2, "fa2")]),
+        (lambda **s: viz.OverflowPlot(x, **s), ("scale", "dtype"), [(1.0, "float16"), (40.0, "float16"),
+                                                                    (40.0, "float64"), (3.0, "float32")]),
+        (lambda **s: viz.ScalePlot(sweep, **s), "D", [1, 16, 4]),
+        (lambda **s: viz.LoopSwapPlot(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), row=1, **s), "step",
+         [0, 5, 2]),
+        (lambda **s: viz.OneLoopPlot(fm.one_loop_trace(q, k, v), row=1, dims=(0, 3), **s), "step", [0, 5, 2]),
+    ]
+
+
+def state(key, value):
+    return dict(zip(key, value)) if isinstance(key, tuple) else {key: value}
+
+
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
+def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, steps):
+    """Blitting leaves nothing of an earlier step behind, and each step has its own picture."""
+    plot = make(**state(key, steps[0]))
+    figure, pictures = plot.fig, set()
+    for value in steps[1:]:
+        pictures.add(plot.update(**state(key, value)).rgb().tobytes())
+    assert plot.fig is figure  # updated in place
+    assert len(pictures) == len(steps) - 1
+    fresh = make(**state(key, steps[0])).update(**state(key, steps[-1]))  # same layout, no history
+    assert plot.rgb().tobytes() == fresh.rgb().tobytes()
+    assert plot.png()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["online", "tiles", "overflow", "scale", "swap", "one_loop"])
+def test_the_layout_is_frozen_after_the_first_draw(make, key, steps):
+    plot = make(**state(key, steps[0]))
+    positions = [ax.get_position().bounds for ax in plot.fig.axes]
+    for value in steps[1:]:
+        plot.update(**state(key, value)).rgb()
+    assert [ax.get_position().bounds for ax in plot.fig.axes] == positions
+
+
+def test_live_plots_stay_out_of_pyplot_and_static_pictures_go_through_it():
+    before = set(plt.get_fignums())
+    trace = fm.online_softmax_trace(np.array([0.5, 2.0, 1.0]))
+    viz.OnlineSoftmaxPlot(trace, step=2)
+    assert set(plt.get_fignums()) == before
+    fig = viz.plot_online_softmax_step(trace, 2)  # shown by Jupyter's inline backend at the end of a cell
+    assert fig.number in plt.get_fignums()
+    with pytest.raises(ValueError, match="step i must be in 0..3"):
+        viz.plot_online_softmax_step(trace, 4)
+    assert set(plt.get_fignums()) == before | {fig.number}  # a bad step leaves no half-built figure open
+
+
 def test_animation_has_one_distinct_frame_per_step():
     trace = fm.online_softmax_trace(np.array([0.5, 2.0, 1.0]))
-    anim, fig = viz.animate_steps(viz.plot_online_softmax_step, trace, dpi=30)
+    plot = viz.OnlineSoftmaxPlot(trace, dpi=30)
+    plot.png()  # a plot used for a widget first is still drawn whole by the animation
+    anim = viz.animate_steps(plot)
     frames = []
     for step in range(len(trace) + 1):
         anim._func(step)  # what the animation draws for that frame
-        frames.append(viz.figure_signature(fig))
+        frames.append(viz.figure_signature(plot.fig))
     assert len(set(frames)) == len(trace) + 1
     html = anim.to_jshtml(fps=2)
     assert html.count("data:image/png;base64") == len(trace) + 1
+    with pytest.raises(TypeError, match="LivePlot"):
+        viz.animate_steps(viz.plot_online_softmax_step)
 
 
-@pytest.mark.parametrize("plot_step, make_trace", [
-    (viz.plot_loop_swap_step, lambda: fm.loop_swap_trace(np.full((1, 3), 1 / 3), np.eye(3))),
-    (viz.plot_one_loop_step, lambda: fm.one_loop_trace(np.ones((1, 3)), np.eye(3), np.eye(3))),
-])
-def test_step_plots_draw_into_a_given_figure(plot_step, make_trace):
-    trace = make_trace()
-    fig = plt.figure()
-    assert plot_step(trace, 2, fig=fig) is fig
-    again = viz.figure_signature(plot_step(trace, 2, fig=fig))
-    assert again == viz.figure_signature(plot_step(trace, 2, fig=plt.figure(figsize=fig.get_size_inches())))
-    steps = [0, len(trace)]
-    anim, anim_fig = viz.animate_steps(plot_step, trace, steps=steps, dpi=30)
-    assert anim.to_jshtml().count("data:image/png;base64") == 2
+def test_animation_over_named_states():
+    sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
+    anim = viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4, 16], name="D")
+    assert anim.to_jshtml().count("data:image/png;base64") == 3
 
 
 def one_loop_trace_of(N=2, M=6, D=4, Dv=4, seed=0):
@@ -120,3 +176,18 @@ def test_scale_figure_entropy_legend_is_above_its_axes():
     legend_box = ax_e.get_legend().get_window_extent()
     assert legend_box.y0 >= ax_e.get_window_extent().y1 - 1  # outside the axes: it covers no curve
     assert {ax.get_xlabel() for ax in fig.axes[1:]} == {"head dimension D"}
+
+
+def test_the_pattern_example_in_the_live_module_runs():
+    """The example in flashmath/viz/live.py's docstring is the template for new chapters: it must work."""
+    import re
+
+    from flashmath import widgets
+    from flashmath.viz import live
+
+    example = re.search(r"Example, a new plot for a later chapter::\n\n(.*?)\n\n(?=\S)", live.__doc__, re.S).group(1)
+    namespace = {"np": np, "widgets": widgets, **{k: getattr(live, k) for k in dir(live) if not k.startswith("_")}}
+    exec(compile("\n".join(line[4:] for line in example.splitlines()), "live.py example", "exec"), namespace)
+    ui, picture, animation = namespace["ui"], namespace["picture"], namespace["animation"]
+    assert ui.image.value[:4] == b"\x89PNG" and picture._repr_png_()[:4] == b"\x89PNG"
+    assert animation.to_jshtml().count("data:image/png;base64") == 11

@@ -1,0 +1,228 @@
+"""``python -m flashmath.bench sliders``: milliseconds per slider update of every widget in the course.
+
+For each widget of the notebooks (built as the notebook builds it, on the same data), every control is moved
+across its whole range and back, without a browser: each move runs the widget's callback and encodes the PNG
+bytes that the browser would receive. Beside it, a baseline measured in the same run: for a sample of the same
+states, a fresh figure built and exported as Jupyter's inline backend exports one (IPython's ``print_figure``,
+tight-cropped PNG), which is what a move cost before figures were built once. Printed: median and max per
+update, the speed-up (baseline median / live median), the default Play interval and its ratio to the median.
+
+Targets on a 2-core machine: median <= 100 ms and max <= 250 ms per update; Play interval <= 250 ms and at least
+1.5 times the median (so that Play does not run ahead of the picture). Rows outside a target are marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+TARGET_MEDIAN_MS = 100.0
+TARGET_MAX_MS = 250.0
+PLAY_MAX_MS = 250
+PLAY_MIN_RATIO = 1.5
+
+
+@dataclass
+class Case:
+    """One widget of the course: where it is, how the notebook builds it, how to build a fresh figure."""
+
+    notebook: str  # the notebook's stem, e.g. "02_online_softmax"
+    builder: str  # the name of the function in flashmath.widgets
+    build: Callable  # () -> the widget, as the notebook builds it
+    fresh: Callable  # (**state) -> a new LivePlot in that state, for the baseline
+
+
+def course_cases() -> list[Case]:
+    """Every widget of notebooks 00-..., on the data its notebook uses (the real heads)."""
+    import flashmath as fm
+    from flashmath import viz, widgets
+    from flashmath.data import load_heads
+
+    heads = load_heads()
+    layer, head, n = heads.demo_rows[0]
+    x = heads.score_row(layer, head, n)
+    tokens = heads.tokens
+    q, k, v = (a[layer, head].astype(np.float64) for a in (heads.q, heads.k, heads.v))
+    y = fm.safe_softmax(q @ k.T / np.sqrt(q.shape[1]))
+    sweep = fm.scale_sweep([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], rng=np.random.default_rng(3), n_queries=200,
+                           n_keys=64)
+    tile_traces, tile_scores, tile_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8, causal=True)
+    softmax_trace = fm.online_softmax_trace(x)
+    swap_trace = fm.loop_swap_trace(y, v)
+    loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
+
+    def player(notebook):
+        return Case(notebook, "online_softmax_player", lambda: widgets.online_softmax_player(x, labels=tokens),
+                    lambda step: viz.OnlineSoftmaxPlot(softmax_trace, labels=tokens, step=step))
+
+    return [
+        player("00_welcome"),
+        Case("01_softmax", "overflow_explorer", lambda: widgets.overflow_explorer(x, scale=10.0, dtype="float16"),
+             lambda scale, dtype: viz.OverflowPlot(x, scale=scale, dtype=dtype)),
+        player("02_online_softmax"),
+        Case("03_attention", "scale_explorer", lambda: widgets.scale_explorer(sweep, D=64),
+             lambda D: viz.ScalePlot(sweep, D=D)),
+        Case("04_loop_swap", "loop_swap_player", lambda: widgets.loop_swap_player(y, v, row=n, labels=tokens),
+             lambda step: viz.LoopSwapPlot(swap_trace, row=n, labels=tokens, step=step)),
+        Case("05_one_loop", "one_loop_player", lambda: widgets.one_loop_player(q, k, v, row=n, labels=tokens),
+             lambda step: viz.OneLoopPlot(loop_trace, labels=tokens, step=step)),
+        Case("06_tiling", "tile_sweep_player",
+             lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
+             lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
+                                                   step=step, order=order)),
+    ]
+
+
+def control_values(control) -> list:
+    """Every value of a control, in order: a slider's range, a selection's options."""
+    if hasattr(control, "options"):
+        options = list(control.options)
+        return [o[1] if isinstance(o, tuple) else o for o in options]
+    if type(control).__name__ == "FloatLogSlider":
+        exponents = np.arange(control.min, control.max + control.step / 2, control.step)
+        return [float(control.base ** e) for e in exponents]
+    return list(range(control.min, control.max + 1, control.step))
+
+
+def sweep_moves(values, start) -> list:
+    """The moves of one sweep: from ``start`` to the end of the range, back to its beginning, then to ``start``."""
+    i = values.index(start) if start in values else 0
+    return values[i + 1:] + values[::-1][1:] + values[1:i + 1]
+
+
+def inline_png(fig) -> bytes:
+    """A figure exported as Jupyter's inline backend exports it: tight-cropped PNG at the figure's dpi."""
+    from IPython.core.pylabtools import print_figure
+
+    return print_figure(fig, "png", bbox_inches="tight")
+
+
+@dataclass
+class Result:
+    case: Case
+    live_ms: list
+    baseline_ms: list
+    interval: int | None
+    png_bytes: int
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.live_ms)
+
+    @property
+    def slowest(self) -> float:
+        return max(self.live_ms)
+
+    @property
+    def baseline_median(self) -> float:
+        return statistics.median(self.baseline_ms)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.median > TARGET_MEDIAN_MS:
+            out.append(f"median > {TARGET_MEDIAN_MS:.0f} ms")
+        if self.slowest > TARGET_MAX_MS:
+            out.append(f"max > {TARGET_MAX_MS:.0f} ms")
+        if self.interval is not None and self.interval > PLAY_MAX_MS:
+            out.append(f"Play interval > {PLAY_MAX_MS} ms")
+        if self.interval is not None and self.interval < PLAY_MIN_RATIO * self.median:
+            out.append(f"Play interval < {PLAY_MIN_RATIO} x median")
+        return out
+
+
+def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = None) -> Result:
+    """Move every control of ``case``'s widget across its range; time a sample of states the old way too."""
+    import ipywidgets
+
+    sink = io.StringIO()  # outside a kernel, interactive's clear_output writes terminal codes to stdout
+    with contextlib.redirect_stdout(sink):
+        ui = case.build()
+    live, states = [], []
+    for control in ui.kwargs_widgets:
+        values = control_values(control)
+        moves = sweep_moves(values, control.value)
+        if max_moves is not None:
+            moves = moves[:max_moves]
+        for value in moves:
+            before = ui.image.value
+            with contextlib.redirect_stdout(sink):
+                t0 = time.perf_counter()
+                control.value = value
+                elapsed = time.perf_counter() - t0
+            if ui.image.value == before:
+                # no new picture: the callback raised (interactive shows it in its output) or drew nothing new
+                outputs = getattr(ui.out, "outputs", ())
+                raise RuntimeError(f"{case.notebook} {case.builder}: moving {control.description!r} to {value!r} "
+                                   f"did not change the picture; output: {outputs}")
+            live.append(1000 * elapsed)
+            states.append(dict(ui.result.state))
+    plays = [w for w in _walk(ui) if isinstance(w, ipywidgets.Play)]
+    interval = plays[0].interval if plays else None
+
+    picks = np.unique(np.linspace(0, len(states) - 1, min(baseline_samples, len(states))).round().astype(int))
+    baseline = []
+    for i in picks:
+        t0 = time.perf_counter()
+        plot = case.fresh(**states[i])
+        inline_png(plot.fig)
+        baseline.append(1000 * (time.perf_counter() - t0))
+    return Result(case, live, baseline, interval, len(ui.image.value))
+
+
+def _walk(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _walk(child)
+
+
+def report(results: list[Result], out=None) -> bool:
+    """Print the table (to ``out``, default stdout); True when every widget is within its targets."""
+    out = sys.stdout if out is None else out
+    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} | {'baseline':>8} {'max':>7} | "
+            f"{'speed-up':>8} | {'Play':>6} {'Play/med':>8}  verdict")
+    print("Slider updates in ms (callback + PNG the browser receives); baseline: a fresh figure + Jupyter's inline "
+          "tight PNG, same run", file=out)
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    ok = True
+    for r in results:
+        problems = r.problems()
+        ok &= not problems
+        play = f"{r.interval:>4}ms" if r.interval is not None else "    -"
+        ratio = f"{r.interval / r.median:8.1f}" if r.interval is not None else "       -"
+        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} | "
+              f"{r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | {r.baseline_median / r.median:7.1f}x | "
+              f"{play:>6} {ratio}  {'ok' if not problems else '; '.join(problems)}", file=out)
+    medians = [r.median for r in results]
+    print(f"targets: median <= {TARGET_MEDIAN_MS:.0f} ms, max <= {TARGET_MAX_MS:.0f} ms, Play <= {PLAY_MAX_MS} ms "
+          f"and >= {PLAY_MIN_RATIO} x median. Slowest median {max(medians):.1f} ms; "
+          f"{'all within target' if ok else 'NOT all within target'}", file=out)
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashmath.bench sliders", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="only the widgets whose notebook stem contains this text")
+    parser.add_argument("--baseline-samples", type=int, default=8, help="states timed the old way per widget")
+    parser.add_argument("--max-moves", type=int, default=None, help="at most this many moves per control")
+    args = parser.parse_args(argv)
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # no window; the inline backend's export is what the baseline times
+    results = [measure(case, baseline_samples=args.baseline_samples, max_moves=args.max_moves)
+               for case in course_cases() if args.only in case.notebook]
+    if not results:
+        print(f"no widget's notebook matches {args.only!r}", file=sys.stderr)
+        return 2
+    report(results)
+    return 0

@@ -1,0 +1,148 @@
+"""Where the tiles and row states live, and what they cost on chip (chapter 10, the article's hardware questions).
+
+A query tile's working set in FlashAttention-2's forward loop (one thread block per query tile):
+
+* ``Q_i`` ``(B_r, D)``, and one key/value tile ``K_j``, ``V_j`` ``(B_c, D)``, ``(B_c, Dv)``: loaded from HBM into
+  shared memory (Triton and CUTLASS stage them there; several stages when loads are pipelined);
+* the score tile ``X_ij = Q_i K_j^T`` and its weights ``P_ij`` ``(B_r, B_c)``: produced by the matrix unit into
+  registers (accumulated in float32), used at once, never written out;
+* the accumulator ``s A'`` ``(B_r, Dv)`` in float32 and the row states ``g``, ``s`` ``(B_r,)``: in registers for the
+  whole sweep over the keys, written to HBM once at the end.
+
+Registers are the fastest storage but a kernel must know their number when it is compiled: an array lives in
+registers only when its size is a compile-time constant and every index into it is known after unrolling. That
+is why the head dimension ``D`` (and the block sizes) are template or ``tl.constexpr`` parameters in
+FlashAttention's CUDA code and in Triton kernels, while ``N`` and ``M`` stay runtime values: with ``D`` known, the
+accumulator ``(B_r, D)`` is spread over the threads' registers; with ``D`` unknown it would spill to local memory
+(off chip, cached), and the loop over ``d`` could not be unrolled.
+
+The figures of :data:`GPUS` are per streaming multiprocessor (SM): the register file and the largest shared
+memory carve-out, from NVIDIA's CUDA C++ Programming Guide (appendix "Compute Capabilities", table of technical
+specifications per compute capability) and the Ampere and Hopper tuning guides ("Unified Shared Memory/L1/Texture
+Cache" sections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashmath._checks import integer
+
+__all__ = ["GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile"]
+
+KiB = 1024
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU's on-chip memory per SM, in bytes.
+
+    Attributes:
+        name: the product. compute_capability: e.g. ``"8.0"``.
+        register_bytes: the register file of one SM (64K 32-bit registers = 256 KiB on each GPU here).
+        shared_bytes: the largest shared-memory carve-out of one SM.
+        shared_per_block_bytes: the most shared memory one thread block may use.
+        max_registers_per_thread: 255 on each GPU here (more spill to local memory).
+    """
+
+    name: str
+    compute_capability: str
+    register_bytes: int
+    shared_bytes: int
+    shared_per_block_bytes: int
+    max_registers_per_thread: int = 255
+
+
+GPUS = {
+    "A100": GPU("NVIDIA A100", "8.0", 256 * KiB, 164 * KiB, 163 * KiB),
+    "RTX 4090": GPU("NVIDIA GeForce RTX 4090", "8.9", 256 * KiB, 100 * KiB, 99 * KiB),
+    "H100": GPU("NVIDIA H100", "9.0", 256 * KiB, 228 * KiB, 227 * KiB),
+}
+"""Per-SM figures from the CUDA C++ Programming Guide's compute-capability table (8.0, 8.9, 9.0)."""
+
+
+@dataclass(frozen=True)
+class TileBytes:
+    """The on-chip bytes of one query tile's working set (see the module docstring for where each lives).
+
+    Attributes (bytes):
+        q_tile, kv_tiles: shared memory: ``Q_i`` once, ``K_j`` and ``V_j`` times the pipeline stages.
+        scores: registers: the score tile ``X_ij`` and weights ``P_ij`` in float32 (``P`` reuses ``X``'s registers
+            in practice; counted once).
+        accumulator: registers: ``s A'`` ``(B_r, Dv)`` in float32.
+        row_states: registers: ``g`` and ``s`` ``(B_r,)`` in float32.
+    """
+
+    q_tile: int
+    kv_tiles: int
+    scores: int
+    accumulator: int
+    row_states: int
+
+    @property
+    def shared(self) -> int:
+        """Bytes in shared memory."""
+        return self.q_tile + self.kv_tiles
+
+    @property
+    def registers(self) -> int:
+        """Bytes in registers (across the thread block)."""
+        return self.scores + self.accumulator + self.row_states
+
+
+def _positive(value, name: str) -> int:
+    value = integer(value, name)
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def tile_bytes(D: int, block_q: int, block_k: int, *, dtype="float16", Dv: int | None = None,
+               stages: int = 2) -> TileBytes:
+    """The on-chip bytes of FlashAttention-2's forward working set for one query tile.
+
+    Args:
+        D: head dimension of ``q`` and ``k``. Dv: of ``v`` (default ``D``).
+        block_q, block_k: ``B_r`` and ``B_c``.
+        dtype: the element type of ``Q``, ``K``, ``V`` in memory (accumulation is float32 whatever it is).
+        stages: how many key/value tiles are in flight at once (software pipelining; 1 = no overlap).
+
+    Returns:
+        :class:`TileBytes`.
+
+    Raises:
+        TypeError: sizes that are not integers; ValueError: sizes below 1 or an unknown dtype.
+    """
+    D, block_q, block_k, stages = (_positive(x, n) for x, n in ((D, "D"), (block_q, "block_q"),
+                                                                  (block_k, "block_k"), (stages, "stages")))
+    Dv = D if Dv is None else _positive(Dv, "Dv")
+    try:
+        element = np.dtype(dtype).itemsize
+    except TypeError:
+        raise ValueError(f"dtype must be a numpy dtype name such as 'float16', got {dtype!r}") from None
+    f32 = 4
+    return TileBytes(
+        q_tile=block_q * D * element,  # Q_i (B_r, D)
+        kv_tiles=stages * block_k * (D + Dv) * element,  # K_j (B_c, D) and V_j (B_c, Dv), per stage
+        scores=block_q * block_k * f32,  # X_ij, then P_ij (B_r, B_c)
+        accumulator=block_q * Dv * f32,  # s A' (B_r, Dv)
+        row_states=2 * block_q * f32,  # g, s (B_r,)
+    )
+
+
+def largest_query_tile(gpu: GPU, D: int, block_k: int, *, dtype="float16", stages: int = 2,
+                       candidates=(16, 32, 64, 128, 256)) -> int | None:
+    """The largest ``B_r`` among ``candidates`` whose working set fits one SM of ``gpu``.
+
+    Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within the
+    register file (real kernels also need registers for addresses and loop counters, so this is an upper
+    bound). None when even the smallest candidate does not fit.
+    """
+    best = None
+    for block_q in sorted(candidates):
+        need = tile_bytes(D, block_q, block_k, dtype=dtype, stages=stages)
+        if need.shared <= gpu.shared_per_block_bytes and need.registers <= gpu.register_bytes:
+            best = block_q
+    return best

@@ -1,0 +1,173 @@
+"""Split-KV (Flash-Decoding): attention over disjoint key ranges computed independently, then merged (chapter 10).
+
+With one query (``N = 1``, decoding with a KV cache) there is only one row to parallelise over, so the keys are
+split instead: each of ``num_splits`` contiguous ranges ``[c0, c1)`` of the ``M`` keys gives the output of that
+range alone, ``A_p``, and its logsumexp ``L_p = g_p + log(s_p)``. Two ranges merge exactly, with the chapter-2 rule
+written for outputs instead of sums:
+
+    L = log(exp(L_1) + exp(L_2))                          (the sums add, on a common reference point)
+    A = exp(L_1 - L) A_1 + exp(L_2 - L) A_2                 (each part reweighted by its share of the sum)
+
+The merge is associative and commutative with identity ``(A = anything, L = -inf)``: a range with no key to attend
+to contributes nothing, whatever its output array holds (NaN included), so the ranges can be combined in any
+tree. The logsumexp carries both the running max and the running sum of chapter 2 in one number, which is why
+FlashAttention-2 stores it.
+
+Conventions (shapes, scale, masks, fully masked rows) are those of :mod:`flashmath.attention`; masks and the
+bottom-right causal alignment are applied over all ``M`` keys before the split, so that a range sees exactly the
+keys it would see in one piece.
+
+Sources: T. Dao, D. Haziza, F. Massa, G. Sizov, "Flash-Decoding for long-context inference" (2023, PyTorch blog);
+T. Dao, "FlashAttention-2" (2023), section 3.1 (the logsumexp saved per row); M. Milakov and N. Gimelshein (2018),
+section 3.1 (merging normalizer states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashmath._checks import integer
+from flashmath.attention import attention, prepare_attention_inputs
+from flashmath.softmax import as_float_array
+
+__all__ = ["merge_states", "split_ranges", "split_kv_attention", "split_kv_trace", "SplitKVTrace"]
+
+
+def merge_states(a1, lse1, a2, lse2):
+    """The output and logsumexp of two disjoint key ranges merged into those of their union.
+
+    Args:
+        a1, a2: outputs of each range alone, ``(..., N, Dv)`` (normalised over that range's keys).
+        lse1, lse2: their logsumexps ``(..., N)`` (natural log; ``-inf`` for a range with no key to attend to).
+
+    Returns:
+        ``(a, lse)``: ``lse = logaddexp(lse1, lse2)`` and ``a = exp(lse1 - lse) a1 + exp(lse2 - lse) a2``, in the
+        promoted dtype (at least float32), shapes broadcast. A range with ``lse = -inf`` contributes nothing,
+        whatever its output holds (NaN or inf included); both ``-inf`` gives ``a = 0``, ``lse = -inf``. NaN in an
+        ``lse`` propagates to that row; an ``lse`` of ``+inf`` gives that row ``lse = +inf`` and a NaN output.
+
+    Raises:
+        TypeError: non-real input. ValueError: shapes that do not broadcast, or ``lse`` not matching ``a``
+        without its last axis.
+
+    Source: the Flash-Decoding reduction (Dao et al. 2023); Milakov and Gimelshein (2018), section 3.1.
+    """
+    a1, lse1, a2, lse2 = (as_float_array(x, name) for x, name in ((a1, "a1"), (lse1, "lse1"), (a2, "a2"),
+                                                                   (lse2, "lse2")))
+    for a, lse, name in ((a1, lse1, "1"), (a2, lse2, "2")):
+        try:
+            ok = a.ndim >= 1 and np.broadcast_shapes(a.shape[:-1], lse.shape) == a.shape[:-1]
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"lse{name} must have the shape of a{name} without its last axis (..., N): got "
+                             f"a{name} {a.shape} and lse{name} {lse.shape}")
+    dtype = np.result_type(a1, a2, lse1, lse2, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # L = log(exp(L_1) + exp(L_2)); logaddexp(-inf, -inf) = -inf
+        lse = np.logaddexp(lse1, lse2).astype(dtype)  # (..., N)
+        # w_p = exp(L_p - L): the share of part p in the merged sum; a part with L_p = -inf has share 0
+        w1 = np.where(lse1 == -np.inf, 0, np.exp(lse1 - lse))
+        w2 = np.where(lse2 == -np.inf, 0, np.exp(lse2 - lse))
+        # A = w_1 A_1 + w_2 A_2, where an absent part's output is never read (NaN * 0 would be NaN)
+        a = (np.where(lse1[..., None] == -np.inf, 0, w1[..., None] * a1)
+             + np.where(lse2[..., None] == -np.inf, 0, w2[..., None] * a2))
+    return a.astype(dtype, copy=False), lse
+
+
+def split_ranges(M: int, num_splits: int) -> list[tuple[int, int]]:
+    """``num_splits`` contiguous key ranges ``[c0, c1)`` covering ``0..M``, as equal as possible (sizes differ by
+    at most 1; with ``num_splits > M`` some ranges are empty).
+
+    Raises:
+        TypeError: non-integers. ValueError: ``M < 0`` or ``num_splits < 1``.
+    """
+    M = integer(M, "M")
+    num_splits = integer(num_splits, "num_splits")
+    if M < 0:
+        raise ValueError(f"M must be >= 0, got {M}")
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be at least 1, got {num_splits}")
+    edges = [(p * M) // num_splits for p in range(num_splits + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+@dataclass(frozen=True)
+class SplitKVTrace:
+    """Every part and every merge of :func:`split_kv_attention`, for the chapter-10 plots.
+
+    Attributes:
+        ranges: the key ranges ``[c0, c1)`` of the parts, in order.
+        parts: ``[(a_p, lse_p), ...]``, each range's own output ``(..., N, Dv)`` and logsumexp ``(..., N)``.
+        levels: the merge tree, leaves first: ``levels[0]`` is ``parts``; each next level merges neighbouring pairs
+            of the one before (an odd one out is carried up unchanged); the last level holds one state, the result.
+        output, lse: the merged result.
+    """
+
+    ranges: list
+    parts: list
+    levels: list
+    output: np.ndarray
+    lse: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+
+def split_kv_trace(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None) -> SplitKVTrace:
+    """Compute attention over ``num_splits`` key ranges independently, then merge them pairwise in a tree.
+
+    Args:
+        q, k, v, scale, causal, mask: as :func:`flashmath.attention.attention`.
+        num_splits: the number of contiguous key ranges (see :func:`split_ranges`; more splits than keys leaves
+            empty ranges, which contribute nothing).
+
+    Returns:
+        :class:`SplitKVTrace`.
+
+    Raises:
+        as :func:`flashmath.attention.attention` and :func:`split_ranges`.
+    """
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    ranges = split_ranges(inp.M, num_splits)
+    keep = inp.keep  # (..., N, M) over all keys: causal alignment and masks decided before the split
+    parts = []
+    for c0, c1 in ranges:
+        part_mask = None if keep is None else keep[..., c0:c1]
+        # each part is attention over its own keys only: A_p and L_p
+        parts.append(attention(inp.q, inp.k[..., c0:c1, :], inp.v[..., c0:c1, :], scale=inp.scale, mask=part_mask,
+                               return_lse=True))
+    levels = [parts]
+    while len(levels[-1]) > 1:
+        below = levels[-1]
+        above = [merge_states(*below[i], *below[i + 1]) for i in range(0, len(below) - 1, 2)]
+        if len(below) % 2:
+            above.append(below[-1])  # the odd one out waits for the next level
+        levels.append(above)
+    a, lse = levels[-1][0]
+    shape = inp.batch_shape + (inp.N,)
+    a = np.broadcast_to(a, shape + (inp.Dv,)).copy()
+    lse = np.broadcast_to(lse, shape).copy()
+    return SplitKVTrace(ranges, parts, levels, a, lse)
+
+
+def split_kv_attention(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None, return_lse=False):
+    """Attention with the keys split into ``num_splits`` ranges, each computed alone and merged (Flash-Decoding).
+
+    Args:
+        q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``; scale, causal, mask: as
+            :func:`flashmath.attention.attention`.
+        num_splits: the number of contiguous key ranges, at least 1 (may exceed ``M``: empty ranges add nothing).
+        return_lse: also return the logsumexp ``(..., N)``.
+
+    Returns:
+        ``A (..., N, Dv)`` float64 (each range is computed by the float64 reference), and the logsumexp if asked.
+        Equal to :func:`flashmath.attention.attention` up to rounding, for every ``num_splits``.
+
+    Raises:
+        as :func:`split_kv_trace`.
+    """
+    trace = split_kv_trace(q, k, v, num_splits, scale=scale, causal=causal, mask=mask)
+    return (trace.output, trace.lse) if return_lse else trace.output

@@ -1,0 +1,40 @@
+"""Drawing: the course's figures, each a :class:`LivePlot` built once and updated in place.
+
+:mod:`flashmath.viz.live` holds the pattern (read its docstring before adding a figure). Each plot class draws a
+trace computed by :mod:`flashmath` (nothing here computes softmax or attention) and serves three views with one
+instance each: a widget (:mod:`flashmath.widgets`), a static picture (the ``plot_*`` functions, shown by Jupyter's
+inline backend) and a JavaScript animation (:func:`animate_steps`). Axis limits are fixed over all steps so that a
+slider or an animation never makes the axes jump.
+
+Index convention: in the math, steps and keys count from 1 (``x_1..x_N``, keys ``m = 1..M``; state 0 = nothing
+seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy index.
+"""
+
+from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_loop_swap_step, plot_one_loop_step,
+                                     plot_scale_step)
+from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, animate_steps, figure_signature
+from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
+from flashmath.viz.tiles import TileSweepPlot, plot_tile_sweep_step
+
+__all__ = [
+    "DPI",
+    "HOLD",
+    "JUMP",
+    "SEEN",
+    "UNSEEN",
+    "LivePlot",
+    "LoopSwapPlot",
+    "OneLoopPlot",
+    "OnlineSoftmaxPlot",
+    "OverflowPlot",
+    "ScalePlot",
+    "TileSweepPlot",
+    "animate_steps",
+    "figure_signature",
+    "plot_loop_swap_step",
+    "plot_one_loop_step",
+    "plot_online_softmax_step",
+    "plot_overflow",
+    "plot_scale_step",
+    "plot_tile_sweep_step",
+]

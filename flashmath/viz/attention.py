@@ -1,0 +1,350 @@
+"""Chapters 3-5: why 1/sqrt(D), the loop swap, and the one loop of FlashAttention, key by key."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from flashmath._checks import integer
+from flashmath.viz.live import (DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_dims,
+                                check_labels, finite_or_nan, index, keys_text, limits, recolor, set_heights, top)
+
+__all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step",
+           "plot_scale_step"]
+
+RAW = "#ff7f0e"  # unscaled scores
+SCALED = SEEN  # scores divided by sqrt(D)
+FINAL = "k"
+HIST_FLOOR = 1e-5  # empty histogram bins sit below the log axis
+
+
+class ScalePlot(LivePlot):
+    """Scores of random unit-variance ``q, k`` for the head dimension ``D = sweep.dims[i]``, with and without scale.
+
+    Four panels: the histogram of ``q . k`` and ``q . k / sqrt(D)`` for this ``D``; over all ``D`` (log axis) the
+    standard deviation of the scores, the mean largest softmax probability of a row, and the mean entropy of a
+    row's softmax (``log M`` = uniform), with a dotted line at the current ``D``. ``update(D=...)``, one of
+    ``sweep.dims``.
+
+    Args:
+        sweep: from :func:`flashmath.scale_sweep`.
+        D: the head dimension shown first (default: the first of ``sweep.dims``).
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: ``D`` not in ``sweep.dims``. TypeError: ``D`` not an integer, ``sweep`` not a ScaleSweep.
+    """
+
+    def __init__(self, sweep, *, D: int | None = None, figsize=(9.0, 5.6), dpi: int = DPI, pyplot: bool = False):
+        if not hasattr(sweep, "dims"):
+            raise TypeError(f"sweep must come from flashmath.scale_sweep, got {type(sweep).__name__}")
+        self.sweep = sweep
+        self.dims = [int(d) for d in sweep.dims]
+        reach = float(np.abs(sweep.raw).max())
+        reach_scaled = float(np.abs(sweep.scaled).max())
+        self.edges_raw = np.linspace(-reach, reach, 81)
+        self.edges_scaled = np.linspace(-reach_scaled, reach_scaled, 41)
+        # every histogram once, outside the updates: a step only swaps the heights
+        self.hist_raw = [np.histogram(r, bins=self.edges_raw, density=True)[0] for r in sweep.raw]
+        self.hist_scaled = [np.histogram(r, bins=self.edges_scaled, density=True)[0] for r in sweep.scaled]
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, D=self.dims[0] if D is None else D)
+
+    def _build(self) -> None:
+        sweep = self.sweep
+        dims = np.asarray(sweep.dims, dtype=np.float64)
+        std_raw, std_scaled = sweep.std()
+        axes = self.fig.subplots(2, 2)
+        ax_h, ax_std = axes[0]
+        ax_p, ax_e = axes[1]
+
+        self.stairs_raw = ax_h.stairs(np.full(len(self.edges_raw) - 1, HIST_FLOOR), self.edges_raw, fill=True,
+                                      baseline=HIST_FLOOR, color=RAW, alpha=0.75, label="$q \\cdot k$")
+        self.stairs_scaled = ax_h.stairs(np.full(len(self.edges_scaled) - 1, HIST_FLOOR), self.edges_scaled,
+                                         fill=True, baseline=HIST_FLOOR, color=SCALED, alpha=0.6,
+                                         label="$q \\cdot k / \\sqrt{D}$")
+        ax_h.set_xlim(self.edges_raw[0], self.edges_raw[-1])
+        ax_h.set_yscale("log")
+        ax_h.set_ylim(1e-4, 5.0)
+        ax_h.set_xlabel("score")
+        ax_h.set_ylabel("density (log)")
+        self.hist_title = ax_h.set_title("", fontsize=10)
+        ax_h.legend(loc="upper right", fontsize=8)
+
+        self.markers = []
+
+        def over_d(ax, raw, scaled, ylabel):
+            ax.plot(dims, raw, "o-", color=RAW, ms=4, label="unscaled")
+            ax.plot(dims, scaled, "s-", color=SCALED, ms=4, label="scaled by $1/\\sqrt{D}$")
+            self.markers.append(ax.axvline(dims[0], color="k", ls=":", lw=1))
+            ax.set_xscale("log", base=2)
+            ax.set_xlim(dims[0] / 1.4, dims[-1] * 1.4)
+            ax.set_xlabel("head dimension D")
+            ax.set_ylabel(ylabel)
+
+        over_d(ax_std, std_raw, std_scaled, "std of scores")
+        ax_std.plot(dims, np.sqrt(dims), color="k", lw=0.8, ls="--", label="$\\sqrt{D}$")
+        ax_std.set_yscale("log", base=2)
+        std_all = np.concatenate([std_raw, std_scaled, np.sqrt(dims)])
+        ax_std.set_ylim(std_all.min() / 1.4, std_all.max() * 1.4)
+        ax_std.legend(loc="upper left", fontsize=8)
+        over_d(ax_p, sweep.max_prob_raw.mean(axis=1), sweep.max_prob_scaled.mean(axis=1), "mean max probability")
+        ax_p.set_ylim(0, 1.05)
+        ax_p.legend(loc="upper left", fontsize=8)
+        log_m = float(np.log(sweep.n_keys))
+        over_d(ax_e, sweep.entropy_raw.mean(axis=1), sweep.entropy_scaled.mean(axis=1), "mean entropy (nats)")
+        ax_e.axhline(log_m, color="k", lw=0.8, ls="--", label=f"uniform, log M = {log_m:.2f}")
+        ax_e.set_ylim(0, 1.12 * log_m)
+        ax_e.legend(ncol=3, **LEGEND_ABOVE)  # above the axes: inside, any corner covers a curve for some D
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.stairs_raw, self.stairs_scaled, ax_h.get_legend(), self.hist_title, *self.markers, self.title)
+
+    def _update(self, D) -> None:
+        sweep = self.sweep
+        D = integer(D, "D")
+        if D not in self.dims:
+            raise ValueError(f"D must be one of sweep.dims = {self.dims}, got {D}")
+        i = self.dims.index(D)
+        std_raw, std_scaled = sweep.std()
+        self.stairs_raw.set_data(np.maximum(self.hist_raw[i], HIST_FLOOR))
+        self.stairs_scaled.set_data(np.maximum(self.hist_scaled[i], HIST_FLOOR))
+        self.hist_title.set_text(f"scores at D = {D}")
+        for marker in self.markers:
+            marker.set_xdata([D, D])
+        self.title.set_text(f"D = {D}: score std {std_raw[i]:.2f} unscaled, {std_scaled[i]:.2f} scaled; max "
+                            f"probability {sweep.max_prob_raw[i].mean():.2f} vs {sweep.max_prob_scaled[i].mean():.2f}")
+
+
+class LoopSwapPlot(LivePlot):
+    """Row ``row`` of ``A = Y V`` in the swapped order ``for n: for m: for d``, after the first ``m`` keys.
+
+    Top: the weights ``Y[n, :]`` over the keys ``m = 1..M`` (the ones already added in colour, key ``m`` circled).
+    Bottom: the row of partial sums over ``d`` (bars), the term just added, ``Y[n, m-1] V[m-1, :]`` in code's
+    0-based indices (red), and the final row ``A[n, :]`` (black dashes). ``update(step=m)``, ``0 <= m <= M``.
+
+    Args:
+        trace: from :func:`flashmath.loop_swap_trace`.
+        row: the query row ``n`` (0-based).
+        labels: optional key labels (tokens), length ``M``.
+        step: the number of keys added at first.
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: ``m`` or ``row`` out of range, ``labels`` of the wrong length. TypeError: not integers.
+    """
+
+    def __init__(self, trace, *, row: int = 0, labels=None, step: int = 0, figsize=(9.0, 5.2), dpi: int = DPI,
+                 pyplot: bool = False):
+        self.y = np.asarray(trace.y, dtype=np.float64)
+        self.v = np.asarray(trace.v, dtype=np.float64)
+        self.partial = np.asarray(trace.partial, dtype=np.float64)
+        N, M = self.y.shape
+        self.row = index(row, "row", N, f" (y has N = {N} rows)")
+        self.labels = check_labels(labels, M, "key")
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
+
+    def __len__(self) -> int:
+        return self.y.shape[1]
+
+    def _build(self) -> None:
+        n = self.row
+        M, Dv = self.y.shape[1], self.v.shape[1]
+        keys = np.arange(1, M + 1)
+        self.ax_y, self.ax_a = self.fig.subplots(2, 1, height_ratios=[1, 1.4])
+        ax_y, ax_a = self.ax_y, self.ax_a
+        self.y_bars = ax_y.bar(keys, self.y[n], color=UNSEEN, width=0.7)
+        (self.current,) = ax_y.plot([], [], "o", ms=9, mfc="none", mec="k")
+        ax_y.set_xlim(0.4, M + 0.6)
+        ax_y.set_ylim(0, top(self.y[n]))
+        ax_y.set_ylabel(f"Y[{n}, :]")
+        if self.labels is not None:
+            ax_y.set_xticks(keys, self.labels, rotation=90, fontsize=7)
+        else:
+            ax_y.set_xlabel("key m (1..M)")
+
+        dd = np.arange(Dv)
+        self.a_bars = ax_a.bar(dd, np.zeros(Dv), color=SEEN, width=0.75)
+        (self.added_ticks,) = ax_a.plot([], [], "_", color=JUMP, ms=9, mew=2)
+        self.added_lines = ax_a.vlines([], [], [], color=JUMP, lw=2)
+        ax_a.plot(dd, self.partial[n, -1], "_", color=FINAL, ms=12, mew=1.5)
+        ax_a.axhline(0, color="k", lw=0.5)
+        ax_a.set_ylim(*limits(np.concatenate([self.partial[n].ravel(), [0.0]])))
+        ax_a.set_xlim(-0.6, Dv - 0.4)
+        ax_a.set_xlabel("output dimension d (0-based)")
+        ax_a.set_ylabel(f"A[{n}, d]")
+        ax_a.legend(handles=[Patch(color=SEEN, label="partial sums of the first m keys"),
+                             Line2D([], [], color=JUMP, lw=2, label="just added: key m's term"),
+                             Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5,
+                                    label=f"final A[{n}, :]")], ncol=3, **LEGEND_ABOVE)
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.y_bars, self.current, self.a_bars, self.added_lines, self.added_ticks, self.title)
+
+    def _update(self, step) -> None:
+        n = self.row
+        M, Dv = self.y.shape[1], self.v.shape[1]
+        m = index(step, "m", M + 1, " (keys added so far)")
+        keys = np.arange(1, M + 1)
+        final = self.partial[n, -1]
+        current = self.partial[n, m - 1] if m > 0 else np.zeros(Dv)
+        recolor(self.y_bars, np.where(keys <= m, SEEN, UNSEEN))
+        self.current.set_data(keys[m - 1:m], self.y[n, m - 1:m])
+        set_heights(self.a_bars, finite_or_nan(current))
+        dd = np.arange(Dv)
+        if m > 0:
+            added = self.y[n, m - 1] * self.v[m - 1]
+            self.added_ticks.set_data(dd, current)
+            self.added_lines.set_segments([[(d, c - a), (d, c)] for d, c, a in zip(dd, current, added)])
+        else:
+            self.added_ticks.set_data([], [])
+            self.added_lines.set_segments([])
+        with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
+            dist = float(np.max(np.abs(current - final)))
+        self.title.set_text(f"loop order n, m, d, row n = {n}: after {keys_text(m)} of {M}, "
+                            f"max |partial - A| = {dist:.3g}")
+
+
+class OneLoopPlot(LivePlot):
+    """The merged loop of chapter 5 on one query row, after the first ``m`` keys.
+
+    Left, over the keys ``m = 1..M``: the scores ``x_m`` and the running max ``g_m``; the correction factor
+    ``s_{m-1} e^{g_{m-1} - g_m} / s_m`` applied to the old output (red where the max jumped) and the weight
+    ``e^{x_m - g_m} / s_m`` of the new value; the running sum ``s_m``. Right, over the keys seen ``m = 0..M``: a few
+    output dimensions of ``A'_m`` against their final values ``A`` (dashed), and the distance ``||A'_m - A||``.
+    Both columns share one x axis, so key ``m`` sits above ``A'_m``, the output after it. ``update(step=m)``.
+
+    Args:
+        trace: from :func:`flashmath.one_loop_trace` of 2-D inputs (no batch dimensions).
+        row: the query row ``n`` (0-based) of the trace.
+        dims: the output dimensions of ``A'`` to draw, 1 to 5 of ``0..Dv-1`` (default: the first ``min(3, Dv)``).
+        labels: optional key labels (tokens), length ``M``.
+        step: the number of keys seen at first.
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: a trace with batch dimensions; ``m``, ``row`` or ``dims`` out of range; bad ``labels``.
+        TypeError: ``m``, ``row`` or an entry of ``dims`` not an integer.
+    """
+
+    def __init__(self, trace, *, row: int = 0, dims=None, labels=None, step: int = 0, figsize=(10.0, 6.6),
+                 dpi: int = DPI, pyplot: bool = False):
+        x_all = np.asarray(trace.x, dtype=np.float64)
+        if x_all.ndim != 2:
+            raise ValueError(f"OneLoopPlot needs a trace of 2-D inputs (M, N); got x of shape {x_all.shape}")
+        M, N = x_all.shape
+        self.row = index(row, "row", N, f" (the trace has N = {N} query rows)")
+        self.a = np.asarray(trace.a, dtype=np.float64)[:, self.row]  # (M, Dv)
+        self.dims = check_dims(dims, self.a.shape[1])
+        self.labels = check_labels(labels, M, "key")
+        self.x = x_all[:, self.row]
+        self.g = np.asarray(trace.g, dtype=np.float64)[:, self.row]
+        self.s = np.asarray(trace.s, dtype=np.float64)[:, self.row]
+        self.corr = np.asarray(trace.correction, dtype=np.float64)[:, self.row]
+        self.weight = np.asarray(trace.weight, dtype=np.float64)[:, self.row]
+        self.target = np.asarray(trace.target, dtype=np.float64)[self.row]  # (Dv,)
+        with np.errstate(invalid="ignore"):  # inf - inf in a trace of inf inputs: NaN, not drawn
+            self.dist = np.linalg.norm(self.a - self.target, axis=1)  # (M,)
+            self.dist_0 = float(np.linalg.norm(self.target))  # ||A'_0 - A|| = ||A||
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def _build(self) -> None:
+        M = len(self.x)
+        steps = np.arange(1, M + 1)
+        axd = self.fig.subplot_mosaic([["x", "a"], ["c", "a"], ["s", "dist"]], width_ratios=[1.15, 1])
+        ax_x, ax_c, ax_s, ax_a, ax_d = axd["x"], axd["c"], axd["s"], axd["a"], axd["dist"]
+        for ax in (ax_x, ax_c, ax_s, ax_a, ax_d):
+            ax.set_xlim(-0.6, M + 0.6)  # one x axis for both columns: key m (left) above A'_m (right)
+
+        self.x_bars = ax_x.bar(steps, finite_or_nan(self.x), color=UNSEEN, width=0.7)
+        (self.g_line,) = ax_x.step([], [], where="mid", color=JUMP, lw=2)
+        ax_x.axhline(0, color="k", lw=0.5)
+        ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
+        ax_x.set_ylabel("score")
+        ax_x.legend(handles=[Patch(color=SEEN, label="score $x_m$ (seen)"), Patch(color=UNSEEN, label="not seen yet"),
+                             Line2D([], [], color=JUMP, lw=2, label="running max $g_m$")], ncol=3, **LEGEND_ABOVE)
+
+        self.c_bars = ax_c.bar(steps, np.zeros(M), color=HOLD, width=0.7)
+        (self.w_marks,) = ax_c.plot([], [], "o", color=SEEN, ms=3)
+        ax_c.set_ylim(0, 1.15)
+        ax_c.set_ylabel("factor")
+        ax_c.legend(handles=[Patch(color=HOLD, label="correction of $A'_{m-1}$, max held"),
+                             Patch(color=JUMP, label="max jumped"),
+                             Line2D([], [], color=SEEN, marker="o", ls="", ms=3, label="weight of $V_m$")],
+                    ncol=3, **LEGEND_ABOVE)
+
+        (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=3)
+        if np.isfinite(self.s[-1]):
+            ax_s.axhline(self.s[-1], color="k", ls="--", lw=1)
+        ax_s.set_ylim(0, top(self.s))
+        ax_s.set_ylabel("running sum $s_m$")
+        ax_s.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {self.s[-1]:.3g}")],
+                    loc="lower right", fontsize=8)
+        if self.labels is not None:
+            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=6)
+        else:
+            ax_s.set_xlabel("key m (1..M)")
+
+        self.a_lines = []
+        for color, d in zip(DIM_COLORS, self.dims):
+            if np.isfinite(self.target[d]):
+                ax_a.axhline(self.target[d], color=color, ls="--", lw=1)
+            self.a_lines.append(ax_a.plot([], [], "o-", color=color, ms=3, lw=1.2, label=f"$A'_m$[{d}]")[0])
+        ax_a.set_ylim(*limits(np.concatenate([self.a[:, self.dims].ravel(), self.target[self.dims], [0.0]])))
+        ax_a.set_ylabel("output (dashed: final A)")
+        ax_a.legend(ncol=len(self.dims), **LEGEND_ABOVE)
+
+        (self.d_line,) = ax_d.plot([], [], "o-", color=SEEN, ms=3)
+        ax_d.axhline(0, color="k", lw=0.5)
+        d_top = top(np.append(self.dist, self.dist_0))
+        ax_d.set_ylim(-0.05 * d_top / 1.1, d_top)
+        ax_d.set_ylabel("$\\|A'_m - A\\|$")
+        ax_d.set_xlabel("keys seen m (0 = none)")
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.x_bars, self.g_line, self.c_bars, self.w_marks, self.s_line, ax_s.get_legend(), *self.a_lines,
+                  self.d_line, self.title)
+
+    def _update(self, step) -> None:
+        M = len(self.x)
+        m = index(step, "m", M + 1, " (keys seen so far)")
+        steps = np.arange(1, M + 1)
+        seen = steps <= m
+        jumped = np.concatenate([[False], self.g[1:] > self.g[:-1]])
+        recolor(self.x_bars, np.where(seen, SEEN, UNSEEN))
+        self.g_line.set_data(steps[:m], self.g[:m])
+        set_heights(self.c_bars, np.where(seen, self.corr, 0.0))
+        recolor(self.c_bars, np.where(jumped, JUMP, HOLD))
+        self.w_marks.set_data(steps[:m], self.weight[:m])
+        self.s_line.set_data(steps[:m], self.s[:m])
+        upto = np.arange(m + 1)
+        for line, d in zip(self.a_lines, self.dims):
+            line.set_data(upto, np.concatenate([[0.0], self.a[:m, d]]))
+        self.d_line.set_data(upto, np.concatenate([[self.dist_0], self.dist[:m]]))
+        if m == 0:
+            title = "m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$"
+        else:
+            j = m - 1
+            title = (f"m = {m}: $x_m$ = {self.x[j]:.3g}, $g_m$ = {self.g[j]:.3g}, $s_m$ = {self.s[j]:.3g}, "
+                     f"correction = {self.corr[j]:.3g}, $\\|A'_m - A\\|$ = {self.dist[j]:.2e}")
+        self.title.set_text(title)
+
+
+def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
+    """A static picture of :class:`ScalePlot` at ``D = sweep.dims[i]`` (a pyplot figure, shown by Jupyter).
+
+    Raises:
+        ValueError: ``i`` out of range. TypeError: ``i`` not an integer.
+    """
+    i = index(i, "i", len(sweep), " (an index into sweep.dims)")
+    return ScalePlot(sweep, D=int(sweep.dims[i]), figsize=figsize, pyplot=True).fig
+
+
+def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2)):
+    """A static picture of :class:`LoopSwapPlot` after ``m`` keys (a pyplot figure, shown by Jupyter)."""
+    return LoopSwapPlot(trace, row=row, labels=labels, step=m, figsize=figsize, pyplot=True).fig
+
+
+def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=None, labels=None, figsize=(10.0, 6.6)):
+    """A static picture of :class:`OneLoopPlot` after ``m`` keys (a pyplot figure, shown by Jupyter)."""
+    return OneLoopPlot(trace, row=row, dims=dims, labels=labels, step=m, figsize=figsize, pyplot=True).fig

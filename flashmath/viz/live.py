@@ -1,0 +1,285 @@
+"""Live figures: built once, updated in place, sent as PNG bytes. The pattern every figure of the course follows.
+
+A plot is a subclass of :class:`LivePlot`. Its ``_build`` creates the figure's axes and every artist once and
+names the artists that steps change with ``self.live(...)``; its ``_update(**state)`` only changes those artists'
+data (``set_data``, ``set_height``, ``set_text``, colours...). The first draw computes the constrained layout, which
+is then frozen. A picture for a widget is blitted: the axes, ticks, labels and legends are drawn once into a
+background, and a step restores it and draws only the live artists before a fast PNG encoding, instead of a new
+figure, a new layout, every tick label and a tight-cropped export. An update that changes the background (axis
+limits, say) calls ``self.redraw_background()``. One class serves the three views of a plot, each with its own
+instance:
+
+- the widget: :func:`flashmath.widgets.live_widget` puts ``plot.png()`` into an ``ipywidgets.Image`` after each
+  move, so the old picture stays on the page until the new one is ready (no blank output);
+- the static picture (GitHub, nbviewer): ``plot.update(step=...)``, then display ``plot`` (``_repr_png_``);
+  the ``plot_*`` functions of :mod:`flashmath.viz` do this through pyplot, so Jupyter's inline backend shows it;
+- the JavaScript animation: :func:`animate_steps` over the same ``update``.
+
+Example, a new plot for a later chapter::
+
+    class SquarePlot(LivePlot):
+        def __init__(self, xs, *, step=0, figsize=(4.0, 3.0), dpi=DPI, pyplot=False):
+            self.xs = np.asarray(xs, dtype=np.float64)
+            super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
+
+        def _build(self):
+            ax = self.fig.subplots()
+            ax.plot(self.xs, self.xs ** 2, color=UNSEEN)
+            (self.dot,) = ax.plot([], [], "o", color=SEEN)
+            self.title = self.fig.suptitle("")
+            self.live(self.dot, self.title)
+
+        def _update(self, step):
+            step = index(step, "step", len(self.xs))
+            self.dot.set_data([self.xs[step]], [self.xs[step] ** 2])
+            self.title.set_text(f"step {step}")
+
+    ui = widgets.live_widget(SquarePlot(np.linspace(0, 1, 11)), step=widgets.step_slider(10), interval=200)
+    picture = SquarePlot(np.linspace(0, 1, 11), step=10)  # a cell ending in `picture` shows the last step
+    animation = animate_steps(SquarePlot(np.linspace(0, 1, 11), dpi=60), steps=range(11))  # .to_jshtml()
+
+Nothing here computes softmax or attention: the plots draw traces computed by :mod:`flashmath`.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib import animation
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from PIL import Image
+
+from flashmath._checks import integer
+
+__all__ = ["LivePlot", "animate_steps", "figure_signature", "DPI"]
+
+DPI = 80  # dots per inch of live pictures: 8 inches are 640 pixels, readable, and quick to draw and encode
+PNG_COMPRESS_LEVEL = 1  # zlib level: 1 encodes several times faster than the default 6, for a slightly larger PNG
+
+SEEN = "#1f77b4"
+UNSEEN = "#c7c7c7"
+JUMP = "#d62728"
+HOLD = "#7f7f7f"
+DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]  # output dimensions drawn side by side
+LEGEND_ABOVE = dict(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
+
+
+class LivePlot:
+    """A figure built once whose artists a step updates in place (see the module docstring for the pattern).
+
+    Subclasses set their data, then call ``super().__init__(figsize=..., dpi=..., pyplot=..., **state)`` with the
+    first state to show, and implement ``_build()`` and ``_update(**state)``.
+
+    Args:
+        figsize: inches. dpi: dots per inch of the figure (and of :meth:`png`).
+        pyplot: make the figure through ``matplotlib.pyplot``, so that Jupyter's inline backend shows it at the
+            end of the cell (static pictures); False (widgets, animations) keeps it out of pyplot's list of open
+            figures, so a widget moved a thousand times holds one figure.
+        state: the first state, passed to ``_update``.
+
+    Attributes:
+        fig: the matplotlib Figure. state: the keyword arguments of the last update.
+    """
+
+    def __init__(self, *, figsize, dpi: int = DPI, pyplot: bool = False, **state):
+        if pyplot:
+            import matplotlib.pyplot as plt
+
+            self.fig = plt.figure(figsize=figsize, dpi=dpi, layout="constrained")
+        else:
+            self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
+            FigureCanvasAgg(self.fig)
+        self.state: dict = {}
+        self._live: list = []  # the artists a step changes, drawn over the background in this order
+        self._background = None  # the rest of the picture, rendered once (see rgb)
+        try:
+            self._build()
+            self.update(**state)
+            self.fig.canvas.draw()  # the constrained layout, computed once for the first state...
+        except BaseException:
+            if pyplot:  # a bad first state leaves no figure behind for Jupyter to show
+                plt.close(self.fig)
+            raise
+        self.fig.set_layout_engine("none")  # ...then frozen: a step moves data, never axes
+
+    def _build(self) -> None:  # pragma: no cover - every subclass has one
+        raise NotImplementedError
+
+    def _update(self, **state) -> None:  # pragma: no cover - every subclass has one
+        raise NotImplementedError
+
+    def live(self, *artists) -> None:
+        """Name artists (or lists of them, e.g. a bar container) that updates change; they are drawn last."""
+        for artist in artists:
+            if isinstance(artist, (list, tuple)) or hasattr(artist, "patches"):
+                self._live.extend(getattr(artist, "patches", artist))
+            else:
+                self._live.append(artist)
+
+    def redraw_background(self) -> None:
+        """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend)."""
+        self._background = None
+
+    def update(self, **state) -> "LivePlot":
+        """Show another state (e.g. ``step=3``): artists' data change, nothing is rebuilt. Returns the plot."""
+        self._update(**state)
+        self.state = dict(state)
+        return self
+
+    def rgb(self) -> np.ndarray:
+        """The rendered picture, ``(height, width, 3)`` uint8 (a view of the canvas: copy it to keep it).
+
+        Blitting: the first call (and the first after :meth:`redraw_background`) draws the figure without the
+        live artists and keeps that background; every call restores it and draws the live artists over it.
+        """
+        canvas = self.fig.canvas
+        if self._background is None:
+            for artist in self._live:
+                artist.set_animated(True)  # left out of a full draw
+            canvas.draw()
+            self._background = canvas.copy_from_bbox(self.fig.bbox)
+        else:
+            canvas.restore_region(self._background)
+        for artist in self._live:
+            self.fig.draw_artist(artist)
+        return np.asarray(canvas.buffer_rgba())[..., :3]
+
+    def _unblit(self) -> None:
+        """Back to ordinary drawing (savefig and animations leave animated artists out)."""
+        for artist in self._live:
+            artist.set_animated(False)
+        self._background = None
+
+    def png(self) -> bytes:
+        """The picture as PNG bytes (what a widget sends to the browser), encoded with fast zlib settings."""
+        buffer = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(self.rgb())).save(buffer, format="png",
+                                                                compress_level=PNG_COMPRESS_LEVEL)
+        return buffer.getvalue()
+
+    def _repr_png_(self) -> bytes:
+        return self.png()
+
+
+def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: int = 500):
+    """A :class:`matplotlib.animation.FuncAnimation` that shows ``plot.update(**{name: s})`` for ``s`` in ``steps``.
+
+    ``.to_jshtml()`` gives a self-contained HTML player that works without a kernel (nbviewer, GitHub's static
+    view); every frame is stored in it as a PNG, so keep the plot's ``dpi`` and the number of steps modest.
+
+    Args:
+        plot: a :class:`LivePlot` made for the animation (its own instance; ``pyplot=False``).
+        steps: the states to show, in order (default ``0..len(plot)``, for plots that have a length).
+        name: the keyword of ``plot.update`` that the steps feed.
+        interval: milliseconds between frames.
+
+    Returns:
+        the animation (its figure is ``plot.fig``).
+
+    Raises:
+        TypeError: ``plot`` is not a LivePlot. ValueError: no steps.
+    """
+    if not isinstance(plot, LivePlot):
+        raise TypeError(f"plot must be a flashmath.viz LivePlot (e.g. viz.OnlineSoftmaxPlot(trace)), "
+                        f"got {type(plot).__name__}")
+    steps = list(range(len(plot) + 1)) if steps is None else list(steps)
+    if not steps:
+        raise ValueError("steps must list at least one step")
+    interval = integer(interval, "interval (milliseconds between frames)")
+    plot._unblit()
+
+    def frame(step):
+        plot.update(**{name: step})
+        return plot.fig.axes
+
+    return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False,
+                                   cache_frame_data=False)
+
+
+def figure_signature(fig) -> bytes:
+    """The rendered pixels of a figure (or a :class:`LivePlot`), for tests that check a picture changed."""
+    if isinstance(fig, LivePlot):
+        return fig.rgb().tobytes()  # what the widget sends, blitted
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].tobytes()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Argument checks and axis limits shared by the plots
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def index(value, name: str, stop: int, what: str = "") -> int:
+    """``value`` as a Python int in ``0..stop-1``; TypeError for a non-integer (bools too), ValueError outside."""
+    value = integer(value, name)
+    if not 0 <= value < stop:
+        raise ValueError(f"{name} must be in 0..{stop - 1}{what}, got {value}")
+    return value
+
+
+def check_labels(labels, n: int, what: str) -> list | None:
+    """``labels`` as a list of ``n`` strings with ``$`` escaped (so that a token is drawn as written, never parsed
+    as mathtext), or None."""
+    if labels is None:
+        return None
+    if isinstance(labels, str) or not hasattr(labels, "__len__"):
+        raise TypeError(f"labels must be a list of {n} labels (one per {what}), got {type(labels).__name__}")
+    if len(labels) != n:
+        raise ValueError(f"labels must have one entry per {what} ({n}), got {len(labels)}")
+    return [str(t).replace("$", r"\$") for t in labels]
+
+
+def check_dims(dims, Dv: int) -> list[int]:
+    """The output dimensions to draw: ``dims`` checked against ``Dv``, or by default the first ``min(3, Dv)``."""
+    if dims is None:
+        return list(range(min(3, Dv)))
+    try:
+        dims = list(dims)
+    except TypeError:
+        raise TypeError(f"dims must be a list of output dimensions, e.g. (0, 1), got {dims!r}") from None
+    if not 1 <= len(dims) <= len(DIM_COLORS):
+        raise ValueError(f"dims must list 1 to {len(DIM_COLORS)} output dimensions in 0..{Dv - 1}, got {dims}")
+    return [index(d, "each entry of dims", Dv, f" (V has Dv = {Dv} output dimensions)") for d in dims]
+
+
+def limits(values, pad: float = 0.08) -> tuple[float, float]:
+    """Axis limits around the finite ``values`` (NaN and inf are ignored: they are not drawn either)."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return -1.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    span = hi - lo if hi > lo else max(abs(hi), 1.0)
+    return lo - pad * span, hi + pad * span
+
+
+def top(values, floor: float = 1e-12) -> float:
+    """An upper axis limit for non-negative ``values`` drawn from 0: 1.1 times the largest finite value."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    return 1.1 * max(float(finite.max()) if finite.size else 1.0, floor)
+
+
+def finite_or_nan(values) -> np.ndarray:
+    """float64 copy of ``values`` with inf replaced by NaN (matplotlib leaves NaN undrawn)."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.where(np.isfinite(values), values, np.nan)
+
+
+def keys_text(m: int) -> str:
+    """'1 key', '5 keys'."""
+    return f"{m} key" if m == 1 else f"{m} keys"
+
+
+def recolor(patches, colors) -> None:
+    """Set each bar's face colour (a step recolours the bars already seen)."""
+    for patch, color in zip(patches, colors):
+        patch.set_facecolor(color)
+
+
+def set_heights(patches, heights) -> None:
+    """Set each bar's height; NaN draws nothing."""
+    for patch, h in zip(patches, heights):
+        patch.set_height(h)

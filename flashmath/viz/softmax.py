@@ -1,0 +1,223 @@
+"""Chapters 1-2: the overflow of the direct softmax, and the online normalizer step by step."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from flashmath.softmax import OnlineSoftmaxTrace, online_normalizer, safe_softmax, softmax
+from flashmath.viz.live import (DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_labels, finite_or_nan,
+                                index, limits, recolor, set_heights, top)
+
+__all__ = ["OnlineSoftmaxPlot", "OverflowPlot", "plot_online_softmax_step", "plot_overflow"]
+
+DTYPES = ("float16", "float32", "float64")
+ZERO = "#ff7f0e"  # the direct softmax's silent zeros
+
+
+class OnlineSoftmaxPlot(LivePlot):
+    """The online normalizer after step ``i``: three panels over the steps ``i = 1..N``.
+
+    The inputs ``x_i`` with the running max ``g_i``; the rescale factor ``exp(g_{i-1} - g_i)`` (red where the max
+    jumped); the running sum ``s_i`` against the true denominator ``s_N``. ``update(step=i)``, ``0 <= i <= N``
+    (0 = nothing read yet).
+
+    Args:
+        trace: from :func:`flashmath.online_softmax_trace`.
+        labels: optional tick labels for the elements (e.g. tokens), length ``N``.
+        step: the step shown first.
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: ``step`` out of range, ``labels`` of the wrong length. TypeError: ``step`` not an integer.
+    """
+
+    def __init__(self, trace: OnlineSoftmaxTrace, *, labels=None, step: int = 0, figsize=(8.0, 6.0), dpi: int = DPI,
+                 pyplot: bool = False):
+        self.trace = trace
+        self.labels = check_labels(labels, len(trace), "element")
+        self.x = np.asarray(trace.x, dtype=np.float64)
+        self.g = np.asarray(trace.g, dtype=np.float64)
+        self.s = np.asarray(trace.s, dtype=np.float64)
+        self.r = np.asarray(trace.rescale, dtype=np.float64)
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
+
+    def __len__(self) -> int:
+        return len(self.trace)
+
+    def _build(self) -> None:
+        N = len(self.trace)
+        steps = np.arange(1, N + 1)
+        self.ax_x, self.ax_r, self.ax_s = self.fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1.5])
+        ax_x, ax_r, ax_s = self.ax_x, self.ax_r, self.ax_s
+
+        self.x_bars = ax_x.bar(steps, finite_or_nan(self.x), color=UNSEEN, width=0.7)
+        (self.g_line,) = ax_x.step([], [], where="mid", color=JUMP, lw=2)
+        (self.current,) = ax_x.plot([], [], "o", ms=9, mfc="none", mec="k")
+        ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
+        ax_x.axhline(0, color="k", lw=0.5)
+        ax_x.set_ylabel("value")
+        ax_x.legend(handles=[Patch(color=SEEN, label="$x_i$ read"), Patch(color=UNSEEN, label="not read yet"),
+                             Line2D([], [], color=JUMP, lw=2, label="running max $g_i$"),
+                             Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k", label="current $x_i$")],
+                    ncol=4, **LEGEND_ABOVE)
+
+        self.r_bars = ax_r.bar(steps, np.zeros(N), color=HOLD, width=0.7)
+        ax_r.axhline(1, color="k", lw=0.5, ls=":")
+        ax_r.set_ylim(0, 1.15)
+        ax_r.set_ylabel(r"$e^{g_{i-1}-g_i}$")
+
+        d = self.trace.denominator
+        if np.isfinite(d):
+            ax_s.axhline(d, color="k", ls="--", lw=1)
+        (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=4)
+        ax_s.set_ylim(0, top(np.append(self.s, d)))
+        ax_s.set_ylabel("sum")
+        ax_s.set_xlabel("step i (reads $x_i$)")
+        ax_s.legend(handles=[Line2D([], [], color=SEEN, marker="o", ms=4, label="running sum $s_i$"),
+                             Line2D([], [], color="k", ls="--", lw=1, label=f"denominator $s_N$ = {d:.4g}")],
+                    loc="lower right", fontsize=8)
+        ax_s.set_xlim(0.4, N + 0.6)
+        if self.labels is not None:
+            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=7)
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.x_bars, self.g_line, self.current, self.r_bars, self.s_line, ax_s.get_legend(), self.title)
+
+    def _update(self, step) -> None:
+        N = len(self.trace)
+        i = index(step, "step i", N + 1, f" (the vector has {N} elements)")
+        steps = np.arange(1, N + 1)
+        seen = steps <= i
+        recolor(self.x_bars, np.where(seen, SEEN, UNSEEN))
+        self.g_line.set_data(steps[:i], self.g[:i])
+        self.current.set_data(steps[i - 1:i], finite_or_nan(self.x[i - 1:i]))
+        set_heights(self.r_bars, np.where(seen, self.r, 0.0))
+        recolor(self.r_bars, np.where(self.r < 1, JUMP, HOLD))
+        self.s_line.set_data(steps[:i], self.s[:i])
+        if i == 0:
+            title = "step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$"
+        else:
+            x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
+            title = (f"step i = {i}: $x_{{{i}}}$ = {x:.3f}, $g_{{{i}}}$ = {g:.3f}, rescale = {r:.3f}, "
+                     f"$s_{{{i}}}$ = {s:.4f}")
+        self.title.set_text(title)
+
+
+class OverflowPlot(LivePlot):
+    """The direct softmax against the safe softmax of ``scale * x`` computed in ``dtype``.
+
+    Top: ``scale * x`` in ``dtype`` (red crosses where ``exp`` overflowed to inf), the logsumexp of the vector and
+    the overflow threshold ``ln(finfo(dtype).max)``: the direct formula fails once the logsumexp passes the
+    threshold, since the sum overflows before any single term. Bottom: the probabilities of both versions; where
+    the direct one gives NaN (an inf over inf) or a silent 0 (a finite term over an infinite sum) it is marked.
+    ``update(scale=..., dtype=...)``.
+
+    Args:
+        x: 1-D array ``(L,)``.
+        scale: multiplies ``x`` (a stand-in for larger logits). dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: ``x`` not a non-empty 1-D vector, ``dtype`` not one of the three.
+    """
+
+    def __init__(self, x, *, scale: float = 1.0, dtype="float32", figsize=(8.0, 5.0), dpi: int = DPI,
+                 pyplot: bool = False):
+        self.x = np.array(x, dtype=np.float64)  # a private copy
+        if self.x.ndim != 1 or self.x.size == 0:
+            raise ValueError(f"x must be a non-empty 1-D vector, got shape {self.x.shape}")
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, scale=scale, dtype=dtype)
+
+    def _build(self) -> None:
+        L = self.x.size
+        steps = np.arange(1, L + 1)
+        self.ax_e, self.ax_y = self.fig.subplots(2, 1, sharex=True)
+        ax_e, ax_y = self.ax_e, self.ax_y
+        self.x_bars = ax_e.bar(steps, np.zeros(L), color=SEEN, width=0.7)
+        (self.inf_marks,) = ax_e.plot([], [], "x", color=JUMP, ms=9)
+        self.limit_line = ax_e.axhline(0, color=JUMP, ls="--", lw=1)
+        self.lse_line = ax_e.axhline(0, color="k", ls=":", lw=1.2)
+        ax_e.set_ylabel("$x_i$")
+        ax_e.legend(handles=[Patch(color=SEEN, label="$x_i$ in the dtype"),
+                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label="exp($x_i$) = inf"),
+                             Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
+                             Line2D([], [], color=JUMP, ls="--", lw=1, label="ln(max of the dtype)")],
+                    ncol=4, **LEGEND_ABOVE)
+
+        width = 0.4
+        self.direct_bars = ax_y.bar(steps - width / 2, np.zeros(L), width, color=HOLD, edgecolor="k", lw=0.4)
+        self.safe_bars = ax_y.bar(steps + width / 2, np.zeros(L), width, color=SEEN)
+        (self.nan_marks,) = ax_y.plot([], [], "v", color=JUMP, ms=7)
+        (self.zero_marks,) = ax_y.plot([], [], "o", color=ZERO, ms=5, mfc="none", mew=1.5)
+        ax_y.set_ylim(-0.06, 1.05)
+        ax_y.axhline(0, color="k", lw=0.5)
+        ax_y.set_ylabel("probability")
+        ax_y.set_xlabel("element i")
+        ax_y.legend(handles=[Patch(color=HOLD, label="direct softmax"), Patch(color=SEEN, label="safe softmax"),
+                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label="direct gives NaN"),
+                             Line2D([], [], color=ZERO, ls="", marker="o", ms=5, mfc="none", mew=1.5,
+                                    label="direct gives 0, safe does not")],
+                    ncol=4, **LEGEND_ABOVE)
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.x_bars, self.inf_marks, self.limit_line, self.lse_line, self.direct_bars, self.safe_bars,
+                  self.nan_marks, self.zero_marks, self.title)
+
+    def _update(self, scale, dtype) -> None:
+        if dtype not in DTYPES:
+            try:
+                dtype = np.dtype(dtype).name
+            except TypeError:
+                pass
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+        dt = np.dtype(dtype)
+        with np.errstate(over="ignore"):  # large scales overflow the dtype itself: inf, drawn as a cross
+            xs = (self.x * scale).astype(dt)
+            e = np.exp(xs)
+        steps = np.arange(1, xs.size + 1)
+        x64 = xs.astype(np.float64)
+        limit = float(np.log(np.finfo(dt).max))
+        g, s = online_normalizer(x64)  # logsumexp = g + ln(s), in float64: the value the sum would need
+        with np.errstate(divide="ignore"):  # s = 0 for an all -inf vector: logsumexp -inf
+            lse = float(g + np.log(s))
+        y_direct = softmax(xs).astype(np.float64)
+        y_safe = safe_softmax(xs).astype(np.float64)
+        overflowed = np.isinf(e)
+
+        set_heights(self.x_bars, finite_or_nan(np.where(overflowed, np.nan, x64)))
+        self.inf_marks.set_data(steps[overflowed], finite_or_nan(x64[overflowed]))
+        self.limit_line.set_ydata([limit, limit])
+        self.lse_line.set_ydata([lse, lse])
+        ylim = limits(np.concatenate([x64, [limit, lse]]), pad=0.15)  # both lines always show
+        if ylim != self.ax_e.get_ylim():
+            self.ax_e.set_ylim(*ylim)
+            self.redraw_background()  # new ticks
+        set_heights(self.direct_bars, np.nan_to_num(y_direct, nan=0.0))
+        set_heights(self.safe_bars, y_safe)
+        nan_at = np.isnan(y_direct)
+        zero_at = (y_direct == 0) & (y_safe > 0)
+        self.nan_marks.set_data(steps[nan_at] - 0.2, np.zeros(nan_at.sum()))
+        self.zero_marks.set_data(steps[zero_at] - 0.2, np.zeros(zero_at.sum()))
+        verdict = "> ln(max): the sum overflows" if lse > limit else "<= ln(max): the sum fits"
+        self.title.set_text(f"{dt.name}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} "
+                            f"(ln(max) = {limit:.2f})\nmax x = {float(np.max(x64)):.4g}; {int(overflowed.sum())} "
+                            f"of {xs.size} exponentials overflow")
+
+
+def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0)):
+    """A static picture of :class:`OnlineSoftmaxPlot` at step ``i`` (a pyplot figure, shown by Jupyter).
+
+    Returns:
+        matplotlib Figure. Raises: as :class:`OnlineSoftmaxPlot`.
+    """
+    return OnlineSoftmaxPlot(trace, labels=labels, step=i, figsize=figsize, pyplot=True).fig
+
+
+def plot_overflow(x, dtype="float32", scale: float = 1.0, *, figsize=(8.0, 5.0)):
+    """A static picture of :class:`OverflowPlot` (a pyplot figure, shown by Jupyter).
+
+    Returns:
+        matplotlib Figure. Raises: as :class:`OverflowPlot`.
+    """
+    return OverflowPlot(x, scale=scale, dtype=dtype, figsize=figsize, pyplot=True).fig

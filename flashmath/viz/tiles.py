@@ -1,0 +1,213 @@
+"""Chapters 6-8: the tile sweep of FlashAttention over the N x M score grid, in either loop order."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from flashmath.viz.live import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, finite_or_nan, index, limits
+
+__all__ = ["TileSweepPlot", "plot_tile_sweep_step"]
+
+ORDER_NAMES = {"fa1": "FlashAttention (key tiles outside)", "fa2": "FlashAttention-2 (query tiles outside)"}
+ORDER_COLORS = {"fa1": "#9467bd", "fa2": SEEN}
+DONE, SKIPPED, TODO, CURRENT = 1, 2, 0, 3
+# tile states: not yet (clear), done (blue veil), skipped (grey veil), current (red veil; outlined too)
+TILE_CMAP = ListedColormap([(1, 1, 1, 0), (0.12, 0.47, 0.71, 0.35), (0.5, 0.5, 0.5, 0.55), (0.84, 0.15, 0.16, 0.45)])
+ARRAYS = ("Q", "K", "V", "A", "row states")
+
+
+class TileSweepPlot(LivePlot):
+    """The tiled loop after ``t`` tile steps, in the order ``fa1`` or ``fa2``, on one (query, key) grid.
+
+    Left: the ``N x M`` scores (grey, masked pairs white) cut into ``B_r x B_c`` tiles: the tiles done (blue),
+    skipped because fully masked (grey), the current one (red), and the band that stays on chip during the inner
+    loop (the query tile's rows for fa2, the key tile's columns for fa1). Middle and right: every row's running
+    max ``g_n`` and sum ``s_n`` after the step (the current tile's rows in red; grey ticks: the final values).
+    Bottom: bytes moved between HBM and the chip so far, step by step for both orders (dashed: standard attention,
+    which stores X and Y), and per array for the current order (outlines: the totals of the whole run).
+    ``update(step=t, order=...)``, ``0 <= t <= T`` (0 = nothing done yet).
+
+    Args:
+        traces: ``{"fa1": trace, "fa2": trace}`` from :func:`flashmath.flash_trace` on the same 2-D inputs and
+            blocks (one order alone works too).
+        scores: optional ``(N, M)`` scores to draw under the tiles (``-inf`` where masked).
+        standard_bytes: optional bytes moved by standard attention on the same inputs, drawn as a dashed line.
+        step, order: the state shown first (``order`` default: the first of ``traces``).
+        figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: traces of batched inputs or of different grids; ``step`` out of range; an unknown ``order``;
+        ``scores`` of the wrong shape. TypeError: ``step`` not an integer.
+    """
+
+    def __init__(self, traces: dict, *, scores=None, standard_bytes=None, step: int = 0, order=None,
+                 figsize=(10.0, 6.6), dpi: int = DPI, pyplot: bool = False):
+        if not traces or not set(traces) <= set(ORDER_NAMES):
+            raise ValueError(f"traces must map 'fa1' and/or 'fa2' to flash traces, got keys {list(traces)}")
+        first = next(iter(traces.values()))
+        if np.ndim(first.g) != 2:
+            raise ValueError(f"TileSweepPlot needs traces of 2-D inputs (N, D), (M, D); got g of shape "
+                             f"{np.shape(first.g)} (one row per step)")
+        for trace in traces.values():
+            if (trace.grid, trace.block_q, trace.block_k, np.shape(trace.g)) != (first.grid, first.block_q,
+                                                                                  first.block_k, np.shape(first.g)):
+                raise ValueError("every trace must come from the same inputs and block sizes")
+        self.traces = traces
+        self.N = first.g.shape[1]
+        self.M = int(first.cols[:, 1].max())
+        self.scores = None if scores is None else np.asarray(scores, dtype=np.float64)
+        if self.scores is not None and self.scores.shape != (self.N, self.M):
+            raise ValueError(f"scores must have shape (N, M) = ({self.N}, {self.M}), got {self.scores.shape}")
+        self.standard_bytes = standard_bytes
+        order = next(iter(traces)) if order is None else order
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step, order=order)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.traces.values())))
+
+    def _by_array(self, trace, t: int) -> np.ndarray:
+        """Bytes loaded plus stored per array of :data:`ARRAYS` after ``t`` steps (row states summed)."""
+        out = np.zeros(len(ARRAYS))
+        if t == 0:
+            return out
+        for name, moved in trace.bytes_by_array.items():
+            out[ARRAYS.index(name) if name in ARRAYS else len(ARRAYS) - 1] += moved[t - 1].sum()
+        return out
+
+    def _build(self) -> None:
+        N, M = self.N, self.M
+        first = next(iter(self.traces.values()))
+        T = len(first)
+        axd = self.fig.subplot_mosaic([["grid", "g", "s"], ["curve", "bytes", "bytes"]],
+                                      width_ratios=[2.2, 1, 1], height_ratios=[2.3, 1])
+        ax, ax_g, ax_s, ax_c, ax_b = axd["grid"], axd["g"], axd["s"], axd["curve"], axd["bytes"]
+        extent = (0.5, M + 0.5, N + 0.5, 0.5)  # keys m = 1..M across, queries n = 1..N down
+        if self.scores is not None:
+            ax.imshow(np.where(np.isfinite(self.scores), self.scores, np.nan), cmap="Greys", extent=extent,
+                      aspect="auto", interpolation="nearest", alpha=0.6)
+        row_edges = np.unique(np.concatenate(([0], first.rows[:, 1]))) + 0.5
+        col_edges = np.unique(np.concatenate(([0], first.cols[:, 1]))) + 0.5
+        self.tile_mesh = ax.pcolormesh(col_edges, row_edges, np.zeros(first.grid), cmap=TILE_CMAP, vmin=-0.5,
+                                       vmax=3.5, edgecolors="k", linewidth=0.6)
+        self.band = Rectangle((0, 0), 0, 0, fill=False, ec="k", lw=2.2, ls="--")
+        self.current = Rectangle((0, 0), 0, 0, fill=False, ec=JUMP, lw=2.5)
+        ax.add_patch(self.band)
+        ax.add_patch(self.current)
+        ax.set_xlim(0.5, M + 0.5)
+        ax.set_ylim(N + 0.5, 0.5)
+        ax.set_xlabel("key m")
+        ax.set_ylabel("query n")
+        ax.legend(handles=[Patch(color=TILE_CMAP(DONE), label="done"), Patch(color=TILE_CMAP(SKIPPED),
+                                                                               label="skipped (all masked)"),
+                           Patch(fc="none", ec=JUMP, lw=2, label="current tile"),
+                           Line2D([], [], color="k", ls="--", lw=2, label="on chip all along")],
+                  ncol=2, **LEGEND_ABOVE)
+
+        rows = np.arange(1, N + 1)
+        self.state_points = {}
+        for ax_v, name in ((ax_g, "g"), (ax_s, "s")):
+            final = np.asarray(getattr(first, name)[-1], dtype=np.float64)
+            ax_v.plot(finite_or_nan(final), rows, "|", color=UNSEEN, ms=8, mew=2)
+            self.state_points[name] = (ax_v.plot([], [], "o", color=SEEN, ms=3)[0],
+                                       ax_v.plot([], [], "o", color=JUMP, ms=4)[0])
+            ax_v.set_ylim(N + 0.5, 0.5)
+            ax_v.set_yticklabels([])
+            values = np.concatenate([np.asarray(getattr(t, name), dtype=np.float64).ravel()
+                                     for t in self.traces.values()])
+            ax_v.set_xlim(*limits(values))
+        ax_g.set_xlabel("running max $g_n$")
+        ax_s.set_xlabel("running sum $s_n$")
+        ax_g.set_title("row states", fontsize=9, loc="left")
+
+        steps = np.arange(0, T + 1)
+        top_bytes = [self.standard_bytes or 0]
+        self.curves = {}
+        for order, trace in self.traces.items():
+            total = np.concatenate([[0], trace.hbm_bytes]) / 1e3
+            top_bytes.append(total[-1] * 1e3)
+            ax_c.plot(steps, total, color=ORDER_COLORS[order], lw=1, alpha=0.35)
+            self.curves[order] = ax_c.plot([], [], "-", color=ORDER_COLORS[order], lw=2)[0]
+        self.curve_dot = ax_c.plot([], [], "o", color="k", ms=5)[0]
+        if self.standard_bytes:
+            ax_c.axhline(self.standard_bytes / 1e3, color="k", ls="--", lw=1)
+        ax_c.set_xlim(0, T)
+        ax_c.set_ylim(0, 1.08 * max(top_bytes) / 1e3)
+        ax_c.set_xlabel("tile steps t")
+        ax_c.set_ylabel("kB moved")
+        handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
+        if self.standard_bytes:
+            handles.append(Line2D([], [], color="k", ls="--", lw=1, label="standard"))
+        ax_c.legend(handles=handles, loc="upper left", fontsize=8)
+
+        ypos = np.arange(len(ARRAYS))
+        self.byte_bars = ax_b.barh(ypos, np.zeros(len(ARRAYS)), color=SEEN, height=0.6)
+        self.byte_totals = ax_b.barh(ypos, np.zeros(len(ARRAYS)), fill=False, ec="k", lw=0.8, height=0.6)
+        ax_b.set_yticks(ypos, ARRAYS, fontsize=8)
+        ax_b.invert_yaxis()
+        ax_b.set_xlim(0, 1.1 * max(self._by_array(t, len(t)).max() for t in self.traces.values()) / 1e3)
+        ax_b.set_xlabel("kB moved so far, per array (outline: whole run)")
+        self.title = self.fig.suptitle("", fontsize=11)
+        self.live(self.tile_mesh, self.band, self.current, *[p for pair in self.state_points.values() for p in pair],
+                  *self.curves.values(), self.curve_dot, self.byte_bars, self.byte_totals, self.title)
+
+    def _update(self, step, order) -> None:
+        if order not in self.traces:
+            raise ValueError(f"order must be one of {list(self.traces)}, got {order!r}")
+        trace = self.traces[order]
+        T = len(trace)
+        t = index(step, "step t", T + 1, f" (the sweep has {T} tile steps)")
+        status = np.zeros(trace.grid)
+        for k in range(t):
+            status[tuple(trace.tiles[k])] = SKIPPED if trace.skipped[k] else DONE
+        if t:
+            status[tuple(trace.tiles[t - 1])] = CURRENT
+        self.tile_mesh.set_array(status.ravel())
+
+        if t:
+            (r0, r1), (c0, c1) = trace.rows[t - 1], trace.cols[t - 1]
+            self.current.set_bounds(c0 + 0.5, r0 + 0.5, c1 - c0, r1 - r0)
+            if order == "fa2":  # the query tile, its accumulator and row states stay on chip
+                self.band.set_bounds(0.5, r0 + 0.5, self.M, r1 - r0)
+            else:  # the key and value tile stays on chip while the query tiles stream past
+                self.band.set_bounds(c0 + 0.5, 0.5, c1 - c0, self.N)
+        else:
+            self.current.set_bounds(0, 0, 0, 0)
+            self.band.set_bounds(0, 0, 0, 0)
+
+        rows = np.arange(1, self.N + 1)
+        in_tile = np.zeros(self.N, dtype=bool)
+        if t:
+            in_tile[trace.rows[t - 1, 0]:trace.rows[t - 1, 1]] = True
+        for name, (points, current) in self.state_points.items():
+            values = finite_or_nan(getattr(trace, name)[t - 1]) if t else np.full(self.N, np.nan)
+            if name == "s" and t:
+                values = np.where(values == 0, np.nan, values)  # s = 0: no key seen yet, nothing to draw
+            points.set_data(values[~in_tile], rows[~in_tile])
+            current.set_data(values[in_tile], rows[in_tile])
+
+        for name, line in self.curves.items():
+            total = np.concatenate([[0], self.traces[name].hbm_bytes]) / 1e3
+            line.set_data(np.arange(t + 1), total[:t + 1]) if name == order else line.set_data([], [])
+        self.curve_dot.set_data([t], [(trace.hbm_bytes[t - 1] if t else 0) / 1e3])
+        now, whole = self._by_array(trace, t), self._by_array(trace, T)
+        for bar, outline, value, total in zip(self.byte_bars, self.byte_totals, now / 1e3, whole / 1e3):
+            bar.set_width(value)
+            bar.set_facecolor(ORDER_COLORS[order])
+            outline.set_width(total)
+
+        where = "nothing done yet" if t == 0 else (
+            f"step t = {t} of {T}: query tile i = {trace.tiles[t - 1, 0] + 1}, key tile j = {trace.tiles[t - 1, 1] + 1}"
+            + (" (skipped)" if trace.skipped[t - 1] else ""))
+        moved = (trace.hbm_bytes[t - 1] if t else 0) / 1e3
+        self.title.set_text(f"{ORDER_NAMES[order]}, $B_r$ = {trace.block_q}, $B_c$ = {trace.block_k}: {where}; "
+                            f"{moved:.1f} kB moved")
+
+
+def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, standard_bytes=None,
+                         figsize=(10.0, 6.6)):
+    """A static picture of :class:`TileSweepPlot` after ``step`` tile steps (a pyplot figure, shown by Jupyter)."""
+    return TileSweepPlot(traces, scores=scores, standard_bytes=standard_bytes, step=step, order=order,
+                         figsize=figsize, pyplot=True).fig

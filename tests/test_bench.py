@@ -1,0 +1,61 @@
+"""The slider benchmark covers every widget of the course and runs; it measures, it does not judge speed here."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from flashmath import widgets
+from flashmath.bench import sliders
+from flashmath.bench.__main__ import main as bench_main
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def widget_calls():
+    """(notebook stem, builder) for every ``widgets.<builder>(`` call in the notebooks' code cells."""
+    calls = set()
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                for builder in re.findall(r"\bwidgets\.(\w+)\(", "".join(cell["source"])):
+                    calls.add((path.stem, builder))
+    return calls
+
+
+def test_every_widget_of_every_notebook_is_benchmarked():
+    cases = {(c.notebook, c.builder) for c in sliders.course_cases()}
+    missing = widget_calls() - cases
+    assert not missing, f"add these widgets to flashmath/bench/sliders.py course_cases(): {sorted(missing)}"
+    builders = set(widgets.__all__) - {"live_widget", "step_slider"}
+    assert builders <= {b for _, b in cases}, "every widget builder of flashmath.widgets is benchmarked"
+
+
+def test_the_benchmark_runs_and_prints_a_row_per_widget(capsys):
+    assert bench_main(["sliders", "--only", "0", "--max-moves", "2", "--baseline-samples", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\d\d_\w+ ", line)]
+    assert [row.split()[0] for row in rows] == [c.notebook for c in sliders.course_cases()]
+    for row in rows:
+        assert re.search(r"\|\s+[\d.]+\s+[\d.]+ \|\s+[\d.]+x \|", row), row  # baseline, max, speed-up
+    assert "targets: median <= 100 ms" in out
+
+
+def test_sweep_moves_cover_the_range_and_come_back():
+    assert sliders.sweep_moves([0, 1, 2, 3], 1) == [2, 3, 2, 1, 0, 1]
+    assert sliders.sweep_moves(["a", "b"], "a") == ["b", "a"]
+
+
+@pytest.mark.parametrize("live, interval, expected", [
+    ([20.0, 30.0], 200, []),
+    ([120.0, 130.0], 200, ["median > 100 ms"]),
+    ([20.0, 300.0, 25.0], 200, ["max > 250 ms"]),
+    ([20.0, 30.0], 300, ["Play interval > 250 ms"]),
+    ([90.0, 95.0], 120, ["Play interval < 1.5 x median"]),
+    ([20.0, 30.0], None, []),
+])
+def test_the_verdict_names_each_missed_target(live, interval, expected):
+    case = sliders.Case("99_x", "x", build=None, fresh=None)
+    assert sliders.Result(case, live, [100.0], interval, 0).problems() == expected

@@ -1,0 +1,259 @@
+"""flashmath.flash: tiled attention in both loop orders against the float64 reference, masked keys absent,
+skipped tiles, the trace of tile steps, the memory bound, and the errors."""
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_attention import assert_close, make, problems
+from test_attention import mask_kwargs as reference_mask_kwargs
+
+from flashmath.attention import attention
+from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention, flash_trace
+from flashmath.masks import causal_mask
+
+# The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
+# attention) are tested for flash_attention in both orders in test_attention.py. Here: what is particular to tiles.
+ORDERS = ["fa1", "fa2"]
+# (N, M, D, Dv): N != M both ways, N = 1 (decoding), M = 1, sizes that are not multiples of the blocks
+SHAPES = [(7, 13, 5, 5), (13, 7, 5, 3), (1, 13, 5, 5), (7, 1, 5, 5), (1, 1, 3, 2), (16, 16, 8, 8), (23, 29, 4, 6)]
+BLOCKS = [(1, 1), (3, 4), (5, 2), (4, 16), (64, 64)]
+MASKS = ["none", "causal", "top-left", "random", "padding"]
+
+
+def mask_kwargs(kind, N, M, rng):
+    """test_attention's masks, and a padding mask: the last three keys masked for every query."""
+    if kind != "padding":
+        return reference_mask_kwargs(kind, N, M, rng)
+    keep = np.broadcast_to(np.arange(M) < max(M - 3, 1), (N, M))
+    return {"mask": keep}, keep
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", MASKS)
+@pytest.mark.parametrize("N, M, D, Dv", SHAPES)
+def test_equals_reference_float64(order, kind, N, M, D, Dv):
+    rng = np.random.default_rng(N * 100 + M)
+    q, k, v = make(rng, N, M, D, Dv)
+    kwargs, _ = mask_kwargs(kind, N, M, rng)
+    a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
+    for block_q, block_k in BLOCKS:
+        a, lse = flash_attention(q, k, v, block_q=block_q, block_k=block_k, order=order, return_lse=True, **kwargs)
+        assert a.dtype == np.float64 and lse.dtype == np.float64
+        assert_close(a, a_ref, 1e-10)
+        assert_close(lse, lse_ref, 1e-10)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("kind", ["none", "causal", "random"])
+def test_equals_reference_float32(order, kind):
+    rng = np.random.default_rng(3)
+    q, k, v = (a.astype(np.float32) for a in make(rng, 37, 53, 16, 8))
+    kwargs, _ = mask_kwargs(kind, 37, 53, rng)
+    a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
+    for block_q, block_k in [(8, 16), (5, 7), (64, 64)]:
+        a, lse = flash_attention(q, k, v, block_q=block_q, block_k=block_k, order=order, return_lse=True, **kwargs)
+        assert a.dtype == np.float32 and lse.dtype == np.float32
+        assert_close(a, a_ref, 1e-5)
+        assert_close(lse, lse_ref, 1e-5)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A masked key is absent
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("error")  # NaN and inf in, and no RuntimeWarning out
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("block_q, block_k", [(1, 1), (2, 3), (4, 8), (16, 16)])
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_masked_keys_are_absent_whatever_their_rows_hold(order, block_q, block_k, poison):
+    rng = np.random.default_rng(7)
+    N, M, D = 6, 9, 4
+    q, k, v = make(rng, N, M, D, 3)
+    padded = np.array([2, 5, 8])  # keys masked for every query (padding)
+    keep = np.ones((N, M), bool)
+    keep[:, padded] = False
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[padded] = poison
+    v_bad[padded] = poison
+    kept = np.setdiff1d(np.arange(M), padded)
+    a_ref, lse_ref = attention(q, k[kept], v[kept], return_lse=True)  # attention with those keys removed
+    a, lse = flash_attention(q, k_bad, v_bad, mask=keep, block_q=block_q, block_k=block_k, order=order, return_lse=True)
+    assert_close(a, a_ref, 1e-12)
+    assert_close(lse, lse_ref, 1e-12)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("block_q, block_k", [(1, 1), (3, 4), (8, 8)])
+def test_causal_future_keys_are_absent_even_when_nan(order, block_q, block_k):
+    rng = np.random.default_rng(8)
+    N, M = 5, 8  # bottom-right: query n sees keys m <= n + 3
+    q, k, v = make(rng, N, M, 3, 2)
+    k[7], v[7] = np.nan, np.inf  # key 7 is seen by the last query only
+    a = flash_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k, order=order)
+    assert np.isnan(a[4]).all()  # the last query attends to key 7: NaN in, NaN out
+    for n in range(4):  # the others never see it: exactly attention over their own keys
+        assert_close(a[n], attention(q[n : n + 1], k[: n + 4], v[: n + 4])[0], 1e-12)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("order", ORDERS)
+def test_key_masked_for_one_row_and_attended_by_another(order):
+    rng = np.random.default_rng(9)
+    q, k, v = make(rng, 4, 6, 3, 2)
+    v[2, 0] = np.nan
+    keep = np.ones((4, 6), bool)
+    keep[[0, 3], 2] = False  # rows 0 and 3 do not see key 2; rows 1 and 2 do
+    a = flash_attention(q, k, v, mask=keep, block_q=4, block_k=6, order=order)  # one tile holds all of it
+    assert np.isnan(a[[1, 2], 0]).all() and np.isfinite(a[[1, 2], 1]).all()
+    others = np.array([0, 1, 3, 4, 5])
+    for n in (0, 3):
+        assert_close(a[n], attention(q[n : n + 1], k[others], v[others])[0], 1e-12)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory: one score tile at a time
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_peak_memory_is_one_tile_not_n_by_m(order):
+    rng = np.random.default_rng(14)
+    N = M = 1024
+    q, k, v = make(rng, N, M, 8, 8)  # float64: an N x M matrix is 8 MiB
+    tracemalloc.start()
+    try:
+        flash_attention(q, k, v, block_q=64, block_k=128, order=order, causal=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    tile = 64 * 128 * 8
+    arrays = 4 * N * 8 * 8  # the scaled copy of Q, the output and fa1's row states, with room to spare
+    assert peak < 3 * tile + arrays < N * M * 8 / 4, f"peak {peak} bytes"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Skipped tiles and the trace
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _masked_tiles(keep, block_q, block_k):
+    """Tiles whose pairs are all masked, counted directly on the (N, M) keep-matrix."""
+    N, M = keep.shape
+    return sum(
+        not keep[r : r + block_q, c : c + block_k].any() for r in range(0, N, block_q) for c in range(0, M, block_k)
+    )
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("N, M, block_q, block_k", [(16, 16, 4, 4), (10, 23, 3, 5), (23, 10, 5, 3), (12, 12, 2, 1)])
+def test_trace_skips_masked_tiles_and_loads_nothing_for_them(order, N, M, block_q, block_k):
+    rng = np.random.default_rng(15)
+    q, k, v = make(rng, N, M, 4, 3)
+    trace = flash_trace(q, k, v, causal=True, block_q=block_q, block_k=block_k, order=order)
+    T_r, T_c = math.ceil(N / block_q), math.ceil(M / block_k)
+    assert trace.grid == (T_r, T_c) and len(trace) == T_r * T_c
+    assert trace.n_skipped == _masked_tiles(causal_mask(N, M), block_q, block_k) > 0
+    moved = np.diff(np.concatenate([[0], trace.hbm_bytes]))
+    if order == "fa2":  # a skipped step moves nothing, except where it ends a query tile: A_i is written
+        ends = trace.tiles[:, 1] == T_c - 1
+        assert (moved[trace.skipped & ~ends] == 0).all()
+    else:  # the first step also carries fa1's initialisation of A, g and s in memory
+        assert (moved[1:][trace.skipped[1:]] == 0).all()
+    full = flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order)
+    assert full.n_skipped == 0 and full.traffic.bytes > trace.traffic.bytes
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_trace_states(order):
+    rng = np.random.default_rng(16)
+    N, M, Dv = 7, 10, 3
+    q, k, v = (a.astype(np.float32) for a in make(rng, N, M, 4, Dv))
+    trace = flash_trace(q, k, v, block_q=3, block_k=4, order=order)
+    T_r, T_c = 3, 3
+    i, j = trace.tiles[:, 0], trace.tiles[:, 1]
+    if order == "fa2":  # query tiles outside: the key tile changes fastest
+        assert (i == np.repeat(np.arange(T_r), T_c)).all() and (j == np.tile(np.arange(T_c), T_r)).all()
+    else:
+        assert (j == np.repeat(np.arange(T_c), T_r)).all() and (i == np.tile(np.arange(T_r), T_c)).all()
+    assert (trace.rows == np.array([(0, 3), (3, 6), (6, 7)])[i]).all()
+    assert (trace.cols == np.array([(0, 4), (4, 8), (8, 10)])[j]).all()
+    assert trace.g.shape == trace.s.shape == (9, N) and trace.a.shape == (9, N, Dv)
+    # after the last step every row has seen every key: A' = A, g + log(s) = logsumexp
+    a_ref, lse_ref = attention(q, k, v, return_lse=True)
+    assert_close(trace.a[-1], a_ref, 1e-5)
+    assert_close(trace.g[-1] + np.log(trace.s[-1]), lse_ref, 1e-5)
+    assert_close(trace.output, a_ref, 1e-5)
+    # each step's state of the rows it touched is attention over the keys seen so far
+    for t in range(len(trace)):
+        r0, r1 = trace.rows[t]
+        seen = trace.cols[t, 1]  # key tiles are taken in order in both loop orders
+        part, lse_part = attention(q[r0:r1], k[:seen], v[:seen], return_lse=True)
+        assert_close(trace.a[t, r0:r1], part, 1e-5)
+        assert_close(trace.g[t, r0:r1] + np.log(trace.s[t, r0:r1]), lse_part, 1e-5)
+    np.testing.assert_allclose(trace.acc, trace.s[..., None] * trace.a)
+    assert (np.diff(trace.hbm_bytes) > 0).all()
+    assert trace.hbm_bytes[-1] == trace.traffic.bytes and trace.traffic.bytes_per_element == 4
+    by_array = trace.bytes_by_array
+    assert set(by_array) == set(trace.traffic.arrays)
+    np.testing.assert_array_equal(sum(by_array.values())[:, 0], trace.loaded_bytes)
+    np.testing.assert_array_equal(sum(by_array.values())[:, 1], trace.stored_bytes)
+    assert by_array["Q"][-1, 0] == 4 * trace.traffic.arrays["Q"][0]
+
+
+def test_trace_errors():
+    with pytest.raises(ValueError, match="at least one query and one key"):
+        flash_trace(np.ones((2, 3)), np.ones((0, 3)), np.ones((0, 3)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Errors of the tiling arguments (attention's own errors are tested in test_attention.py for both orders)
+# --------------------------------------------------------------------------------------------------------------
+
+Q, K, V = np.zeros((3, 4)), np.zeros((5, 4)), np.zeros((5, 2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"block_q": 0}, ValueError, "block_q must be a positive number of rows per tile, got 0"),
+        ({"block_k": -4}, ValueError, "block_k must be a positive number of rows per tile, got -4"),
+        ({"block_q": 2.5}, TypeError, "block_q must be a positive integer"),
+        ({"block_k": True}, TypeError, "block_k must be a positive integer"),
+        ({"block_k": "64"}, TypeError, "block_k must be a positive integer"),
+        ({"order": "fa3"}, ValueError, "order must be 'fa1'"),
+        ({"order": "fa1", "block_q": None, "mask": np.ones((3, 4), bool)}, ValueError, "does not broadcast"),
+    ],
+)
+@pytest.mark.parametrize("function", [flash_attention, flash_trace])
+def test_errors(function, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        function(Q, K, V, **kwargs)
+
+
+def test_defaults_are_positive_and_numpy_integer_blocks_are_taken():
+    assert DEFAULT_BLOCK_Q >= 1 and DEFAULT_BLOCK_K >= 1
+    rng = np.random.default_rng(17)
+    q, k, v = make(rng, 5, 6, 3, 2)
+    assert_close(flash_attention(q, k, v, block_q=np.int64(2), block_k=np.int32(4)), attention(q, k, v), 1e-12)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=120, deadline=None)
+@given(problems(), st.integers(1, 13), st.integers(1, 13), st.sampled_from(ORDERS))
+def test_property_equals_reference(problem, block_q, block_k, order):
+    q, k, v, kwargs, _ = problem  # test_attention's problems: sizes 1-9, every mask kind, scores up to 100x
+    a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
+    a, lse = flash_attention(q, k, v, block_q=block_q, block_k=block_k, order=order, return_lse=True, **kwargs)
+    scale = 1 + np.abs(v).max()
+    assert_close(a / scale, a_ref / scale, 1e-10)
+    assert_close(lse, lse_ref, 1e-10)

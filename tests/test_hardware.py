@@ -1,0 +1,33 @@
+"""The on-chip calculator of chapter 10: bytes per tile, and which query tiles fit a real SM."""
+
+import pytest
+
+from flashmath.hardware import GPUS, largest_query_tile, tile_bytes
+
+
+def test_tile_bytes_of_a_typical_flashattention2_configuration():
+    # D = 64, B_r = 128, B_c = 64, float16 in memory, two key/value tiles in flight
+    t = tile_bytes(64, 128, 64, dtype="float16", stages=2)
+    assert t.q_tile == 128 * 64 * 2
+    assert t.kv_tiles == 2 * (64 * 64 * 2 + 64 * 64 * 2)
+    assert t.scores == 128 * 64 * 4 and t.accumulator == 128 * 64 * 4 and t.row_states == 2 * 128 * 4
+    assert t.shared == 16384 + 32768 and t.registers == 32768 + 32768 + 1024
+
+
+def test_a_larger_head_dimension_leaves_room_for_smaller_query_tiles():
+    h100, a100, rtx = GPUS["H100"], GPUS["A100"], GPUS["RTX 4090"]
+    fits = {D: largest_query_tile(a100, D, 64) for D in (64, 128, 256)}
+    assert fits[64] >= fits[128] >= fits[256]
+    assert largest_query_tile(h100, 128, 128) >= (largest_query_tile(rtx, 128, 128) or 0)
+    assert largest_query_tile(rtx, 256, 64) is None  # 2 stages x 64 keys x (256 + 256) x 2 bytes = 128 KiB of K, V > 99 KiB per block
+    for gpu in (h100, a100, rtx):
+        assert gpu.register_bytes == 64 * 1024 * 4  # 64K 32-bit registers per SM
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError, match="block_q must be at least 1"):
+        tile_bytes(64, 0, 64)
+    with pytest.raises(TypeError, match="D must be an integer"):
+        tile_bytes(64.0, 16, 16)
+    with pytest.raises(ValueError, match="dtype must be"):
+        tile_bytes(64, 16, 16, dtype="half-ish")
