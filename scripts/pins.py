@@ -8,8 +8,8 @@
 Run it from a virtual environment that has ``packaging`` (the test environment does), after changing a
 dependency or an extra in pyproject.toml. For each interpreter (by default the ones ``.ci/run`` finds:
 every CPython 3.10-3.13) it asks that Python's pip, in a throw-away virtual environment, what
-``pip install ".[every extra]"`` would install (``--dry-run --report``, nothing is installed), with every
-current pin as an upper bound. So a pinned package stays where it is, a new dependency gets its newest
+``pip install ".[lab,test,data]"`` (the extras in ``PINNED_EXTRAS``) would install (``--dry-run --report``:
+nothing is installed), with every current pin as an upper bound. So a pinned package stays where it is, a new dependency gets its newest
 release, and an older Python gets the newest release that installs there but never a newer one.
 
 It writes
@@ -46,6 +46,11 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
+# The extras installed with `-c constraints.txt`, and so pinned here. Not `bench`: README installs its torch
+# from PyTorch's CPU index first (a plain `torch` from PyPI pulls the CUDA build). To pin another extra, add it
+# here and rerun this script.
+PINNED_EXTRAS = ("lab", "test", "data")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    extras = sorted(pyproject["project"].get("optional-dependencies", {}))
+    extras = [e for e in PINNED_EXTRAS if e in pyproject["project"].get("optional-dependencies", {})]
     released = None if args.upgrade is None else {canonicalize_name(n) for n in args.upgrade}
     current = read_constraints() if CONSTRAINTS.exists() else []
 
