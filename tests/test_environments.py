@@ -1,57 +1,251 @@
-"""environment.yml (Binder) stays in step with pyproject.toml; every Colab URL matches [project.urls]."""
+"""The set-up README.md describes: Binder's environment.yml on the pins of constraints.txt, the Python versions,
+the Jupyter settings of jupyter-config/, the README screenshot; every Colab and Binder URL matches pyproject.toml.
+
+The commands themselves (set-up, tests, sizes, every Python) are run by .ci/run.
+"""
 
 import json
+import os
+import queue
 import re
-import tomllib
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+README = (ROOT / "README.md").read_text()
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 REPO_URL = PYPROJECT["project"]["urls"]["Repository"]
 GITHUB_PATH = REPO_URL.removeprefix("https://github.com/")
+JUPYTER_CONFIG = ROOT / "jupyter-config" / "etc"
 
 
-def normalise(requirement: str) -> str:
-    """'ipywidgets >=7.7, <9' -> 'ipywidgets>=7.7,<9' (conda and pip spell the same ranges)."""
-    name, spec = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*(.*)$", requirement).groups()
-    parts = sorted(p.strip() for p in spec.split(",") if p.strip())
-    return name.lower().replace("_", "-") + ",".join(parts)
+def binder_environment() -> dict:
+    """Marker environment of Binder's Python: conda-forge's newest release of environment.yml's python=3.X."""
+    minor = pins.binder_python()
+    return {**default_environment(), "python_version": minor, "python_full_version": f"{minor}.99",
+            "implementation_version": f"{minor}.99", "sys_platform": "linux", "platform_system": "Linux"}
 
 
-def conda_dependencies():
-    """The conda package specs of environment.yml (a plain-YAML subset: '  - spec' lines before 'pip:')."""
-    specs = []
-    text = (ROOT / "environment.yml").read_text()
-    for line in text[text.index("dependencies:"):].splitlines():
-        item = re.match(r"^  - (\S.*)$", line)
-        if item and not item.group(1).startswith("pip"):
-            specs.append(item.group(1).split("#")[0].strip())
-    return specs
+def readme_command(start: str) -> str:
+    """The one line of a ```bash block in README.md that starts with ``start`` (as .ci/run reads it)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+    found = [line for block in blocks for line in block.splitlines() if line.startswith(start)]
+    assert len(found) == 1, f"README.md needs exactly one command line starting with {start!r}: {found}"
+    return found[0]
 
 
-def test_environment_yml_has_the_runtime_and_lab_dependencies():
-    expected = {normalise(r) for r in PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["lab"]}
-    conda = {normalise(s) for s in conda_dependencies() if not s.startswith("python")}
-    assert conda == expected
+# -- Binder ----------------------------------------------------------------------------------------------------
+
+def test_binder_pins_equal_constraints():
+    binder = pins.environment_pins()
+    expected = pins.pins_for(binder_environment())
+    assert binder, "environment.yml's pip section pins nothing"
+    assert {n: v for n, v in binder.items() if expected.get(n) != v} == {}, (
+        "environment.yml and constraints.txt disagree: run `python scripts/pins.py`\n"
+        + "\n".join(f"  {n}: environment.yml {v}, constraints.txt {expected.get(n)}" for n, v in binder.items()
+                    if expected.get(n) != v)
+    )
+    direct = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["lab"]]
+    assert {canonicalize_name(r.name) for r in direct} <= set(binder)
 
 
-def test_environment_yml_pins_python_and_installs_the_package():
+def test_binder_pins_everything_the_course_installs():
+    """environment.yml pins the whole of `pip install .[lab]` on Binder's Python, not just some of it.
+
+    Followed through the metadata of this environment's packages, so it runs where they are Binder's versions.
+    """
+    expected = pins.pins_for(binder_environment())
+    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions()}
+    requires = {name: (d.requires or []) for name, d in installed.items()}
+    try:
+        needed = pins.closure([Requirement("flashmath[lab]")], requires, binder_environment()) - {"flashmath"}
+    except KeyError as missing:
+        pytest.skip(f"{missing} is not installed here, so Binder's install cannot be followed")
+    other = sorted(f"{n} {installed[n].version}" for n in needed if installed[n].version != expected.get(n))
+    if other:
+        pytest.skip(f"this environment has other versions than Binder's: {', '.join(other[:4])}"
+                    + (f" and {len(other) - 4} more" if len(other) > 4 else ""))
+    assert sorted(needed - set(pins.environment_pins())) == [], "run `python scripts/pins.py`"
+    assert sorted(set(pins.environment_pins()) - needed) == [], "environment.yml pins what Binder does not need"
+
+
+def test_environment_yml_installs_python_pip_and_the_course():
     text = (ROOT / "environment.yml").read_text()
     assert "conda-forge" in text
-    python = next(s for s in conda_dependencies() if s.startswith("python"))
-    assert re.fullmatch(r"python=3\.\d+", python), "pin one Python minor version for Binder"
-    minimum = tuple(int(p) for p in PYPROJECT["project"]["requires-python"].removeprefix(">=").split("."))
-    assert tuple(int(p) for p in python.removeprefix("python=").split(".")) >= minimum
-    assert re.search(r"^\s+- -e \.\s*$", text, re.MULTILINE)
+    conda = re.findall(r"^  - (\S.*)$", text[text.index("dependencies:"):], re.MULTILINE)
+    assert conda == [f"python={pins.binder_python()}", "pip", "pip:"], "everything but Python comes from pip, pinned"
+    assert re.search(r"^\s+- -e \.\[lab\]\s*$", text, re.MULTILINE)
+    assert pins.binder_python() in python_versions_in_readme()
+
+
+def test_binder_gets_the_jupyter_settings():
+    post_build = (ROOT / "postBuild").read_text()
+    assert "cp -R jupyter-config/etc " in post_build
+
+
+# -- Python versions and commands -------------------------------------------------------------------------------
+
+def python_versions_in_readme() -> list[str]:
+    match = re.search(r"You need git and Python ((?:3\.\d+, )*3\.\d+ or 3\.\d+)", README)
+    assert match, "README.md's Start section names the Python versions"
+    return re.findall(r"3\.\d+", match.group(1))
+
+
+def test_python_versions_agree():
+    readme = python_versions_in_readme()
+    classifiers = [c.rsplit(" :: ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
+                   if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    ci = re.search(r'^SUPPORTED="([^"]+)"', (ROOT / ".ci" / "run").read_text(), re.MULTILINE).group(1).split()
+    assert readme == classifiers == ci
+    assert PYPROJECT["project"]["requires-python"] == f">={readme[0]}", "pip must refuse older Pythons by name"
+
+
+def test_readme_commands():
+    assert readme_command("git clone ") == f"git clone {REPO_URL}.git && cd {GITHUB_PATH.split('/')[1]}"
+    setup = readme_command("python3 -m venv ")
+    assert '-e ".[lab]" -c constraints.txt' in setup, "the learner installs the course and JupyterLab, no test tools"
+    assert "cp -R jupyter-config/etc .venv/" in setup
+    tests = readme_command('pip install -e ".[lab,test]"')
+    assert tests == 'pip install -e ".[lab,test]" -c constraints.txt && python -m pytest'
+    assert readme_command("jupyter lab ").endswith("notebooks/00_welcome.ipynb")
+    assert "jupyterlab" not in " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
 
 
 def test_colab_keeps_its_ipywidgets_7_7():
     spec = next(d for d in PYPROJECT["project"]["dependencies"] if d.startswith("ipywidgets"))
     assert ">=7.7" in spec.replace(" ", "")
     assert "jupyterlab" not in " ".join(PYPROJECT["project"]["dependencies"]), "JupyterLab belongs in the lab extra"
+
+
+# -- Jupyter settings (jupyter-config/) -------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """README's `jupyter lab` command with this environment's settings (only user folders are throw-away)."""
+    for path in JUPYTER_CONFIG.rglob("*.json"):
+        installed = Path(sys.prefix) / path.relative_to(JUPYTER_CONFIG.parent)
+        if not installed.is_file() or installed.read_text() != path.read_text():
+            pytest.skip(f"{installed} is not jupyter-config's: run README's set-up (its `cp -R jupyter-config/etc .venv/`)")
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
+    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
+               JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"))
+    token, port = secrets.token_hex(16), free_port()
+    command = readme_command("jupyter lab ").split()
+    cmd = [sys.executable, "-m", *command, "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    log = tmp / "jupyterlab.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def api(path, method="GET", body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response) if response.status != 204 else None
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"jupyter lab exited:\n{log.read_text()[-3000:]}"
+            try:
+                api("/api/status")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"jupyter lab did not answer in 90 s:\n{log.read_text()[-3000:]}"
+                time.sleep(0.3)
+        yield api, log, tmp / "runtime"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def shell_reply(client, msg_id: str, deadline: float) -> dict:
+    """The shell channel's reply to ``msg_id`` (no heartbeat check: on a loaded machine it lags, not the kernel)."""
+    while time.monotonic() < deadline:
+        try:
+            msg = client.get_shell_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg
+    raise AssertionError("the kernel did not reply within 120 s")
+
+
+def test_kernels_start_encrypted_without_the_tcp_warning(jupyterlab):
+    from jupyter_client import BlockingKernelClient
+
+    api, log, runtime = jupyterlab
+    kernel = api("/api/kernels", "POST", {"name": "python3"})
+    connection = runtime / f"kernel-{kernel['id']}.json"
+    assert json.loads(connection.read_text()).get("curve_publickey"), "the kernel got no CurveZMQ key"
+    client = BlockingKernelClient()
+    client.load_connection_file(str(connection))
+    client.start_channels(hb=False)
+    deadline = time.monotonic() + 120
+    try:
+        # Replies come only through the encrypted sockets, after the kernel's start-up warnings are in the log.
+        assert shell_reply(client, client.kernel_info(), deadline)["content"]["status"] == "ok"
+        assert shell_reply(client, client.execute("6 * 7"), deadline)["content"]["status"] == "ok"
+    finally:
+        client.stop_channels()
+        api(f"/api/kernels/{kernel['id']}", "DELETE")
+    assert "without encryption" not in log.read_text()
+
+
+def test_no_news_prompt_and_no_update_check(jupyterlab):
+    api, _, _ = jupyterlab
+    settings = api("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    defaults = {k: v.get("default") for k, v in settings["schema"]["properties"].items()}
+    # The prompt "Would you like to get notified about official Jupyter news?" shows while fetchNews is "none".
+    assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False
+
+
+# -- README screenshot and URLs ---------------------------------------------------------------------------------
+
+def test_screenshot_shows_a_cell_the_notebook_still_has():
+    from PIL import Image
+
+    assert "(docs/screenshot.png)" in README
+    with Image.open(ROOT / "docs" / "screenshot.png") as image:
+        text = dict(image.text)
+    assert "flashmath:notebook" in text, "retake it with `python scripts/screenshot.py` (it records the cell)"
+    nb = json.loads((ROOT / text["flashmath:notebook"]).read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert text["flashmath:cell"] in sources, (
+        f"{text['flashmath:notebook']} no longer has the cell in docs/screenshot.png: `python scripts/screenshot.py`"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -67,10 +261,9 @@ def test_notebook_urls_match_pyproject(path):
 
 
 def test_readme_urls_match_pyproject():
-    readme = (ROOT / "README.md").read_text()
-    colab = re.findall(r"https://colab\.research\.google\.com/github/([^/]+/[^/]+)/", readme)
-    binder = re.findall(r"https://mybinder\.org/v2/gh/([^/]+/[^/]+)/", readme)
+    colab = re.findall(r"https://colab\.research\.google\.com/github/([^/]+/[^/]+)/", README)
+    binder = re.findall(r"https://mybinder\.org/v2/gh/([^/]+/[^/]+)/", README)
     assert colab and binder
     assert set(colab) == set(binder) == {GITHUB_PATH}
     for path in NOTEBOOKS:  # every chapter has its row and badge
-        assert f"notebooks/{path.name}" in readme
+        assert f"notebooks/{path.name}" in README

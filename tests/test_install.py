@@ -12,7 +12,6 @@ ipywidgets 7.7.1 (what Colab ships), and checks that
 It needs the package registry (pip) and takes a minute or two.
 """
 
-import os
 import re
 import subprocess
 import sys
@@ -20,17 +19,19 @@ import venv
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
+
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_IPYWIDGETS = "7.7.1"
 
 
 def pinned(name: str) -> str:
-    """``name==version`` as pinned in constraints.txt, so the environment matches the stored outputs."""
-    text = (ROOT / "constraints.txt").read_text()
-    match = re.search(rf"^{re.escape(name)}==(\S+)$", text, re.MULTILINE | re.IGNORECASE)
-    assert match, f"{name} is not pinned in constraints.txt"
-    return f"{name}=={match.group(1)}"
+    """``name==version`` as constraints.txt pins it for this Python, so the environment matches the stored outputs."""
+    version = pins.pins_for().get(canonicalize_name(name))
+    assert version, f"{name} is not pinned in constraints.txt for Python {sys.version.split()[0]}"
+    return f"{name}=={version}"
 
 
 def run(*cmd, cwd=None):
