@@ -3,6 +3,7 @@
     python -m flashmath.bench speed                      # N = M in 1024, 4096, 16384; D = 64; float32
     python -m flashmath.bench speed --sizes 1024 4096    # fewer sizes
     python -m flashmath.bench speed --sweep              # time block sizes, to choose the defaults
+    python -m flashmath.bench speed --threads 1          # every case on one thread (less sensitive to load)
 
 Three cases, each measured in its own subprocess so that one case's allocations and libraries cannot affect
 another's memory figure:
@@ -41,7 +42,7 @@ import time
 
 CASES = ("naive", "flash", "torch")
 SWEEP_BLOCKS_Q = (64, 128, 256, 512, 1024)
-SWEEP_BLOCKS_K = (256, 512, 1024, 2048)
+SWEEP_BLOCKS_K = (256, 512, 1024, 2048, 4096)
 MIB = 2**20
 
 
@@ -125,8 +126,16 @@ def _max_row_error(out, q, k, v, rows: int = 8) -> float:
     return float(np.max(np.abs(np.asarray(out, np.float64)[picks] - ref)))
 
 
-def measure(case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, block_k=None) -> dict:
-    """Run one case in this process: ``{"ms": best time, "ms_all": [...], "peak_mib", "peak_exact", "error"}``."""
+def measure(case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, block_k=None, threads=None) -> dict:
+    """Run one case in this process: ``{"ms": best time, "ms_all": [...], "peak_mib", "peak_exact", "error"}``.
+
+    ``threads`` sets PyTorch's thread count for the torch case (numpy's BLAS threads are set by the caller,
+    through the environment of this process, before numpy is imported).
+    """
+    if case == "torch" and threads:
+        import torch
+
+        torch.set_num_threads(threads)
     q, k, v = _inputs(N, D)
     _make_case(case, *_inputs(min(N, 256), D, seed=1), block_q, block_k)()  # warm-up: load code, buffers
     run = _make_case(case, q, k, v, block_q, block_k)
@@ -181,11 +190,14 @@ def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _run_worker(args: list, timeout: float) -> dict:
+def _run_worker(args: list, timeout: float, threads=None) -> dict:
     """Run ``measure`` or ``sweep`` in a fresh Python process; return its JSON result or ``{"failed": why}``."""
     command = [sys.executable, "-m", "flashmath.bench.speed", "--worker", json.dumps(args)]
+    env = dict(os.environ)
+    if threads:  # BLAS and OpenMP read these when they start, so they must be set before the process starts
+        env.update({name: str(threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"failed": f"timed out after {timeout:.0f} s"}
     if done.returncode != 0:
@@ -208,6 +220,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--block-k", type=int, default=None, help="flash_attention's block_k (default: its own)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per case (default 900)")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for every case (numpy's BLAS and PyTorch alike); default: each library's own choice",
+    )
+    parser.add_argument(
         "--sweep", action="store_true", help="time flash_attention's block sizes at the first size instead"
     )
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the sweep (default 5)")
@@ -222,7 +240,8 @@ def _fmt_ratio(a, b) -> str:
 def _print_sweep(args) -> int:
     N = args.sizes[0]
     print(f"flash_attention block sizes, N = M = {N}, D = {args.dim}, float32: best of {args.rounds} rounds (ms)")
-    result = _run_worker(["sweep", N, args.dim, args.rounds, SWEEP_BLOCKS_Q, SWEEP_BLOCKS_K], args.timeout * 4)
+    job = ["sweep", N, args.dim, args.rounds, SWEEP_BLOCKS_Q, SWEEP_BLOCKS_K]
+    result = _run_worker(job, args.timeout * 4, args.threads)
     if "failed" in result:
         print(f"  failed: {result['failed']}")
         return 1
@@ -259,9 +278,10 @@ def main(argv=None) -> int:
     from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 
     bq, bk = args.block_q or DEFAULT_BLOCK_Q, args.block_k or DEFAULT_BLOCK_K
+    threads = f"{args.threads} thread(s) per case" if args.threads else "each library's default threads"
     print(
-        f"attention, N = M, D = {args.dim}, float32, {os.cpu_count()} CPUs; flash_attention blocks {bq} x {bk}; "
-        "each case in its own process"
+        f"attention, N = M, D = {args.dim}, float32, {os.cpu_count()} CPUs, {threads}; "
+        f"flash_attention blocks {bq} x {bk}; each case in its own process"
     )
     header = ("N = M", 6), ("case", 6), ("best ms", 9), ("vs torch", 9), ("vs naive", 9), ("extra peak MiB", 15)
     print(" ".join(f"{name:>{width}}" for name, width in header) + f" {'max err':>9}")
@@ -270,7 +290,8 @@ def main(argv=None) -> int:
         repeats = args.repeats or (5 if N < 16384 else 3)
         row = {}
         for case in cases:
-            row[case] = _run_worker(["measure", case, N, args.dim, repeats, bq, bk], args.timeout)
+            job = ["measure", case, N, args.dim, repeats, bq, bk, args.threads]
+            row[case] = _run_worker(job, args.timeout, args.threads)
         results[N] = row
         for case in cases:
             r = row[case]
