@@ -200,6 +200,9 @@ class PrecisionStudy:
         abs_error: ``(n_dtypes, n_variants, n_blocks)`` float64, :func:`max_abs_error` against the float64
             reference of the same rounded inputs. Variants without tiles repeat one value along the last axis.
         rel_error: the same with :func:`max_rel_error`.
+        misrounded: the same shape, the fraction of output elements that differ from the float64 reference rounded
+            to the dtype (0 for the rounded reference itself): how often the variant's arithmetic changed the
+            stored result.
     """
 
     dtypes: tuple
@@ -207,6 +210,7 @@ class PrecisionStudy:
     blocks: tuple
     abs_error: np.ndarray
     rel_error: np.ndarray
+    misrounded: np.ndarray
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -227,6 +231,11 @@ class PrecisionStudy:
         """
         i, j = self._index(dtype, variant)
         return (self.rel_error if relative else self.abs_error)[i, j].copy()
+
+    def misrounded_share(self, dtype, variant: str) -> np.ndarray:
+        """The share of elements that differ from the rounded reference, at every tile size ``(n_blocks,)``."""
+        i, j = self._index(dtype, variant)
+        return self.misrounded[i, j].copy()
 
     def ratio(self, dtype, order: str = "fa2") -> np.ndarray:
         """FlashAttention's test quantity: error of ``flash_attention`` over error of naive attention, both in
@@ -291,12 +300,13 @@ def precision_study(
     blocks = _blocks(blocks)
     kwargs = dict(scale=scale, causal=causal, mask=mask)
     abs_error = np.empty((len(names), len(VARIANTS), len(blocks)))
-    rel_error = np.empty_like(abs_error)
+    rel_error, misrounded = np.empty_like(abs_error), np.empty_like(abs_error)
     for i, name in enumerate(names):
         q_d, k_d, v_d = (round_to(a, name) for a in (q, k, v))
         ref = attention(q_d, k_d, v_d, **kwargs)  # float64, from the very numbers every variant gets
+        rounded = round_to(ref, name)  # the best any output stored in this dtype can be
         untiled = {
-            "rounded reference": round_to(ref, name),
+            "rounded reference": rounded,
             "naive": naive_attention(q_d, k_d, v_d, **kwargs),
             "one_loop": one_loop_attention(q_d, k_d, v_d, **kwargs),
             "two_loop": two_loop_attention(q_d, k_d, v_d, **kwargs),
@@ -308,4 +318,13 @@ def precision_study(
                 else:
                     out = flash_attention(q_d, k_d, v_d, block_q=block_q, block_k=block_k, order=variant, **kwargs)
                 abs_error[i, j, b], rel_error[i, j, b] = max_abs_error(out, ref), max_rel_error(out, ref)
-    return PrecisionStudy(dtypes=names, variants=VARIANTS, blocks=blocks, abs_error=abs_error, rel_error=rel_error)
+                misrounded[i, j, b] = _share_different(out, rounded)
+    return PrecisionStudy(dtypes=names, variants=VARIANTS, blocks=blocks, abs_error=abs_error, rel_error=rel_error,
+                          misrounded=misrounded)
+
+
+def _share_different(a: np.ndarray, b: np.ndarray) -> float:
+    """The fraction of elements where ``a`` and ``b`` differ (NaN equals NaN); 0.0 for empty arrays."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    differ = (a != b) & ~(np.isnan(a) & np.isnan(b))
+    return float(differ.mean()) if differ.size else 0.0

@@ -56,8 +56,9 @@ def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
     """Return ``x`` as a floating-point ndarray without copying float input.
 
     Floating point means numpy's float16/float32/float64 (kind ``'f'``) and the float types of ``ml_dtypes``
-    (:data:`ML_DTYPES_FLOATS`: bfloat16, float8...), which :func:`compute_dtype` computes in float32. Integer and bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused
-    otherwise (the attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
+    (:data:`ML_DTYPES_FLOATS`: bfloat16, float8...), which :func:`compute_dtype` computes in float32. Integer and
+    bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused otherwise (the
+    attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
     complex, object or string data, and for integers when not allowed.
     """
     arr = np.asarray(x)

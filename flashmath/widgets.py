@@ -31,7 +31,7 @@ from flashmath.traffic import attention_traffic
 from flashmath.viz.live import check_dims, check_labels, index
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player", "tile_sweep_player"]
+           "loop_swap_player", "one_loop_player", "tile_sweep_player", "precision_explorer"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -290,3 +290,26 @@ def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=Fal
     toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description="order")
     plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
     return live_widget(plot, interval=interval, step=slider, order=toggle)
+
+
+def precision_explorer(study, *, block: int = 0):
+    """Slide over the tile sizes of a precision study: the errors of every variant in every dtype (chapter 9).
+
+    Args:
+        study: from :func:`flashmath.precision.precision_study` (computed once, by the caller).
+        block: the index into ``study.blocks`` of the tile size shown first.
+
+    Returns:
+        :func:`live_widget` with a ``tile size`` selection slider over ``study.blocks``.
+
+    Raises:
+        TypeError: ``study`` not a PrecisionStudy; ``block`` not an integer. ValueError: ``block`` out of range.
+    """
+    if not hasattr(study, "blocks"):
+        raise TypeError(f"study must come from flashmath.precision.precision_study, got {type(study).__name__}")
+    block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
+    labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
+    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)))), value=block,
+                                     description="tile size", continuous_update=True)
+    plot = viz.PrecisionPlot(study, block=block)
+    return live_widget(plot, block=slider)

@@ -384,3 +384,17 @@ def test_tile_sweep_player_steps_through_tiles_and_switches_order():
         widgets.tile_sweep_player(q, k, v, order="fa3")
     with pytest.raises(ValueError, match="2-D"):
         widgets.tile_sweep_player(q[None], k[None], v[None])
+
+
+def test_precision_explorer_redraws_for_every_tile_size():
+    from flashmath.precision import precision_study
+
+    q, k, v = small_head(N=5, M=7)
+    study = precision_study(q, k, v, blocks=(1, 3, 7))
+    ui = quiet(widgets.precision_explorer, study, block=0)
+    tile = control(ui, "tile size")
+    seen = {rendered(ui)}
+    for b in (1, 2):
+        seen.add(move(ui, tile, b))
+    assert len(seen) == 3
+    assert plot_of(ui).state == {"block": 2}

@@ -14,6 +14,7 @@ from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_
                                      plot_scale_step)
 from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
                                 strip)
+from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.tiles import TileSweepPlot, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 
@@ -29,15 +30,18 @@ __all__ = [
     "OnlineSoftmaxPlot",
     "OverflowPlot",
     "Picture",
+    "PrecisionPlot",
     "ScalePlot",
     "TileSweepPlot",
     "animate_steps",
     "figure_signature",
+    "plot_accumulator_growth",
     "plot_loop_swap_step",
     "plot_one_loop_step",
     "plot_op_counts",
     "plot_online_softmax_step",
     "plot_overflow",
+    "plot_precision_study",
     "plot_scale_step",
     "plot_tile_sweep_step",
     "plot_sram_sweep",
