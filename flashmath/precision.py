@@ -2,7 +2,7 @@
 
 Three input dtypes matter on accelerators: float16 (IEEE half precision: 5 exponent bits, 10 mantissa bits, largest
 value 65504), bfloat16 (from the ``ml_dtypes`` package: float32's 8 exponent bits with 7 mantissa bits, so float32's
-range at a quarter of float16's precision) and float32. Every attention function of the package takes them and
+range with 3 bits less precision than float16) and float32. Every attention function of the package takes them and
 computes in float32, as a GPU does (its matrix units multiply float16 or bfloat16 and accumulate in float32); the
 output comes back in the input dtype.
 
