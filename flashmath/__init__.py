@@ -2,8 +2,8 @@
 
 The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
 :mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.flash`,
-:mod:`flashmath.traffic`); the real attention heads in :mod:`flashmath.data`. Plotting (:mod:`flashmath.viz`)
-and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+:mod:`flashmath.traffic`, :mod:`flashmath.precision`); the real attention heads in :mod:`flashmath.data`. Plotting
+(:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
 """
 
 from flashmath.attention import (
@@ -22,6 +22,15 @@ from flashmath.attention import (
 from flashmath.backward import attention_backward
 from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
+from flashmath.precision import (
+    PrecisionStudy,
+    max_abs_error,
+    max_rel_error,
+    naive_attention,
+    precision_study,
+    round_to,
+    unit_roundoff,
+)
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
 from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.softmax import (
@@ -51,6 +60,7 @@ __all__ = [
     "LoopSwapTrace",
     "OneLoopTrace",
     "OnlineSoftmaxTrace",
+    "PrecisionStudy",
     "ScaleSweep",
     "SplitKVTrace",
     "SramSweep",
@@ -69,14 +79,19 @@ __all__ = [
     "loop_swap_trace",
     "matmul_ndm",
     "matmul_nmd",
+    "max_abs_error",
+    "max_rel_error",
     "merge",
     "merge_states",
+    "naive_attention",
     "one_loop_attention",
     "one_loop_trace",
     "online_normalizer",
     "online_softmax",
     "online_softmax_trace",
     "padding_mask",
+    "precision_study",
+    "round_to",
     "safe_softmax",
     "scale_sweep",
     "sliding_window_mask",
@@ -87,4 +102,5 @@ __all__ = [
     "sram_sweep",
     "two_loop_attention",
     "two_loop_trace",
+    "unit_roundoff",
 ]

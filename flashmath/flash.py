@@ -39,7 +39,7 @@ import numpy as np
 
 from flashmath._checks import integer
 from flashmath.attention import AttentionInputs, _setup, logsumexp_of, prepare_attention_inputs, weighted_values
-from flashmath.softmax import _merge_states
+from flashmath.softmax import _merge_states, float_dtype
 from flashmath.traffic import CountedMemory, TrafficCount
 
 __all__ = ["DEFAULT_BLOCK_Q", "DEFAULT_BLOCK_K", "ORDERS", "flash_attention", "flash_trace", "FlashTrace"]
@@ -128,13 +128,13 @@ def _fa2_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
     """FlashAttention-2 order: query tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``."""
     q, k, v, a, lse = (hbm[name] for name in ("Q", "K", "V", "A", "lse"))
-    batch, dtype = inp.batch_shape, a.dtype
+    batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
     key_tiles = _tiles(inp.M, block_k)
     for i, (r0, r1) in enumerate(_tiles(inp.N, block_q)):
         q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
         g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
         s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
-        acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), dtype)  # acc = s A' = 0, unnormalised
+        acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
         for j, (c0, c1) in enumerate(key_tiles):
             keep_tile = _tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is not False:
@@ -216,10 +216,12 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
             yield i, j, False, (r0, r1), g_new, s_new, a_new
 
 
-def _tile_loop(inp: AttentionInputs, order: str, block_q: int, block_k: int, *, bytes_per_element=None):
-    """Counted memory for ``order`` and the generator of its tile steps (nothing runs until it is iterated)."""
+def _tile_loop(inp: AttentionInputs, order: str, block_q: int, block_k: int, *, bytes_per_element=None,
+               acc_dtype=None):
+    """Counted memory for ``order`` and the generator of its tile steps (nothing runs until it is iterated).
+    ``acc_dtype``: the dtype of ``A`` and of fa2's accumulator (default: the compute dtype)."""
     dtype, q_scaled, k, v, rows = _setup(inp)
-    arrays = {"Q": q_scaled, "K": k, "V": v, "A": np.empty(rows + (inp.Dv,), dtype)}
+    arrays = {"Q": q_scaled, "K": k, "V": v, "A": np.empty(rows + (inp.Dv,), dtype if acc_dtype is None else acc_dtype)}
     if order == "fa2":
         arrays["lse"] = np.empty(rows, dtype)
     else:
@@ -244,7 +246,8 @@ def _tile_result(hbm: CountedMemory, inp: AttentionInputs, order: str, return_ls
 
 
 def flash_attention(
-    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, return_lse=False
+    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, return_lse=False,
+    acc_dtype=None,
 ):
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile.
 
@@ -260,6 +263,12 @@ def flash_attention(
             FlashAttention, Algorithm 1).
         scale, causal, mask, return_lse: as :func:`flashmath.attention.attention` (``causal`` is bottom-right
             aligned; ``mask`` is boolean, True = attend).
+        acc_dtype: a study knob (chapter 9), the dtype in which the output state is kept from one tile step to
+            the next: fa2's on-chip accumulator ``acc = s A'`` (unnormalised), fa1's normalised ``A'`` in memory.
+            Each step still computes in the compute dtype and its result is rounded to ``acc_dtype``; ``g`` and
+            ``s`` stay in the compute dtype. Default None: the compute dtype (float32 for float16 and bfloat16
+            inputs, else the input dtype), as real kernels do. With ``np.float16``, fa2's ``acc`` grows with
+            ``s`` (up to ``M`` times the size of ``V``) and overflows past 65504, where fa1's ``A'`` stays finite.
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype (computed in float32 for float16 input), and if
@@ -267,8 +276,9 @@ def flash_attention(
         attend to gives 0 and logsumexp ``-inf``. Inputs are never modified.
 
     Raises:
-        ValueError: an unknown ``order``, a block size below 1. TypeError: a block size that is not an integer.
-        Otherwise as :func:`flashmath.attention.attention` (same checks, same messages).
+        ValueError: an unknown ``order``, a block size below 1. TypeError: a block size that is not an integer,
+        an ``acc_dtype`` that is not a floating-point dtype. Otherwise as :func:`flashmath.attention.attention`
+        (same checks, same messages).
 
     Extra memory: one score tile ``(..., B_r, B_c)``, the scaled copy of ``Q``, the output, and ``O(B_r Dv)``
     of row state; never ``(..., N, M)``. A tile spans all the leading (batch, head) dimensions: with many of
@@ -277,8 +287,9 @@ def flash_attention(
     Sources: Dao et al. (2022), Algorithm 1 (fa1); Dao (2023), Algorithm 1 (fa2).
     """
     block_q, block_k = _check_tiling(block_q, block_k, order)
+    acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
-    hbm, steps = _tile_loop(inp, order, block_q, block_k)
+    hbm, steps = _tile_loop(inp, order, block_q, block_k, acc_dtype=acc_dtype)
     for _ in steps:
         pass
     return _tile_result(hbm, inp, order, return_lse)

@@ -13,7 +13,9 @@ state of a prefix whose elements are all ``-inf`` (masked). Every function here 
 * A ``+inf`` entry makes its row NaN in the safe and online versions (``inf - inf`` is undefined); the direct
   version gives NaN at that entry (``inf / inf``) and 0 elsewhere.
 * float16 input gives float16 output; the safe and online versions compute it in float32, so nothing
-  overflows. float32 and float64 are computed in their own dtype. Integer and bool input is taken as float64.
+  overflows. bfloat16 and the other floating-point types of the ``ml_dtypes`` package are treated like float16
+  (numpy gives them kind ``'V'``, not ``'f'``). float32 and float64 are computed in their own dtype. Integer and
+  bool input is taken as float64.
 
 Source: M. Milakov and N. Gimelshein, "Online normalizer calculation for softmax", arXiv:1805.02867 (2018),
 algorithms 1-3.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -42,27 +45,51 @@ class NonFloatInputError(TypeError, ValueError):
     """Input that is not real floating-point numbers. Both a TypeError and a ValueError, so either catches it."""
 
 
+# The real floating-point types of ml_dtypes (bfloat16, the float8 family...). numpy gives most of them kind 'V'
+# (void), so they are recognised by name; ml_dtypes' complex and integer types are not among them.
+ML_DTYPES_FLOATS = frozenset(
+    np.dtype(getattr(ml_dtypes, name)) for name in dir(ml_dtypes) if name.startswith(("bfloat", "float"))
+)
+
+
 def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
     """Return ``x`` as a floating-point ndarray without copying float input.
 
-    Integer and bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused
-    otherwise (the attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
+    Floating point means numpy's float16/float32/float64 (kind ``'f'``) and the float types of ``ml_dtypes``
+    (:data:`ML_DTYPES_FLOATS`: bfloat16, float8...), which :func:`compute_dtype` computes in float32. Integer and
+    bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused otherwise (the
+    attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
     complex, object or string data, and for integers when not allowed.
     """
     arr = np.asarray(x)
     if arr.dtype.kind in "biu" and allow_int:
         return arr.astype(np.float64)
-    if arr.dtype.kind != "f":
+    if arr.dtype.kind != "f" and arr.dtype not in ML_DTYPES_FLOATS:
         hint = f"; convert it first, e.g. {name}.astype(np.float64)" if arr.dtype.kind in "biu" else ""
         raise NonFloatInputError(
-            f"{name} must hold real floating-point numbers (float16, float32 or float64), got dtype {arr.dtype}"
-            + hint
+            f"{name} must hold real floating-point numbers (float16, bfloat16, float32 or float64), got dtype "
+            f"{arr.dtype}" + hint
         )
     return arr
 
 
+def float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """``dtype`` (a numpy dtype, a type such as ``np.float16`` or ``ml_dtypes.bfloat16``, or a name such as
+    ``"bfloat16"``) as a floating-point ``np.dtype``; TypeError naming ``name`` for anything else."""
+    try:
+        dt = np.dtype(dtype) if dtype is not None else None
+    except TypeError:
+        dt = None
+    if dt is None or not (dt.kind == "f" or dt in ML_DTYPES_FLOATS):
+        raise TypeError(
+            f"{name} must be a floating-point dtype such as np.float16, 'bfloat16' or np.float32, got {dtype!r}"
+        )
+    return dt
+
+
 def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a safe computation runs in: float32 for float16 input, else the input's own dtype."""
+    """The dtype a safe computation runs in: float32 for float16 and bfloat16 (any ``ml_dtypes`` float) input, else
+    the input's own dtype."""
     return np.promote_types(dtype, np.float32)
 
 

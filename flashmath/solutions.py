@@ -14,7 +14,7 @@ import numpy as np
 
 __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
            "one_loop_step", "block_step", "tile_step", "numerator_step", "finish", "causal_mask", "masked_tile_step",
-           "merge_states"]
+           "merge_states", "flash_test_ratio"]
 
 
 def score_row(q_n, K):
@@ -201,6 +201,29 @@ def merge_states(a1, lse1, a2, lse2):
     a = (np.where(lse1[:, None] == -np.inf, 0.0, w1[:, None] * a1)  # an empty part is never read
          + np.where(lse2[:, None] == -np.inf, 0.0, w2[:, None] * a2))
     return a, lse
+
+
+def flash_test_ratio(out, q, k, v):
+    """Chapter 9: FlashAttention's test quantity, the error of out over the error of naive low-precision attention."""
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    dtype = q.dtype  # float16 or bfloat16: what a framework stores X, Y and A in
+    D = q.shape[-1]
+    # the reference: the very same input numbers, computed in float64
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    x = q64 @ np.swapaxes(k64, -1, -2) / math.sqrt(D)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    reference = (e / e.sum(axis=-1, keepdims=True)) @ v64
+    # naive attention: each step computed in float32 (as a GPU accumulates), its result stored in the input dtype
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    x = (q32 @ np.swapaxes(k32, -1, -2) / np.float32(math.sqrt(D))).astype(dtype)  # X, stored
+    x32 = x.astype(np.float32)
+    e = np.exp(x32 - x32.max(axis=-1, keepdims=True))
+    y = (e / e.sum(axis=-1, keepdims=True)).astype(dtype)  # Y = softmax(X), stored
+    naive = (y.astype(np.float32) @ v32).astype(dtype)  # A = Y V, stored
+    # the largest absolute errors, both against the float64 reference, compared in float64
+    error_out = np.max(np.abs(np.asarray(out).astype(np.float64) - reference))
+    error_naive = np.max(np.abs(naive.astype(np.float64) - reference))
+    return float(error_out / error_naive)
 
 
 def show(name: str | None = None) -> None:

@@ -33,7 +33,7 @@ from flashmath.viz.live import check_dims, check_labels, index
 from flashmath.viz.softmax import DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player"]
+           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -316,3 +316,26 @@ def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: 
     scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)[0]  # (M,)
     plot = viz.SplitKVPlot(traces, scores, splits=value)
     return live_widget(plot, interval=interval, splits=slider)
+
+
+def precision_explorer(study, *, block: int = 0):
+    """Slide over the tile sizes of a precision study: the errors of every variant in every dtype (chapter 9).
+
+    Args:
+        study: from :func:`flashmath.precision.precision_study` (computed once, by the caller).
+        block: the index into ``study.blocks`` of the tile size shown first.
+
+    Returns:
+        :func:`live_widget` with a ``tile size`` selection slider over ``study.blocks``.
+
+    Raises:
+        TypeError: ``study`` not a PrecisionStudy; ``block`` not an integer. ValueError: ``block`` out of range.
+    """
+    if not hasattr(study, "blocks"):
+        raise TypeError(f"study must come from flashmath.precision.precision_study, got {type(study).__name__}")
+    block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
+    labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
+    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)))), value=block,
+                                     description="tile size", continuous_update=True)
+    plot = viz.PrecisionPlot(study, block=block)
+    return live_widget(plot, block=slider)

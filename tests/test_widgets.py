@@ -399,3 +399,17 @@ def test_split_kv_player_redraws_for_every_split_count():
         widgets.split_kv_player(np.ones((2, 4)), k, v)
     with pytest.raises(ValueError, match=r"must be in 1..12"):
         widgets.split_kv_player(q, k, v, max_splits=12, value=13)
+
+
+def test_precision_explorer_redraws_for_every_tile_size():
+    from flashmath.precision import precision_study
+
+    q, k, v = small_head(N=5, M=7)
+    study = precision_study(q, k, v, blocks=(1, 3, 7))
+    ui = quiet(widgets.precision_explorer, study, block=0)
+    tile = control(ui, "tile size")
+    seen = {rendered(ui)}
+    for b in (1, 2):
+        seen.add(move(ui, tile, b))
+    assert len(seen) == 3
+    assert plot_of(ui).state == {"block": 2}

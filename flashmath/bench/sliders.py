@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import statistics
 import sys
@@ -28,6 +29,7 @@ TARGET_MEDIAN_MS = 100.0
 TARGET_MAX_MS = 250.0
 PLAY_MAX_MS = 250
 PLAY_MIN_RATIO = 1.5
+PRECISION_BLOCKS = (1, 2, 4, 8, 16, 32, 46)  # the tile sizes of chapter 9's study (46 = the whole head)
 
 
 @dataclass
@@ -45,6 +47,7 @@ def course_cases() -> list[Case]:
     import flashmath as fm
     from flashmath import viz, widgets
     from flashmath.data import load_heads
+    from flashmath.precision import precision_study
 
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
@@ -62,6 +65,10 @@ def course_cases() -> list[Case]:
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
     loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
+
+    @functools.cache
+    def study():  # chapter 9's study of every real head, computed once and only when its widget is measured
+        return precision_study(heads.q, heads.k, heads.v, blocks=PRECISION_BLOCKS)
 
     def player(notebook):
         return Case(notebook, "online_softmax_player", lambda: widgets.online_softmax_player(x, labels=tokens),
@@ -86,6 +93,8 @@ def course_cases() -> list[Case]:
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
              lambda step, order: viz.TileSweepPlot(window_traces, scores=window_scores,
                                                    standard_bytes=window_standard, step=step, order=order)),
+        Case("09_floating_point", "precision_explorer", lambda: widgets.precision_explorer(study(), block=3),
+             lambda block: viz.PrecisionPlot(study(), block=block)),
         Case("10_beyond", "split_kv_player", lambda: widgets.split_kv_player(q[n:n + 1], k, v, value=4),
              lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
     ]

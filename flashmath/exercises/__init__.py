@@ -25,13 +25,15 @@ from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
 from flashmath.exercises.predict import check_prediction
 from flashmath.exercises import chapter6_10
+from flashmath.exercises.chapter9 import check_flash_test_ratio
 from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
                                              check_merge_states, check_numerator_step, check_tile_step)
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
            "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
            "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
-           "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states"]
+           "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
+           "check_flash_test_ratio"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {

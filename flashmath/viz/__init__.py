@@ -15,6 +15,7 @@ from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_
 from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
                                 strip)
 from flashmath.viz.splitkv import SplitKVPlot
+from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 
@@ -30,17 +31,20 @@ __all__ = [
     "OnlineSoftmaxPlot",
     "OverflowPlot",
     "Picture",
+    "PrecisionPlot",
     "ScalePlot",
     "SplitKVPlot",
     "TileSweepPlot",
     "animate_steps",
     "figure_signature",
+    "plot_accumulator_growth",
     "plot_loop_swap_step",
     "plot_masks",
     "plot_one_loop_step",
     "plot_op_counts",
     "plot_online_softmax_step",
     "plot_overflow",
+    "plot_precision_study",
     "plot_scale_step",
     "plot_tile_sweep_step",
     "plot_sram_sweep",

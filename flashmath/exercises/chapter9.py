@@ -1,0 +1,140 @@
+"""Checker for the chapter 9 exercise: FlashAttention's test rule.
+
+The learner writes ``fn(out, q, k, v) -> ratio``: the largest absolute error of ``out`` (an attention output
+computed from the low-precision inputs ``q``, ``k``, ``v``) divided by the largest absolute error of naive attention
+in the inputs' dtype, both measured against the float64 reference of the same inputs. FlashAttention's tests
+require the ratio to be at most 2.
+
+The checker runs ``fn`` on float16 and bfloat16 inputs with outputs of known quality, and names the classic
+mistakes by the ratio they give: the naive attention computed entirely in the input dtype (its matrix products and
+sums accumulated there), only its output rounded, a reference stored in the input dtype, the mean error instead of
+the largest, and the ratio upside down. Like every checker it never raises (see :mod:`flashmath.exercises`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from flashmath.attention import attention
+from flashmath.exercises._report import CheckReport
+from flashmath.exercises._report import run as _run
+from flashmath.flash import flash_attention
+from flashmath.precision import max_abs_error, naive_attention, round_to
+
+__all__ = ["check_flash_test_ratio"]
+
+RTOL = 0.02  # a learner's naive attention may round a rare element differently from the package's (ties)
+MISTAKE_RTOL = 0.1  # a mistake made in another way (another order of the float16 steps) lands near, not on, ours
+
+
+def _mean_abs_error(out, ref) -> float:
+    return float(np.mean(np.abs(np.asarray(out, np.float64) - ref)))
+
+
+def _naive_in_input_dtype(q, k, v):
+    """Naive attention with every operation on arrays of the input dtype (products and sums accumulated there
+    wherever numpy's or ml_dtypes' loops do so): the first classic mistake."""
+    dtype = q.dtype
+    x = (np.matmul(q, np.swapaxes(k, -1, -2)) * dtype.type(1 / math.sqrt(q.shape[-1]))).astype(dtype)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))  # exp, max and sum in the input dtype
+    y = (e / e.sum(axis=-1, keepdims=True)).astype(dtype)
+    return np.matmul(y, v).astype(dtype)
+
+
+def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
+    """The right ratio and the ratio each classic mistake gives, ``(ratio, [(wrong ratio, message)])``."""
+    dtype = q.dtype.name
+    ref = attention(q, k, v)  # float64, from the very numbers given
+    naive = naive_attention(q, k, v)
+    right = max_abs_error(out, ref) / max_abs_error(naive, ref)
+    low_ref = round_to(ref, q.dtype)
+    with np.errstate(all="ignore"):
+        mistakes = [
+            (max_abs_error(out, ref) / max_abs_error(_naive_in_input_dtype(q, k, v), ref),
+             f"your naive attention seems to compute in {dtype} throughout: its matrix products, max and sums "
+             f"accumulate in {dtype}. A framework stores X, Y and A in {dtype} but computes each in float32 (GPUs "
+             "accumulate in float32): cast to np.float32 before each product and the softmax, and round to "
+             f"{dtype} only when a result is stored"),
+            (max_abs_error(out, ref) / max_abs_error(round_to(ref, q.dtype), ref),
+             f"your naive attention seems to round only its output to {dtype}. A framework that stores the scores "
+             f"X and the probabilities Y rounds them too: X = round(Q K^T / sqrt(D)), Y = round(softmax(X)), "
+             "A = round(Y V), each computed in float32"),
+            (max_abs_error(out, low_ref) / max_abs_error(naive, low_ref),
+             f"the errors seem measured against a reference stored in {dtype}. A reference in the precision being "
+             "judged hides exactly the errors you are measuring: compute the reference in float64 from the same "
+             "inputs (fm.attention does) and compare in float64"),
+            (_mean_abs_error(out, ref) / _mean_abs_error(naive, ref),
+             "this is the ratio of the mean errors. FlashAttention's rule compares the largest absolute errors, "
+             "max |A - A_ref| over all elements"),
+            (max_abs_error(naive, ref) / max_abs_error(out, ref),
+             "the ratio is upside down: error of out divided by error of the naive attention"),
+        ]
+    return right, mistakes
+
+
+def _cases():
+    """``(name, out, q, k, v)``: float16 and bfloat16 inputs, outputs of known quality."""
+    rng = np.random.default_rng(9)
+    D = 16  # the scale 1/sqrt(D) = 1/4 is exact in every dtype
+
+    def inputs(dtype, N, M, spread):
+        q, k, v = (rng.standard_normal(shape) for shape in ((N, D), (M, D), (M, D)))
+        return round_to(spread * q, dtype), round_to(k, dtype), round_to(v, dtype)
+
+    q16, k16, v16 = inputs(np.float16, 48, 80, 3.0)  # large scores: the rounding of X matters
+    qb, kb, vb = inputs(ml_dtypes.bfloat16, 32, 512, 1.0)  # 512 keys: a sum kept in bfloat16 stalls
+    q2, k2, v2 = inputs(np.float16, 48, 80, 1.0)
+    return [
+        ("float16 inputs, out = flash_attention (fa2, 16 x 16 tiles)",
+         flash_attention(q16, k16, v16, block_q=16, block_k=16), q16, k16, v16),
+        ("bfloat16 inputs, out = flash_attention (fa1, 8 x 8 tiles)",
+         flash_attention(qb, kb, vb, block_q=8, block_k=8, order="fa1"), qb, kb, vb),
+        ("float16 inputs, out = naive attention itself: expected exactly 1", naive_attention(q2, k2, v2), q2, k2, v2),
+        ("float16 inputs, out = the float64 reference rounded to float16 (the best a float16 output can be)",
+         round_to(attention(q2, k2, v2), np.float16), q2, k2, v2),
+    ]
+
+
+def _close(a: float, b: float, rtol: float = RTOL) -> bool:
+    return bool(np.isfinite(a) and np.isfinite(b) and math.isclose(a, b, rel_tol=rtol))
+
+
+def check_flash_test_ratio(fn) -> CheckReport:
+    """Check a learner's ``fn(out, q, k, v) -> ratio``, FlashAttention's test quantity (chapter 9).
+
+    The ratio is ``max |out - A| / max |naive - A|`` with ``A`` the float64 attention of the given inputs and
+    ``naive`` attention in the inputs' dtype with ``X``, ``Y`` and ``A`` each rounded to it, computed in float32
+    (:func:`flashmath.precision.naive_attention`). Cases: float16 and bfloat16 inputs with a FlashAttention output,
+    the naive output itself (ratio 1), and the rounded reference. Named mistakes: computing the naive attention
+    in the input dtype, rounding only its output, a reference stored in the input dtype, mean errors, the ratio
+    upside down. Agreement within 2 percent counts (the learner's float32 arithmetic may break a rare rounding tie
+    the other way); a mistake is named when the ratio is within 10 percent of the one it gives.
+    """
+    report = CheckReport("check_flash_test_ratio")
+    for name, out, q, k, v in _cases():
+        args = tuple(a.copy() for a in (out, q, k, v))
+        value, ok = _run(report, name, fn, *args)
+        if not ok:
+            continue
+        try:
+            value = float(value)
+        except Exception:
+            report.add(name, False, f"expected one number (the ratio of two errors), got {value!r}")
+            continue
+        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(args, (out, q, k, v))):
+            report.add(name, False, "your function modified its input in place")
+            continue
+        right, mistakes = _ratios(out, q, k, v)
+        if _close(value, right):
+            report.add(name, True)
+            continue
+        named = next((message for wrong, message in mistakes
+                      if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)), None)
+        hint = named or ("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs "
+                         "and naive the attention that stores X, Y and A in the inputs' dtype, computing each in "
+                         "float32")
+        report.add(name, False, f"expected the ratio {right:.4g}, got {value:.4g}: {hint}")
+    return report

@@ -1,0 +1,95 @@
+"""Chapter 9's checker (FlashAttention's test ratio): the solution passes, each classic mistake is named."""
+
+import math
+
+import numpy as np
+import pytest
+
+from flashmath import solutions
+from flashmath.exercises import check_flash_test_ratio
+
+
+def learner(mistake=None):
+    """A learner's ratio function, right or with one classic mistake, written plainly (not with flashmath)."""
+
+    def ratio(out, q, k, v):
+        q, k, v = (np.asarray(a) for a in (q, k, v))
+        dtype, D = q.dtype, q.shape[-1]
+        q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+        x = q64 @ k64.T / math.sqrt(D)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        reference = (e / e.sum(axis=-1, keepdims=True)) @ v64
+        if mistake == "low-precision reference":
+            reference = reference.astype(dtype).astype(np.float64)
+        q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+        if mistake == "input dtype":  # every step on arrays of the input dtype
+            x = (q @ k.T / dtype.type(math.sqrt(D))).astype(dtype)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            naive = (e / e.sum(axis=-1, keepdims=True)) @ v
+        elif mistake == "only the output":
+            x = q32 @ k32.T / np.float32(math.sqrt(D))
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            naive = ((e / e.sum(axis=-1, keepdims=True)) @ v32).astype(dtype)
+        else:  # the scale on Q before the product this time: a different float32 rounding than the solution's
+            x = ((q32 * np.float32(1 / math.sqrt(D))) @ k32.T).astype(dtype).astype(np.float32)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            y = (e / e.sum(axis=-1, keepdims=True)).astype(dtype)
+            naive = (y.astype(np.float32) @ v32).astype(dtype)
+        error_out = np.abs(np.asarray(out).astype(np.float64) - reference)
+        error_naive = np.abs(naive.astype(np.float64) - reference)
+        if mistake == "mean":
+            return error_out.mean() / error_naive.mean()
+        if mistake == "upside down":
+            return error_naive.max() / error_out.max()
+        return error_out.max() / error_naive.max()
+
+    return ratio
+
+
+def failures(report):
+    return [(name, message) for name, ok, message in report.cases if not ok]
+
+
+def test_the_solution_and_another_right_answer_pass():
+    assert check_flash_test_ratio(solutions.flash_test_ratio).passed
+    report = check_flash_test_ratio(learner())
+    assert report.passed, repr(report)
+    assert "All good." in repr(report)
+
+
+@pytest.mark.parametrize("mistake, named", [
+    ("input dtype", "seems to compute in bfloat16 throughout"),
+    ("only the output", "seems to round only its output"),
+    ("low-precision reference", "measured against a reference stored in"),
+    ("mean", "ratio of the mean errors"),
+    ("upside down", "upside down"),
+])
+def test_each_classic_mistake_is_named(mistake, named):
+    report = check_flash_test_ratio(learner(mistake))
+    assert not report.passed
+    messages = [message for _, message in failures(report)]
+    assert any(named in message for message in messages), repr(report)
+    assert all("expected the ratio" in message for message in messages)
+
+
+def test_a_wrong_answer_without_a_name_gets_the_recipe():
+    report = check_flash_test_ratio(lambda out, q, k, v: 0.123)
+    assert not report.passed
+    assert all("divide max |out - A| by max |naive - A|" in message for _, message in failures(report))
+
+
+def test_not_implemented_bad_returns_and_modified_inputs_are_failures_not_exceptions():
+    def not_done(*args):
+        raise NotImplementedError
+
+    def two_numbers(out, q, k, v):
+        return (1.0, 2.0)
+
+    def modifies(out, q, k, v):
+        ratio = solutions.flash_test_ratio(out, q, k, v)
+        q[...] = 0
+        return ratio
+
+    assert all(message == "not implemented yet" for _, message in failures(check_flash_test_ratio(not_done)))
+    assert all("expected one number" in message for _, message in failures(check_flash_test_ratio(two_numbers)))
+    assert all("modified its input" in message for _, message in failures(check_flash_test_ratio(modifies)))
