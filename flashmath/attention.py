@@ -188,7 +188,12 @@ def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fo
     if causal and fold_causal:
         tri = causal_mask(N, M)  # (N, M), bottom-right aligned
         keep = tri if keep is None else keep & tri
-    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, np.result_type(q, k, v), bool(causal))
+    try:
+        dtype = np.result_type(q, k, v)
+    except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
+        raise TypeError(f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
+                        "convert them to one dtype first") from None
+    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
 
 
 # ----------------------------------------------------------------------------------------------------------------

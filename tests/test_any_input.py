@@ -226,3 +226,11 @@ def test_bad_block_sizes(block, error, match):
             fm.flash_attention(q, k, v, block_q=block, order=order)
     with pytest.raises(ValueError, match="order must be 'fa1'"):
         fm.flash_attention(q, k, v, order="fa3")
+
+
+def test_mixed_low_precision_types_are_named():
+    import ml_dtypes
+
+    q, k, v = head()
+    with pytest.raises(TypeError, match="no common floating-point type: bfloat16, float16"):
+        fm.flash_attention(q.astype(ml_dtypes.bfloat16), k.astype(np.float16), v)
