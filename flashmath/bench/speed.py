@@ -25,6 +25,13 @@ from ``getrusage`` is used and marked ``~``). A small warm-up call first loads e
 so the figure is the attention call's own. Inputs are float32 with D = 64, drawn from a seeded generator.
 Each case also checks 8 output rows against a float64 computation of those rows.
 
+Threads. By default every library picks its own (numpy's OpenBLAS and PyTorch use every core).
+``--threads 1`` runs every case on one thread: the fairest comparison of the algorithms, and the steadiest on
+a machine shared with other work. ``OPENBLAS_NUM_THREADS=1 python -m flashmath.bench speed`` keeps PyTorch's
+default and makes only numpy's matrix products single-threaded: on a loaded machine OpenBLAS's two-thread
+products, which synchronise at every call, can run several times slower than one thread (``flash`` makes
+two such calls per tile, naive numpy two in all), while PyTorch splits its work once per call.
+
 Ratios are printed against PyTorch (time) and naive numpy (time), from the same run. Nothing here asserts a
 speed: machines differ and are shared. The targets of issue 10 (at N = 4096 ``flash`` at most 1.5 x
 PyTorch's time and faster than naive; at N = 16384 at most 64 MiB of extra peak memory) are printed beside
