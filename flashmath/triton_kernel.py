@@ -60,8 +60,11 @@ language and compiler for tiled neural network computations" (MAPL 2019); Triton
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
+import re
+import sys
 import warnings
 
 import numpy as np
@@ -69,7 +72,8 @@ import numpy as np
 from flashmath._checks import integer
 from flashmath.attention import prepare_attention_inputs
 
-__all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
+__all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "line_for_line", "kernel_source",
+           "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
 
 INSTALL_HINT = (
     'pip install "flashmath[triton]" (from a clone: pip install -e ".[triton]"); on a machine without a GPU install '
@@ -151,7 +155,7 @@ if _IMPORT_ERROR is None:
             # load K_j: (B_c, D)
             k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
                              mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
-            # X_ij = Q_i K_j^T * scale, masked pairs selected to -inf: (B_r, B_c), float32
+            # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision=PRECISION) * scale
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0
@@ -161,21 +165,22 @@ if _IMPORT_ERROR is None:
             alpha = tl.exp(m_i - m_ref)
             # P_ij = exp(X_ij - g_new)
             p_tile = tl.exp(x_tile - m_ref[:, None])
-            # s_new = s alpha + rowsum(P_ij)
+            # s_new = s * alpha + rowsum(P_ij)
             l_i = l_i * alpha + tl.sum(p_tile, 1)
             # load V_j: (B_c, Dv); a key that every row of the tile masks is not loaded (reads as 0)
             used = tl.max(keep_tile.to(tl.int32), 0) > 0  # (B_c,)
             v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
                              mask=used[:, None] & (dv[None, :] < Dv), other=0.0)
-            # acc_new = acc alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
+            # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
             acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision=PRECISION)
+
             m_i = m_new
-        # A_i = acc / s, the only division (a row that saw no key: acc = 0, divided by 1)
-        seen = l_i > 0
+        seen = l_i > 0  # rows that saw at least one key
+        # A_i = acc / s  (the only division; a row that saw no key: acc = 0, divided by 1)
         a_tile = acc / tl.where(seen, l_i, 1.0)[:, None]
         tl.store(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], a_tile.to(A.dtype.element_ty),
                  mask=(rows[:, None] < N) & (dv[None, :] < Dv))
-        # L_i = g + log(s);  -inf for a row that saw no key (log is never taken of 0)
+        # lse_i = g + log(s);  -inf for a row that saw no key (log is never taken of 0)
         lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
@@ -325,3 +330,68 @@ def _as_tensor(x, device):
     if isinstance(x, torch.Tensor):
         return x.to(device)
     return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The kernel beside the numpy loop (chapter 11), read from the sources so that the listing cannot drift from the code
+# ------------------------------------------------------------------------------------------------------------------
+
+RULES = ("X_ij = Q_i K_j^T", "g_new = max(g, rowmax(X_ij))", "alpha = exp(g - g_new)", "P_ij = exp(X_ij - g_new)",
+         "s_new = s * alpha + rowsum(P_ij)", "acc_new = acc * alpha + P_ij V_j", "A_i = acc / s", "lse_i = g + log(s)")
+"""The update rules, in loop order, that both :mod:`flashmath.flash` and the kernel write above their code."""
+
+
+def kernel_source() -> str:
+    """The source of the Triton kernel ``_fa2_forward`` (read from this file: works without Triton installed)."""
+    text = inspect.getsource(sys.modules[__name__])
+    start = text.index("    @triton.jit\n    def _fa2_forward(")
+    end = text.index("\n\n\n", start)
+    lines = text[start:end].splitlines()
+    return "\n".join(line[4:] for line in lines)  # one level less indented: as if at module level
+
+
+def _rule_blocks(source: str) -> dict:
+    """``{rule: [code lines]}``: for each comment line that starts with one of :data:`RULES`, the code lines right
+    under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
+    with their extra indentation), comments removed."""
+    blocks = {}
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        comment = line.strip()
+        if not comment.startswith("# "):
+            continue
+        head = next((rule for rule in RULES if comment[2:].startswith(rule)), None)
+        if head is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        code = []
+        for following in lines[i + 1:]:
+            stripped = following.strip()
+            deeper = len(following) - len(following.lstrip()) - indent  # > 0: a continuation or a block's body
+            if not stripped or deeper < 0 or (deeper == 0 and stripped.startswith("#")):
+                break
+            if not stripped.startswith("#"):
+                code.append(" " * deeper + re.sub(r"\s+#.*$", "", stripped))
+        blocks.setdefault(head, code)
+    return blocks
+
+
+def line_for_line() -> list[tuple[str, list[str], list[str]]]:
+    """The FlashAttention-2 loop of :mod:`flashmath.flash` beside the Triton kernel, one update rule at a time.
+
+    Returns:
+        ``[(rule, numpy lines, triton lines)]`` for each of :data:`RULES`, in loop order, read from the two sources.
+
+    Raises:
+        LookupError: a rule is missing from one of the sources (a comment was reworded).
+    """
+    from flashmath import flash
+
+    numpy_source = "\n".join(inspect.getsource(f) for f in (flash._scores, flash._fa2_loop, flash._fa2_write))
+    numpy_blocks, triton_blocks = _rule_blocks(numpy_source), _rule_blocks(kernel_source())
+    missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
+                                                                     ("the kernel", triton_blocks))
+               if not blocks.get(rule)]
+    if missing:
+        raise LookupError(f"no code under these rule comments: {missing}")
+    return [(rule, numpy_blocks[rule], triton_blocks[rule]) for rule in RULES]
