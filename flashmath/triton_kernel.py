@@ -43,7 +43,8 @@ boolean ``mask`` with True = attend, a fully masked row gives 0 and logsumexp ``
   numpy loop avoids with a per-key path that a matrix unit does not have.
 
 Where it runs: tensors on a CUDA device run compiled. On a machine without a CUDA device, importing this module
-switches Triton to its interpreter (``TRITON_INTERPRET=1``, unless that variable is already set), which runs the
+switches Triton to its interpreter (``TRITON_INTERPRET=1``, unless that variable is already set; Triton must not
+have been imported before, since it reads the variable when its functions are defined), which runs the
 same kernel with numpy on the CPU, one program after another (slow: keep ``N`` and ``M`` in the hundreds). Numpy
 arrays are accepted and returned (copied to the GPU and back when it runs compiled); PyTorch tensors come back as
 tensors on their device.
@@ -85,13 +86,17 @@ DEFAULT_BLOCK_N = 64
 """Default ``B_c`` (``BLOCK_N``): the keys of one step."""
 MAX_HEAD_DIM = 128
 
+_TOO_LATE = False  # True: no GPU, but Triton was imported (compiled mode) before this module could switch it
 try:
     import torch
 
-    if not torch.cuda.is_available():
-        # No GPU: run the kernels in Triton's interpreter. Triton reads this when a kernel is decorated, so it is
-        # set before the kernel below is defined.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+        # No GPU: run the kernels in Triton's interpreter. Triton reads the variable when a function is decorated
+        # with @triton.jit, its own library functions included, so it must be set before triton is first imported.
+        if "triton" in sys.modules:
+            _TOO_LATE = True
+        else:
+            os.environ["TRITON_INTERPRET"] = "1"
     import triton
     import triton.language as tl
 except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
@@ -240,7 +245,8 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
 
     Raises:
         ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
-        RuntimeError: no CUDA device and the interpreter is off (``TRITON_INTERPRET=0``).
+        RuntimeError: no CUDA device and the interpreter is off (``TRITON_INTERPRET=0``, or Triton was imported
+            before this module).
         TypeError: float64 or non-float inputs, a non-boolean mask, non-integer block sizes; ValueError: the
             shapes, ``D`` or ``Dv`` above 128, a block size that is not a power of two from 16 to 256, an
             ``order`` other than ``"fa2"``. The shape and mask checks are those of
@@ -265,6 +271,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         if size > MAX_HEAD_DIM:
             raise ValueError(f"the Triton kernel handles head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
 
+    if _TOO_LATE:
+        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
+                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
+                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
     device = next((x.device for x, is_t in zip((q, k, v), tensors) if is_t), None)
     if device is None or device.type == "cpu":
         if interpreted():
@@ -329,7 +339,10 @@ def _as_tensor(x, device):
     """``x`` (an array or a tensor) as a tensor on ``device``, without copying when it is already there."""
     if isinstance(x, torch.Tensor):
         return x.to(device)
-    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    x = np.ascontiguousarray(x)
+    if not x.flags.writeable:  # torch wants writable memory (read-only arrays, e.g. the shipped heads): a copy
+        x = x.copy()
+    return torch.from_numpy(x).to(device)
 
 
 # ------------------------------------------------------------------------------------------------------------------

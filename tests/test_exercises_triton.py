@@ -31,9 +31,9 @@ def messages(report) -> str:
 def emulated_kernel(block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np.exp, log=np.log, with_g=True,
                     guard_empty=True):
     """A learner's streamed logsumexp, row by row, in float32, as a torch function."""
-    import torch
-
     def fn(x):
+        import torch
+
         x = x.numpy().astype(np.float32)
         out = []
         for row in x:
