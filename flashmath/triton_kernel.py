@@ -30,8 +30,9 @@ boolean ``mask`` with True = attend, a fully masked row gives 0 and logsumexp ``
   ``tl.dot`` does not support it, triton-lang/triton#11584) or float32 in; the kernel computes in
   float32 (scores, row states, accumulator) and returns ``A`` in the input dtype and the logsumexp in float32.
   float64 is refused: GPU matrix units have no fast float64, and a silent cast would hide the loss. float32 matrix
-  products use full float32 precision (``input_precision="ieee"``), not TF32. float16 and bfloat16 weights ``P``
-  are rounded to the input dtype before ``P V``, as in FlashAttention-2.
+  products use full float32 precision (``input_precision="ieee"``), not TF32 (the setting changes nothing for
+  float16 and bfloat16 operands). float16 and bfloat16 weights ``P`` are rounded to the input dtype before
+  ``P V``, as in FlashAttention-2.
 * sizes: ``D`` and ``Dv`` up to 128 (the tile is padded to a power of two of at least 16 with masked loads);
   ``block_q`` and ``block_k`` powers of two from 16 to 256 (``tl.dot`` needs at least 16); ``order`` must be
   ``"fa2"``.
@@ -131,7 +132,7 @@ if _IMPORT_ERROR is None:
         sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sa_b, sa_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
         N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, PRECISION: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
     ):
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)  # and its (batch, head) element
@@ -161,7 +162,7 @@ if _IMPORT_ERROR is None:
             k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
                              mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
-            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision=PRECISION) * scale
+            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0
             m_new = tl.maximum(m_i, tl.max(x_tile, 1))
@@ -177,7 +178,7 @@ if _IMPORT_ERROR is None:
             v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
                              mask=used[:, None] & (dv[None, :] < Dv), other=0.0)
             # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
-            acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision=PRECISION)
+            acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
 
             m_i = m_new
         seen = l_i > 0  # rows that saw at least one key
@@ -313,7 +314,6 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                 N, M, D, Dv, inp.scale, M - N,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_padded(D), BLOCK_DV=_padded(Dv),
                 CAUSAL=bool(causal), HAS_KEEP=mask is not None,
-                PRECISION="ieee" if dtype == torch.float32 else "tf32",  # "tf32" only matters for float32 inputs
                 num_warps=num_warps, num_stages=num_stages,
             )
     a, lse = a.reshape(*batch, N, Dv), lse.reshape(*batch, N)
