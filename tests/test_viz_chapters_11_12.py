@@ -7,7 +7,6 @@ every control must change the picture. None of this needs Triton.
 import io
 from contextlib import redirect_stdout
 
-import ipywidgets
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -33,22 +32,22 @@ def move(ui, control, value):
     assert ui.image.value != before, f"moving {control.description} to {value} left the picture unchanged"
 
 
-def kernel_memory_widget():
-    controls = dict(
-        block_q=ipywidgets.SelectionSlider(options=BLOCK_SIZES, value=64, description="BLOCK_M"),
-        block_k=ipywidgets.SelectionSlider(options=BLOCK_SIZES, value=64, description="BLOCK_N"),
-        num_stages=ipywidgets.SelectionSlider(options=STAGES, value=2, description="num_stages"),
-        num_warps=ipywidgets.SelectionSlider(options=WARPS, value=4, description="num_warps"),
-    )
-    return widgets.live_widget(KernelMemoryPlot(64), **controls), controls
+def control(ui, name):
+    return next(w for w in ui.kwargs_widgets if w.description == name)
 
 
-def test_kernel_memory_widget_redraws_for_every_control():
-    ui, controls = kernel_memory_widget()
-    for name, values in (("block_q", (128, 16)), ("block_k", (256, 32)), ("num_stages", (4, 1)),
+def test_kernel_memory_explorer_redraws_for_every_control():
+    ui = widgets.kernel_memory_explorer(64)
+    for name, values in (("BLOCK_M", (128, 16)), ("BLOCK_N", (256, 32)), ("num_stages", (4, 1)),
                          ("num_warps", (1, 16))):
         for value in values:
-            move(ui, controls[name], value)
+            move(ui, control(ui, name), value)
+    assert [c.options for c in ui.kwargs_widgets] == [BLOCK_SIZES, BLOCK_SIZES, STAGES, WARPS]
+
+
+def test_kernel_memory_explorer_checks_its_first_state_before_building():
+    with pytest.raises(ValueError, match="num_warps must be one of"):
+        widgets.kernel_memory_explorer(64, num_warps=3)
 
 
 def test_kernel_memory_plot_draws_the_bytes_of_tile_bytes():
@@ -69,13 +68,14 @@ def test_kernel_memory_plot_refuses_states_outside_the_controls(state, match):
         KernelMemoryPlot(64, **state)
 
 
-def test_course_map_widget_redraws_for_every_chapter_and_has_play():
-    ui = widgets.live_widget(CourseMapPlot(chapter=0), chapter=widgets.step_slider(12, description="chapter"),
-                             interval=900)
-    slider = ui.kwargs_widgets[0]
-    for chapter in range(1, 13):
+def test_course_map_explorer_redraws_for_every_chapter():
+    ui = widgets.course_map_explorer(chapter=0)
+    slider = control(ui, "chapter")
+    assert (slider.min, slider.max) == (0, 12)
+    for chapter in [*range(1, 13), 0]:
         move(ui, slider, chapter)
-    assert any(isinstance(w, ipywidgets.Play) for w in ui.children[0].children)
+    with pytest.raises(ValueError, match="chapter"):
+        widgets.course_map_explorer(chapter=13)
 
 
 def test_course_map_says_the_one_idea_and_marks_its_chapters():

@@ -45,6 +45,8 @@ def course_cases() -> list[Case]:
     import flashmath as fm
     from flashmath import viz, widgets
     from flashmath.data import load_heads
+    from flashmath.viz.kernel import KernelMemoryPlot
+    from flashmath.viz.recap import CourseMapPlot
 
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
@@ -78,6 +80,10 @@ def course_cases() -> list[Case]:
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
              lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
                                                    step=step, order=order)),
+        Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
+             lambda **state: KernelMemoryPlot(64, **state)),
+        Case("12_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
+             lambda chapter: CourseMapPlot(chapter=chapter)),
     ]
 
 
