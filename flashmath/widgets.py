@@ -33,7 +33,8 @@ from flashmath.viz.live import check_dims, check_labels, index
 from flashmath.viz.softmax import DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer"]
+           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer",
+           "kernel_memory_explorer", "course_map_explorer"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -339,3 +340,40 @@ def precision_explorer(study, *, block: int = 0):
                                      description="tile size", continuous_update=True)
     plot = viz.PrecisionPlot(study, block=block)
     return live_widget(plot, block=slider)
+
+
+def kernel_memory_explorer(D: int = 64, *, dtype="float16", block_q: int = 64, block_k: int = 64,
+                           num_stages: int = 2, num_warps: int = 4):
+    """Chapter 11: one program's on-chip bytes (:class:`flashmath.viz.kernel.KernelMemoryPlot`) with a slider for
+    each of ``BLOCK_M``, ``BLOCK_N``, ``num_stages`` and ``num_warps``.
+
+    Args:
+        D: head dimension. dtype: the inputs' dtype in memory. block_q, block_k, num_stages, num_warps: the state
+            shown first (from :data:`flashmath.viz.kernel.BLOCK_SIZES`, ``STAGES``, ``WARPS``).
+
+    Raises:
+        ValueError: a first state outside those lists.
+    """
+    from flashmath.viz.kernel import BLOCK_SIZES, STAGES, WARPS, KernelMemoryPlot
+
+    plot = KernelMemoryPlot(D, dtype=dtype, block_q=block_q, block_k=block_k, num_stages=num_stages,
+                            num_warps=num_warps)  # checks the state before any control exists
+    controls = {name: widgets.SelectionSlider(options=options, value=value, description=label)
+                for name, label, options, value in (("block_q", "BLOCK_M", BLOCK_SIZES, block_q),
+                                                    ("block_k", "BLOCK_N", BLOCK_SIZES, block_k),
+                                                    ("num_stages", "num_stages", STAGES, num_stages),
+                                                    ("num_warps", "num_warps", WARPS, num_warps))}
+    return live_widget(plot, **controls)
+
+
+def course_map_explorer(*, chapter: int = 0):
+    """Chapter 12: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
+    chapters 0-12 (no Play button: each chapter's sentence is there to be read).
+
+    Raises:
+        ValueError: ``chapter`` outside 0-12. TypeError: not an integer.
+    """
+    from flashmath.viz.recap import CHAPTERS, CourseMapPlot
+
+    plot = CourseMapPlot(chapter=chapter)
+    return live_widget(plot, chapter=step_slider(len(CHAPTERS) - 1, value=chapter, description="chapter"))

@@ -38,7 +38,7 @@ def test_the_benchmark_runs_and_prints_a_row_per_widget(capsys):
     assert bench_main(["sliders", "--only", "0", "--max-moves", "2", "--baseline-samples", "1"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if re.match(r"\d\d_\w+ ", line)]
-    assert [row.split()[0] for row in rows] == [c.notebook for c in sliders.course_cases()]
+    assert [row.split()[0] for row in rows] == [c.notebook for c in sliders.course_cases() if "0" in c.notebook]
     for row in rows:
         assert re.search(r"\|\s+[\d.]+\s+[\d.]+ \|\s+[\d.]+x \|", row), row  # baseline, max, speed-up
     assert "targets: median <= 100 ms" in out

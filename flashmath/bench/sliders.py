@@ -48,6 +48,8 @@ def course_cases() -> list[Case]:
     from flashmath import viz, widgets
     from flashmath.data import load_heads
     from flashmath.precision import precision_study
+    from flashmath.viz.kernel import KernelMemoryPlot
+    from flashmath.viz.recap import CourseMapPlot
 
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
@@ -97,6 +99,10 @@ def course_cases() -> list[Case]:
              lambda block: viz.PrecisionPlot(study(), block=block)),
         Case("10_beyond", "split_kv_player", lambda: widgets.split_kv_player(q[n:n + 1], k, v, value=4),
              lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
+        Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
+             lambda **state: KernelMemoryPlot(64, **state)),
+        Case("12_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
+             lambda chapter: CourseMapPlot(chapter=chapter)),
     ]
 
 

@@ -26,6 +26,8 @@ from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
 from flashmath.exercises.predict import check_prediction
 from flashmath.exercises import chapter6_10
 from flashmath.exercises.chapter9 import check_flash_test_ratio
+from flashmath.exercises.chapter11_12 import (check_flash_row, check_recap_quiz, check_row_lse, check_where_it_lives,
+                                              print_recap_quiz)
 from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
                                              check_merge_states, check_numerator_step, check_tile_step)
 
@@ -33,7 +35,8 @@ __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_
            "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
            "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
            "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
-           "check_flash_test_ratio"]
+           "check_flash_test_ratio", "check_row_lse", "check_where_it_lives", "check_recap_quiz", "print_recap_quiz",
+           "check_flash_row"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {

@@ -1,0 +1,48 @@
+"""Chapter 11 needs the optional ``triton`` extra (PyTorch and Triton).
+
+Where it is not installed, the notebook's nbval items and its browser test are skipped with the reason, and the
+summary says so once, so that README's test command passes on a fresh machine without the extra. The notebook's
+stored outputs come from a run in Triton's interpreter (``TRITON_INTERPRET=1``, set by flashmath.triton_kernel on
+a machine without a GPU).
+"""
+
+import importlib.util
+
+import pytest
+
+NEEDS_TRITON = ("11_triton.ipynb",)
+INSTALL = 'pip install -e ".[triton]" (CPU-only PyTorch first: see README, "The triton extra")'
+
+
+def _missing() -> list[str]:
+    return [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]
+
+
+def _notebook_of(item) -> str | None:
+    """The notebook an item runs: nbval's cells are items of the notebook's file; the browser test takes it as its
+    ``notebook`` parameter."""
+    if item.path.suffix == ".ipynb":
+        return item.path.name
+    notebook = getattr(item, "callspec", None) and item.callspec.params.get("notebook")
+    return getattr(notebook, "name", None)
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = _missing()
+    if not missing:
+        return
+    reason = f"needs the triton extra ({' and '.join(missing)} not installed): {INSTALL}"
+    skipped = set()
+    for item in items:
+        notebook = _notebook_of(item)
+        if notebook in NEEDS_TRITON:
+            item.add_marker(pytest.mark.skip(reason=reason))
+            skipped.add(notebook)
+    config._flashmath_triton_skipped = (sorted(skipped), reason)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped, reason = getattr(config, "_flashmath_triton_skipped", ((), ""))
+    if skipped:
+        terminalreporter.section("optional chapters skipped")
+        terminalreporter.write_line(f"{', '.join(skipped)}: {reason}")

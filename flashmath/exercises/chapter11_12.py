@@ -1,0 +1,520 @@
+"""Checkers for the exercises of chapters 11 (the Triton kernel) and 12 (the recap).
+
+Like every checker of :mod:`flashmath.exercises`, each one runs the learner's answer on cases where the classic
+mistakes make a difference, never raises, and returns a :class:`flashmath.exercises.CheckReport`; a wrong answer
+is compared with the answers of the known mistakes (:data:`MISTAKES` lists them per checker), and the first that
+matches is named, with what to change.
+
+* :func:`check_row_lse` (11.1): a Triton kernel for the logsumexp of each row, streamed in blocks of columns:
+  chapter 2's online normalizer written as a GPU program.
+* :func:`check_where_it_lives` (11.2): registers, shared memory or HBM for each quantity of the kernel.
+* :func:`check_recap_quiz` (12.1): the closing self-test, one question per big step of the course.
+* :func:`check_flash_row` (12.2): FlashAttention-2 for one query row, from memory.
+
+Solutions: :mod:`flashmath.solutions_triton`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashmath.exercises._report import CheckReport
+
+__all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives", "check_recap_quiz",
+           "check_flash_row", "print_recap_quiz"]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic mistake: its ``name`` (quoted in the message), ``fix`` (what to change) and ``models``, wrong
+    implementations whose answers are compared with the learner's."""
+
+    name: str
+    fix: str
+    models: tuple = ()
+
+    def message(self) -> str:
+        return f"looks like {self.name}: {self.fix}"
+
+
+def _quiet(fn, *args):
+    """``fn(*args)`` with numpy's warnings silenced; ``(result, None)`` or ``(None, exception)``."""
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args), None
+    except Exception as exc:  # the learner's code may raise anything: it is reported, never propagated
+        return None, exc
+
+
+def _call(report: CheckReport, name: str, fn, *args, hint=None):
+    """Run the learner's ``fn``; on an exception record the case as failed (with ``hint(exc)``, what it probably
+    means, when that gives one) and return None."""
+    out, exc = _quiet(fn, *args)
+    if isinstance(exc, NotImplementedError):
+        report.add(name, False, "not implemented yet")
+    elif exc is not None:
+        extra = hint(exc) if hint is not None else None
+        report.add(name, False, f"raised {type(exc).__name__}: {exc}" + (f" ({extra})" if extra else ""))
+    return out if exc is None else None
+
+
+def _same(a, b, rtol: float) -> bool:
+    """Same shape and equal to ``rtol`` (NaN equal to NaN); False for anything that is not an array of numbers."""
+    try:
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    except (TypeError, ValueError):
+        return False
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=rtol, equal_nan=True))
+
+
+class _Diagnosis:
+    """Which mistake explains each wrong answer of a run: among the mistakes whose models give the learner's answer
+    on a case, the one that matches the learner on the most cases of the run (the first in the catalogue on a tie).
+    Two mistakes can give the same wrong answer on one case (a max never subtracted and a max started at 0 both
+    give -inf on a row of -1000s); only one of them also matches the cases where the learner was right."""
+
+    def __init__(self, cases, answers, mistakes, rtol: float):
+        self._rows = []  # (mistake, [its model matches the learner on case i])
+        for mistake in mistakes:
+            for model in mistake.models:
+                row = []
+                for args, answer in zip(cases, answers):
+                    wrong, exc = (None, True) if answer is None else _quiet(model, *args)
+                    row.append(exc is None and _same(answer, wrong, rtol))
+                self._rows.append((mistake, row))
+
+    def for_case(self, i: int) -> Mistake | None:
+        candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._rows) if row[i]]
+        return max(candidates, key=lambda c: c[:2])[2] if candidates else None
+
+
+def _in_order(report: CheckReport, cases) -> CheckReport:
+    """The report's cases in the order of ``cases`` (those that raised were recorded first)."""
+    rank = {case[0]: i for i, case in enumerate(cases)}
+    report.cases.sort(key=lambda case: rank.get(case[0], len(rank)))
+    return report
+
+
+def _fmt(a) -> str:
+    a = np.asarray(a, np.float64)
+    if a.size <= 6:
+        return np.array2string(a, precision=5, separator=", ").replace("\n", "")
+    return np.array2string(a.ravel()[:4], precision=5, separator=", ")[:-1] + f", ...] (shape {a.shape})"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 11.1: the logsumexp of each row, as a Triton kernel
+# ------------------------------------------------------------------------------------------------------------------
+
+BLOCKS = (16, 32, 64, 128, 256, 512, 1024)  # the BLOCK a learner's kernel may use
+
+
+def _lse(x: np.ndarray) -> np.ndarray:
+    """Reference: ``log sum_j exp(x_j)`` of each row in float64; ``-inf`` for a row of ``-inf``."""
+    x = np.asarray(x, np.float64)
+    g = x.max(axis=-1)
+    g_safe = np.where(np.isneginf(g), 0.0, g)
+    with np.errstate(divide="ignore"):
+        return g_safe + np.log(np.exp(x - g_safe[:, None]).sum(axis=-1))
+
+
+def _padded_with_zeros(block: int):
+    """A kernel whose masked loads fill the columns past the end with 0 (``other=0.0``) instead of ``-inf``."""
+    def model(x):
+        cols = x.shape[1]
+        if cols % block == 0:
+            return None  # no padding: the mistake makes no difference here
+        pad = np.zeros((x.shape[0], block - cols % block), np.float32)
+        return _lse(np.concatenate([x, pad], axis=1))
+    return model
+
+
+def _blockwise(block: int, *, rescale: bool = True, g0: float = -np.inf, base2: bool = False):
+    """The streamed loop in float32 with one of the mistakes switched on."""
+    exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
+
+    def model(x):
+        x = np.asarray(x, np.float32)
+        g = np.full(x.shape[0], g0, np.float32)
+        s = np.zeros(x.shape[0], np.float32)
+        for c0 in range(0, x.shape[1], block):
+            blk = x[:, c0:c0 + block]
+            g_new = np.maximum(g, blk.max(axis=1))
+            s = (s * exp(g - g_new) if rescale else s) + exp(blk - g_new[:, None]).sum(axis=1)
+            g = g_new
+        return g + log(s)
+    return model
+
+
+def _no_max(x):
+    x = np.asarray(x, np.float32)
+    return np.log(np.exp(x).sum(axis=1))
+
+
+def _without_g(x):
+    return _lse(x) - np.asarray(x, np.float64).max(axis=1)
+
+
+ROW_LSE_MISTAKES = (
+    Mistake("the padding read as 0", "the columns past the end of the row were loaded with other=0.0, so each adds "
+            "exp(0 - g) to the sum; load them with other=float('-inf') (weight exp(-inf) = 0)",
+            tuple(_padded_with_zeros(b) for b in BLOCKS)),
+    Mistake("the max not subtracted", "exp(x) overflows float32 once x > 88.7: keep a running max g and sum "
+            "exp(x - g), every exponent <= 0", (_no_max,)),
+    Mistake("the rescale of s missing", "when a block raises the running max, the old sum is relative to the old "
+            "max: s = s * exp(g - g_new) + sum(exp(x - g_new))", tuple(_blockwise(b, rescale=False) for b in BLOCKS)),
+    Mistake("the running max started at 0", "start g at -inf (tl.full([...], float('-inf'), tl.float32) or the "
+            "first block's max): with g = 0, a row of -1000s gives exp(-1000) = 0 and log(0) = -inf",
+            tuple(_blockwise(b, g0=0.0) for b in BLOCKS)),
+    Mistake("g left out of the result", "the logsumexp is g + log(s): s is relative to the max g", (_without_g,)),
+    Mistake("base 2 instead of e", "tl.exp2 and tl.log2 need the scores multiplied by log2(e) and the result divided "
+            "by it; use tl.exp and tl.log", tuple(_blockwise(b, base2=True) for b in BLOCKS)),
+)
+
+
+def _row_lse_cases():
+    rng = np.random.default_rng(11)
+    trend = np.linspace(-4.0, 4.0, 300)[None, :] + 0.5 * rng.standard_normal((3, 300))
+    masked = rng.standard_normal((3, 40))
+    masked[0, ::3] = -np.inf
+    masked[1, 5:] = -np.inf
+    masked[2, :] = -np.inf
+    return [
+        ("rows of 5 values (shorter than any block)", rng.standard_normal((2, 5))),
+        ("rows of 300 values rising from -4 to 4 (several blocks, the max jumps between them)", trend),
+        ("values near 1e4 (exp(1e4) overflows unless the max is subtracted)", 1e4 + rng.standard_normal((2, 50))),
+        ("negative rows of 37 values (padding read as 0 would count)", -8.0 + rng.standard_normal((3, 37))),
+        ("rows of -1000 (a running max started at 0 underflows)", -1000.0 + rng.standard_normal((2, 64))),
+        ("-inf entries (masked), and a fully masked row: its logsumexp is -inf, not NaN", masked),
+        ("one column", rng.standard_normal((4, 1))),
+    ]
+
+
+def check_row_lse(fn) -> CheckReport:
+    """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)``, ``L`` the ``(R,)`` logsumexp of
+    each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton kernel
+    that streams each row in blocks (exercise 11.1).
+
+    Cases: a row shorter than any block, several blocks with a rising max, values near 1e4, negative rows whose
+    length is not a multiple of the block, rows of -1000, masked entries and a fully masked row, one column.
+    Named mistakes: :data:`ROW_LSE_MISTAKES`, and NaN on the fully masked row. Compared to 1e-5 relative.
+    """
+    report = CheckReport("check_row_lse")
+    try:
+        import torch
+    except ImportError:
+        report.add("PyTorch", False, "this exercise needs PyTorch and Triton: pip install -e \".[triton]\"")
+        return report
+    cases, answers = _row_lse_cases(), []
+    for name, x in cases:
+        x32 = x.astype(np.float32)
+        out = _call(report, name, fn, torch.from_numpy(x32.copy()))
+        if out is None and not any(case[0] == name for case in report.cases):
+            report.add(name, False, "returned None: return the tensor of logsumexps")
+        answers.append(None if out is None else
+                       np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out, np.float64))
+    inputs = [(x.astype(np.float32),) for _, x in cases]
+    diagnosis = _Diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
+    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers)):
+        if got is None:
+            continue
+        expected = _lse(x32)
+        if got.shape != expected.shape:
+            report.add(name, False, f"expected one logsumexp per row, shape {expected.shape}, got shape {got.shape}")
+        elif _same(got, expected, 1e-5):
+            report.add(name, True)
+        elif np.isnan(got[np.isneginf(expected)]).any():
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(got)}: a fully masked row gives NaN, from "
+                                    "-inf - (-inf) in exp(g - g_new) or exp(x - g_new); subtract 0 while g_new is "
+                                    "-inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return -inf for s = 0")
+        else:
+            mistake = diagnosis.for_case(i)
+            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(got)}"
+                                    + (f": {mistake.message()}" if mistake else ""))
+    return _in_order(report, cases)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 11.2: where each quantity lives
+# ------------------------------------------------------------------------------------------------------------------
+
+PLACES = {"registers": ("registers", "register", "register file", "rf"),
+          "shared memory": ("shared memory", "shared", "smem", "sram", "lds"),
+          "HBM": ("hbm", "global memory", "global", "dram", "device memory", "gpu memory")}
+
+WHERE = {
+    "Q, K, V (the whole arrays)": ({"HBM"}, "the inputs stay in the GPU's main memory (HBM); a program loads only "
+                                            "its tiles"),
+    "q_tile": ({"registers", "shared memory"}, "loaded once per program and kept for the whole sweep"),
+    "k_tile, v_tile": ({"shared memory"}, "streamed: one tile per step, staged in shared memory for the matrix "
+                                          "unit (num_stages tiles in flight when the loads are pipelined)"),
+    "x_tile, p_tile": ({"registers"}, "the matrix unit writes the score tile into registers (float32) and it is "
+                                      "dropped after the step: it never reaches HBM, the whole point of "
+                                      "FlashAttention"),
+    "m_i, l_i": ({"registers"}, "one float32 per row of the tile, updated every step: registers"),
+    "acc": ({"registers"}, "(B_r, Dv) float32, updated every step and written once at the end: registers, spread "
+                           "over the program's threads (num_warps x 32 of them)"),
+    "A, LSE (the results)": ({"HBM"}, "written once, at the end, to HBM"),
+}
+
+
+def _place(answer) -> str | None:
+    text = str(answer).strip().lower()
+    return next((place for place, names in PLACES.items() if text in names), None)
+
+
+def check_where_it_lives(answers) -> CheckReport:
+    """Check a learner's ``{quantity: place}`` for the quantities of :data:`WHERE` (exercise 11.2); a place is
+    ``"registers"``, ``"shared memory"`` or ``"HBM"`` (synonyms accepted: ``"smem"``, ``"global memory"``...).
+
+    Named mistakes: a place that is not one of the three; the score tile in HBM or in shared memory (that is
+    standard attention, or a kernel that spills); a streamed tile in registers for the whole sweep; the
+    accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does not).
+    """
+    report = CheckReport("check_where_it_lives")
+    if not isinstance(answers, dict):
+        report.add("the answers", False, f"expected a dict {{quantity: place}}, got {type(answers).__name__}")
+        return report
+    for quantity, (right, why) in WHERE.items():
+        if quantity not in answers or answers[quantity] in (None, ...):
+            report.add(quantity, False, "no answer yet: write 'registers', 'shared memory' or 'HBM'")
+            continue
+        place = _place(answers[quantity])
+        if place is None:
+            report.add(quantity, False, f"{answers[quantity]!r} is not one of 'registers', 'shared memory', 'HBM'")
+        elif place in right:
+            report.add(quantity, True)
+        elif quantity == "x_tile, p_tile":
+            report.add(quantity, False, f"not {place}: {why}. A score tile in HBM is standard attention, which "
+                                        "writes X and Y (N x M each) and reads them back")
+        elif quantity == "acc" and place == "HBM":
+            report.add(quantity, False, "not HBM: FlashAttention (Algorithm 1, key tiles outside) reads and writes "
+                                        f"A at every step; FlashAttention-2 keeps acc on chip. {why}")
+        elif quantity == "k_tile, v_tile" and place == "registers":
+            report.add(quantity, False, f"not registers for the whole sweep: {why}")
+        else:
+            report.add(quantity, False, f"not {place}: {why}")
+    extra = sorted(set(answers) - set(WHERE), key=str)
+    if extra:
+        report.add("unknown quantities", False, f"{extra}: answer for {list(WHERE)}")
+    return report
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 12.1: the recap quiz
+# ------------------------------------------------------------------------------------------------------------------
+
+# (question, {letter: choice}, right letter, {wrong letter: why not})
+RECAP_QUESTIONS = {
+    1: ("After i steps of the online normalizer (chapter 2), s_i is",
+        {"a": "the softmax denominator of the whole row",
+         "b": "the sum of exp(x_j - g_i) over the first i elements, measured against the running max g_i",
+         "c": "the sum of exp(x_j) over the first i elements"},
+        "b", {"a": "only s_N, after the last element, is the denominator: that is the one idea",
+              "c": "exp(x_j) alone overflows; every term is measured against the running max"}),
+    2: ("Subtracting the max before exp (chapter 1)",
+        {"a": "changes the probabilities slightly, for stability",
+         "b": "changes nothing mathematically and keeps every exponent <= 0",
+         "c": "is needed only in float16"},
+        "b", {"a": "the same factor exp(-g) is in the numerator and the denominator: it cancels exactly",
+              "c": "float32 overflows at exp(88.7) and float64 at exp(709.8): every dtype needs it"}),
+    3: ("FlashAttention-2 keeps acc = s A' instead of the output A' (chapter 7) because",
+        {"a": "the division by s can then wait until the last key tile: one division per output instead of one per "
+              "tile",
+         "b": "acc is a more accurate average than A'",
+         "c": "A' cannot be computed tile by tile"},
+        "a", {"b": "acc is not an average at all; it only becomes one when divided by s at the end",
+              "c": "FlashAttention (Algorithm 1) does compute A' tile by tile, normalised at every step"}),
+    4: ("A query row whose keys are all masked (chapter 8) gives, in this course",
+        {"a": "NaN, from -inf - (-inf)", "b": "an output of 0 and a logsumexp of -inf", "c": "the mean of V"},
+        "b", {"a": "that NaN is the bug the chapter fixes: the convention is 0 and -inf",
+              "c": "with no key to attend to there is nothing to average"}),
+    5: ("In the FlashAttention-2 loop (query tiles outside), each key/value tile is read from HBM",
+        {"a": "once in all", "b": "once per query tile", "c": "once per key"},
+        "b", {"a": "every query tile sweeps every key tile: T_r reads of each (chapter 6)",
+              "c": "keys are read a tile at a time, not one by one"}),
+    6: ("Flash-Decoding splits the keys of a single query (N = 1) into chunks (chapter 10) because",
+        {"a": "one query tile is too little work to fill a GPU; the chunks' (g, s, acc) states merge exactly",
+         "b": "it does fewer operations than one sweep",
+         "c": "it approximates attention to save time"},
+        "a", {"b": "it does the same work plus a small merge; it wins by running the chunks in parallel",
+              "c": "the merge is exact: it is chapter 2's rule for two (g, s) states"}),
+    7: ("In the Triton kernel (chapter 11), acc lives in",
+        {"a": "HBM", "b": "shared memory", "c": "registers"},
+        "c", {"a": "it is written to HBM once, at the end, as A", "b": "shared memory holds the streamed K, V tiles"}),
+}
+
+
+def print_recap_quiz() -> None:
+    """Print the questions of :func:`check_recap_quiz`."""
+    for number, (question, choices, _, _) in RECAP_QUESTIONS.items():
+        print(f"{number}. {question}")
+        for letter, choice in choices.items():
+            print(f"     ({letter}) {choice}")
+
+
+def check_recap_quiz(answers) -> CheckReport:
+    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 12.1); a wrong letter
+    is answered with why that choice is wrong, naming the chapter to revisit."""
+    report = CheckReport("check_recap_quiz")
+    if not isinstance(answers, dict):
+        report.add("the answers", False, f"expected a dict {{question number: letter}}, got {type(answers).__name__}")
+        return report
+    for number, (question, choices, right, why_not) in RECAP_QUESTIONS.items():
+        name = f"{number}. {question}"
+        answer = answers.get(number, answers.get(str(number)))
+        letter = str(answer).strip().lower().strip("()") if answer not in (None, ...) else None
+        if letter is None:
+            report.add(name, False, "no answer yet")
+        elif letter not in choices:
+            report.add(name, False, f"{answer!r} is not one of {sorted(choices)}")
+        elif letter == right:
+            report.add(name, True)
+        else:
+            report.add(name, False, f"not ({letter}): {why_not[letter]}")
+    return report
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 12.2: FlashAttention-2 for one query row
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _flash_row(q_n, K, V, B_c, *, scale=True, rescale_acc=True, rescale_s=True, g0=-np.inf, subtract_max=True,
+               divide=True, lse_with_g=True):
+    """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches."""
+    q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
+    D = q_n.shape[0]
+    g, s, acc = g0, 0.0, np.zeros(V.shape[1])
+    for c0 in range(0, K.shape[0], B_c):
+        x = K[c0:c0 + B_c] @ q_n / (math.sqrt(D) if scale else 1.0)  # (B_c,)
+        g_new = max(g, float(x.max())) if subtract_max else 0.0
+        alpha = math.exp(g - g_new) if g_new != -np.inf else 0.0
+        p = np.exp(x - g_new)
+        s = (s * alpha if rescale_s else s) + p.sum()
+        acc = (acc * alpha if rescale_acc else acc) + p @ V[c0:c0 + B_c]
+        g = g_new
+    a = acc / s if divide else acc
+    return a, (g + math.log(s) if lse_with_g else math.log(s))
+
+
+def _model(**mistake):
+    """The output ``a_n`` of :func:`_flash_row` with a mistake switched on."""
+    return lambda q_n, K, V, B_c: _flash_row(q_n, K, V, B_c, **mistake)[0]
+
+
+FLASH_ROW_MISTAKES = (
+    Mistake("acc not divided by s at the end", "A = acc / s: acc = s A' is the unnormalised numerator",
+            (_model(divide=False),)),
+    Mistake("the scale 1/sqrt(D) missing", "the scores are q_n . K[m] / sqrt(D)", (_model(scale=False),)),
+    Mistake("acc not rescaled", "when a key tile raises the max, acc must be multiplied by alpha = exp(g - g_new) "
+            "before P V is added", (_model(rescale_acc=False),)),
+    Mistake("s not rescaled", "s = s * exp(g - g_new) + sum(P): the old sum is measured against the old max",
+            (_model(rescale_s=False),)),
+    Mistake("both rescales missing", "acc and s are measured against the running max: multiply both by "
+            "exp(g - g_new) when it moves", (_model(rescale_acc=False, rescale_s=False),)),
+    Mistake("the running max started at 0", "start g at -inf: with g = 0, scores far below 0 give exp(x - 0) = 0, "
+            "s = 0 and 0 / 0", (_model(g0=0.0),)),
+    Mistake("the max not subtracted", "exp(x) overflows for scores above 709 (float64): subtract the running max",
+            (_model(subtract_max=False),)),
+)
+
+
+def _flash_row_hint(exc) -> str | None:
+    """What a math error in a one-row FlashAttention probably means."""
+    by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
+    if isinstance(exc, (ValueError, ZeroDivisionError)) and ("domain" in str(exc) or "division" in str(exc)):
+        return (f"s = 0 after every key: {by_name['the running max started at 0'].message()}")
+    if isinstance(exc, OverflowError):
+        return by_name["the max not subtracted"].message()
+    return None
+
+
+def _flash_row_cases():
+    from flashmath.data import load_heads
+
+    rng = np.random.default_rng(12)
+    heads = load_heads()
+    layer, head, n = heads.demo_rows[0]
+    q, k, v = (a[layer, head].astype(np.float64) for a in (heads.q, heads.k, heads.v))
+    D = 4
+    K = rng.standard_normal((10, D))
+    V = rng.standard_normal((10, 3))
+    rising = K.copy()
+    rising[:, 0] = np.linspace(-3, 3, 10)  # with q along the first axis the max rises from tile to tile
+    q_rise = np.array([2.0, 0.0, 0.0, 0.0])
+    return [
+        ("10 keys in tiles of 4 (the last tile is shorter)", (rng.standard_normal(D), K, V, 4)),
+        ("a max that rises from tile to tile (acc and s must be rescaled)", (q_rise, rising, V, 3)),
+        ("tiles of one key", (rng.standard_normal(D), K, V, 1)),
+        ("one tile holding every key", (rng.standard_normal(D), K, V, 16)),
+        ("a single key", (rng.standard_normal(D), K[:1], V[:1], 4)),
+        ("scores near 2000 (exp overflows unless the max is subtracted)", (600.0 * q_rise, rising, V, 4)),
+        ("scores of -1000 and below (a max started at 0 underflows: exp(-1000) = 0)",
+         (-1000.0 * q_rise, rising + 4.0 * np.eye(D)[0], V, 4)),
+        ("a real head's row (46 keys, D = 32) in tiles of 8", (q[n], k, v, 8)),
+    ]
+
+
+def check_flash_row(fn) -> CheckReport:
+    """Check a learner's ``fn(q_n, K, V, B_c) -> (a_n, lse_n)``: attention of one query row ``q_n (D,)`` over keys
+    ``K (M, D)`` and values ``V (M, Dv)``, computed as FlashAttention-2 does, key tiles of ``B_c`` at a time with a
+    running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 12.2).
+
+    Cases: a shorter last tile, a max that rises from tile to tile, tiles of one key, one tile of all keys, a single
+    key, scores near 2000 and of -1000 and below, a real head's row. Named mistakes: :data:`FLASH_ROW_MISTAKES`; a wrong
+    logsumexp is checked for ``log(s)`` without ``g``. Compared to 1e-9 relative.
+    """
+    from flashmath.attention import attention
+
+    report = CheckReport("check_flash_row")
+    cases, outputs = _flash_row_cases(), []
+    for name, (q_n, K, V, B_c) in cases:
+        out = _call(report, name, fn, q_n.copy(), K.copy(), V.copy(), B_c, hint=_flash_row_hint)
+        pair = None
+        if out is None:
+            if not any(case[0] == name for case in report.cases):
+                report.add(name, False, "returned None: return the pair (a_n, lse_n)")
+        else:
+            try:
+                a, lse = out
+                pair = np.asarray(a, np.float64), float(lse)
+            except Exception:
+                report.add(name, False, f"expected a pair (a_n, lse_n), got {type(out).__name__}")
+        outputs.append(pair)
+    args_list = [args for _, args in cases]
+    diagnosis = _Diagnosis(args_list, [None if p is None else p[0] for p in outputs], FLASH_ROW_MISTAKES, 1e-9)
+    for i, ((name, args), pair) in enumerate(zip(cases, outputs)):
+        if pair is None:
+            continue
+        a, lse = pair
+        q_n, K, V, _ = args
+        a_ref, lse_ref = attention(q_n[None, :], K, V, return_lse=True)
+        a_ref, lse_ref = a_ref[0], float(lse_ref[0])
+        if a.shape != a_ref.shape:
+            report.add(name, False, f"expected a_n of shape {a_ref.shape} (one value per output dimension), got "
+                                    f"{a.shape}")
+        elif not _same(a, a_ref, 1e-9):
+            mistake = diagnosis.for_case(i)
+            report.add(name, False, f"expected a_n = {_fmt(a_ref)}, got {_fmt(a)}"
+                                    + (f": {mistake.message()}" if mistake else ""))
+        elif not _same(lse, lse_ref, 1e-9):
+            s_only = _flash_row(*args, lse_with_g=False)[1]
+            hint = (": looks like g left out of the logsumexp: lse = g + log(s), s is measured against the max g"
+                    if _same(lse, s_only, 1e-9) else "")
+            report.add(name, False, f"a_n is right; expected lse_n = {lse_ref:.10g}, got {lse:.10g}{hint}")
+        else:
+            report.add(name, True)
+    return _in_order(report, cases)
+
+
+#: For each checker, the mistakes it names, in the order it tries them.
+MISTAKES: dict[str, tuple] = {
+    "check_row_lse": ROW_LSE_MISTAKES,
+    "check_flash_row": FLASH_ROW_MISTAKES,
+}

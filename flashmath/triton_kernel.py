@@ -1,0 +1,410 @@
+"""FlashAttention-2's forward pass as a Triton kernel (chapter 11): the tile loop of :mod:`flashmath.flash` on a GPU.
+
+The kernel is :func:`flashmath.flash.flash_attention` with ``order="fa2"`` written for a GPU, line for line (the
+course's names on the left, the Triton tutorial's on the right):
+
+=====================  =================  ==========================================================================
+course                 kernel             lives in
+=====================  =================  ==========================================================================
+``B_r``, ``B_c``       ``BLOCK_M``,       compile-time constants (``tl.constexpr``): register arrays need fixed sizes
+                       ``BLOCK_N``
+``Q_i`` ``(B_r, D)``   ``q_tile``         loaded once from HBM; registers, staged through shared memory for ``tl.dot``
+``K_j``, ``V_j``       ``k_tile``,        streamed from HBM, one tile per step; shared memory (``num_stages`` tiles
+                       ``v_tile``         in flight when the loads are pipelined)
+``X_ij``, ``P_ij``     ``x_tile``,        registers (float32), made by the matrix unit, dropped after the step
+                       ``p_tile``
+``g``, ``s``           ``m_i``, ``l_i``   registers (float32), one per row of the tile, for the whole sweep
+``s A'``               ``acc``            registers (float32) ``(B_r, Dv)``, for the whole sweep
+``A``, ``L``           ``A``, ``LSE``     written to HBM once, after the last key tile: one division, one log
+=====================  =================  ==========================================================================
+
+One *program* (a thread block of ``num_warps`` warps of 32 threads) handles one query tile of one (batch, head)
+element: the grid is ``(ceil(N / B_r), batch)``. Every program sweeps the key/value tiles of its row: the
+``for`` loop runs on the GPU, and ``num_stages`` lets the compiler load the next key/value tiles while the current
+one is being computed.
+
+Conventions are those of :func:`flashmath.flash.flash_attention` (shapes, ``scale``, bottom-right ``causal``,
+boolean ``mask`` with True = attend, a fully masked row gives 0 and logsumexp ``-inf``), with these differences:
+
+* dtypes: float16, bfloat16 (PyTorch tensors on a GPU only: numpy has no bfloat16, and the interpreter's
+  ``tl.dot`` does not support it, triton-lang/triton#11584) or float32 in; the kernel computes in
+  float32 (scores, row states, accumulator) and returns ``A`` in the input dtype and the logsumexp in float32.
+  float64 is refused: GPU matrix units have no fast float64, and a silent cast would hide the loss. float32 matrix
+  products use full float32 precision (``input_precision="ieee"``), not TF32 (the setting changes nothing for
+  float16 and bfloat16 operands). float16 and bfloat16 weights ``P`` are rounded to the input dtype before
+  ``P V``, as in FlashAttention-2.
+* sizes: ``D`` and ``Dv`` up to 128 (the tile is padded to a power of two of at least 16 with masked loads);
+  ``block_q`` and ``block_k`` powers of two from 16 to 256 (``tl.dot`` needs at least 16); ``order`` must be
+  ``"fa2"``.
+* a masked key is absent from every score (a masked ``k`` row never enters a row's max or sum, NaN included),
+  and its ``v`` row is not even loaded when every row of the query tile masks it (key padding, the keys a causal
+  tile does not reach, the padded keys past ``M``). A key that some rows of a query tile attend and others do not
+  (a general mask, the causal diagonal) has its ``v`` row in the tile's ``P V`` product with weight 0 for the
+  rows that mask it: finite values are exact, but a NaN or inf there reaches those rows as NaN (0 x NaN), which the
+  numpy loop avoids with a per-key path that a matrix unit does not have.
+
+Where it runs: tensors on a CUDA device run compiled. On a machine without a CUDA device, importing this module
+switches Triton to its interpreter (``TRITON_INTERPRET=1``, unless that variable is already set; Triton must not
+have been imported before, since it reads the variable when its functions are defined), which runs the
+same kernel with numpy on the CPU, one program after another (slow: keep ``N`` and ``M`` in the hundreds). Numpy
+arrays are accepted and returned (copied to the GPU and back when it runs compiled); PyTorch tensors come back as
+tensors on their device.
+
+Requires the ``triton`` extra (PyTorch and Triton): ``pip install "flashmath[triton]"``; see README.md for the
+CPU-only PyTorch. ``import flashmath`` never imports this module.
+
+Sources: T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning" (2023),
+Algorithm 1 and section 3.2 (parallelism over query tiles, warps); P. Tillet et al., "Triton: an intermediate
+language and compiler for tiled neural network computations" (MAPL 2019); Triton's tutorial
+``06-fused-attention.py`` (the same algorithm with ``exp2``, autotuning and a backward pass).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import os
+import re
+import sys
+import warnings
+
+import numpy as np
+
+from flashmath._checks import integer
+from flashmath.attention import prepare_attention_inputs
+
+__all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "line_for_line", "kernel_source",
+           "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
+
+INSTALL_HINT = (
+    'pip install "flashmath[triton]" (from a clone: pip install -e ".[triton]"); on a machine without a GPU install '
+    "the CPU build of PyTorch first: pip install torch --index-url https://download.pytorch.org/whl/cpu"
+)
+DEFAULT_BLOCK_M = 64
+"""Default ``B_r`` (``BLOCK_M``): the query rows of one program."""
+DEFAULT_BLOCK_N = 64
+"""Default ``B_c`` (``BLOCK_N``): the keys of one step."""
+MAX_HEAD_DIM = 128
+
+_TOO_LATE = False  # True: no GPU, but Triton was imported (compiled mode) before this module could switch it
+try:
+    import torch
+
+    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+        # No GPU: run the kernels in Triton's interpreter. Triton reads the variable when a function is decorated
+        # with @triton.jit, its own library functions included, so it must be set before triton is first imported.
+        if "triton" in sys.modules:
+            _TOO_LATE = True
+        else:
+            os.environ["TRITON_INTERPRET"] = "1"
+    import triton
+    import triton.language as tl
+except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
+    torch = triton = tl = None
+    _IMPORT_ERROR = error
+else:
+    _IMPORT_ERROR = None
+
+
+def available() -> bool:
+    """True when PyTorch and Triton are installed (the ``triton`` extra)."""
+    return _IMPORT_ERROR is None
+
+
+def interpreted() -> bool:
+    """True when the kernel runs in Triton's interpreter on the CPU, False when it is compiled for a GPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _require_triton() -> None:
+    if _IMPORT_ERROR is not None:
+        raise ModuleNotFoundError(
+            f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them with: {INSTALL_HINT}"
+        ) from _IMPORT_ERROR
+
+
+if _IMPORT_ERROR is None:
+
+    @triton.jit
+    def _fa2_forward(
+        Q, K, V, Keep, A, LSE,  # pointers to q (B, N, D), k (B, M, D), v (B, M, Dv), keep (B, N, M), a, lse (B, N)
+        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sa_b, sa_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
+        N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
+    ):
+        i = tl.program_id(0)  # this program's query tile
+        b = tl.program_id(1)  # and its (batch, head) element
+        rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,) query indices n of the tile
+        d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) head dimensions, padded to a power of two
+        dv = tl.arange(0, BLOCK_DV)
+        # load Q_i once: (B_r, D); rows past N and padded dimensions read as 0
+        q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
+                         mask=(rows[:, None] < N) & (d[None, :] < D), other=0.0)
+        # g = -inf, s = 0, acc = s A' = 0: nothing seen yet (all float32, in registers)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+        hi = M
+        if CAUSAL:  # key tiles right of the last row's diagonal are masked for every row: never visited
+            hi = tl.minimum(M, (i + 1) * BLOCK_M + offset)
+        for c0 in range(0, hi, BLOCK_N):
+            cols = c0 + tl.arange(0, BLOCK_N)  # (B_c,) key indices m of the tile
+            # keep_tile: True = attend, (B_r, B_c): keys past M, the causal triangle, the user's mask
+            keep_tile = cols[None, :] < M  # (1, B_c), broadcast over the rows
+            if CAUSAL:
+                keep_tile = keep_tile & (cols[None, :] <= rows[:, None] + offset)
+            if HAS_KEEP:
+                keep_tile = keep_tile & (tl.load(Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
+                                                 mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0)
+            # load K_j: (B_c, D)
+            k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
+                             mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
+            # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
+            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
+            x_tile = tl.where(keep_tile, x_tile, float("-inf"))
+            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0
+            m_new = tl.maximum(m_i, tl.max(x_tile, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            # alpha = exp(g - g_new): the rescale of everything summed so far
+            alpha = tl.exp(m_i - m_ref)
+            # P_ij = exp(X_ij - g_new)
+            p_tile = tl.exp(x_tile - m_ref[:, None])
+            # s_new = s * alpha + rowsum(P_ij)
+            l_i = l_i * alpha + tl.sum(p_tile, 1)
+            # load V_j: (B_c, Dv); a key that every row of the tile masks is not loaded (reads as 0)
+            used = tl.max(keep_tile.to(tl.int32), 0) > 0  # (B_c,)
+            v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+                             mask=used[:, None] & (dv[None, :] < Dv), other=0.0)
+            # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
+            acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
+
+            m_i = m_new
+        seen = l_i > 0  # rows that saw at least one key
+        # A_i = acc / s  (the only division; a row that saw no key: acc = 0, divided by 1)
+        a_tile = acc / tl.where(seen, l_i, 1.0)[:, None]
+        tl.store(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], a_tile.to(A.dtype.element_ty),
+                 mask=(rows[:, None] < N) & (dv[None, :] < Dv))
+        # lse_i = g + log(s);  -inf for a row that saw no key (log is never taken of 0)
+        lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+        tl.store(LSE + b * N + rows, lse, mask=rows < N)
+
+
+def _block(value, name: str, default: int) -> int:
+    value = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
+    if value < 16 or value > 256 or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
+                         f"got {value}")
+    return value
+
+
+def _padded(size: int) -> int:
+    """The tile width of a head dimension: the next power of two, at least 16."""
+    return max(16, 1 << max(0, size - 1).bit_length())
+
+
+def _numpy_dtype(dtype) -> np.dtype:
+    """A numpy stand-in for a torch dtype, for the shared argument checks (bfloat16 checks as float32)."""
+    name = str(dtype).removeprefix("torch.")
+    if name == "bfloat16":
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(object)  # complex, quantised...: refused by the checks with the argument's name
+
+
+def _stand_in(x):
+    """A zero-byte numpy array with the shape and dtype of a tensor (or the array itself): the checks of
+    :func:`flashmath.attention.prepare_attention_inputs` run on it without copying a GPU tensor to the host."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        return np.broadcast_to(np.zeros((), _numpy_dtype(x.dtype)), tuple(x.shape))
+    return x
+
+
+def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
+                           return_lse=False, num_warps=4, num_stages=2):
+    """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
+
+    Args:
+        q: queries ``(..., N, D)``; k: keys ``(..., M, D)``; v: values ``(..., M, Dv)``: numpy arrays or PyTorch
+            tensors of float16, bfloat16 (tensors only) or float32, ``D`` and ``Dv`` at most 128. The leading
+            dimensions broadcast.
+        block_q: ``B_r`` = ``BLOCK_M``, query rows per program, a power of two from 16 to 256 (default 64).
+        block_k: ``B_c`` = ``BLOCK_N``, keys per step, a power of two from 16 to 256 (default 64).
+        order: only ``"fa2"``: the kernel is FlashAttention-2's loop (query tiles across programs).
+        scale, causal, mask, return_lse: as :func:`flashmath.flash.flash_attention` (``causal`` bottom-right
+            aligned; ``mask`` boolean, True = attend, broadcastable to ``(..., N, M)``).
+        num_warps: warps (32 threads each) per program on a GPU: how many threads share one query tile.
+        num_stages: key/value tiles in flight on a GPU (software pipelining of the loads). Both are ignored by
+            the interpreter; neither changes the result.
+
+    Returns:
+        ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
+        arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``.
+
+    Raises:
+        ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
+        RuntimeError: no CUDA device and the interpreter is off (``TRITON_INTERPRET=0``, or Triton was imported
+            before this module).
+        TypeError: float64 or non-float inputs, a non-boolean mask, non-integer block sizes; ValueError: the
+            shapes, ``D`` or ``Dv`` above 128, a block size that is not a power of two from 16 to 256, an
+            ``order`` other than ``"fa2"``. The shape and mask checks are those of
+            :func:`flashmath.attention.prepare_attention_inputs`, with the same messages.
+
+    Sources: Dao (2023), Algorithm 1; see the module docstring.
+    """
+    _require_triton()
+    if order != "fa2":
+        raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
+                         f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
+    block_m, block_n = _block(block_q, "block_q", DEFAULT_BLOCK_M), _block(block_k, "block_k", DEFAULT_BLOCK_N)
+    num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
+    tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
+    mask_stand_in = _stand_in(mask) if mask is not None else None
+    inp = prepare_attention_inputs(_stand_in(q), _stand_in(k), _stand_in(v), scale=scale, causal=causal,
+                                   mask=mask_stand_in, fold_causal=False)
+    if inp.dtype == np.float64:
+        raise TypeError("the Triton kernel takes float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
+                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
+    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
+        if size > MAX_HEAD_DIM:
+            raise ValueError(f"the Triton kernel handles head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
+
+    if _TOO_LATE:
+        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
+                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
+                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
+    device = next((x.device for x, is_t in zip((q, k, v), tensors) if is_t), None)
+    if device is None or device.type == "cpu":
+        if interpreted():
+            device = torch.device("cpu")
+        elif torch.cuda.is_available():
+            device = torch.device("cuda")
+        else:
+            raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
+                               "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernel on the CPU")
+    q_t, k_t, v_t = (_as_tensor(x, device) for x in (q, k, v))
+    dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        raise TypeError("Triton's interpreter does not support bfloat16 matrix products (its tl.dot multiplies the "
+                        "raw bits: triton-lang/triton#11584); on a CPU use float16 or float32 inputs, bfloat16 runs "
+                        "compiled on a GPU")
+    batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
+    B = math.prod(batch)
+    # (B, N, D), (B, M, D), (B, M, Dv), contiguous in the last dimension (copies only where needed)
+    q_b, k_b, v_b = (x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous()
+                     for x in (q_t, k_t, v_t))
+    a = torch.empty((B, N, Dv), dtype=dtype, device=device)
+    lse = torch.empty((B, N), dtype=torch.float32, device=device)
+    if mask is not None:
+        keep = _as_tensor(mask, device).view(torch.uint8)  # bool as bytes, 1 = attend
+        keep = keep.reshape((1,) * (2 - keep.dim()) + tuple(keep.shape)).expand(*batch, N, M).reshape(B, N, M)
+        keep_strides = keep.stride()  # 0 along the dimensions the mask broadcasts over: nothing is copied there
+    else:
+        keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
+    if B > 0 and N > 0:
+        grid = (triton.cdiv(N, block_m), B)
+        with _quiet_interpreter():
+            _fa2_forward[grid](
+                q_b, k_b, v_b, keep, a, lse,
+                q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
+                a.stride(0), a.stride(1), *keep_strides,
+                N, M, D, Dv, inp.scale, M - N,
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_padded(D), BLOCK_DV=_padded(Dv),
+                CAUSAL=bool(causal), HAS_KEEP=mask is not None,
+                num_warps=num_warps, num_stages=num_stages,
+            )
+    a, lse = a.reshape(*batch, N, Dv), lse.reshape(*batch, N)
+    if not any(tensors):
+        a, lse = a.cpu().numpy(), lse.cpu().numpy()
+    return (a, lse) if return_lse else a
+
+
+@contextlib.contextmanager
+def _quiet_interpreter():
+    """In the interpreter, numpy's warnings about NaN and inf in the inputs (``inf - inf`` in a product, an all-NaN
+    row) are silenced: they are how the interpreter computes, not messages for the user (NaN in still gives NaN
+    out). A compiled kernel has no such warnings."""
+    if not interpreted():
+        yield
+        return
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _as_tensor(x, device):
+    """``x`` (an array or a tensor) as a tensor on ``device``, without copying when it is already there."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    x = np.ascontiguousarray(x)
+    if not x.flags.writeable:  # torch wants writable memory (read-only arrays, e.g. the shipped heads): a copy
+        x = x.copy()
+    return torch.from_numpy(x).to(device)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The kernel beside the numpy loop (chapter 11), read from the sources so that the listing cannot drift from the code
+# ------------------------------------------------------------------------------------------------------------------
+
+RULES = ("X_ij = Q_i K_j^T", "g_new = max(g, rowmax(X_ij))", "alpha = exp(g - g_new)", "P_ij = exp(X_ij - g_new)",
+         "s_new = s * alpha + rowsum(P_ij)", "acc_new = acc * alpha + P_ij V_j", "A_i = acc / s", "lse_i = g + log(s)")
+"""The update rules, in loop order, that both :mod:`flashmath.flash` and the kernel write above their code."""
+
+
+def kernel_source() -> str:
+    """The source of the Triton kernel ``_fa2_forward`` (read from this file: works without Triton installed)."""
+    text = inspect.getsource(sys.modules[__name__])
+    start = text.index("    @triton.jit\n    def _fa2_forward(")
+    end = text.index("\n\n\n", start)
+    lines = text[start:end].splitlines()
+    return "\n".join(line[4:] for line in lines)  # one level less indented: as if at module level
+
+
+def _rule_blocks(source: str) -> dict:
+    """``{rule: [code lines]}``: for each comment line that starts with one of :data:`RULES`, the code lines right
+    under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
+    with their extra indentation), comments removed."""
+    blocks = {}
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        comment = line.strip()
+        if not comment.startswith("# "):
+            continue
+        head = next((rule for rule in RULES if comment[2:].startswith(rule)), None)
+        if head is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        code = []
+        for following in lines[i + 1:]:
+            stripped = following.strip()
+            deeper = len(following) - len(following.lstrip()) - indent  # > 0: a continuation or a block's body
+            if not stripped or deeper < 0 or (deeper == 0 and stripped.startswith("#")):
+                break
+            if not stripped.startswith("#"):
+                code.append(" " * deeper + re.sub(r"\s+#.*$", "", stripped))
+        blocks.setdefault(head, code)
+    return blocks
+
+
+def line_for_line() -> list[tuple[str, list[str], list[str]]]:
+    """The FlashAttention-2 loop of :mod:`flashmath.flash` beside the Triton kernel, one update rule at a time.
+
+    Returns:
+        ``[(rule, numpy lines, triton lines)]`` for each of :data:`RULES`, in loop order, read from the two sources.
+
+    Raises:
+        LookupError: a rule is missing from one of the sources (a comment was reworded).
+    """
+    from flashmath import flash
+
+    numpy_source = "\n".join(inspect.getsource(f) for f in (flash._scores, flash._fa2_loop, flash._fa2_write))
+    numpy_blocks, triton_blocks = _rule_blocks(numpy_source), _rule_blocks(kernel_source())
+    missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
+                                                                     ("the kernel", triton_blocks))
+               if not blocks.get(rule)]
+    if missing:
+        raise LookupError(f"no code under these rule comments: {missing}")
+    return [(rule, numpy_blocks[rule], triton_blocks[rule]) for rule in RULES]

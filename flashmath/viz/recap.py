@@ -1,0 +1,144 @@
+"""Chapter 12: the course on one page.
+
+:class:`CourseMapPlot` draws the thirteen chapters as a path, each with the formula it adds; the chapters whose
+intermediate result means something else than the final one (the one idea of the course) are outlined, and a
+step highlights one chapter and says, below the map, what its intermediate result is and when it becomes right.
+The chapter list is :data:`CHAPTERS` (the syllabus's order and titles).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot, index
+
+__all__ = ["Chapter", "CHAPTERS", "CourseMapPlot"]
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter on the map: its ``title``, the ``formula`` it adds (matplotlib mathtext), and, where the
+    chapter keeps an intermediate result that changes meaning, what that ``intermediate`` is (else empty)."""
+
+    title: str
+    formula: str
+    intermediate: str = ""
+
+
+CHAPTERS = (
+    Chapter("Welcome and notation", r"$N, M, D;\ g, s, A'$"),
+    Chapter("Softmax and safe softmax", r"$e^{x_i - g} / \sum_j e^{x_j - g}$"),
+    Chapter("Online softmax", r"$s_i = s_{i-1} e^{g_{i-1} - g_i} + e^{x_i - g_i}$",
+            "s_i is a sum measured against the running max g_i; only s_N, after the last element, is the "
+            "softmax denominator"),
+    Chapter("Attention", r"$A = \mathrm{softmax}(Q K^T / \sqrt{D})\, V$"),
+    Chapter("Two loops and the loop swap", r"$A_n \leftarrow A_n + y_{nm} V_m$"),
+    Chapter("Removing the data dependency; one loop", r"$A'_m = c_m A'_{m-1} + w_m V_m$",
+            "A'_m is attention over the first m keys only, corrected whenever the max or the sum moves; only A'_M "
+            "is the output"),
+    Chapter("Tiling", r"$(g, s, A')$ per row, tile by tile",
+            "each row's (g, s, A') after a key tile covers the keys seen so far; the last tile makes it exact"),
+    Chapter("FlashAttention-2: divide once at the end", r"$U = s A'$; once: $A = U / s$",
+            "U = s A' is not an average at all (it grows with s); only U_M / s_M is the output"),
+    Chapter("Masking", r"no key: $A = 0$, $L = -\infty$"),
+    Chapter("Floating point", r"same math, different rounding"),
+    Chapter("Beyond the article", r"merge $(g, s, A')$ of key ranges",
+            "a key range's state is attention over that range alone; merged with the others it is exact"),
+    Chapter("A GPU kernel in Triton", r"m_i, l_i, acc in registers",
+            "acc in registers is s A', divided by l_i once, when the last key tile is done"),
+    Chapter("Recap", r"the final result is right"),
+)
+"""The chapters in the syllabus's order (``shared/COURSE.md``)."""
+
+# (column, row) of each chapter's box: a path that reads left to right, back, and right again
+GRID = {0: (0, 0), 1: (1, 0), 2: (2, 0), 3: (3, 0), 4: (4, 0), 5: (4, 1), 6: (3, 1), 7: (2, 1), 8: (1, 1),
+        9: (1, 2), 10: (2, 2), 11: (3, 2), 12: (4, 2)}
+BOX_W, BOX_H = 1.8, 0.9
+IDEA = "#ff7f0e"  # the outline of a chapter whose intermediate result changes meaning
+
+
+def _position(chapter: int) -> tuple[float, float]:
+    """The lower-left corner of a chapter's box."""
+    column, row = GRID[chapter]
+    return column * 2.1, -row * 1.55
+
+
+class CourseMapPlot(LivePlot):
+    """The course on one page: ``update(chapter=k)`` highlights chapter ``k`` (0-12) and explains it below.
+
+    Boxes hold each chapter's number, title and formula; orange outlines mark the chapters that keep an
+    intermediate result with another meaning than the final one (online softmax's ``s_i``, the one-loop ``A'_m``,
+    the tiles' row states, FlashAttention-2's ``U = s A'``, split-KV's partial states, the kernel's ``acc``).
+
+    Raises:
+        ValueError: ``chapter`` outside 0-12. TypeError: not an integer.
+    """
+
+    def __init__(self, *, chapter: int = 12, figsize=(10.0, 5.6), dpi: int = DPI, pyplot: bool = False):
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, chapter=chapter)
+
+    def __len__(self) -> int:
+        return len(CHAPTERS) - 1  # steps 0..12
+
+    def _build(self) -> None:
+        self.fig.set_layout_engine("none")  # boxes at fixed places: no layout to compute
+        ax = self.fig.add_axes((0, 0.16, 1, 0.84))
+        ax.set_xlim(-0.25, 4 * 2.1 + BOX_W + 0.25)
+        ax.set_ylim(-2 * 1.55 - 0.2, BOX_H + 0.25)
+        ax.axis("off")
+        for number, chapter in enumerate(CHAPTERS):
+            x, y = _position(number)
+            ax.add_patch(FancyBboxPatch((x, y), BOX_W, BOX_H, boxstyle="round,pad=0.02,rounding_size=0.08",
+                                        facecolor="#f2f2f2", edgecolor=IDEA if chapter.intermediate else "#bbbbbb",
+                                        linewidth=2.2 if chapter.intermediate else 1.0))
+            ax.text(x + 0.08, y + BOX_H - 0.08, f"{number}", fontsize=10, fontweight="bold", va="top", color=SEEN)
+            ax.text(x + 0.4, y + BOX_H - 0.08, textwrap.fill(chapter.title, 22), fontsize=7.2, va="top",
+                    linespacing=1.1)
+            ax.text(x + BOX_W / 2, y + 0.17, chapter.formula, fontsize=7.4, ha="center", va="center")
+            if number + 1 < len(CHAPTERS):
+                x2, y2 = _position(number + 1)
+                if y2 == y:  # same row: an arrow between the boxes
+                    start, end = ((x + BOX_W, y + BOX_H / 2), (x2, y2 + BOX_H / 2)) if x2 > x else \
+                        ((x, y + BOX_H / 2), (x2 + BOX_W, y2 + BOX_H / 2))
+                else:  # down to the next row
+                    start, end = (x + BOX_W / 2, y), (x2 + BOX_W / 2, y2 + BOX_H)
+                ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color="#7f7f7f",
+                                             shrinkA=2, shrinkB=2))
+        self.highlight = FancyBboxPatch((0, 0), BOX_W, BOX_H, boxstyle="round,pad=0.06,rounding_size=0.1",
+                                        facecolor="none", edgecolor=JUMP, linewidth=3)
+        ax.add_patch(self.highlight)
+        self.fig.text(0.01, 0.125, "orange outline: the chapter keeps an intermediate result that means something "
+                      "else than the final one (the one idea of the course)", fontsize=7.5, color=IDEA)
+        self.caption = self.fig.text(0.01, 0.075, "", fontsize=9, fontweight="bold")
+        self.detail = self.fig.text(0.01, 0.02, "", fontsize=8.5)
+        self.live(self.highlight, self.caption, self.detail)
+
+    def _update(self, chapter: int) -> None:
+        chapter = index(chapter, "chapter", len(CHAPTERS))
+        x, y = _position(chapter)
+        self.highlight.set_bounds(x, y, BOX_W, BOX_H)
+        entry = CHAPTERS[chapter]
+        self.caption.set_text(f"Chapter {chapter} · {entry.title}")
+        if chapter == len(CHAPTERS) - 1:
+            self.detail.set_text("Intermediate results may change meaning, as long as the final one is right: "
+                                 "online softmax applies it to the denominator, FlashAttention to the output.")
+        elif entry.intermediate:
+            self.detail.set_text("Intermediate result: " + entry.intermediate + ".")
+        else:
+            self.detail.set_text("No intermediate result changes meaning here: " + _plain(entry) + ".")
+
+
+def _plain(entry: Chapter) -> str:
+    """What a chapter without an intermediate result contributes, in words."""
+    return {
+        "Welcome and notation": "the names every later chapter uses",
+        "Softmax and safe softmax": "subtracting the max changes nothing and keeps every exponent <= 0",
+        "Attention": "the formula every variant must reproduce, computed directly in float64",
+        "Two loops and the loop swap": "swapping loops keeps each element's order of summation, so the result is "
+                                       "identical",
+        "Masking": "a convention for rows with no key to attend to, and masked keys that are absent",
+        "Floating point": "equal in exact arithmetic is not bitwise equal; the error is measured, not assumed",
+    }.get(entry.title, entry.title)

@@ -1,0 +1,199 @@
+"""The checkers of chapters 11 and 12 (flashmath.exercises.chapter11_12): the solutions pass, each named mistake is
+caught by its name, and nothing a learner writes makes a checker raise.
+
+The wrong answers here are written independently of the checker's own models: a numpy emulation of a streamed
+kernel with one switch per mistake, run the way a learner's kernel would run (same block, same padding).
+"""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+from flashmath.exercises import chapter11_12 as ex
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: pip install -e ".[triton]"')
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason='the triton extra is not installed: pip install -e ".[triton]"')
+
+
+def messages(report) -> str:
+    return "\n".join(message for _, ok, message in report.cases if not ok)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 11.1 check_row_lse
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def emulated_kernel(block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np.exp, log=np.log, with_g=True,
+                    guard_empty=True):
+    """A learner's streamed logsumexp, row by row, in float32, as a torch function."""
+    def fn(x):
+        import torch
+
+        x = x.numpy().astype(np.float32)
+        out = []
+        for row in x:
+            padded = np.concatenate([row, np.full(-len(row) % block, other, np.float32)])
+            g, s = np.float32(g0), np.float32(0)
+            for c0 in range(0, len(padded), block):
+                blk = padded[c0:c0 + block]
+                g_new = max(g, blk.max())
+                ref = 0.0 if (guard_empty and g_new == -np.inf) else g_new
+                s = (s * exp(g - ref) if rescale else s) + exp(blk - ref).sum()
+                g = g_new
+            out.append((g if with_g else 0.0) + log(s) if (s > 0 or not guard_empty) else -np.inf)
+        return torch.tensor(np.array(out, np.float32))
+    return fn
+
+
+def no_max(x):
+    import torch
+
+    return torch.log(torch.exp(x).sum(dim=1))
+
+
+@needs_torch
+@pytest.mark.parametrize("fn, name", [
+    (emulated_kernel(other=0.0), "the padding read as 0"),
+    (no_max, "the max not subtracted"),
+    (emulated_kernel(rescale=False), "the rescale of s missing"),
+    (emulated_kernel(g0=0.0), "the running max started at 0"),
+    (emulated_kernel(with_g=False), "g left out of the result"),
+    (emulated_kernel(exp=np.exp2, log=np.log2), "base 2 instead of e"),
+])
+def test_row_lse_mistakes_are_named(fn, name):
+    report = ex.check_row_lse(fn)
+    assert not report.passed
+    assert f"looks like {name}" in messages(report)
+
+
+@needs_torch
+def test_row_lse_nan_on_a_fully_masked_row_is_named():
+    report = ex.check_row_lse(emulated_kernel(guard_empty=False))
+    assert not report.passed
+    assert "a fully masked row gives NaN" in messages(report)
+    assert sum(not ok for _, ok, _ in report.cases) == 1  # only that case fails
+
+
+@needs_torch
+def test_row_lse_a_right_emulation_passes_and_errors_are_reported():
+    assert ex.check_row_lse(emulated_kernel(block=64)).passed
+
+    def not_yet(x):
+        raise NotImplementedError
+
+    report = ex.check_row_lse(not_yet)
+    assert not report.passed and "not implemented yet" in messages(report)
+    report = ex.check_row_lse(lambda x: None)
+    assert "returned None" in messages(report)
+    report = ex.check_row_lse(lambda x: x.sum())  # one number, not one per row
+    assert "shape" in messages(report)
+
+
+@needs_triton
+def test_row_lse_solution_passes_in_triton():
+    from flashmath import solutions_triton
+
+    assert ex.check_row_lse(solutions_triton.row_lse).passed
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 11.2 check_where_it_lives, 12.1 check_recap_quiz
+# ------------------------------------------------------------------------------------------------------------------
+
+WHERE = {"Q, K, V (the whole arrays)": "HBM", "q_tile": "shared memory", "k_tile, v_tile": "smem",
+         "x_tile, p_tile": "registers", "m_i, l_i": "Registers", "acc": "register file",
+         "A, LSE (the results)": "global memory"}
+
+
+def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
+    assert ex.check_where_it_lives(WHERE).passed
+    report = ex.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM", "k_tile, v_tile": "registers",
+                                      "m_i, l_i": "the cloud"})
+    text = messages(report)
+    assert "standard attention" in text  # the score tile in HBM
+    assert "Algorithm 1" in text  # acc in HBM is FlashAttention's first loop order
+    assert "not registers for the whole sweep" in text
+    assert "'the cloud' is not one of" in text
+    assert "no answer yet" in messages(ex.check_where_it_lives({}))
+    assert not ex.check_where_it_lives(["HBM"]).passed
+
+
+def test_recap_quiz():
+    right = {number: question[2] for number, question in ex.RECAP_QUESTIONS.items()}
+    assert ex.check_recap_quiz(right).passed
+    assert ex.check_recap_quiz({str(n): f"({a.upper()})" for n, a in right.items()}).passed  # "(B)" and "1" work
+    report = ex.check_recap_quiz({**right, 1: "a", 7: "z", 3: ...})
+    text = messages(report)
+    assert "only s_N" in text and "'z' is not one of" in text and "no answer yet" in text
+    assert sum(not ok for _, ok, _ in report.cases) == 3
+
+
+def test_print_recap_quiz(capsys):
+    ex.print_recap_quiz()
+    out = capsys.readouterr().out
+    assert all(f"{n}. " in out for n in ex.RECAP_QUESTIONS) and "(c)" in out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 12.2 check_flash_row
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def learner_flash_row(*, scale=True, rescale_acc=True, rescale_s=True, g0=-math.inf, subtract_max=True, divide=True,
+                      lse_g=True):
+    """A learner's one-row FlashAttention-2, with switches for the mistakes (written apart from the checker)."""
+    def fn(q_n, K, V, B_c):
+        g, s, acc = g0, 0.0, np.zeros(V.shape[1])
+        for c0 in range(0, len(K), B_c):
+            x = K[c0:c0 + B_c] @ q_n
+            if scale:
+                x = x / math.sqrt(len(q_n))
+            g_new = max(g, x.max()) if subtract_max else 0.0
+            alpha = math.exp(g - g_new)
+            p = np.exp(x - g_new)
+            s = (s * alpha if rescale_s else s) + p.sum()
+            acc = (acc * alpha if rescale_acc else acc) + p @ V[c0:c0 + B_c]
+            g = g_new
+        return (acc / s if divide else acc), (g if lse_g else 0.0) + math.log(s)
+    return fn
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"divide": False}, "acc not divided by s at the end"),
+    ({"scale": False}, "the scale 1/sqrt(D) missing"),
+    ({"rescale_acc": False}, "acc not rescaled"),
+    ({"rescale_s": False}, "s not rescaled"),
+    ({"rescale_acc": False, "rescale_s": False}, "both rescales missing"),
+    ({"g0": 0.0}, "the running max started at 0"),
+    ({"subtract_max": False}, "the max not subtracted"),
+])
+def test_flash_row_mistakes_are_named(kwargs, name):
+    report = ex.check_flash_row(learner_flash_row(**kwargs))
+    assert not report.passed
+    assert f"looks like {name}" in messages(report)
+
+
+def test_flash_row_logsumexp_without_g_is_named():
+    report = ex.check_flash_row(learner_flash_row(lse_g=False))
+    assert not report.passed and "g left out of the logsumexp" in messages(report)
+
+
+def test_flash_row_solution_passes_and_bad_answers_are_reported():
+    from flashmath import solutions_triton
+
+    assert ex.check_flash_row(solutions_triton.flash_row).passed
+    assert ex.check_flash_row(learner_flash_row()).passed
+    assert "expected a pair" in messages(ex.check_flash_row(lambda q, K, V, B: 3.0))
+    assert "shape" in messages(ex.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
+
+
+def test_mistake_catalogue():
+    assert set(ex.MISTAKES) == {"check_row_lse", "check_flash_row"}
+    for mistakes in ex.MISTAKES.values():
+        names = [m.name for m in mistakes]
+        assert len(names) == len(set(names)) and all(m.models and m.fix for m in mistakes)

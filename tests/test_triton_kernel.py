@@ -1,0 +1,231 @@
+"""flashmath.triton_kernel: the Triton FlashAttention-2 kernel against the float64 reference.
+
+Without a GPU the kernel runs in Triton's interpreter (importing the module sets TRITON_INTERPRET=1), so these
+tests run on any machine with the ``triton`` extra; they are skipped, saying so, without it. Sizes stay small:
+the interpreter runs each program in Python (about 0.1-0.5 s per call here).
+
+The error rule for float16 is FlashAttention's (its tests, flash-attention/tests/test_flash_attn.py): the kernel's
+largest error against a float64 reference may be at most twice that of naive attention computed in float16.
+"""
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from flashmath.attention import attention
+from flashmath.masks import causal_mask, padding_mask
+
+HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
+needs_triton = pytest.mark.skipif(
+    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"'
+)
+if HAVE_TRITON:
+    import torch
+
+    from flashmath import triton_kernel
+    from flashmath.triton_kernel import triton_flash_attention
+
+FLOAT32_TOL = 2e-6  # |A - A_ref| <= tol (1 + |A_ref|); measured errors are below 1e-6
+
+
+def make(rng, N, M, D, Dv, batch=(), dtype=np.float32):
+    return tuple(rng.standard_normal(batch + shape).astype(dtype) for shape in ((N, D), (M, D), (M, Dv)))
+
+
+def max_error(actual, expected) -> float:
+    """The largest absolute difference where the reference is finite, after checking that the infinities
+    (the logsumexp of fully masked rows) are in the same places."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    assert np.isfinite(actual[finite]).all()
+    return float(np.abs(actual[finite] - expected[finite]).max(initial=0.0))
+
+
+def assert_matches(a, lse, a_ref, lse_ref, tol=FLOAT32_TOL):
+    scale_a, scale_l = 1 + np.abs(a_ref).max(initial=0), 1 + np.abs(lse_ref[np.isfinite(lse_ref)]).max(initial=0)
+    err_a, err_l = max_error(a, a_ref), max_error(lse, lse_ref)
+    assert err_a <= tol * scale_a, f"output: max error {err_a:.2e}"
+    assert err_l <= tol * scale_l, f"logsumexp: max error {err_l:.2e}"
+    return err_a, err_l
+
+
+# (id, N, M, D, Dv, block_q, block_k, keyword arguments)
+CASES = [
+    ("N != M", 100, 77, 16, 16, 32, 32, {}),
+    ("N < M", 33, 90, 32, 32, 16, 32, {}),
+    ("N = 1 (decoding)", 1, 77, 32, 32, 16, 16, {}),
+    ("M = 1", 20, 1, 16, 16, 16, 16, {}),
+    ("sizes not multiples of the blocks, D and Dv not powers of two", 45, 70, 24, 40, 16, 32, {}),
+    ("D = 128, Dv = 8", 37, 41, 128, 8, 32, 16, {}),
+    ("causal, N < M (bottom-right)", 40, 75, 16, 16, 16, 16, {"causal": True}),
+    ("causal, N > M: the first rows are fully masked", 75, 40, 16, 16, 16, 16, {"causal": True}),
+    ("causal, N = M, one tile", 30, 30, 16, 16, 32, 32, {"causal": True}),
+    ("top-left causal as a mask", 50, 70, 16, 16, 16, 32, {"mask": causal_mask(50, 70, align="top-left")}),
+    ("key padding", 50, 70, 16, 16, 16, 32, {"mask": padding_mask([53], 70)[0]}),
+    ("key padding and causal", 70, 70, 16, 16, 32, 16, {"mask": padding_mask([45], 70)[0],
+                                                        "causal": True}),
+    ("a random mask with fully masked rows", 40, 50, 16, 16, 16, 16, {"mask": "random"}),
+    ("every key masked", 20, 30, 16, 16, 16, 16, {"mask": np.zeros((20, 30), bool)}),
+    ("no keys (M = 0)", 20, 0, 16, 16, 16, 16, {}),
+    ("a scale of 0.3", 30, 40, 16, 16, 16, 16, {"scale": 0.3}),
+]
+
+
+def _kwargs(kwargs, N, M, rng):
+    if isinstance(kwargs.get("mask"), str):
+        keep = rng.random((N, M)) < 0.3
+        keep[::7] = False  # every 7th row fully masked
+        kwargs = {**kwargs, "mask": keep}
+    return kwargs
+
+
+@needs_triton
+@pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", CASES, ids=[c[0] for c in CASES])
+def test_float32_equals_reference(name, N, M, D, Dv, block_q, block_k, kwargs):
+    rng = np.random.default_rng(N * 1000 + M)
+    q, k, v = make(rng, N, M, D, Dv)
+    kwargs = _kwargs(kwargs, N, M, rng)
+    a, lse = triton_flash_attention(q, k, v, block_q=block_q, block_k=block_k, return_lse=True, **kwargs)
+    a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
+    assert isinstance(a, np.ndarray) and a.dtype == np.float32 and lse.dtype == np.float32
+    assert_matches(a, lse, a_ref, lse_ref)
+    empty = np.isneginf(lse_ref)
+    assert np.all(a[empty] == 0)  # fully masked rows are exactly 0
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [False, True])
+def test_float16_error_at_most_twice_naive_float16(causal):
+    rng = np.random.default_rng(16)
+    N, M, D = 80, 96, 32  # N <= M: no fully masked row (naive softmax would give NaN there)
+    q, k, v = make(rng, N, M, D, D, dtype=np.float64)
+    a_ref = attention(q, k, v, causal=causal)
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    a = triton_flash_attention(q16, k16, v16, block_q=32, block_k=32, causal=causal)
+    assert a.dtype == np.float16
+    # naive attention in float16, as PyTorch computes it (scores, softmax and product in float16 tensors)
+    qt, kt, vt = (torch.from_numpy(x) for x in (q16, k16, v16))
+    x = (qt @ kt.T) * D ** -0.5
+    if causal:
+        x = x.masked_fill(~torch.from_numpy(causal_mask(N, M)), float("-inf"))
+    naive = (torch.softmax(x, dim=-1) @ vt).double().numpy()
+    err, err_naive = max_error(a, a_ref), max_error(naive, a_ref)
+    assert err <= 2 * err_naive, f"kernel error {err:.2e} > 2 x naive float16 error {err_naive:.2e}"
+
+
+@needs_triton
+def test_batch_and_heads_broadcast():
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 40, 16)).astype(np.float32)  # (batch, heads, N, D)
+    k, v = (rng.standard_normal((2, 1, 50, 16)).astype(np.float32) for _ in range(2))  # shared by the heads
+    keep = padding_mask([50, 37], 50)[:, None]  # key padding per batch element: (2, 1, 1, 50)
+    a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, mask=keep, causal=True, return_lse=True)
+    assert_matches(a, lse, *attention(q, k, v, mask=keep, causal=True, return_lse=True))
+
+
+@needs_triton
+@pytest.mark.parametrize("poison", [np.nan, np.inf])
+def test_padded_keys_are_absent_whatever_their_rows_hold(poison):
+    rng = np.random.default_rng(6)
+    q, k, v = make(rng, 30, 45, 16, 16)
+    lengths = np.arange(45) < 29
+    k[~lengths], v[~lengths] = poison, poison
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the interpreter's numpy warnings (inf - inf in Q K^T) stay inside
+        a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, mask=lengths[None, :], return_lse=True)
+    assert_matches(a, lse, *attention(q[:, :], k[:29], v[:29], return_lse=True))
+
+
+@needs_triton
+def test_future_keys_of_a_causal_tile_are_absent_even_when_nan():
+    # keys right of the last row's diagonal are never loaded: NaN there cannot leak
+    rng = np.random.default_rng(7)
+    q, k, v = make(rng, 32, 64, 16, 16)
+    k[48:], v[48:] = np.nan, np.nan  # the first 16 query rows see keys up to 32 + 15 = 47
+    a = triton_flash_attention(q, k, v, block_q=16, block_k=16, causal=True)
+    a_ref = attention(q[:16], k[:48], v[:48], mask=causal_mask(32, 64)[:16, :48])
+    assert max_error(a[:16], a_ref) <= FLOAT32_TOL * 2
+    assert np.isnan(a[16:]).all()  # the second query tile attends the NaN keys
+
+
+@needs_triton
+def test_nan_in_a_query_row_gives_nan_there_only():
+    rng = np.random.default_rng(8)
+    q, k, v = make(rng, 20, 30, 16, 16)
+    q[3, 5] = np.nan
+    a = triton_flash_attention(q, k, v, block_q=16, block_k=16)
+    assert np.isnan(a[3]).all() and not np.isnan(np.delete(a, 3, axis=0)).any()
+
+
+@needs_triton
+def test_tensors_in_tensors_out_and_inputs_untouched():
+    rng = np.random.default_rng(9)
+    q, k, v = make(rng, 25, 35, 16, 16)
+    copies = [x.copy() for x in (q, k, v)]
+    qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
+    a, lse = triton_flash_attention(qt, kt, vt, block_q=16, block_k=16, return_lse=True)
+    assert isinstance(a, torch.Tensor) and a.dtype == torch.float32 and lse.shape == (25,)
+    assert_matches(a.numpy(), lse.numpy(), *attention(q, k, v, return_lse=True))
+    for x, copy in zip((q, k, v), copies):
+        np.testing.assert_array_equal(x, copy)
+
+
+@needs_triton
+def test_num_warps_and_num_stages_do_not_change_the_result():
+    rng = np.random.default_rng(10)
+    q, k, v = make(rng, 40, 40, 16, 16)
+    a1 = triton_flash_attention(q, k, v, block_q=16, block_k=16, num_warps=4, num_stages=2)
+    a2 = triton_flash_attention(q, k, v, block_q=16, block_k=16, num_warps=8, num_stages=3)
+    np.testing.assert_allclose(a1, a2, rtol=1e-6, atol=1e-7)
+
+
+@needs_triton
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"dtype": np.float64}, TypeError, "float16, bfloat16 or float32"),
+    ({"D": 160}, ValueError, "up to 128"),
+    ({"block_q": 24}, ValueError, "power of two from 16 to 256"),
+    ({"block_k": 8}, ValueError, "power of two from 16 to 256"),
+    ({"block_q": 32.0}, TypeError, "block_q"),
+    ({"order": "fa1"}, ValueError, "order must be 'fa2'"),
+    ({"mask": np.ones((3, 4))}, TypeError, "boolean"),
+    ({"mask": np.ones((5, 4), bool)}, ValueError, "does not broadcast"),
+])
+def test_errors(kwargs, error, match):
+    kwargs = dict(kwargs)
+    dtype, D = kwargs.pop("dtype", np.float32), kwargs.pop("D", 16)
+    q, k, v = make(np.random.default_rng(0), 3, 4, D, D, dtype=dtype)
+    with pytest.raises(error, match=match):
+        triton_flash_attention(q, k, v, **kwargs)
+
+
+@needs_triton
+@pytest.mark.skipif(HAVE_TRITON and torch.cuda.is_available(), reason="bfloat16 runs compiled on a GPU")
+def test_bfloat16_in_the_interpreter_is_refused_with_the_reason():
+    q = torch.zeros((3, 16), dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="11584"):
+        triton_flash_attention(q, q, q)
+
+
+def test_without_triton_flashmath_imports_and_the_wrapper_names_the_install_command():
+    # A fresh interpreter in which torch and triton cannot be imported (runs whether or not they are installed).
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = sys.modules['triton'] = None\n"
+        "import flashmath, flashmath.triton_kernel as tk\n"
+        "assert not tk.available()\n"
+        "import numpy as np\n"
+        "try:\n"
+        "    tk.triton_flash_attention(np.zeros((2, 16), np.float32), np.zeros((2, 16), np.float32),\n"
+        "                              np.zeros((2, 16), np.float32))\n"
+        "except ModuleNotFoundError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert 'pip install "flashmath[triton]"' in out.stdout and "download.pytorch.org/whl/cpu" in out.stdout

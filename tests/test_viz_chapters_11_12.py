@@ -1,0 +1,112 @@
+"""The figures of chapters 11 and 12 (flashmath.viz.kernel, flashmath.viz.recap) and the kernel listing.
+
+Each widget is built as the notebooks build it (``widgets.live_widget`` with the chapter's controls); every move of
+every control must change the picture. None of this needs Triton.
+"""
+
+import io
+from contextlib import redirect_stdout
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from flashmath import widgets
+from flashmath.hardware import tile_bytes
+from flashmath.triton_kernel import RULES, kernel_source, line_for_line
+from flashmath.viz import figure_signature
+from flashmath.viz.kernel import BLOCK_SIZES, STAGES, WARPS, KernelMemoryPlot, plot_kernel_timings
+from flashmath.viz.recap import CHAPTERS, CourseMapPlot
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def move(ui, control, value):
+    before = ui.image.value
+    with redirect_stdout(io.StringIO()):
+        control.value = value
+    assert ui.image.value != before, f"moving {control.description} to {value} left the picture unchanged"
+
+
+def control(ui, name):
+    return next(w for w in ui.kwargs_widgets if w.description == name)
+
+
+def test_kernel_memory_explorer_redraws_for_every_control():
+    ui = widgets.kernel_memory_explorer(64)
+    for name, values in (("BLOCK_M", (128, 16)), ("BLOCK_N", (256, 32)), ("num_stages", (4, 1)),
+                         ("num_warps", (1, 16))):
+        for value in values:
+            move(ui, control(ui, name), value)
+    assert [c.options for c in ui.kwargs_widgets] == [BLOCK_SIZES, BLOCK_SIZES, STAGES, WARPS]
+
+
+def test_kernel_memory_explorer_checks_its_first_state_before_building():
+    with pytest.raises(ValueError, match="num_warps must be one of"):
+        widgets.kernel_memory_explorer(64, num_warps=3)
+
+
+def test_kernel_memory_plot_draws_the_bytes_of_tile_bytes():
+    plot = KernelMemoryPlot(64, block_q=128, block_k=64, num_stages=3, num_warps=2)
+    need = tile_bytes(64, 128, 64, dtype="float16", stages=3)
+    widths = [patch.get_width() * 1024 for patch in plot.segments]
+    assert widths == [need.q_tile, need.kv_tiles, need.scores, need.accumulator, need.row_states]
+    per_thread = need.registers / 4 / (32 * 2)
+    assert plot.thread_bar.get_height() == per_thread
+    assert plot.thread_text.get_text() == f"{per_thread:.0f}"
+    assert "fits one block on A100, H100" in plot.totals[0].get_text()
+
+
+@pytest.mark.parametrize("state, match", [({"block_q": 48}, "block_q"), ({"num_warps": 3}, "num_warps"),
+                                          ({"num_stages": 0}, "num_stages")])
+def test_kernel_memory_plot_refuses_states_outside_the_controls(state, match):
+    with pytest.raises(ValueError, match=match):
+        KernelMemoryPlot(64, **state)
+
+
+def test_course_map_explorer_redraws_for_every_chapter():
+    ui = widgets.course_map_explorer(chapter=0)
+    slider = control(ui, "chapter")
+    assert (slider.min, slider.max) == (0, 12)
+    for chapter in [*range(1, 13), 0]:
+        move(ui, slider, chapter)
+    with pytest.raises(ValueError, match="chapter"):
+        widgets.course_map_explorer(chapter=13)
+
+
+def test_course_map_says_the_one_idea_and_marks_its_chapters():
+    plot = CourseMapPlot(chapter=12)
+    assert "Intermediate results may change meaning" in plot.detail.get_text()
+    assert [n for n, c in enumerate(CHAPTERS) if c.intermediate] == [2, 5, 6, 7, 10, 11]
+    plot.update(chapter=3)
+    assert plot.detail.get_text().startswith("No intermediate result changes meaning")
+    pictures = {figure_signature(plot.update(chapter=c)) for c in (2, 5, 7)}
+    assert len(pictures) == 3
+    with pytest.raises(ValueError, match="chapter"):
+        plot.update(chapter=13)
+
+
+def test_course_map_titles_are_the_syllabus_titles():
+    from test_notebooks import CHAPTERS as README_CHAPTERS  # README's chapter table: (number, title, ...)
+
+    assert [c.title for c in CHAPTERS] == [row[1] for row in README_CHAPTERS]
+
+
+def test_kernel_timings_figure():
+    fig = plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0], "b": [0.5, np.nan]})
+    assert len(fig.axes[0].lines) == 2
+    with pytest.raises(ValueError):
+        plot_kernel_timings([1], {})
+
+
+def test_line_for_line_pairs_every_rule_from_both_sources():
+    rows = line_for_line()
+    assert [rule for rule, _, _ in rows] == list(RULES)
+    for rule, numpy_lines, triton_lines in rows:
+        assert numpy_lines and triton_lines, rule
+        assert all("tl." not in line for line in numpy_lines) and any("tl." in line for line in triton_lines)
+    assert kernel_source().startswith("@triton.jit\ndef _fa2_forward(")
