@@ -157,7 +157,10 @@ def resolve(python: str, extras: list[str], caps: list[str]) -> dict:
     """pip's installation report for ``.[extras]`` on ``python``, in a fresh virtual environment."""
     with tempfile.TemporaryDirectory(prefix="flashmath-pins-") as tmp:
         env = Path(tmp) / "venv"
-        subprocess.run([python, "-m", "venv", str(env)], check=True)
+        # --upgrade-deps: a current pip, as README's set-up gets (older ones resolve differently).
+        made = subprocess.run([python, "-m", "venv", "--upgrade-deps", str(env)], capture_output=True, text=True)
+        if made.returncode != 0:
+            sys.exit(f"{python} -m venv --upgrade-deps failed:\n{made.stdout[-3000:]}{made.stderr[-3000:]}")
         (Path(tmp) / "caps.txt").write_text("".join(f"{c}\n" for c in caps))
         report = Path(tmp) / "report.json"
         cmd = [str(env / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",

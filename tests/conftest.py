@@ -12,6 +12,11 @@ matplotlib.use("Agg")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
+# Under .ci/run: the file of the other Pythons' results. Taken out of the environment, so that the pytest runs
+# these tests start (tests/test_install.py) do not print it too.
+CI_RESULTS = os.environ.pop("FLASHMATH_CI_RESULTS", None)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The browser test's slider latencies (tests/test_browser.py), when it ran; under .ci/run, the results of
     the other Pythons, so that the log's last lines tell the whole story."""
@@ -20,8 +25,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("slider latency in JupyterLab (tests/test_browser.py)")
         for line in lines:
             terminalreporter.write_line(line)
-    results = os.environ.get("FLASHMATH_CI_RESULTS")
-    if results and os.path.exists(results) and Path(results).read_text().strip():
+    if CI_RESULTS and os.path.exists(CI_RESULTS) and Path(CI_RESULTS).read_text().strip():
         terminalreporter.section(".ci/run: every Python")
-        for line in Path(results).read_text().splitlines():
+        for line in Path(CI_RESULTS).read_text().splitlines():
             terminalreporter.write_line(line)
