@@ -233,10 +233,19 @@ def show(name: str | None = None) -> None:
     Raises:
         ValueError: no solution has that name.
     """
-    names = [n for n in __all__ if n != "show"]
+    print(source_of(name, globals(), __all__, "solutions"))
+
+
+def source_of(name, namespace: dict, names, module: str) -> str:
+    """The text ``show`` prints for ``name`` among a solutions module's ``names`` (the list when ``name`` is None).
+
+    Raises:
+        ValueError: no solution has that name.
+    """
+    names = [n for n in names if n != "show"]
     if name is None:
-        print("Solutions: " + ", ".join(names) + '. Print one with solutions.show("name").')
-        return
+        return "Solutions: " + ", ".join(names) + f'. Print one with {module}.show("name").'
     if name not in names:
         raise ValueError(f"no solution called {name!r}; choose one of {names}")
-    print(inspect.getsource(globals()[name]))
+    value = namespace[name]
+    return inspect.getsource(value) if callable(value) else f"{name} = {value!r}"

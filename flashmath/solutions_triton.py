@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from flashmath.solutions import source_of
+
 __all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row"]
 
 from flashmath import triton_kernel  # without a GPU, importing it switches Triton to its interpreter
@@ -87,18 +89,10 @@ def show(name: str | None = None) -> None:
     Raises:
         ValueError: no solution has that name.
     """
-    names = [n for n in __all__ if n != "show"]
-    if name is None:
-        print("Solutions: " + ", ".join(names) + '. Print one with solutions_triton.show("name").')
-        return
-    if name not in names:
-        raise ValueError(f"no solution called {name!r}; choose one of {names}")
-    if name == "row_lse":
-        text = inspect.getsource(inspect.getmodule(show))
-        start = text.index("    @triton.jit\n    def row_lse_kernel")
-        kernel = "\n".join(line[4:] for line in text[start:text.index("\n\n\n", start)].splitlines())
-        print(kernel + "\n\n\n" + inspect.getsource(row_lse))
-    elif callable(globals()[name]):
-        print(inspect.getsource(globals()[name]))
-    else:
-        print(f"{name} = {globals()[name]!r}")
+    text = source_of(name, globals(), __all__, "solutions_triton")  # checks the name
+    if name == "row_lse":  # the kernel is defined under a "triton installed" guard: print it first
+        module = inspect.getsource(inspect.getmodule(show))
+        start = module.index("    @triton.jit\n    def row_lse_kernel")
+        kernel = "\n".join(line[4:] for line in module[start:module.index("\n\n\n", start)].splitlines())
+        text = kernel + "\n\n\n" + text
+    print(text)

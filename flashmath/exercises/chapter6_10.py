@@ -256,7 +256,7 @@ def check_numerator_step(fn) -> CheckReport:
     Named mistakes: :data:`NUMERATOR_MISTAKES`.
     """
     rng = np.random.default_rng(7)
-    cases = [(name, args) for name, args in _tile_cases(rng)]
+    cases = [(name.replace("(g, s, A')", "(g, s, U)"), args) for name, args in _tile_cases(rng)]
     return check_function("check_numerator_step", fn, cases, numerator_step_reference, NUMERATOR_MISTAKES, n_out=3,
                           names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR)
 
