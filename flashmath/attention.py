@@ -19,7 +19,9 @@ Each variant has a ``*_trace`` function returning a frozen dataclass of per-step
 Conventions kept by every function here:
 
 * Shapes ``q (..., N, D)``, ``k (..., M, D)``, ``v (..., M, Dv)``, output ``(..., N, Dv)``, logsumexp
-  ``(..., N)``; the leading (batch, head) dimensions of ``q``, ``k``, ``v`` and ``mask`` broadcast together.
+  ``(..., N)``; the leading (batch, head) dimensions of ``q``, ``k`` and ``v`` broadcast together and set the
+  output's. A ``mask`` broadcasts against the scores ``(..., N, M)`` but never widens the output: a mask whose
+  leading dimensions go beyond the inputs' is refused (ValueError), except axes of size 1, which are dropped.
 * ``scale=None`` means ``1 / sqrt(D)``. ``mask`` is boolean, True = attend, broadcastable to ``(..., N, M)``;
   ``causal=True`` is the bottom-right aligned mask of :func:`flashmath.masks.causal_mask` (query ``n`` sees
   keys ``m <= n + M - N``), and is combined with ``mask`` by logical and.
@@ -175,6 +177,8 @@ def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fo
                 f"mask must be a boolean array (True = attend), got dtype {mask.dtype}; "
                 "for an additive mask of 0 and -inf use mask = (bias == 0)"
             )
+        while mask.ndim > len(batch_shape) + 2 and mask.shape[0] == 1:
+            mask = mask[0]  # leading axes of size 1 beyond the inputs' add nothing: dropped, the output keeps its shape
         target = batch_shape + (N, M)
         try:
             full = np.broadcast_shapes(mask.shape, target)
@@ -182,7 +186,17 @@ def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fo
             full = None
         if full is None or full[-2:] != (N, M):
             raise ValueError(f"mask of shape {mask.shape} does not broadcast to (..., N, M) = (..., {N}, {M})")
-        batch_shape = full[:-2]
+        if full[:-2] != batch_shape:
+            # a mask broadcasts against the scores, but never adds (batch, head) dimensions to the output
+            raise ValueError(
+                f"mask of shape {mask.shape} would widen the output: q, k and v's leading dimensions broadcast to "
+                f"{batch_shape}, with the mask's to {full[:-2]}, so the rows of each (batch, head) element of q, k, v "
+                f"would be computed under every element's mask, giving an output of shape {full[:-2] + (N, Dv)} instead of {batch_shape + (N, Dv)}. "
+                f"Give the mask at most the inputs' leading dimensions, (..., N, M) = {batch_shape + (N, M)} "
+                "(any of them may be 1): e.g. for q, k, v of shape (B, N, D) and padding_mask(lengths, M), which "
+                "is (B, 1, 1, M) for (B, H, N, M) scores, pass padding_mask(lengths, M)[:, 0] (B, 1, M), or give "
+                "q, k, v a head axis (q[:, None])"
+            )
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # at least 2-D: (..., N or 1, M or 1)
         keep = np.broadcast_to(mask, mask.shape[:-2] + (N, M))  # (..., N, M), a read-only view
     if causal and fold_causal:

@@ -5,7 +5,11 @@ Notation follows the course's notation table (chapter 0): ``x`` is the softmax i
 last element, ``s_N`` is the softmax denominator.
 
 The state of an empty prefix is ``(g, s) = (-inf, 0)``; it is the identity of :func:`merge`, and it is also the
-state of a prefix whose elements are all ``-inf`` (masked). Every function here keeps these conventions:
+state of a prefix whose elements are all ``-inf`` (masked). The state of a prefix holding ``+inf`` is
+``(+inf, c)`` with ``c`` the number of ``+inf`` elements: each element at the max contributes ``exp(0) = 1`` to
+``s``, also when the max is ``+inf`` (where ``exp(inf - inf)`` would be NaN), and every other element 0. So
+``g + log(s)`` is the logsumexp of the prefix in every case (``-inf`` empty, ``+inf`` with a ``+inf``, NaN with a
+NaN), and :func:`merge` stays associative and commutative. Every function here keeps these conventions:
 
 * NaN anywhere in a row gives NaN for that row (never a silent 0).
 * A row of only ``-inf`` gives zeros from :func:`safe_softmax` and :func:`online_softmax` (the convention later
@@ -185,7 +189,9 @@ def merge(g1, s1, g2, s2):
 
     Returns:
         ``(g, s)`` with the broadcast shape, in the promoted floating dtype (at least float32). Where ``g`` is
-        ``-inf`` (both parts empty or fully masked) ``s`` is 0; NaN in any input propagates.
+        ``-inf`` (both parts empty or fully masked) ``s`` is 0; where ``g`` is ``+inf``, ``s`` adds the sums of
+        the parts whose max is ``+inf`` (the count of ``+inf`` elements, see the module docstring), so that
+        ``g + log(s)`` is ``+inf``; NaN in any input propagates.
 
     Raises:
         ValueError: a negative ``s1`` or ``s2``. TypeError: non-real input.
@@ -199,11 +205,16 @@ def merge(g1, s1, g2, s2):
         if np.any(s_k < 0):
             raise ValueError(f"{name} must be >= 0 (a sum of exponentials), got {s_k.min()}")
     g, s = _merge_states(g1, s1, g2, s2)
+    with np.errstate(invalid="ignore"):
+        # Where g = +inf, inf - inf is NaN: a part whose max is +inf keeps its sum (exp(0) = 1), the other adds 0.
+        s = np.where(g == np.inf, np.where(g1 == g, s1, 0 * s1) + np.where(g2 == g, s2, 0 * s2), s)
     return g[()], s[()]
 
 
 def _merge_states(g1, s1, g2, s2):
-    """The arithmetic of :func:`merge` on arrays already checked (the tile loops call it directly)."""
+    """The arithmetic of :func:`merge` on arrays already checked (the tile loops call it directly). Where ``g`` is
+    ``+inf``, ``s`` is left NaN (``inf - inf``): the loops read such a row's logsumexp as ``+inf`` from ``g``
+    (:func:`flashmath.attention.logsumexp_of`), and :func:`merge` applies the ``+inf`` convention."""
     g = np.maximum(g1, g2)  # g = max(g1, g2); NaN propagates
     with np.errstate(invalid="ignore", over="ignore"):
         # s = s1 * exp(g1 - g) + s2 * exp(g2 - g)
@@ -248,7 +259,8 @@ def online_normalizer(x):
     Returns:
         ``(g, s)`` as numpy scalars of the compute dtype (float32 for float16 input, else the input's dtype).
         ``g == max(x)`` and ``s == sum(exp(x - g))``. An empty or all ``-inf`` vector gives ``(-inf, 0.0)``,
-        the identity of :func:`merge`; NaN gives NaN.
+        the identity of :func:`merge`; a vector holding ``+inf`` (and no NaN) gives ``(+inf, c)``, ``c`` the
+        number of ``+inf`` elements, so that ``g + log(s) = +inf`` is its logsumexp; NaN gives NaN.
 
     Raises:
         TypeError: ``x`` is not real numbers. ValueError: ``x`` is not 1-D.
@@ -288,6 +300,7 @@ def online_softmax(x, axis: int = -1) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         y = np.exp(xc - g) / s  # pass 2: y_i = exp(x_i - g_N) / s_N
     y = np.where(s == 0, 0.0, y)  # fully masked row: 0, not 0 / 0
+    y = np.where(g == np.inf, np.nan, y)  # a row holding +inf: its softmax is undefined (inf / inf), NaN
     return np.moveaxis(y, -1, axis).astype(x.dtype, copy=False)
 
 

@@ -24,7 +24,9 @@ element: the grid is ``(ceil(N / B_r), batch)``. Every program sweeps the key/va
 one is being computed.
 
 Conventions are those of :func:`flashmath.flash.flash_attention` (shapes, ``scale``, bottom-right ``causal``,
-boolean ``mask`` with True = attend, a fully masked row gives 0 and logsumexp ``-inf``), with these differences:
+boolean ``mask`` with True = attend; a row that attends no key gives 0 and logsumexp ``-inf``, a row that sees a
+NaN gives NaN and logsumexp NaN, a row with a ``+inf`` score gives NaN and logsumexp ``+inf``, exactly as the numpy
+loop), with these differences:
 
 * dtypes: float16, bfloat16 (PyTorch tensors on a GPU only: numpy has no bfloat16, and the interpreter's
   ``tl.dot`` does not support it, triton-lang/triton#11584) or float32 in; the kernel computes in
@@ -127,6 +129,12 @@ def _require_triton() -> None:
 if _IMPORT_ERROR is None:
 
     @triton.jit
+    def _max_nan(a, b):
+        """``max(a, b)``, NaN if either is NaN (``tl.maximum``'s default, like the GPU's max instruction, would
+        return the other operand)."""
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+    @triton.jit
     def _fa2_forward(
         Q, K, V, Keep, A, LSE,  # pointers to q (B, N, D), k (B, M, D), v (B, M, Dv), keep (B, N, M), a, lse (B, N)
         sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sa_b, sa_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
@@ -164,8 +172,8 @@ if _IMPORT_ERROR is None:
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
-            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0
-            m_new = tl.maximum(m_i, tl.max(x_tile, 1))
+            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0; NaN wins
+            m_new = _max_nan(m_i, tl.reduce(x_tile, 1, _max_nan))
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
             # alpha = exp(g - g_new): the rescale of everything summed so far
             alpha = tl.exp(m_i - m_ref)
@@ -181,13 +189,14 @@ if _IMPORT_ERROR is None:
             acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
 
             m_i = m_new
-        seen = l_i > 0  # rows that saw at least one key
+        # a row that saw no key: g = -inf (a NaN score makes g NaN, a +inf score +inf, see _max_nan)
+        empty = m_i == float("-inf")
         # A_i = acc / s  (the only division; a row that saw no key: acc = 0, divided by 1)
-        a_tile = acc / tl.where(seen, l_i, 1.0)[:, None]
+        a_tile = acc / tl.where(empty, 1.0, l_i)[:, None]
         tl.store(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], a_tile.to(A.dtype.element_ty),
                  mask=(rows[:, None] < N) & (dv[None, :] < Dv))
-        # lse_i = g + log(s);  -inf for a row that saw no key (log is never taken of 0)
-        lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+        # lse_i = g + log(s);  -inf for a row that saw no key, +inf for a +inf score (s is NaN there), NaN for NaN
+        lse = tl.where(empty, float("-inf"), tl.where(m_i == float("inf"), m_i, m_i + tl.log(l_i)))
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
 
@@ -242,7 +251,9 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
-        arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``.
+        arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``;
+        a row that sees a NaN gives NaN and NaN; a row with a ``+inf`` score gives NaN and ``+inf`` (the row max is
+        taken with NaN propagated, ``tl.PropagateNan.ALL``, where ``tl.max`` alone would skip a NaN).
 
     Raises:
         ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
@@ -287,6 +298,12 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                                "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernel on the CPU")
     q_t, k_t, v_t = (_as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
+    scale = inp.scale
+    tiny, huge = np.finfo(np.float32).smallest_normal, np.finfo(np.float32).max
+    if abs(scale) > huge or 0 < abs(scale) < tiny:
+        # a scale that float32 cannot hold (the kernel multiplies the float32 score tile by it): folded into q in
+        # float64 here instead, as the numpy loops always do, so that q * scale is right wherever it fits
+        q_t, scale = q_t.to(torch.float64) * scale, 1.0
     if dtype == torch.bfloat16 and device.type == "cpu":
         raise TypeError("Triton's interpreter does not support bfloat16 matrix products (its tl.dot multiplies the "
                         "raw bits: triton-lang/triton#11584); on a CPU use float16 or float32 inputs, bfloat16 runs "
@@ -300,7 +317,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     lse = torch.empty((B, N), dtype=torch.float32, device=device)
     if mask is not None:
         keep = _as_tensor(mask, device).view(torch.uint8)  # bool as bytes, 1 = attend
-        keep = keep.reshape((1,) * (2 - keep.dim()) + tuple(keep.shape)).expand(*batch, N, M).reshape(B, N, M)
+        keep = keep.reshape((1,) * (2 - keep.dim()) + tuple(keep.shape))  # at least (N or 1, M or 1)
+        while keep.dim() > len(batch) + 2:  # leading axes of size 1 beyond the inputs' (larger ones are refused)
+            keep = keep[0]
+        keep = keep.expand(*batch, N, M).reshape(B, N, M)
         keep_strides = keep.stride()  # 0 along the dimensions the mask broadcasts over: nothing is copied there
     else:
         keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
@@ -311,7 +331,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                 q_b, k_b, v_b, keep, a, lse,
                 q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
                 a.stride(0), a.stride(1), *keep_strides,
-                N, M, D, Dv, inp.scale, M - N,
+                N, M, D, Dv, scale, M - N,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_padded(D), BLOCK_DV=_padded(Dv),
                 CAUSAL=bool(causal), HAS_KEEP=mask is not None,
                 num_warps=num_warps, num_stages=num_stages,

@@ -362,6 +362,28 @@ JS_START_SAMPLER = """([scope, period]) => {
 
 JS_STOP_SAMPLER = """() => { clearInterval(window.__fmSampler.id); return window.__fmSampler.out; }"""
 
+# A Play widget changes by itself (it stops at its last frame), so the test never checks its state and then acts on
+# it in two steps: each of these looks and acts in one synchronous call inside the page.
+# Arm a watcher on Play widget `id` before clicking it: it records whether the pause icon ever appeared (the Play
+# started), even if the Play reaches its last frame and shows the play icon again before Playwright looks.
+JS_ARM_PLAY_WATCH = """(id) => {
+  const p = document.querySelector(`[data-fm-play="${id}"]`);
+  const w = {started: !!p.querySelector('button i.fa-pause')};
+  w.observer = new MutationObserver(() => { if (p.querySelector('button i.fa-pause')) w.started = true; });
+  w.observer.observe(p, {subtree: true, childList: true, attributes: true});
+  window.__fmPlayWatch = w;
+}"""
+JS_PLAY_STARTED = """() => window.__fmPlayWatch.started"""
+# Stop Play widget `id` if it is still playing: the pause button is looked up and clicked in one step. Returns
+# whether it was still playing.
+JS_STOP_PLAY = """(id) => {
+  window.__fmPlayWatch.observer.disconnect();
+  const icon = document.querySelector(`[data-fm-play="${id}"] button i.fa-pause`);
+  if (icon) icon.closest('button').click();
+  return !!icon;
+}"""
+JS_PLAY_STOPPED = """(id) => !document.querySelector(`[data-fm-play="${id}"] button i.fa-pause`)"""
+
 
 def dark_fraction(png: bytes) -> float:
     """The fraction of pixels of a screenshot darker than light grey: about 0 for a blank (white) picture."""
@@ -620,28 +642,39 @@ class NotebookDriver:
         self._wait_for_picture_to_settle(p["scope"])
         snap = self.snapshot(p["scope"])
         button.scroll_into_view_if_needed()
+        self.page.evaluate(JS_ARM_PLAY_WATCH, p["id"])
         button.click()
-        try:  # the button turns into a pause button once the Play widget runs
-            play.locator("button i.fa-pause").first.wait_for(state="attached", timeout=5_000)
+        try:  # the button turns into a pause button once the Play widget runs (however briefly: the watcher saw it)
+            self.page.wait_for_function(JS_PLAY_STARTED, timeout=5_000, polling=50)
         except Exception:
             raise NotebookCheckFailure(f"{self.name}: pressing {what} did not start it (no pause button after 5 s; "
                                        f"{self.describe(p['scope'])})") from None
         # 3 s of play: the DOM sampled every 50 ms in the page, and screenshots of the picture meanwhile
         self.page.evaluate(JS_START_SAMPLER, [p["scope"], period_ms])
         picture = self.page.locator(f'[data-fm-scope="{p["scope"]}"] img').first
-        shots, blank_shots, t_end = 0, 0, time.monotonic() + sample_seconds
+        shots, blank_shots, slow_shots, t_end = 0, 0, 0, time.monotonic() + sample_seconds
         while time.monotonic() < t_end:
             try:
                 shot = picture.screenshot(timeout=2_000, animations="allow")
-            except Exception:  # the element was being replaced: counted as a blank picture
-                shot = b""
+            except Exception:  # no screenshot within 2 s (a loaded machine): no evidence either way, the DOM
+                slow_shots += 1  # samples still look every 50 ms
+                continue
             shots += 1
-            blank_shots += dark_fraction(shot) < 0.005 if shot else 1
+            blank_shots += dark_fraction(shot) < 0.005
         samples = self.page.evaluate(JS_STOP_SAMPLER)
-        samples.update(shots=shots, blank_shots=blank_shots)
+        samples.update(shots=shots, blank_shots=blank_shots, slow_shots=slow_shots)
+        if not shots:
+            raise NotebookCheckFailure(f"{self.name}: no screenshot of the picture of {what} succeeded in "
+                                       f"{sample_seconds:.0f} s ({slow_shots} timed out after 2 s)")
         changed = self._wait_for_new_image(p["scope"], snap, timeout) if not samples["changes"] else "yes"
-        if play.locator("button i.fa-pause").count():
-            play.locator("button:has(i.fa-pause)").first.click()
+        # stop it if it still plays: looked up and clicked in one step in the page, since the Play may reach its
+        # last frame at any moment (a count-then-click here once waited 30 s for a pause button that had gone)
+        self.page.evaluate(JS_STOP_PLAY, p["id"])
+        try:
+            self.page.wait_for_function(JS_PLAY_STOPPED, arg=p["id"], timeout=10_000, polling=100)
+        except Exception:
+            raise NotebookCheckFailure(f"{self.name}: {what} still plays 10 s after its pause button was clicked "
+                                       f"({self.describe(p['scope'])})") from None
         self.wait_settled(60, quiet=0.5, label=f"after pressing {what}")
         self.check_no_errors(f"while {what} was playing")
         self.play_samples[what] = samples

@@ -1,10 +1,12 @@
 """Every attention function gives the right answer or a clear error, for any input (issue 11).
 
 The functions: the float64 reference ``attention``, the loops of chapters 4-5, ``flash_attention`` in both orders
-(any block sizes) and ``split_kv_attention``. Conventions (``flashmath.attention``'s docstring): a masked key is
+(any block sizes), ``split_kv_attention`` and, with the triton extra, the Triton kernel in Triton's interpreter. Conventions (``flashmath.attention``'s docstring): a masked key is
 absent whatever its k and v rows hold; a fully masked row gives 0 and logsumexp -inf; bad input raises a
 ValueError or TypeError naming the argument; nothing the caller passed is modified.
 """
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -31,10 +33,37 @@ def split(num_splits):
     return run
 
 
+def kernel(q, k, v, **kwargs):
+    """The Triton kernel in its interpreter, on float32 copies of float64 arrays (it refuses float64), with its
+    smallest tiles (16 x 16); results back as float64, so the tests read it like the numpy functions."""
+    def cast(x):
+        return x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype == np.float64 else x
+
+    with np.errstate(over="ignore"):  # 1e30 garbage in a masked row is inf in float32: garbage all the same
+        q, k, v = (cast(x) for x in (q, k, v))
+    out = triton_flash_attention(q, k, v, block_q=16, block_k=16, **kwargs)
+    return tuple(x.astype(np.float64) for x in out) if isinstance(out, tuple) else out.astype(np.float64)
+
+
+kernel.tol = (2e-5, 2e-6)  # float32 against the float64 reference: (rtol, atol)
+
+HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
+if HAVE_TRITON:
+    from flashmath.triton_kernel import triton_flash_attention
+KERNEL = [pytest.param(kernel, marks=pytest.mark.skipif(not HAVE_TRITON, reason=(
+    'the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"')))]
+
 VARIANTS = [fm.one_loop_attention, fm.two_loop_attention, flash("fa2", 2, 3), flash("fa1", 3, 2),
             flash("fa2", 1, 1), flash("fa1", 64, 64), split(3)]
 ALL = [fm.attention] + VARIANTS
 ids = [f.__name__ for f in ALL]
+WITH_KERNEL, with_kernel_ids = ALL + KERNEL, ids + ["triton_flash_attention (interpreter)"]
+
+
+def tol(f):
+    """``dict(rtol=, atol=)`` for comparing ``f`` with the float64 reference."""
+    rtol, atol = getattr(f, "tol", (1e-10, 1e-12))
+    return dict(rtol=rtol, atol=atol)
 
 
 def head(N=4, M=6, D=3, Dv=2, batch=(), seed=0, dtype=np.float64):
@@ -47,14 +76,14 @@ def head(N=4, M=6, D=3, Dv=2, batch=(), seed=0, dtype=np.float64):
 # ------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_a_row_with_an_infinite_score_has_logsumexp_inf(f):
     a, lse = f(np.array([[1.0]]), np.array([[np.inf], [0.0]]), np.array([[1.0], [2.0]]), scale=1.0, return_lse=True)
     assert lse[0] == np.inf  # log(sum(exp)) is +inf; the output (inf / inf) is NaN
     assert np.isnan(a).all()
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_nan_in_a_masked_value_row_does_not_reach_the_output(f):
     q, k = np.zeros((1, 4)), np.zeros((2, 4))
     v = np.array([[3.0, -1.0], [np.nan, np.nan]])
@@ -62,17 +91,45 @@ def test_nan_in_a_masked_value_row_does_not_reach_the_output(f):
 
 
 @pytest.mark.parametrize("H", [2, 3])
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_padding_mask_as_returned_with_batch_and_heads(f, H):
     q, k, v = head(N=3, M=5, batch=(2, H), seed=H)
     lengths = [2, 5]
     out = f(q, k, v, mask=padding_mask(lengths, 5))
     for b, length in enumerate(lengths):
-        np.testing.assert_allclose(out[b], fm.attention(q[b], k[b, :, :length], v[b, :, :length]), rtol=1e-10,
-                                   atol=1e-12)
+        np.testing.assert_allclose(out[b], fm.attention(q[b], k[b, :, :length], v[b, :, :length]), **tol(f))
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+def backward(q, k, v, **kwargs):
+    a, lse = fm.attention(q, k, v, return_lse=True, **kwargs)
+    return fm.attention_backward(q, k, v, a, lse, np.ones_like(a), **kwargs)[0]
+
+
+def counted(q, k, v, **kwargs):
+    return fm.counted_attention("fa2", q, k, v, **kwargs)
+
+
+TAKES_A_MASK = WITH_KERNEL + [backward, fm.flash_trace, counted, fm.one_loop_trace, fm.two_loop_trace]
+
+
+@pytest.mark.parametrize("f", TAKES_A_MASK, ids=with_kernel_ids + ["attention_backward", "flash_trace",
+                                                                   "counted_attention", "one_loop_trace",
+                                                                   "two_loop_trace"])
+def test_a_mask_never_widens_the_output(f):
+    """Issue 16: q, k, v of shape (B, N, D) with padding_mask(lengths, M), which is (B, 1, 1, M), would compute
+    every sequence's rows under every sequence's mask, (B, B, N, Dv). Refused, naming both shapes and the fix;
+    leading axes of size 1 beyond the inputs' are dropped (the output keeps the inputs' shape)."""
+    q, k, v = head(N=2, M=5, D=4, Dv=3, batch=(3,), seed=11)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*"
+                                         r"\(3, 3\).*padding_mask\(lengths, M\)\[:, 0\]"):
+        f(q, k, v, mask=padding_mask([1, 2, 5], 5))
+    f(q, k, v, mask=padding_mask([1, 2, 5], 5)[:, 0])  # (B, 1, M): the fix the message names
+    if f in (fm.attention, kernel):  # leading axes of size 1 add nothing
+        out = f(q[0], k[0], v[0], mask=np.ones((1, 1, 2, 5), bool))
+        assert out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_a_scale_beyond_float32_gives_the_right_answer(f):
     q = np.array([[1e-10, 0.0]], np.float32)
     k, v = np.eye(2, dtype=np.float32), np.array([[1.0], [2.0]], np.float32)
@@ -98,14 +155,14 @@ def masks(N, M):
 
 
 @pytest.mark.parametrize("N, M", [(3, 7), (5, 5), (7, 3), (1, 6)])
-@pytest.mark.parametrize("f", VARIANTS, ids=[f.__name__ for f in VARIANTS])
+@pytest.mark.parametrize("f", VARIANTS + KERNEL, ids=[f.__name__ for f in VARIANTS] + with_kernel_ids[-1:])
 def test_every_mask_kind_in_every_shape(f, N, M):
     q, k, v = head(N=N, M=M, seed=N * 10 + M)
     for name, mask in masks(N, M).items():
         expected, expected_lse = fm.attention(q, k, v, mask=mask, return_lse=True)
         a, lse = f(q, k, v, mask=mask, return_lse=True)
-        np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(lse, expected_lse, rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(a, expected, **tol(f), err_msg=name)
+        np.testing.assert_allclose(lse, expected_lse, **tol(f), err_msg=name)
         empty = ~np.broadcast_to(mask, (N, M)).any(axis=-1)
         assert (a[empty] == 0).all() and (lse[empty] == -np.inf).all(), name
 
@@ -140,8 +197,11 @@ def test_masked_keys_are_absent_in_every_variant(N, M, D, block_q, block_k, orde
         v_bad[..., absent, :] = garbage
     kept = ~absent
     reference, ref_lse = fm.attention(q, k[..., kept, :], v[..., kept, :], mask=mask[..., kept], return_lse=True)
-    rtol, atol = TOL[dtype]
-    for f in (fm.attention, fm.one_loop_attention, fm.two_loop_attention, flash(order, block_q, block_k)):
+    functions = [fm.attention, fm.one_loop_attention, fm.two_loop_attention, flash(order, block_q, block_k)]
+    if HAVE_TRITON:  # the kernel in the interpreter (float64 inputs as float32)
+        functions.append(kernel)
+    for f in functions:
+        rtol, atol = np.maximum(TOL[dtype], getattr(f, "tol", (0, 0)))
         a, lse = f(q, k_bad, v_bad, mask=mask, return_lse=True)
         assert np.isfinite(a).all(), f.__name__
         np.testing.assert_allclose(a.astype(np.float64), reference, rtol=rtol, atol=atol, err_msg=f.__name__)
@@ -153,7 +213,7 @@ def test_masked_keys_are_absent_in_every_variant(N, M, D, block_q, block_k, orde
 # ------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_empty_queries_and_empty_keys_have_defined_results(f):
     q, k, v = head(N=0, M=4)
     a, lse = f(q, k, v, return_lse=True)
@@ -163,7 +223,7 @@ def test_empty_queries_and_empty_keys_have_defined_results(f):
     assert a.shape == (3, 2) and (a == 0).all() and (lse == -np.inf).all()  # no key: fully masked rows
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_read_only_and_non_contiguous_inputs_are_used_and_left_alone(f):
     q, k, v = head(N=5, M=6, D=4, Dv=3, seed=3)
     big_q = np.repeat(q, 2, axis=1)  # q as a strided view: every other column
@@ -174,16 +234,17 @@ def test_read_only_and_non_contiguous_inputs_are_used_and_left_alone(f):
         arr.flags.writeable = False
     before = [a.copy() for a in (qs, ks, vs, mask)]
     out = f(qs, ks, vs, mask=mask)
-    np.testing.assert_allclose(out, fm.attention(q, k, v, mask=mask), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out, fm.attention(q, k, v, mask=mask), **tol(f))
     for arr, copy in zip((qs, ks, vs, mask), before):
         np.testing.assert_array_equal(arr, copy)
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 @pytest.mark.parametrize("scale", [-2.0, 0.0, 1e-300, 7, np.float32(0.5), 1e5])
 def test_scales_of_any_sign_and_size(f, scale):
     q, k, v = head(seed=4)
-    np.testing.assert_allclose(f(q, k, v, scale=scale), fm.attention(q, k, v, scale=scale), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(f(q, k, v, scale=scale), fm.attention(q, k, v, scale=scale), **(tol(f) if hasattr(f, "tol")
+                               else dict(rtol=1e-9, atol=1e-12)))
 
 
 BAD = [
@@ -203,7 +264,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("f", ALL, ids=ids)
+@pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 @pytest.mark.parametrize("bad, error, match", BAD, ids=[b[2][:30] for b in BAD])
 def test_bad_input_raises_an_error_that_names_the_argument(f, bad, error, match):
     q, k, v = head()

@@ -21,7 +21,7 @@ from flashmath.attention import (
     two_loop_trace,
 )
 from flashmath.flash import flash_attention
-from flashmath.masks import causal_mask
+from flashmath.masks import causal_mask, padding_mask
 
 
 def tiled(order):
@@ -149,16 +149,34 @@ def test_leading_dimensions_broadcast(variant):
 
 
 @pytest.mark.parametrize("variant", [attention] + VARIANTS)
-def test_mask_and_v_may_add_leading_dimensions(variant):
+def test_v_may_add_leading_dimensions_and_the_mask_broadcasts_within_them(variant):
     rng = np.random.default_rng(3)
     q, k, _ = make(rng, 4, 6, 3, 2)
-    v = rng.standard_normal((5, 6, 2))  # a batch only v has
-    mask = rng.random((2, 1, 4, 6)) < 0.5
+    v = rng.standard_normal((5, 6, 2))  # a batch only v has: the output is (5, 4, 2)
+    mask = rng.random((5, 1, 6)) < 0.5  # one key mask per batch element, broadcast over the rows
+    mask[:, :, 0] = True
     a, lse = variant(q, k, v, mask=mask, return_lse=True)
-    assert a.shape == (2, 5, 4, 2) and lse.shape == (2, 5, 4)
-    assert_close(a[1, 3], direct(q, k, v[3], keep=mask[1, 0])[0])
+    assert a.shape == (5, 4, 2) and lse.shape == (5, 4)
+    assert_close(a[3], direct(q, k, v[3], keep=np.broadcast_to(mask[3], (4, 6)))[0])
     mask_1d = np.array([True, False, True, True, False, True])  # (M,) broadcasts over the rows
     assert_close(variant(q, k, v[0], mask=mask_1d), direct(q, k, v[0], keep=mask_1d)[0])
+
+
+@pytest.mark.parametrize("variant", [attention] + VARIANTS)
+def test_a_mask_never_widens_the_output(variant):
+    """Issue 16: a mask with more leading dimensions than q, k, v would compute every element's rows under every
+    element's mask (PyTorch's SDPA refuses the same call); it is refused, naming both shapes and the fix."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((3,) + shape) for shape in ((2, 4), (5, 4), (5, 4)))  # (B, N, D): no head axis
+    mask = padding_mask([1, 2, 5], 5)  # (B, 1, 1, M): for (B, H, N, M) scores
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*\(3, 3\)"
+                                         r".*\(3, 3, 2, 4\) instead of \(3, 2, 4\).*padding_mask\(lengths, M\)\[:, 0\]"):
+        variant(q, k, v, mask=mask)
+    out = variant(q, k, v, mask=mask[:, 0])  # the fix the message names: (B, 1, M)
+    for b, length in enumerate([1, 2, 5]):
+        assert_close(out[b], attention(q[b], k[b, :length], v[b, :length]))
+    with pytest.raises(ValueError, match="would widen the output"):  # one extra leading axis of size 2
+        variant(q[0], k[0], v[0], mask=rng.random((2, 2, 5)) < 0.5)
 
 
 # --------------------------------------------------------------------------------------------------------------

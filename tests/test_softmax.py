@@ -144,7 +144,39 @@ def test_nan_and_plus_inf_give_nan_never_zero(bad):
         assert np.isnan(f(bad)).all(), f.__name__
     assert np.isnan(fm.softmax(bad)).any()  # the direct formula: NaN where exp is inf or NaN
     g, s = fm.online_normalizer(bad)
-    assert np.isnan(s)
+    with np.errstate(invalid="ignore"):
+        lse = g + np.log(s)
+    if np.isnan(bad).any():
+        assert np.isnan(s) and np.isnan(lse)  # NaN in, NaN out
+    else:
+        assert lse == np.inf  # the logsumexp of a vector holding +inf (issue 16)
+
+
+INF = np.inf
+
+
+@pytest.mark.parametrize("x, state", [
+    ([INF, 0.0], (INF, 1.0)), ([0.0, INF], (INF, 1.0)), ([INF, -INF, INF, 3.0], (INF, 2.0)), ([INF], (INF, 1.0)),
+])
+def test_the_state_of_a_vector_holding_plus_inf_counts_its_infinities(x, state):
+    """The +inf convention (flashmath.softmax's docstring): each element at the max adds exp(0) = 1 to s, also at
+    +inf, so g + log(s) is +inf, the logsumexp, where the plain recurrence gives inf - inf = NaN."""
+    g, s = fm.online_normalizer(np.array(x))
+    assert (g, s) == state
+    with np.errstate(divide="ignore"):
+        assert g + np.log(s) == fm.attention(np.ones((1, 1)), np.array(x)[:, None], np.ones((len(x), 1)), scale=1.0,
+                                             return_lse=True)[1][0]
+
+
+@given(st.lists(st.sampled_from([-INF, -1.5, 0.0, 2.0, INF, np.nan]), min_size=0, max_size=7), st.data())
+def test_merge_with_infinite_and_nan_elements_equals_the_whole(values, data):
+    """Any split of any vector holding -inf, +inf or NaN merges to the state of the whole, in either order."""
+    x = np.array(values, dtype=np.float64)
+    cut = data.draw(st.integers(0, len(x)))
+    whole = fm.online_normalizer(x)
+    left, right = fm.online_normalizer(x[:cut]), fm.online_normalizer(x[cut:])
+    for merged in (fm.merge(*left, *right), fm.merge(*right, *left)):
+        np.testing.assert_allclose(np.array(merged), np.array(whole), rtol=1e-12)  # NaN where whole is NaN
 
 
 def test_nan_stays_in_its_row():

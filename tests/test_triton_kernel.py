@@ -124,7 +124,7 @@ def test_batch_and_heads_broadcast():
     rng = np.random.default_rng(5)
     q = rng.standard_normal((2, 3, 40, 16)).astype(np.float32)  # (batch, heads, N, D)
     k, v = (rng.standard_normal((2, 1, 50, 16)).astype(np.float32) for _ in range(2))  # shared by the heads
-    keep = padding_mask([50, 37], 50)[:, None]  # key padding per batch element: (2, 1, 1, 50)
+    keep = padding_mask([50, 37], 50)  # key padding per batch element: (2, 1, 1, 50), against (2, 3, 40, 50) scores
     a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, mask=keep, causal=True, return_lse=True)
     assert_matches(a, lse, *attention(q, k, v, mask=keep, causal=True, return_lse=True))
 
@@ -229,3 +229,66 @@ def test_without_triton_flashmath_imports_and_the_wrapper_names_the_install_comm
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert 'pip install "flashmath[triton]"' in out.stdout and "download.pytorch.org/whl/cpu" in out.stdout
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Issue 16: a poisoned row is never "empty". The kernel follows flash_attention's convention exactly: logsumexp NaN
+# for a row that sees a NaN (in q, in an attended k row, or NaN and +inf together), +inf for a row with a +inf
+# score (exp(inf - inf) is NaN inside), -inf only for a row that attended no key. Merged and differentiated, a
+# poisoned state stays poisoned; only a -inf state is dropped as "attended nothing".
+# ------------------------------------------------------------------------------------------------------------------
+
+NAN, INF = np.nan, np.inf
+POISONED = {  # id: (q, k, v, mask) as float32, one query row; the key k = [1, 0] from the issue
+    "NaN in q": ([[NAN, 0]], [[1, 0]], [[1, 1]], None),
+    "+inf score": ([[INF, 0]], [[1, 0]], [[1, 1]], None),
+    "NaN in an attended key": ([[1, 0]], [[1, 0], [NAN, 0]], [[1, 1], [2, 2]], None),
+    "+inf and NaN scores": ([[1, 0]], [[INF, 0], [NAN, 0]], [[1, 1], [2, 2]], None),
+    "-inf scores only": ([[-INF, 0]], [[1, 0]], [[1, 1]], None),
+    "no key attended": ([[NAN, 0]], [[1, 0]], [[1, 1]], [[False]]),
+}
+
+
+def _poisoned(name, rows=1):
+    q, k, v, mask = (None if x is None else np.array(x, np.float32 if x is not POISONED[name][3] else bool)
+                     for x in POISONED[name])
+    return np.repeat(q, rows, axis=0), k, v, None if mask is None else np.repeat(mask, rows, axis=0)
+
+
+@needs_triton
+@pytest.mark.parametrize("name", POISONED)
+@pytest.mark.parametrize("rows", [1, 20])  # one row; rows in two query tiles
+def test_a_poisoned_row_gets_the_logsumexp_of_flash_attention(name, rows):
+    from flashmath.flash import flash_attention
+
+    q, k, v, mask = _poisoned(name, rows)
+    a_ref, lse_ref = flash_attention(q, k, v, mask=mask, return_lse=True)
+    a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, mask=mask, return_lse=True)
+    np.testing.assert_array_equal(lse, lse_ref)  # NaN where NaN, +inf where +inf, -inf where -inf
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(a_ref))
+    np.testing.assert_array_equal(a[~np.isnan(a)], a_ref[~np.isnan(a_ref)])
+    expected = {"NaN in q": NAN, "+inf score": INF, "NaN in an attended key": NAN, "+inf and NaN scores": NAN,
+                "-inf scores only": -INF, "no key attended": -INF}[name]
+    np.testing.assert_array_equal(lse, np.full(rows, expected, np.float32))
+
+
+@needs_triton
+@pytest.mark.parametrize("name", POISONED)
+def test_a_poisoned_state_stays_poisoned_when_merged_and_differentiated(name):
+    from flashmath.backward import attention_backward
+    from flashmath.splitkv import merge_states
+
+    q, k, v, mask = _poisoned(name)
+    a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, mask=mask, return_lse=True)
+    # merged with a healthy part (the state of other keys): a poisoned part is never dropped as "attended nothing"
+    a2, lse2 = np.array([[5, 5]], np.float32), np.array([0.5], np.float32)
+    a_m, lse_m = merge_states(a, lse, a2, lse2)
+    grads = attention_backward(q, k, v, a, lse, np.ones_like(a), mask=mask)
+    if name in ("-inf scores only", "no key attended"):  # attended nothing: the part is absent, no gradient
+        np.testing.assert_array_equal(lse_m, lse2)
+        np.testing.assert_array_equal(a_m, a2)
+        assert all((g == 0).all() for g in grads)
+    else:  # NaN stays NaN, +inf stays +inf with a NaN output: never silently a finite number or 0
+        assert np.isnan(lse_m[0]) if np.isnan(lse[0]) else lse_m[0] == INF
+        assert np.isnan(a_m).all()
+        assert np.isnan(grads[0]).all()  # dq of the poisoned row
