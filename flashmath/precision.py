@@ -34,17 +34,9 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from flashmath._checks import integer
-from flashmath.attention import (
-    _setup,
-    attention,
-    one_loop_attention,
-    prepare_attention_inputs,
-    two_loop_attention,
-    weighted_values,
-)
+from flashmath._checks import DTYPES, as_float_array, float_dtype, integer
+from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
-from flashmath.softmax import as_float_array, float_dtype, safe_softmax
 
 __all__ = [
     "DTYPES",
@@ -57,14 +49,6 @@ __all__ = [
     "precision_study",
     "PrecisionStudy",
 ]
-
-DTYPES = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-}
-"""The dtypes of the course by name (``np.dtype("bfloat16")`` works too once ``ml_dtypes`` is imported)."""
 
 VARIANTS = ("rounded reference", "naive", "one_loop", "two_loop", "fa1", "fa2")
 """The rows of a :class:`PrecisionStudy`: the float64 reference rounded to the dtype (the floor), naive
@@ -169,19 +153,8 @@ def naive_attention(q, k, v, *, scale=None, causal=False, mask=None) -> np.ndarr
     Raises:
         TypeError, ValueError: as :func:`flashmath.attention.attention`.
     """
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    stored = inp.dtype  # what X, Y and A are written to memory in
-    compute, q_scaled, k, v, _ = _setup(inp)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs, float16 overflow: on purpose
-        # X = Q K^T * scale, accumulated in the compute dtype, rounded to the input dtype when stored
-        x = np.matmul(q_scaled, np.swapaxes(k, -1, -2)).astype(stored)  # (..., N, M)
-        if inp.keep is not None:
-            x = np.where(inp.keep, x, -np.inf).astype(stored)  # masked scores are -inf
-        # Y = softmax(X) from the stored scores, in the compute dtype, rounded when stored
-        y = safe_softmax(x.astype(compute)).astype(stored)  # (..., N, M)
-        # A = Y V, accumulated in the compute dtype, rounded when stored; a masked key is absent
-        a = weighted_values(y.astype(compute), v, inp.keep).astype(stored)  # (..., N, Dv)
-    return np.broadcast_to(a, inp.batch_shape + (inp.N, inp.Dv)).copy()
+    # Algorithm 0 with X, Y and A stored in the input dtype: the package's one standard attention
+    return standard_attention(q, k, v, scale=scale, causal=causal, mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -26,8 +26,10 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
+
+from flashmath._checks import ML_DTYPES_FLOATS, NonFloatInputError, as_float_array, compute_dtype, float_dtype
+from flashmath.rowstate import merge_rows
 
 __all__ = [
     "NonFloatInputError",
@@ -39,58 +41,6 @@ __all__ = [
     "OnlineSoftmaxTrace",
     "merge",
 ]
-
-
-class NonFloatInputError(TypeError, ValueError):
-    """Input that is not real floating-point numbers. Both a TypeError and a ValueError, so either catches it."""
-
-
-# The real floating-point types of ml_dtypes (bfloat16, the float8 family...). numpy gives most of them kind 'V'
-# (void), so they are recognised by name; ml_dtypes' complex and integer types are not among them.
-ML_DTYPES_FLOATS = frozenset(
-    np.dtype(getattr(ml_dtypes, name)) for name in dir(ml_dtypes) if name.startswith(("bfloat", "float"))
-)
-
-
-def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
-    """Return ``x`` as a floating-point ndarray without copying float input.
-
-    Floating point means numpy's float16/float32/float64 (kind ``'f'``) and the float types of ``ml_dtypes``
-    (:data:`ML_DTYPES_FLOATS`: bfloat16, float8...), which :func:`compute_dtype` computes in float32. Integer and
-    bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused otherwise (the
-    attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
-    complex, object or string data, and for integers when not allowed.
-    """
-    arr = np.asarray(x)
-    if arr.dtype.kind in "biu" and allow_int:
-        return arr.astype(np.float64)
-    if arr.dtype.kind != "f" and arr.dtype not in ML_DTYPES_FLOATS:
-        hint = f"; convert it first, e.g. {name}.astype(np.float64)" if arr.dtype.kind in "biu" else ""
-        raise NonFloatInputError(
-            f"{name} must hold real floating-point numbers (float16, bfloat16, float32 or float64), got dtype "
-            f"{arr.dtype}" + hint
-        )
-    return arr
-
-
-def float_dtype(dtype, name: str = "dtype") -> np.dtype:
-    """``dtype`` (a numpy dtype, a type such as ``np.float16`` or ``ml_dtypes.bfloat16``, or a name such as
-    ``"bfloat16"``) as a floating-point ``np.dtype``; TypeError naming ``name`` for anything else."""
-    try:
-        dt = np.dtype(dtype) if dtype is not None else None
-    except TypeError:
-        dt = None
-    if dt is None or not (dt.kind == "f" or dt in ML_DTYPES_FLOATS):
-        raise TypeError(
-            f"{name} must be a floating-point dtype such as np.float16, 'bfloat16' or np.float32, got {dtype!r}"
-        )
-    return dt
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a safe computation runs in: float32 for float16 and bfloat16 (any ``ml_dtypes`` float) input, else
-    the input's own dtype."""
-    return np.promote_types(dtype, np.float32)
 
 
 def _check_axis(arr: np.ndarray, axis: int) -> int:
@@ -198,19 +148,8 @@ def merge(g1, s1, g2, s2):
     for s_k, name in ((s1, "s1"), (s2, "s2")):
         if np.any(s_k < 0):
             raise ValueError(f"{name} must be >= 0 (a sum of exponentials), got {s_k.min()}")
-    g, s = _merge_states(g1, s1, g2, s2)
+    g, s = merge_rows(g1, s1, g2, s2)
     return g[()], s[()]
-
-
-def _merge_states(g1, s1, g2, s2):
-    """The arithmetic of :func:`merge` on arrays already checked (the tile loops call it directly)."""
-    g = np.maximum(g1, g2)  # g = max(g1, g2); NaN propagates
-    with np.errstate(invalid="ignore", over="ignore"):
-        # s = s1 * exp(g1 - g) + s2 * exp(g2 - g)
-        s = s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
-        # Where g = -inf, -inf - (-inf) is NaN: both parts are empty, so s = 0 (0 * NaN keeps a NaN s1 or s2).
-        s = np.where(g == -np.inf, 0 * (s1 + s2), s)
-    return g, s
 
 
 def _online_scan(x: np.ndarray):

@@ -72,7 +72,7 @@ import warnings
 import numpy as np
 
 from flashmath._checks import integer
-from flashmath.attention import prepare_attention_inputs
+from flashmath.inputs import prepare_attention_inputs
 
 __all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "line_for_line", "kernel_source",
            "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
@@ -398,9 +398,9 @@ def line_for_line() -> list[tuple[str, list[str], list[str]]]:
     Raises:
         LookupError: a rule is missing from one of the sources (a comment was reworded).
     """
-    from flashmath import flash
+    from flashmath import flash, tiling
 
-    numpy_source = "\n".join(inspect.getsource(f) for f in (flash._scores, flash._fa2_loop, flash._fa2_write))
+    numpy_source = "\n".join(inspect.getsource(f) for f in (tiling.tile_scores, flash.fa2_tile_step, flash.fa2_write))
     numpy_blocks, triton_blocks = _rule_blocks(numpy_source), _rule_blocks(kernel_source())
     missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
                                                                      ("the kernel", triton_blocks))

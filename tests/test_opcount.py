@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flashmath as fm
-from flashmath.traffic import count_ops
+from flashmath.opcount import count_ops
 
 
 @pytest.mark.parametrize("N, M, D, Dv, B_r, B_c", [(64, 64, 16, 16, 16, 16), (30, 47, 8, 5, 7, 10), (1, 20, 4, 4, 1, 6)])

@@ -189,7 +189,7 @@ def test_backward_checks_its_arguments():
     a, lse = fm.attention(q, k, v, return_lse=True)
     with pytest.raises(ValueError, match="lse must have shape"):
         attention_backward(q, k, v, a, lse[:2], a)
-    with pytest.raises(ValueError, match="block_k must be at least 1"):
+    with pytest.raises(ValueError, match="block_k must be a positive number of rows per tile"):
         attention_backward(q, k, v, a, lse, a, block_k=0)
-    with pytest.raises(TypeError, match="block_q must be an integer"):
+    with pytest.raises(TypeError, match="block_q must be a positive integer"):
         attention_backward(q, k, v, a, lse, a, block_q=2.5)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import flashmath as fm
-from flashmath.traffic import SOFTMAX_VARIANTS, naive_softmax_counted, online_softmax_counted, safe_softmax_counted
+from flashmath.counting import SOFTMAX_VARIANTS, naive_softmax_counted, online_softmax_counted, safe_softmax_counted
 
 MEMORY_ACCESS_TABLE = {  # variant: (loads, stores, accesses) per element
     "naive softmax": (2, 1, 3),
@@ -43,13 +43,13 @@ import math  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from flashmath.counting import counted_attention  # noqa: E402
+from flashmath.memory import CountedMemory  # noqa: E402
 from flashmath.traffic import (  # noqa: E402
     ALGORITHMS,
-    CountedMemory,
     algorithm1_block_sizes,
     attention_traffic,
     block_sizes_for_sram,
-    counted_attention,
     gpt2_medium_traffic,
     sram_sweep,
 )
