@@ -5,7 +5,12 @@ It returns a :class:`CheckReport`, whose text (one line per case) is what a note
 some classic mistake makes a difference (forgetting to subtract the max, a max started at 0, a fully masked row,
 NaN turned into 0, float16 overflow, reading the input twice, the loops in the wrong order, ...); when an answer
 is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
-catalogue of each checker is in :data:`MISTAKES`.
+catalogue of each checker is in :data:`MISTAKES`, the one registry of every chapter's mistakes.
+
+One harness (:mod:`flashmath.exercises._report`): :class:`Mistake`, :class:`CheckReport`, ``run`` (calls the
+learner's code, never raises), ``Diagnosis`` (names the mistake whose model gives the learner's answer on the most
+cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them for the
+exercises whose answer is a tuple of arrays.
 
 One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters), and :mod:`~flashmath.exercises.predict` for the 'predict,
 then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
@@ -24,7 +29,7 @@ from flashmath.exercises.chapter3 import check_attention
 from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
 from flashmath.exercises.predict import check_prediction
-from flashmath.exercises import chapter6_10
+from flashmath.exercises import chapter6_10, chapter11_12
 from flashmath.exercises.chapter9 import check_flash_test_ratio
 from flashmath.exercises.chapter11_12 import (check_flash_row, check_recap_quiz, check_row_lse, check_where_it_lives,
                                               print_recap_quiz)
@@ -55,4 +60,5 @@ MISTAKES = {
     "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
     "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
     "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
+    **chapter11_12.MISTAKES,
 }

@@ -151,13 +151,14 @@ def fmt(a) -> str:
     return f"an array of shape {a.shape} starting {first}, ...]"
 
 
-def same(a, b, rtol: float = 1e-9) -> bool:
-    """Two answers agree: same shape, equal to ``rtol`` (NaN equal to NaN, inf to inf of the same sign)."""
+def same(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+    """Two answers agree: same shape, equal to ``rtol`` and ``atol`` (NaN equal to NaN, inf to inf of the same
+    sign); False for anything that is not an array of numbers."""
     try:
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     except (TypeError, ValueError):
         return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=1e-12, equal_nan=True))
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def close(a: float, b: float) -> bool:

@@ -12,15 +12,11 @@ import numpy as np
 
 from flashmath.exercises._cases import check_function
 from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
 
 # ------------------------------------------------------------------------------------------------------------------
 # The tile step (6.1) and the masked tile step (8.2): (g, s, A') of B_r rows, a score tile X (B_r, B_c) and V (B_c, Dv)
 # ------------------------------------------------------------------------------------------------------------------
-
-
-def _ref(g):
-    """``g`` with -inf (a row that has seen no key) replaced by 0, where it is subtracted."""
-    return np.where(g == -np.inf, 0.0, g)
 
 
 def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
@@ -33,8 +29,8 @@ def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
     if keep is not None:
         x = np.where(keep, x, -np.inf)
     g_new = np.maximum(g, x.max(axis=1))  # g_new = max(g, rowmax X)
-    r = np.exp(g - _ref(g_new))  # e^{g - g_new}: 0 for a row that had seen nothing
-    p = np.exp(x - _ref(g_new)[:, None])  # P = e^{X - g_new}; 0 where masked
+    r = np.exp(g - nonempty(g_new))  # e^{g - g_new}: 0 for a row that had seen nothing
+    p = np.exp(x - nonempty(g_new)[:, None])  # P = e^{X - g_new}; 0 where masked
     s_new = s * r + p.sum(axis=1)
     if keep is None:
         pv = p @ V
@@ -56,8 +52,8 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
         if keep is not None:
             x = np.where(keep, x, -np.inf)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
-        r = base(g - _ref(g_new))
-        p = base(x - _ref(g_new)[:, None])
+        r = base(g - nonempty(g_new))
+        p = base(x - nonempty(g_new)[:, None])
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
         pv = p @ V
         if a_update is None:
@@ -159,7 +155,7 @@ def _masked_model(score=None, term=None, guard=True, fill=None):
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         x = np.where(keep, x, -np.inf if fill is None else fill)
         g_new = np.maximum(g, x.max(axis=1))
-        ref = _ref(g_new) if guard else g_new
+        ref = nonempty(g_new) if guard else g_new
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
@@ -216,7 +212,7 @@ def numerator_step_reference(g, s, u, x_tile, v_tile):
     g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
     x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
     g_new = np.maximum(g, x.max(axis=1))
-    r, p = np.exp(g - _ref(g_new)), np.exp(x - _ref(g_new)[:, None])
+    r, p = np.exp(g - nonempty(g_new)), np.exp(x - nonempty(g_new)[:, None])
     return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ V
 
 
@@ -225,7 +221,7 @@ def _numerator_model(u_update=None, s_update=None, base=np.exp):
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         g_new = np.maximum(g, x.max(axis=1))
-        r, p = base(g - _ref(g_new)), base(x - _ref(g_new)[:, None])
+        r, p = base(g - nonempty(g_new)), base(x - nonempty(g_new)[:, None])
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
         return g_new, s_new, u_update(u, s, r, p @ V, s_new)
     return model
