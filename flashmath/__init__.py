@@ -12,7 +12,6 @@ real attention heads are in :mod:`flashmath.data`. The names below are the publi
 
 from flashmath.attention import (
     LoopSwapTrace,
-    standard_attention,
     OneLoopTrace,
     TwoLoopTrace,
     attention,
@@ -21,12 +20,15 @@ from flashmath.attention import (
     matmul_nmd,
     one_loop_attention,
     one_loop_trace,
+    standard_attention,
     two_loop_attention,
     two_loop_trace,
 )
 from flashmath.backward import attention_backward
+from flashmath.counting import counted_attention
 from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
+from flashmath.opcount import count_ops
 from flashmath.precision import (
     PrecisionStudy,
     max_abs_error,
@@ -37,7 +39,6 @@ from flashmath.precision import (
     unit_roundoff,
 )
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
-from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -47,8 +48,7 @@ from flashmath.softmax import (
     safe_softmax,
     softmax,
 )
-from flashmath.counting import counted_attention
-from flashmath.opcount import count_ops
+from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.traffic import (
     SramSweep,
     algorithm1_block_sizes,

@@ -28,7 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashmath._checks import ML_DTYPES_FLOATS, NonFloatInputError, as_float_array, compute_dtype, float_dtype
+# The floating-point checks live in flashmath._checks; these names stay importable from here, where the course
+# introduced them.
+from flashmath._checks import ML_DTYPES_FLOATS as ML_DTYPES_FLOATS
+from flashmath._checks import NonFloatInputError, as_float_array, compute_dtype
+from flashmath._checks import float_dtype as float_dtype
 from flashmath.rowstate import merge_rows
 
 __all__ = [

@@ -33,10 +33,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import venv
 from pathlib import Path
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import MASKS, assert_close, make, mask_kwargs, problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from flashmath.attention import (
 )
 from flashmath.flash import flash_attention
 from flashmath.masks import causal_mask
-from helpers import MASKS, TOL, assert_close, make, mask_kwargs, problems
 
 
 def tiled(order):

@@ -17,12 +17,11 @@ import urllib.request
 from importlib import metadata
 from pathlib import Path
 
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 
 try:
     import tomllib

@@ -6,14 +6,14 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import assert_close, make, problems
+from helpers import mask_kwargs as reference_mask_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashmath.attention import attention
 from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention, flash_trace
 from flashmath.masks import causal_mask
-from helpers import assert_close, make, problems
-from helpers import mask_kwargs as reference_mask_kwargs
 
 # The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
 # attention) are tested for flash_attention in both orders in test_attention.py. Here: what is particular to tiles.

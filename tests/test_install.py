@@ -18,10 +18,9 @@ import sys
 import venv
 from pathlib import Path
 
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
 from packaging.utils import canonicalize_name
-
-import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_IPYWIDGETS = "7.7.1"

@@ -26,7 +26,6 @@ needs_triton = pytest.mark.skipif(
 if HAVE_TRITON:
     import torch
 
-    from flashmath import triton_kernel
     from flashmath.triton_kernel import triton_flash_attention
 
 FLOAT32_TOL = 2e-6  # |A - A_ref| <= tol (1 + |A_ref|); measured errors are below 1e-6

@@ -119,7 +119,7 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_heads() -> Heads:
     """Load the shipped heads (flashmath/data/heads.npz, about 0.6 MB) as a Heads; cached after the first call.
 

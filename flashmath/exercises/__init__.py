@@ -20,7 +20,7 @@ index.
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """
 
-from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5
+from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5, chapter6_10, chapter11_12
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter0 import check_score_row
 from flashmath.exercises.chapter1 import check_safe_softmax
@@ -28,13 +28,23 @@ from flashmath.exercises.chapter2 import OnePassVector, check_merge, check_merge
 from flashmath.exercises.chapter3 import check_attention
 from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
-from flashmath.exercises.predict import check_prediction
-from flashmath.exercises import chapter6_10, chapter11_12
+from flashmath.exercises.chapter6_10 import (
+                                              check_causal_mask,
+                                              check_finish,
+                                              check_masked_tile_step,
+                                              check_merge_states,
+                                              check_numerator_step,
+                                              check_tile_step,
+)
 from flashmath.exercises.chapter9 import check_flash_test_ratio
-from flashmath.exercises.chapter11_12 import (check_flash_row, check_recap_quiz, check_row_lse, check_where_it_lives,
-                                              print_recap_quiz)
-from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
-                                             check_merge_states, check_numerator_step, check_tile_step)
+from flashmath.exercises.chapter11_12 import (
+                                              check_flash_row,
+                                              check_recap_quiz,
+                                              check_row_lse,
+                                              check_where_it_lives,
+                                              print_recap_quiz,
+)
+from flashmath.exercises.predict import check_prediction
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
            "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",

@@ -11,8 +11,8 @@ survives ``[1e4, ...]``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake, modified,
-                                         report_value, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    modified,
+    report_value,
+    run,
+    same,
+)
 
 
 def _scores(q_n, K, scale):

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, run)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    run,
+)
 from flashmath.exercises._report import same as _same
 from flashmath.softmax import compute_dtype, safe_softmax
 

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, pick, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    pick,
+    run,
+    same,
+)
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):

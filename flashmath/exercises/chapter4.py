@@ -14,8 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, pick, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    pick,
+    run,
+    same,
+)
 from flashmath.softmax import safe_softmax
 
 

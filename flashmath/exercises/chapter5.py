@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (LOWER_PRECISION, CheckReport, Diagnosis, Mistake, close, error_note, fmt,
-                                         report_value, run)
+from flashmath.exercises._report import (
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    close,
+    error_note,
+    fmt,
+    report_value,
+    run,
+)
 from flashmath.exercises._report import same as same_array
 from flashmath.softmax import merge
 

@@ -7,8 +7,25 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from flashmath._checks import integer
-from flashmath.viz.live import (DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_dims,
-                                check_labels, finite_or_nan, index, keys_text, limits, recolor, set_heights, top)
+from flashmath.viz.live import (
+    DIM_COLORS,
+    DPI,
+    HOLD,
+    JUMP,
+    LEGEND_ABOVE,
+    SEEN,
+    UNSEEN,
+    LivePlot,
+    check_dims,
+    check_labels,
+    finite_or_nan,
+    index,
+    keys_text,
+    limits,
+    recolor,
+    set_heights,
+    top,
+)
 
 __all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step",
            "plot_scale_step"]

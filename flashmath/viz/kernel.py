@@ -9,8 +9,6 @@ have. :func:`plot_kernel_timings` draws timings measured on a GPU. Nothing here 
 
 from __future__ import annotations
 
-import numpy as np
-
 from flashmath.hardware import GPUS, tile_bytes
 from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot
 

@@ -122,7 +122,7 @@ class LivePlot:
         """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend)."""
         self._background = None
 
-    def update(self, **state) -> "LivePlot":
+    def update(self, **state) -> LivePlot:
         """Show another state (e.g. ``step=3``): artists' data change, nothing is rebuilt. Returns the plot."""
         self._update(**state)
         self.state = dict(state)

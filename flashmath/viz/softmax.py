@@ -7,8 +7,22 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from flashmath.softmax import OnlineSoftmaxTrace, online_normalizer, safe_softmax, softmax
-from flashmath.viz.live import (DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_labels, finite_or_nan,
-                                index, limits, recolor, set_heights, top)
+from flashmath.viz.live import (
+    DPI,
+    HOLD,
+    JUMP,
+    LEGEND_ABOVE,
+    SEEN,
+    UNSEEN,
+    LivePlot,
+    check_labels,
+    finite_or_nan,
+    index,
+    limits,
+    recolor,
+    set_heights,
+    top,
+)
 
 __all__ = ["OnlineSoftmaxPlot", "OverflowPlot", "plot_online_softmax_step", "plot_overflow"]
 
