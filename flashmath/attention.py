@@ -27,6 +27,7 @@ max changes).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -347,12 +348,10 @@ def two_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
     s = np.zeros(rows, dtype=dtype)
     with memory.pass_("loop (1)"):
-        for _, g, s in _loop_1(q_on_chip, memory["K"], inp.keep, rows, dtype):
-            pass
+        _, g, s = _final(_loop_1(q_on_chip, memory["K"], inp.keep, rows, dtype), (None, g, s))
     a = np.zeros(rows + (inp.Dv,), dtype=dtype)
     with memory.pass_("loop (2)"):
-        for _, a in _loop_2(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype, g, s):
-            pass
+        _, a = _final(_loop_2(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype, g, s), (None, a))
     memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
     return g, s
 
@@ -367,10 +366,17 @@ def one_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     s = np.zeros(rows, dtype=dtype)
     a = np.zeros(rows + (inp.Dv,), dtype=dtype)
     with memory.pass_("one loop"):
-        for _, g, s, _, _, a in _one_loop(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype):
-            pass
+        steps = _one_loop(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype)
+        _, g, s, _, _, a = _final(steps, (None, g, s, None, None, a))
     memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
     return g, s
+
+
+def _final(steps, initial: tuple) -> tuple:
+    """The last step of a loop's generator (the state after the last key), or ``initial`` when there was no step
+    (``M == 0``)."""
+    last = deque(steps, maxlen=1)
+    return last[0] if last else initial
 
 
 def _result(memory, g, s, inp: AttentionInputs, return_lse: bool):

@@ -173,8 +173,8 @@ def counted_attention(
 
     Returns:
         ``(A, count)``: the output ``(..., N, Dv)`` as the algorithm returns it and a :class:`TrafficCount`
-        whose ``arrays`` use the names of :func:`flashmath.traffic.attention_traffic` (``Q``, ``K``, ``V``, ``A``, and ``X``, ``Y``
-        for standard attention, ``g``, ``s`` for fa1, ``lse`` for fa2).
+        whose ``arrays`` use the names of :func:`flashmath.traffic.attention_traffic` (``Q``, ``K``, ``V``, ``A``,
+        and ``X``, ``Y`` for standard attention, ``g``, ``s`` for fa1, ``lse`` for fa2).
 
     Raises:
         ValueError: an unknown ``algorithm``, bad block sizes; otherwise as :func:`flashmath.attention.attention`.

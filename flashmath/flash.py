@@ -19,7 +19,8 @@ read and write their arrays through a memory passed in (:mod:`flashmath.memory`)
 passes a plain one that counts nothing, :func:`flashmath.counting.counted_attention` a counted one, and
 :func:`flash_trace` a counted one too, to record the state and the traffic after every tile step. The tile
 steps themselves are public (:func:`fa2_tile_step`, :func:`fa1_tile_step`); tiles and their keep masks come
-from :mod:`flashmath.tiling`. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``, ``k``...
+from :mod:`flashmath.tiling`. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``,
+``k``...
 
 Conventions (shapes, scale, masks, dtypes, errors) are those of :mod:`flashmath.inputs`, and a masked key
 is absent: the output equals attention with that key removed whatever its ``k`` and ``v`` rows hold (NaN or

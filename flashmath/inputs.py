@@ -16,18 +16,19 @@ Conventions kept by every attention function of the package (this docstring is t
 * A row with no key to attend to (fully masked, or ``M == 0``) outputs 0 and has logsumexp ``-inf`` (natural
   log of 0). A row with a ``+inf`` score has logsumexp ``+inf`` and a NaN output (``inf / inf``).
 * A masked key is absent: the output equals attention with that key removed, whatever its ``k`` and ``v`` rows
-  hold (NaN or inf included), in every function, variant, tile size and loop order, numpy and kernel. Masked scores and their
-  value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN. NaN in a row of ``q`` or in
-  an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is ever silently turned into 0
-  except what is masked.
+  hold (NaN or inf included), in every function, variant, tile size and loop order, numpy and kernel. Masked
+  scores and their value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN.
+  NaN in a row of ``q`` or in an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is
+  ever silently turned into 0 except what is masked.
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first).
-  :func:`flashmath.attention.attention` computes in float64 and returns float64. The variants compute in ``compute_dtype`` of the promoted input dtype (float32
-  for float16, else the dtype itself), return the output in the promoted input dtype (float16 in, float16 out,
-  like FlashAttention) and the logsumexp in the compute dtype.
+  :func:`flashmath.attention.attention` computes in float64 and returns float64. The variants compute in
+  ``compute_dtype`` of the promoted input dtype (float32 for float16, else the dtype itself), return the output in
+  the promoted input dtype (float16 in, float16 out, like FlashAttention) and the logsumexp in the compute dtype.
 * Errors: :class:`flashmath.softmax.NonFloatInputError` (a ValueError and a TypeError) for ``q``, ``k``, ``v`` that
   are not floating point; ``TypeError`` for a non-boolean mask, a non-bool ``causal``, a non-numeric ``scale``;
-  ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k`` differing, ``k`` and ``v`` with different ``M``, leading dimensions or a mask that do not broadcast, ``D == 0``)
-  and for a non-finite ``scale``. Any finite scale is taken: it is folded into ``Q`` in float64, so a scale beyond
+  ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k`` differing, ``k`` and ``v``
+  with different ``M``, leading dimensions or a mask that do not broadcast, ``D == 0``) and for a non-finite
+  ``scale``. Any finite scale is taken: it is folded into ``Q`` in float64, so a scale beyond
   the compute dtype's range (``1e39`` with float32 inputs) still gives the right answer wherever the scores
   themselves fit. Empty ``N`` gives an empty output, empty ``M`` fully masked rows. Inputs are never modified,
   read-only and non-contiguous arrays included.

@@ -68,8 +68,7 @@ class _OpCounting(np.ndarray):
             kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, _OpCounting) else x for x in out)
         result = getattr(ufunc, method)(*plain, **kwargs)
         if ufunc is np.matmul:
-            a, b = np.asarray(plain[0]), np.asarray(plain[1])
-            n = np.size(result) * a.shape[-1]  # one multiply-add per output element and inner index
+            n = np.size(result) * np.shape(plain[0])[-1]  # one multiply-add per output element and inner index
         elif method == "reduce":
             n = np.size(plain[0])
         else:

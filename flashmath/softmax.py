@@ -146,7 +146,8 @@ def merge(g1, s1, g2, s2):
 
     Source: Milakov and Gimelshein (2018), section 3.1 (the parallel form of the online normalizer).
     """
-    g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2")))
+    g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2"),
+                                                                   strict=True))
     dtype = compute_dtype(np.result_type(g1, s1, g2, s2))
     g1, s1, g2, s2 = (a.astype(dtype, copy=False) for a in (g1, s1, g2, s2))
     for s_k, name in ((s1, "s1"), (s2, "s2")):
@@ -174,8 +175,8 @@ def _online_scan(x: np.ndarray):
 def _normalizer_last_axis(xc: np.ndarray):
     g = np.full(xc.shape[:-1], -np.inf, dtype=xc.dtype)
     s = np.zeros(xc.shape[:-1], dtype=xc.dtype)
-    for g, s in _online_scan(xc):
-        pass
+    for state in _online_scan(xc):
+        g, s = state
     return g[()], s[()]
 
 

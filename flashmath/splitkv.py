@@ -53,7 +53,7 @@ def split_ranges(M: int, num_splits: int) -> list[tuple[int, int]]:
     if num_splits < 1:
         raise ValueError(f"num_splits must be at least 1, got {num_splits}")
     edges = [(p * M) // num_splits for p in range(num_splits + 1)]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(zip(edges[:-1], edges[1:], strict=False))
 
 
 @dataclass(frozen=True)

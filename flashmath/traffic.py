@@ -16,9 +16,10 @@ per pass, and whatever an algorithm keeps on chip between accesses costs nothing
   online softmax      2      1      3
   ================  =====  ======  ====================
 
-* Chapters 4-6: :func:`flashmath.counting.counted_attention` runs an attention algorithm with ``Q``, ``K``, ``V`` and the output
-  ``A`` (and, where the algorithm has them, the scores ``X``, the probabilities ``Y`` and row states) in counted
-  memory, and :func:`attention_traffic` predicts the same counts from the sizes alone. The algorithms:
+* Chapters 4-6: :func:`flashmath.counting.counted_attention` runs an attention algorithm with ``Q``, ``K``,
+  ``V`` and the output ``A`` (and, where the algorithm has them, the scores ``X``, the probabilities ``Y`` and row
+  states) in counted memory, and :func:`attention_traffic` predicts the same counts from the sizes alone. The
+  algorithms:
 
   ``"standard"``
       FlashAttention's Algorithm 0: ``X = Q K^T`` written to memory, read back for ``Y = softmax(X)``, which is
@@ -116,8 +117,9 @@ def attention_traffic(
 
     Returns:
         A :class:`TrafficCount` with ``arrays`` (no ``passes``): equal to the ``arrays`` that
-        :func:`flashmath.counting.counted_attention` counts for inputs of these sizes without a mask (and with every leading
-        dimension of ``q``, ``k``, ``v`` of full size; a ``k`` broadcast over heads is stored, and counted, once).
+        :func:`flashmath.counting.counted_attention` counts for inputs of these sizes without a mask (and with
+        every leading dimension of ``q``, ``k``, ``v`` of full size; a ``k`` broadcast over heads is stored, and
+        counted, once).
 
     Raises:
         TypeError: a size that is not an integer. ValueError: a negative size, an unknown algorithm, a missing or

@@ -276,7 +276,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
                            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
                            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
-    device = next((x.device for x, is_t in zip((q, k, v), tensors) if is_t), None)
+    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=False) if is_t), None)
     if device is None or device.type == "cpu":
         if interpreted():
             device = torch.device("cpu")

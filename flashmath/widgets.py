@@ -336,7 +336,7 @@ def precision_explorer(study, *, block: int = 0):
         raise TypeError(f"study must come from flashmath.precision.precision_study, got {type(study).__name__}")
     block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
     labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
-    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)))), value=block,
+    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)), strict=False)), value=block,
                                      description="tile size", continuous_update=True)
     plot = viz.PrecisionPlot(study, block=block)
     return live_widget(plot, block=slider)

@@ -35,7 +35,8 @@ def imports(name: str, tree: ast.Module, known: set[str]) -> list[tuple[str, str
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             if not base.startswith("flashmath"):
                 continue
             for alias in node.names:

@@ -35,7 +35,8 @@ def pinned(name: str) -> str:
 
 def run(*cmd, cwd=None):
     result = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    command = " ".join(map(str, cmd))
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 
 

@@ -12,10 +12,10 @@ learner's code, never raises), ``Diagnosis`` (names the mistake whose model give
 cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them for the
 exercises whose answer is a tuple of arrays.
 
-One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters), and :mod:`~flashmath.exercises.predict` for the 'predict,
-then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
-``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based)
-index.
+One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
+``chapter11_12``), and :mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Index
+convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``, ``A'_m`` after the first
+``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
 
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """

@@ -97,7 +97,7 @@ class Diagnosis:
             compare = mistake.compare or same
             for model in mistake.models:
                 row = []
-                for args, answer in zip(cases, answers):
+                for args, answer in zip(cases, answers, strict=False):
                     wrong = None if answer is None else quiet(model, *args)
                     row.append(wrong is not None and bool(quiet(compare, answer, wrong)))
                 self._rows.append((mistake, row))

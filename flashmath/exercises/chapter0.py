@@ -98,7 +98,7 @@ def check_score_row(fn) -> CheckReport:
             answers.append(None)
     diagnosis = Diagnosis([c[1:] for c in cases], [a if isinstance(a, np.ndarray) else None for a in answers],
                           MISTAKES, same)
-    for i, ((name, q_n, keys), x, ok) in enumerate(zip(cases, answers, ran)):
+    for i, ((name, q_n, keys), x, ok) in enumerate(zip(cases, answers, ran, strict=False)):
         if not ok:
             continue
         expected = _right(q_n, keys)

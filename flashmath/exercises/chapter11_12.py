@@ -156,7 +156,7 @@ def check_row_lse(fn) -> CheckReport:
                        np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out, np.float64))
     inputs = [(x.astype(np.float32),) for _, x in cases]
     diagnosis = _diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
-    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers)):
+    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers, strict=False)):
         if got is None:
             continue
         expected = _lse(x32)
@@ -425,7 +425,7 @@ def check_flash_row(fn) -> CheckReport:
         outputs.append(pair)
     args_list = [args for _, args in cases]
     diagnosis = _diagnosis(args_list, [None if p is None else p[0] for p in outputs], FLASH_ROW_MISTAKES, 1e-9)
-    for i, ((name, args), pair) in enumerate(zip(cases, outputs)):
+    for i, ((name, args), pair) in enumerate(zip(cases, outputs, strict=False)):
         if pair is None:
             continue
         a, lse = pair

@@ -142,7 +142,7 @@ def check_attention(fn) -> CheckReport:
         inputs = tuple(a.copy() for a in qkv)
         out, ok = run(report, name, fn, *inputs, hint=_hint)
         ran.append(ok)
-        if ok and any(modified(a, b) for a, b in zip(qkv, inputs)):
+        if ok and any(modified(a, b) for a, b in zip(qkv, inputs, strict=False)):
             answers.append(INPUT_MODIFIED)
             continue
         try:
@@ -151,7 +151,7 @@ def check_attention(fn) -> CheckReport:
             answers.append(None)
     usable = [a if isinstance(a, np.ndarray) else None for a in answers]
     diagnosis = Diagnosis([qkv for _, qkv in cases], usable, MISTAKES, same)
-    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran)):
+    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran, strict=False)):
         if not ok:
             continue
         expected = variant(q, k, v)

@@ -37,7 +37,8 @@ def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
     else:  # a masked key is absent: its term is selected away, never 0 * NaN
         pv = np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+        a_new = np.where(s_new[:, None] == 0, 0.0,
+                         (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
     return g_new, s_new, a_new
 
 
@@ -76,7 +77,8 @@ TILE_MISTAKES = (
     Mistake("divided by the old sum", f"both terms are divided by the new sum s_new: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),)),
     Mistake("FlashAttention-2's update (not divided)", "A' r + P V is the numerator s A' of chapter 7; here the output "
-            "is normalised after every tile: divide by s_new", (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
+            "is normalised after every tile: divide by s_new",
+            (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
     Mistake("divided twice", f"each term is divided by s_new once: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),)),
     Mistake("the max over the whole tile", "each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()",
@@ -238,7 +240,8 @@ NUMERATOR_MISTAKES = (
     Mistake("the rescale inverted", "the factor is e^{g - g_new} <= 1: the old numerator shrinks",
             (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),)),
     Mistake("the rescale of s missing", "s_new = s e^{g - g_new} + rowsum P",
-            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, s_update=lambda s, r, p: s + p.sum(axis=1)),)),
+            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv,
+                              s_update=lambda s, r, p: s + p.sum(axis=1)),)),
     Mistake("a wrong base (2) instead of e", "use np.exp",
             (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, base=np.exp2),)),
     NOT_A_NUMERATOR,
@@ -281,7 +284,8 @@ FINISH_MISTAKES = (
             (_finish_model(lse_of=lambda g, s, u: np.log(s)),)),
     Mistake("divided again", "U is divided by s exactly once, here at the end: a loop that already divided every "
             "step (chapter 6) must not divide again", (_finish_model(a_of=lambda g, s, u: u / s[:, None] ** 2),)),
-    Mistake("not divided", "A = U / s: the numerator still has to be divided", (_finish_model(a_of=lambda g, s, u: u),)),
+    Mistake("not divided", "A = U / s: the numerator still has to be divided",
+            (_finish_model(a_of=lambda g, s, u: u),)),
     Mistake("0 / 0 on a row with no key", "a row that saw no key has s = 0 and U = 0: give it A = 0 (and L = -inf), "
             "not NaN", (_finish_model(a_of=lambda g, s, u: u / s[:, None]),)),
     NOT_A_PAIR,

@@ -322,11 +322,11 @@ def keys_text(m: int) -> str:
 
 def recolor(patches, colors) -> None:
     """Set each bar's face colour (a step recolours the bars already seen)."""
-    for patch, color in zip(patches, colors):
+    for patch, color in zip(patches, colors, strict=False):
         patch.set_facecolor(color)
 
 
 def set_heights(patches, heights) -> None:
     """Set each bar's height; NaN draws nothing."""
-    for patch, h in zip(patches, heights):
+    for patch, h in zip(patches, heights, strict=False):
         patch.set_height(h)
