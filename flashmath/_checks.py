@@ -11,6 +11,7 @@ import operator
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "DTYPES",
@@ -32,7 +33,7 @@ def integer(value: object, name: str, kind: str = "an integer") -> int:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be {kind}, got the bool {value!r}")
     try:
-        return operator.index(value)
+        return operator.index(value)  # type: ignore[arg-type]  # TypeError is caught below
     except TypeError:
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}") from None
 
@@ -57,7 +58,7 @@ ML_DTYPES_FLOATS = frozenset(
 )
 
 
-def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
+def as_float_array(x: ArrayLike, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
     """Return ``x`` as a floating-point ndarray without copying float input.
 
     Floating point means numpy's float16/float32/float64 (kind ``'f'``) and the float types of ``ml_dtypes``
@@ -78,7 +79,7 @@ def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
     return arr
 
 
-def float_dtype(dtype, name: str = "dtype") -> np.dtype:
+def float_dtype(dtype: DTypeLike, name: str = "dtype") -> np.dtype:
     """``dtype`` (a numpy dtype, a type such as ``np.float16`` or ``ml_dtypes.bfloat16``, or a name such as
     ``"bfloat16"``) as a floating-point ``np.dtype``; TypeError naming ``name`` for anything else."""
     try:
@@ -92,7 +93,7 @@ def float_dtype(dtype, name: str = "dtype") -> np.dtype:
     return dt
 
 
-def compute_dtype(dtype: np.dtype) -> np.dtype:
+def compute_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype a safe computation runs in: float32 for float16 and bfloat16 (any ``ml_dtypes`` float) input, else
     the input's own dtype."""
     return np.promote_types(dtype, np.float32)

@@ -28,16 +28,19 @@ max changes).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from flashmath._checks import as_float_array, compute_dtype, float_dtype
 
 # AttentionInputs and prepare_attention_inputs live in flashmath.inputs; they are imported here too because
 # "flashmath.attention.prepare_attention_inputs" is where the course's text and older code find them.
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs, require_keys
-from flashmath.memory import PlainMemory
+from flashmath.memory import Memory, PlainMemory
 from flashmath.rowstate import divisor, logsumexp_of, merge_rows, nonempty, weighted_values
 from flashmath.softmax import safe_softmax
 
@@ -69,7 +72,9 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+              scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+              return_lse: bool = False) -> Any:
     """Scaled dot-product attention ``A = softmax(mask(Q K^T * scale)) V``, computed directly in float64.
 
     This is the reference every other variant in the package is tested against: it materialises the scores
@@ -122,7 +127,7 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
     return a, np.broadcast_to(lse, inp.batch_shape + (inp.N,)).copy()
 
 
-def standard_arrays(inp: AttentionInputs, stored_dtype=None) -> dict:
+def standard_arrays(inp: AttentionInputs, stored_dtype: DTypeLike | None = None) -> dict:
     """The arrays of Algorithm 0 (:func:`standard_run`), to put in a memory: ``Q`` (scaled), ``K``, ``V`` in the
     compute dtype, and ``X``, ``Y`` ``(..., N, M)`` and ``A`` ``(..., N, Dv)`` in ``stored_dtype`` (default: the
     compute dtype)."""
@@ -133,7 +138,7 @@ def standard_arrays(inp: AttentionInputs, stored_dtype=None) -> dict:
             "A": np.empty(rows + (inp.Dv,), stored)}
 
 
-def standard_run(memory, inp: AttentionInputs) -> None:
+def standard_run(memory: Memory, inp: AttentionInputs) -> None:
     """FlashAttention's Algorithm 0 on the arrays in ``memory`` (:func:`standard_arrays`): three passes through
     memory, each written in the dtype of its array and computed in the compute dtype.
 
@@ -156,7 +161,9 @@ def standard_run(memory, inp: AttentionInputs) -> None:
             memory["A"][...] = weighted_values(y, memory["V"][...], inp.keep)  # (..., N, Dv)
 
 
-def standard_attention(q, k, v, *, scale=None, causal=False, mask=None, stored_dtype=None) -> np.ndarray:
+def standard_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       stored_dtype: DTypeLike | None = None) -> np.ndarray:
     """Standard attention, FlashAttention's Algorithm 0: ``X``, ``Y`` and ``A`` each written to memory whole.
 
     The one standard attention of the package: the low-precision baseline of chapter 9
@@ -190,7 +197,7 @@ def standard_attention(q, k, v, *, scale=None, causal=False, mask=None, stored_d
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _value_term(weight, v, keep, m) -> np.ndarray:
+def _value_term(weight: np.ndarray, v: Any, keep: np.ndarray | None, m: int) -> np.ndarray:
     """``weight_m V[m, :]`` for every row, ``(..., N, Dv)``, and exactly 0 where key ``m`` is masked for the row
     (whatever ``V[m, :]`` holds: a masked key is absent)."""
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
@@ -198,7 +205,7 @@ def _value_term(weight, v, keep, m) -> np.ndarray:
     return term if keep is None else np.where(keep[..., :, m, None], term, 0)
 
 
-def _score(q_scaled: np.ndarray, k: np.ndarray, keep: np.ndarray | None, m: int) -> np.ndarray:
+def _score(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, m: int) -> np.ndarray:
     """The scores of key ``m`` for every row: ``x_m = Q[n, :] . K[m, :]``, ``-inf`` where masked. ``(..., N)``."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
         # x_m = sum_d Q[n, d] * K[m, d]
@@ -208,7 +215,7 @@ def _score(q_scaled: np.ndarray, k: np.ndarray, keep: np.ndarray | None, m: int)
     return x_m
 
 
-def _finish(a, g, s, inp: AttentionInputs, return_lse: bool):
+def _finish(a: np.ndarray, g: np.ndarray, s: np.ndarray, inp: AttentionInputs, return_lse: bool) -> Any:
     """Zero fully masked rows, cast to the output dtype, and add the logsumexp ``g + log(s)`` if asked."""
     a = np.where(s[..., None] == 0, 0, a).astype(inp.dtype, copy=False)  # (..., N, Dv)
     if not return_lse:
@@ -216,7 +223,7 @@ def _finish(a, g, s, inp: AttentionInputs, return_lse: bool):
     return a, logsumexp_of(g, s)  # (..., N)
 
 
-def _stack(states, dtype) -> np.ndarray:
+def _stack(states: list, dtype: np.dtype) -> np.ndarray:
     return np.stack(states).astype(dtype, copy=False)
 
 
@@ -225,7 +232,7 @@ def _stack(states, dtype) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _loop_1(q_scaled, k, keep, rows, dtype):
+def _loop_1(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype) -> Iterator[tuple]:
     """Loop (1): online softmax over each row of X. Yields ``(x_m, g_m, s_m)`` after each key ``m``."""
     g = np.full(rows, -np.inf, dtype=dtype)  # g_0 = -inf: no key seen yet
     s = np.zeros(rows, dtype=dtype)  # s_0 = 0
@@ -237,7 +244,8 @@ def _loop_1(q_scaled, k, keep, rows, dtype):
         yield x_m, g, s
 
 
-def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
+def _loop_2(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype,
+            g_M: np.ndarray, s_M: np.ndarray) -> Iterator[tuple]:
     """Loop (2): ``A`` accumulates ``y_m * V[m, :]``, one key at a time. Yields ``(y_m, A_m)``."""
     g_safe, s_safe = nonempty(g_M), divisor(s_M)  # a row that saw no key: weights exp(-inf) = 0, no 0 / 0
     a = np.zeros(rows + (v.shape[-1],), dtype=dtype)  # A_0 = 0: (..., N, Dv)
@@ -251,7 +259,9 @@ def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
         yield y_m, a
 
 
-def two_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def two_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       return_lse: bool = False) -> Any:
     """Attention in two passes over the keys: loop (1) finds ``g_M, s_M``, loop (2) accumulates ``A``.
 
     Loop (1) is online softmax on each row of ``X``: ``g_m = max(g_{m-1}, x_m)``,
@@ -304,7 +314,8 @@ class TwoLoopTrace:
         return len(self.x)
 
 
-def two_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> TwoLoopTrace:
+def two_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> TwoLoopTrace:
     """Run :func:`two_loop_attention` and keep every per-key state of both loops (for the chapter 4 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).
@@ -337,7 +348,7 @@ def loop_arrays(inp: AttentionInputs) -> dict:
     return {"Q": q_scaled, "K": k, "V": v, "A": np.zeros(rows + (inp.Dv,), dtype)}
 
 
-def two_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
+def two_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     """Loops (1) and (2) of chapter 4 on the arrays in ``memory`` (:func:`loop_arrays`): every row's query stays
     on chip, loop (1) reads ``K``, loop (2) reads ``K`` again and ``V``, and ``A`` is written once.
 
@@ -356,7 +367,7 @@ def two_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     return g, s
 
 
-def one_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
+def one_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     """The one loop of chapter 5 on the arrays in ``memory`` (:func:`loop_arrays`): ``K`` and ``V`` read once,
     ``A`` written once. Returns ``(g_M, s_M)``; the output is ``memory.array("A")``."""
     dtype = memory["K"].dtype
@@ -372,14 +383,14 @@ def one_loop_run(memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
     return g, s
 
 
-def _final(steps, initial: tuple) -> tuple:
+def _final(steps: Iterator[tuple], initial: tuple) -> tuple:
     """The last step of a loop's generator (the state after the last key), or ``initial`` when there was no step
     (``M == 0``)."""
     last = deque(steps, maxlen=1)
     return last[0] if last else initial
 
 
-def _result(memory, g, s, inp: AttentionInputs, return_lse: bool):
+def _result(memory: Memory, g: np.ndarray, s: np.ndarray, inp: AttentionInputs, return_lse: bool) -> Any:
     a = memory.array("A").astype(inp.dtype)  # a new array: the caller owns it
     return (a, logsumexp_of(g, s)) if return_lse else a
 
@@ -389,7 +400,7 @@ def _result(memory, g, s, inp: AttentionInputs, return_lse: bool):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _matmul_operands(y, v):
+def _matmul_operands(y: ArrayLike, v: ArrayLike) -> tuple[list, list, int, int, int, np.dtype, np.dtype]:
     y, v = as_float_array(y, "y"), as_float_array(v, "v")
     if y.ndim != 2 or v.ndim != 2:
         raise ValueError(f"y must be (N, M) and v (M, Dv), both 2-D; got shapes {y.shape} and {v.shape}")
@@ -403,7 +414,7 @@ def _matmul_operands(y, v):
     return y_rows, v_rows, y.shape[0], y.shape[1], v.shape[1], dtype, out_dtype
 
 
-def matmul_ndm(y, v) -> np.ndarray:
+def matmul_ndm(y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """``A = Y V`` with explicit loops in the original order ``for n: for d: for m`` (one element of A at a time).
 
     ``A[n, d] = sum_m Y[n, m] V[m, d]`` is summed in the order ``m = 0, 1, ..., M - 1`` by scalar operations
@@ -435,10 +446,10 @@ def matmul_ndm(y, v) -> np.ndarray:
     return out.astype(out_dtype, copy=False)
 
 
-def _matmul_nmd(y, v, keep_partial: bool):
+def _matmul_nmd(y: ArrayLike, v: ArrayLike, keep_partial: bool) -> tuple[np.ndarray, np.ndarray]:
     y_rows, v_rows, N, M, Dv, dtype, out_dtype = _matmul_operands(y, v)
     out = np.zeros((N, Dv), dtype=dtype)
-    partial = np.zeros((N, M, Dv), dtype=dtype) if keep_partial else None  # row n of A after keys 0..m
+    partial = np.zeros((N, M, Dv) if keep_partial else (0, 0, Dv), dtype=dtype)  # row n of A after keys 0..m
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in any matrix product
         for n in range(N):
             acc = [dtype.type(0)] * Dv  # the row of partial sums of A[n, :]
@@ -452,7 +463,7 @@ def _matmul_nmd(y, v, keep_partial: bool):
     return out.astype(out_dtype, copy=False), partial
 
 
-def matmul_nmd(y, v) -> np.ndarray:
+def matmul_nmd(y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """``A = Y V`` with the m and d loops swapped: ``for n: for m: for d`` (a row of partial sums per key).
 
     For each row ``n`` the whole row ``A[n, :]`` of partial sums is kept, and key ``m`` adds ``Y[n, m] V[m, :]``
@@ -486,7 +497,7 @@ class LoopSwapTrace:
         return self.y.shape[1]
 
 
-def loop_swap_trace(y, v) -> LoopSwapTrace:
+def loop_swap_trace(y: ArrayLike, v: ArrayLike) -> LoopSwapTrace:
     """Run :func:`matmul_nmd` and keep the row of partial sums after every key. Small inputs only (scalar loops).
 
     Raises:
@@ -505,7 +516,8 @@ def loop_swap_trace(y, v) -> LoopSwapTrace:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _one_loop(q_scaled, k, v, keep, rows, dtype):
+def _one_loop(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple,
+              dtype: np.dtype) -> Iterator[tuple]:
     """The merged loop. Yields ``(x_m, g_m, s_m, correction_m, weight_m, A'_m)`` after each key ``m``."""
     g = np.full(rows, -np.inf, dtype=dtype)  # g_0 = -inf
     s = np.zeros(rows, dtype=dtype)  # s_0 = 0
@@ -529,7 +541,9 @@ def _one_loop(q_scaled, k, v, keep, rows, dtype):
         yield x_m, g, s, correction, weight, a
 
 
-def one_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def one_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       return_lse: bool = False) -> Any:
     """Attention in one pass over the keys: four steps per key (score, max, sum, attention).
 
     ``A'_m``, the attention output over the first ``m`` keys only, follows the recurrence
@@ -585,7 +599,8 @@ class OneLoopTrace:
         return len(self.x)
 
 
-def one_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> OneLoopTrace:
+def one_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> OneLoopTrace:
     """Run :func:`one_loop_attention` and keep every per-key state (for the chapter 5 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).

@@ -23,6 +23,7 @@ statistics); T. Dao, "FlashAttention-2" (2023), section 3.2 and Algorithm 2 (``D
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.inputs import prepare_attention_inputs
@@ -40,8 +41,9 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes, keepdims=True) if axes else grad
 
 
-def attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mask=None, block_q: int = 64,
-                       block_k: int = 64):
+def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, lse: ArrayLike, grad_a: ArrayLike,
+                       *, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       block_q: int = 64, block_k: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of attention with respect to ``q``, ``k``, ``v``, from the forward's output and logsumexp.
 
     Args:

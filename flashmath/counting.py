@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array
 from flashmath.attention import loop_arrays, one_loop_run, standard_arrays, standard_run, two_loop_run
@@ -43,7 +44,7 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _vector_memory(x) -> CountedMemory:
+def _vector_memory(x: ArrayLike) -> CountedMemory:
     """Counted memory holding the input vector ``x`` (a float64 copy) and an output vector ``y``."""
     x = as_float_array(x)
     if x.ndim != 1:
@@ -52,47 +53,47 @@ def _vector_memory(x) -> CountedMemory:
     return CountedMemory({"x": x, "y": np.zeros_like(x)}, length=len(x))
 
 
-def naive_softmax_counted(x) -> tuple[np.ndarray, TrafficCount]:
+def naive_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """Direct softmax on counted memory: 2 passes, 2 loads and 1 store per element.
 
     Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`. Overflows like
     :func:`flashmath.softmax.softmax` (returns inf/NaN, no warning).
     """
     mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
+    xs, ys = mem["x"], mem["y"]
     with mem.pass_("sum of exp"):
         d = 0.0
-        for i in range(len(x)):
-            d += _exp(x[i])  # d = sum_j exp(x_j)
+        for i in range(len(xs)):
+            d += _exp(xs[i])  # d = sum_j exp(x_j)
     with mem.pass_("divide"):
-        for i in range(len(x)):
-            y[i] = _div(_exp(x[i]), d)  # y_i = exp(x_i) / d
+        for i in range(len(xs)):
+            ys[i] = _div(_exp(xs[i]), d)  # y_i = exp(x_i) / d
     return mem.array("y").copy(), mem.count
 
 
-def safe_softmax_counted(x) -> tuple[np.ndarray, TrafficCount]:
+def safe_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """Safe softmax on counted memory: 3 passes, 3 loads and 1 store per element.
 
     Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`.
     """
     mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
+    xs, ys = mem["x"], mem["y"]
     with mem.pass_("max"):
         g = -math.inf
-        for i in range(len(x)):
-            g = _max(g, x[i])  # g = max_j x_j
+        for i in range(len(xs)):
+            g = _max(g, xs[i])  # g = max_j x_j
     with mem.pass_("sum"):
         s = 0.0
-        for i in range(len(x)):
-            s += _exp_shifted(x[i], g)  # s = sum_j exp(x_j - g)
+        for i in range(len(xs)):
+            s += _exp_shifted(xs[i], g)  # s = sum_j exp(x_j - g)
     with mem.pass_("divide"):
-        for i in range(len(x)):
-            e = _exp_shifted(x[i], g)
-            y[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g) / s; a fully masked row gives 0
+        for i in range(len(xs)):
+            e = _exp_shifted(xs[i], g)
+            ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g) / s; a fully masked row gives 0
     return mem.array("y").copy(), mem.count
 
 
-def online_softmax_counted(x) -> tuple[np.ndarray, TrafficCount]:
+def online_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """Online softmax on counted memory: 2 passes, 2 loads and 1 store per element.
 
     Pass 1 keeps ``(g, s)`` in registers and updates both from each loaded ``x_i``
@@ -101,16 +102,16 @@ def online_softmax_counted(x) -> tuple[np.ndarray, TrafficCount]:
     Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`.
     """
     mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
+    xs, ys = mem["x"], mem["y"]
     with mem.pass_("max and sum (online)"):
         g, s = -math.inf, 0.0
-        for i in range(len(x)):
+        for i in range(len(xs)):
             # g_i = max(g_{i-1}, x_i);  s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
-            g, s = (float(value) for value in merge(g, s, x[i], 1.0))
+            g, s = (float(value) for value in merge(g, s, xs[i], 1.0))
     with mem.pass_("divide"):
-        for i in range(len(x)):
-            e = _exp_shifted(x[i], g)
-            y[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g_N) / s_N; a fully masked row gives 0
+        for i in range(len(xs)):
+            e = _exp_shifted(xs[i], g)
+            ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g_N) / s_N; a fully masked row gives 0
     return mem.array("y").copy(), mem.count
 
 
@@ -152,8 +153,10 @@ def _max(a: float, b: float) -> float:
 
 
 def counted_attention(
-    algorithm, q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None, bytes_per_element=None
-):
+    algorithm: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None,
+    block_k: int | None = None, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    bytes_per_element: int | None = None,
+) -> tuple[np.ndarray, TrafficCount]:
     """Run an attention algorithm with its arrays in counted memory; return the output and the traffic.
 
     The algorithms are the package's own loops (nothing is re-implemented for counting): ``"two_loop"`` and
@@ -180,14 +183,13 @@ def counted_attention(
         ValueError: an unknown ``algorithm``, bad block sizes; otherwise as :func:`flashmath.attention.attention`.
     """
     tiled = check_algorithm(algorithm) in ("fa1", "fa2")
-    if tiled:
-        block_q, block_k = check_tiling(block_q, block_k, algorithm)
+    blocks = check_tiling(block_q, block_k, algorithm) if tiled else (1, 1)
     # the tile loops build the causal mask tile by tile; the loops of chapters 3-5 take it inside keep
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=not tiled)
     bpe = check_bytes_per_element(bytes_per_element, inp.dtype.itemsize)
     if tiled:
         hbm = CountedMemory(tile_arrays(inp, algorithm), bytes_per_element=bpe)
-        for _ in LOOPS[algorithm](hbm, inp, block_q, block_k):
+        for _ in LOOPS[algorithm](hbm, inp, *blocks):
             pass
         return tile_result(hbm, inp, algorithm, return_lse=False), hbm.count
 

@@ -36,13 +36,16 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from flashmath._checks import float_dtype
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
-from flashmath.memory import CountedMemory, PlainMemory, TrafficCount
+from flashmath.memory import CountedMemory, Memory, PlainMemory, TrafficCount
 from flashmath.rowstate import finish, logsumexp_of, merge_rows, weighted_values
 
 # Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
@@ -73,7 +76,8 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile):
+def fa2_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
+                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention-2's tile step: the state ``(g, s, acc = s A')`` of ``B_r`` rows after one key tile.
 
     Args:
@@ -105,7 +109,8 @@ def fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile):
     return g_new, s_tile, acc_tile
 
 
-def fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile) -> None:
+def fa2_write(a: Any, lse: Any, r0: int, r1: int, g_tile: np.ndarray, s_tile: np.ndarray,
+              acc_tile: np.ndarray) -> None:
     """The end of query tile ``i``: one division, then write ``A_i`` and the logsumexp ``lse_i`` to memory."""
     with np.errstate(invalid="ignore", divide="ignore"):
         # A_i = acc / s  (a row that saw no key has acc = 0: divide by 1 instead of 0)
@@ -114,7 +119,8 @@ def fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile) -> None:
         lse[..., r0:r1] = logsumexp_of(g_tile, s_tile)
 
 
-def fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile):
+def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
+                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention's tile step (Algorithm 1): the state ``(g, s, A')`` of ``B_r`` rows after one key tile,
     the output normalised.
 
@@ -151,7 +157,7 @@ def fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def fa2_loop(memory, inp: AttentionInputs, block_q: int, block_k: int):
+def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
     """FlashAttention-2 order: query tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
 
@@ -182,7 +188,7 @@ def fa2_loop(memory, inp: AttentionInputs, block_q: int, block_k: int):
             fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
 
 
-def fa1_loop(memory, inp: AttentionInputs, block_q: int, block_k: int):
+def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
     """FlashAttention order (Algorithm 1): key tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, a_tile)``, the state of query tile ``i`` as written back.
 
@@ -195,7 +201,8 @@ def fa1_loop(memory, inp: AttentionInputs, block_q: int, block_k: int):
     batch = inp.batch_shape
     query_tiles = tiles(inp.N, block_q)
     for j, (c0, c1) in enumerate(tiles(inp.M, block_k)):
-        k_tile = v_tile = None
+        k_tile: Any = None  # K_j, V_j: loaded by the first query tile that is not skipped
+        v_tile: Any = None
         for i, (r0, r1) in enumerate(query_tiles):
             keep_tile = tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is False:
@@ -219,7 +226,7 @@ def fa1_loop(memory, inp: AttentionInputs, block_q: int, block_k: int):
 LOOPS = {"fa1": fa1_loop, "fa2": fa2_loop}
 
 
-def tile_arrays(inp: AttentionInputs, order: str, *, acc_dtype=None) -> dict:
+def tile_arrays(inp: AttentionInputs, order: str, *, acc_dtype: DTypeLike | None = None) -> dict:
     """The arrays a tile loop of ``order`` reads and writes, to put in a memory: ``Q`` (scaled), ``K``, ``V`` in
     the compute dtype, ``A`` (in ``acc_dtype``, default the compute dtype), and ``lse`` (fa2) or ``g``, ``s``
     (fa1), uninitialised."""
@@ -233,7 +240,7 @@ def tile_arrays(inp: AttentionInputs, order: str, *, acc_dtype=None) -> dict:
     return arrays
 
 
-def tile_result(memory, inp: AttentionInputs, order: str, return_lse: bool):
+def tile_result(memory: Memory, inp: AttentionInputs, order: str, return_lse: bool) -> Any:
     """The output (and logsumexp) from memory after the loop, in the promoted input dtype."""
     a = memory.array("A").astype(inp.dtype, copy=False)
     if not return_lse:
@@ -245,9 +252,10 @@ def tile_result(memory, inp: AttentionInputs, order: str, return_lse: bool):
 
 
 def flash_attention(
-    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, return_lse=False,
-    acc_dtype=None,
-):
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
+    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    return_lse: bool = False, acc_dtype: DTypeLike | None = None,
+) -> Any:
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile.
 
     Args:
@@ -360,7 +368,9 @@ class FlashTrace:
 
 
 def flash_trace(
-    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, bytes_per_element=None
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
+    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    bytes_per_element: int | None = None,
 ) -> FlashTrace:
     """Run :func:`flash_attention` and keep the state of every row after every tile step (for the tile sweep).
 
@@ -391,7 +401,8 @@ def flash_trace(
     g_now = np.full(rows_shape, -np.inf, dtype)  # every row's state so far
     s_now = np.zeros(rows_shape, dtype)
     a_now = np.zeros(rows_shape + (inp.Dv,), dtype)
-    record = {name: [] for name in ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")}
+    names = ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")
+    record: dict[str, list] = {name: [] for name in names}
     cols = tiles(inp.M, block_k)
     for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in steps:
         if not skipped:

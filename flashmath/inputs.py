@@ -44,6 +44,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.masks import causal_mask
@@ -82,7 +83,9 @@ class AttentionInputs(NamedTuple):
     causal: bool = False
 
 
-def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fold_causal=True) -> AttentionInputs:
+def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None = None,
+                             causal: bool = False, mask: ArrayLike | None = None,
+                             fold_causal: bool = True) -> AttentionInputs:
     """Check and normalise the arguments of an attention function (see the module docstring for conventions).
 
     With ``fold_causal=False`` the causal mask is not built into ``keep`` (only recorded in ``causal``), so a

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CountedArray", "CountedMemory", "PlainMemory", "TrafficCount"]
+__all__ = ["CountedArray", "CountedMemory", "Memory", "PlainMemory", "TrafficCount"]
 
 
 class PlainMemory:
@@ -158,7 +158,7 @@ class CountedMemory:
             arrays={name: (0, 0) for name in self._data}, length=length, bytes_per_element=bytes_per_element
         )
         self._views = {name: CountedArray(self, name, a) for name, a in self._data.items()}
-        self._current = None
+        self._current: list | None = None
 
     def __getitem__(self, name: str) -> CountedArray:
         return self._views[name]
@@ -176,13 +176,18 @@ class CountedMemory:
     @contextmanager
     def pass_(self, name: str) -> Iterator[CountedMemory]:
         """Count the loads and stores made inside the ``with`` block as one pass called ``name``."""
-        self._current = [name, 0, 0]
+        current: list = [name, 0, 0]
+        self._current = current
         try:
             yield self
         finally:
-            self.count.passes.append(tuple(self._current))
+            self.count.passes.append(tuple(current))
             self._current = None
 
     def array(self, name: str) -> np.ndarray:
         """The array ``name`` as it is now (not counted, not copied: do not modify it)."""
         return self._data[name]
+
+
+Memory = PlainMemory | CountedMemory
+"""What a loop accepts as its memory: either kind (they share ``memory[name]``, ``array``, ``pass_``)."""

@@ -10,8 +10,10 @@ Source: T. Dao, "FlashAttention-2" (2023), section 3.1.1 (fewer non-matmul FLOPs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath.flash import LOOPS, tile_arrays
 from flashmath.inputs import prepare_attention_inputs
@@ -50,19 +52,20 @@ class _OpCounting(np.ndarray):
 
     _ops: dict | None = None
 
-    def __array_finalize__(self, obj):
+    def __array_finalize__(self, obj: Any) -> None:
         self._ops = getattr(obj, "_ops", None)
 
-    def __array_function__(self, func, types, args, kwargs):
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         # numpy functions such as np.where return plain arrays: keep counting what is computed from them
         result = super().__array_function__(func, types, args, kwargs)
         if isinstance(result, np.ndarray) and not isinstance(result, _OpCounting):
-            result = result.view(_OpCounting)
-            result._ops = self._ops
+            counting = cast(_OpCounting, result.view(_OpCounting))
+            counting._ops = self._ops
+            return counting
         return result
 
-    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        ops = next(x._ops for x in inputs + (out or ()) if isinstance(x, _OpCounting))
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, out: Any = None, **kwargs: Any) -> Any:
+        ops: dict = next(x._ops for x in inputs + (out or ()) if isinstance(x, _OpCounting) and x._ops is not None)
         plain = [x.view(np.ndarray) if isinstance(x, _OpCounting) else x for x in inputs]
         if out is not None:
             kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, _OpCounting) else x for x in out)
@@ -77,12 +80,15 @@ class _OpCounting(np.ndarray):
         if out is not None:
             return out[0] if len(out) == 1 else out
         if isinstance(result, np.ndarray):
-            result = result.view(_OpCounting)
-            result._ops = ops
+            counting = cast(_OpCounting, result.view(_OpCounting))
+            counting._ops = ops
+            return counting
         return result
 
 
-def count_ops(algorithm, q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None) -> OpCount:
+def count_ops(algorithm: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None,
+              block_k: int | None = None, scale: float | None = None, causal: bool = False,
+              mask: ArrayLike | None = None) -> OpCount:
     """Run a tile loop of :func:`flashmath.flash.flash_attention` and count every element operation it executes.
 
     The loop is the package's own (nothing re-implemented): its inputs are wrapped in an array type whose numpy
@@ -110,8 +116,9 @@ def count_ops(algorithm, q, k, v, *, block_q=None, block_k=None, scale=None, cau
     ops: dict = {}
     arrays = {}
     for name, data in tile_arrays(inp, algorithm).items():  # every array the loop reads or writes, counting
-        arrays[name] = data.view(_OpCounting)
-        arrays[name]._ops = ops
+        counting = cast(_OpCounting, data.view(_OpCounting))
+        counting._ops = ops
+        arrays[name] = counting
     for _ in LOOPS[algorithm](PlainMemory(arrays), inp, block_q, block_k):
         pass
     return OpCount(ops=ops, scores=int(np.prod(inp.batch_shape, dtype=np.int64)) * inp.N * inp.M)

@@ -23,7 +23,10 @@ G. Sizov, "Flash-Decoding for long-context inference" (2023).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array
 
@@ -62,7 +65,7 @@ def finish(acc: np.ndarray, s: np.ndarray) -> np.ndarray:
         return acc / divisor(s)[..., None]
 
 
-def merge_rows(g1: np.ndarray, s1: np.ndarray, g2: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_rows(g1: Any, s1: Any, g2: Any, s2: Any) -> tuple[np.ndarray, np.ndarray]:
     """The merge of two ``(g, s)`` states on arrays already checked: ``g = max(g1, g2)``,
     ``s = s1 exp(g1 - g) + s2 exp(g2 - g)``. :func:`flashmath.softmax.merge` is the checked public form (chapter 2);
     the loops of every chapter call this one."""
@@ -75,7 +78,7 @@ def merge_rows(g1: np.ndarray, s1: np.ndarray, g2: np.ndarray, s2: np.ndarray) -
     return g, s
 
 
-def merge_states(a1, lse1, a2, lse2):
+def merge_states(a1: ArrayLike, lse1: ArrayLike, a2: ArrayLike, lse2: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """The output and logsumexp of two disjoint key ranges merged into those of their union.
 
     Args:
@@ -125,7 +128,7 @@ def logsumexp_of(g: np.ndarray, s: np.ndarray) -> np.ndarray:
         return np.where(g == np.inf, np.inf, g + np.log(s))
 
 
-def weighted_values(p, v, keep) -> np.ndarray:
+def weighted_values(p: np.ndarray, v: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     """``P V`` with masked keys absent: ``(..., R, Dv)`` from weights ``p (..., R, C)`` and values ``v (..., C, Dv)``.
 
     A masked pair has weight exactly 0, and ``0 * x = 0`` for every finite ``x``, so the matrix product is right

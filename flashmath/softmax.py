@@ -24,9 +24,12 @@ algorithms 1-3.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 # The floating-point checks live in flashmath._checks; these names stay importable from here, where the course
 # introduced them.
@@ -59,7 +62,7 @@ def _check_axis(arr: np.ndarray, axis: int) -> int:
     return axis % arr.ndim
 
 
-def softmax(x, axis: int = -1) -> np.ndarray:
+def softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Direct softmax ``exp(x) / sum(exp(x))``, computed in the input's own dtype.
 
     This is the textbook formula with no protection. It fails once the sum of the exponentials overflows, that is
@@ -89,7 +92,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         return e / np.sum(e, axis=axis, keepdims=True)  # pass 2: y_i = exp(x_i) / d
 
 
-def safe_softmax(x, axis: int = -1) -> np.ndarray:
+def safe_softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Safe softmax ``exp(x - max) / sum(exp(x - max))``: three logical passes (max, sum, divide).
 
     Subtracting the row max multiplies numerator and denominator by the same factor ``exp(-max)``, so the
@@ -122,7 +125,7 @@ def safe_softmax(x, axis: int = -1) -> np.ndarray:
     return y.astype(x.dtype, copy=False)
 
 
-def merge(g1, s1, g2, s2):
+def merge(g1: ArrayLike, s1: ArrayLike, g2: ArrayLike, s2: ArrayLike) -> tuple[Any, Any]:
     """Combine the online-softmax states of two parts into the state of their concatenation.
 
     ``(g1, s1)`` summarises part 1 (its max and ``sum exp(x - g1)``), ``(g2, s2)`` part 2. Then
@@ -157,7 +160,7 @@ def merge(g1, s1, g2, s2):
     return g[()], s[()]
 
 
-def _online_scan(x: np.ndarray):
+def _online_scan(x: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(g_i, s_i)`` after each element of the last axis of ``x`` (shape ``(..., L)``).
 
     The single home of the one-pass online-normalizer loop: each step merges the state so far with the
@@ -172,7 +175,7 @@ def _online_scan(x: np.ndarray):
         yield g, s
 
 
-def _normalizer_last_axis(xc: np.ndarray):
+def _normalizer_last_axis(xc: np.ndarray) -> tuple[Any, Any]:
     g = np.full(xc.shape[:-1], -np.inf, dtype=xc.dtype)
     s = np.zeros(xc.shape[:-1], dtype=xc.dtype)
     for state in _online_scan(xc):
@@ -180,7 +183,7 @@ def _normalizer_last_axis(xc: np.ndarray):
     return g[()], s[()]
 
 
-def online_normalizer(x):
+def online_normalizer(x: ArrayLike) -> tuple[Any, Any]:
     """One pass over a 1-D vector computing its max ``g_N`` and softmax denominator ``s_N`` together.
 
     Runs the recurrence ``g_i = max(g_{i-1}, x_i)``, ``s_i = s_{i-1} exp(g_{i-1} - g_i) + exp(x_i - g_i)``
@@ -205,7 +208,7 @@ def online_normalizer(x):
     return _normalizer_last_axis(x.astype(compute_dtype(x.dtype), copy=False))
 
 
-def online_softmax(x, axis: int = -1) -> np.ndarray:
+def online_softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Online softmax: two passes instead of three.
 
     Pass 1 runs the online normalizer (running max and running sum in one sweep, rows in parallel); pass 2
@@ -268,7 +271,7 @@ class OnlineSoftmaxTrace:
         return np.concatenate([[False], jumped])
 
 
-def online_softmax_trace(x) -> OnlineSoftmaxTrace:
+def online_softmax_trace(x: ArrayLike) -> OnlineSoftmaxTrace:
     """Run :func:`online_normalizer` on a 1-D vector and keep every intermediate state, for plots and widgets.
 
     Args:

@@ -25,8 +25,10 @@ section 3.1 (merging normalizer states).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
 from flashmath.attention import attention
@@ -78,7 +80,8 @@ class SplitKVTrace:
         return len(self.parts)
 
 
-def split_kv_trace(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None) -> SplitKVTrace:
+def split_kv_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
+                   causal: bool = False, mask: ArrayLike | None = None) -> SplitKVTrace:
     """Compute attention over ``num_splits`` key ranges independently, then merge them pairwise in a tree.
 
     Args:
@@ -115,7 +118,8 @@ def split_kv_trace(q, k, v, num_splits: int, *, scale=None, causal=False, mask=N
     return SplitKVTrace(ranges, parts, levels, a, lse)
 
 
-def split_kv_attention(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None, return_lse=False):
+def split_kv_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
+                       causal: bool = False, mask: ArrayLike | None = None, return_lse: bool = False) -> Any:
     """Attention with the keys split into ``num_splits`` ranges, each computed alone and merged (Flash-Decoding).
 
     Args:

@@ -14,6 +14,8 @@ blocks above the diagonal are skipped).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from flashmath._checks import integer
@@ -81,7 +83,7 @@ def tiles(size: int, block: int) -> list[tuple[int, int]]:
     return [(start, min(start + block, size)) for start in range(0, size, block)]
 
 
-def tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray | bool | None:
+def tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray | Literal[False] | None:
     """What tile ``(r0:r1, c0:c1)`` attends to, classified: ``False`` = no pair (*empty*: skip the tile),
     ``None`` = every pair (*full*: no mask to apply), or a boolean array ``(..., B_r, B_c)``, True = attend
     (*partial*). The causal mask (``inp.causal``, not folded into ``inp.keep``) is built for the tile alone."""

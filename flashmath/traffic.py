@@ -65,6 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import size
 from flashmath.memory import TrafficCount
@@ -104,7 +105,8 @@ def check_bytes_per_element(value: object, default: int) -> int:
 
 
 def attention_traffic(
-    algorithm, N, M, D, *, Dv=None, block_q=None, block_k=None, batch=1, bytes_per_element=4
+    algorithm: str, N: int, M: int, D: int, *, Dv: int | None = None, block_q: int | None = None,
+    block_k: int | None = None, batch: int = 1, bytes_per_element: int = 4,
 ) -> TrafficCount:
     """The loads and stores of an attention algorithm, from the sizes alone (the table in the module docstring).
 
@@ -162,7 +164,7 @@ def attention_traffic(
     return TrafficCount(arrays=arrays, bytes_per_element=bpe)
 
 
-def algorithm1_block_sizes(sram_bytes, D, *, bytes_per_element=4) -> tuple[int, int]:
+def algorithm1_block_sizes(sram_bytes: int, D: int, *, bytes_per_element: int = 4) -> tuple[int, int]:
     """FlashAttention's block sizes for an on-chip memory of ``sram_bytes``: ``(B_r, B_c)``.
 
     With ``S = sram_bytes // bytes_per_element`` elements of on-chip memory, Algorithm 1 (line 1) sets
@@ -182,7 +184,7 @@ def algorithm1_block_sizes(sram_bytes, D, *, bytes_per_element=4) -> tuple[int, 
     return min(B_c, D), B_c
 
 
-def block_sizes_for_sram(sram_bytes, D, *, order="fa1", bytes_per_element=4) -> tuple[int, int]:
+def block_sizes_for_sram(sram_bytes: int, D: int, *, order: str = "fa1", bytes_per_element: int = 4) -> tuple[int, int]:
     """``(B_r, B_c)`` for an on-chip memory of ``sram_bytes``, for either loop order.
 
     ``order="fa1"`` is Algorithm 1's rule (:func:`algorithm1_block_sizes`): the key/value tile, which stays on
@@ -221,7 +223,8 @@ class SramSweep:
     order: str
 
 
-def sram_sweep(N, D, sram_bytes, *, M=None, Dv=None, order="fa1", batch=1, bytes_per_element=4) -> SramSweep:
+def sram_sweep(N: int, D: int, sram_bytes: ArrayLike, *, M: int | None = None, Dv: int | None = None,
+               order: str = "fa1", batch: int = 1, bytes_per_element: int = 4) -> SramSweep:
     """Modelled HBM traffic of a tiled order for each on-chip memory size, with the blocks it allows.
 
     For each size the blocks come from :func:`block_sizes_for_sram`, and the traffic from
@@ -266,7 +269,7 @@ FIGURE2_PAPER_GB = {"standard": 40.3, "flash": 4.4}
 A100_SRAM_BYTES = 192 * 1024  # on-chip SRAM per streaming multiprocessor (FlashAttention, section 2.1)
 
 
-def gpt2_medium_traffic(*, sram_bytes=A100_SRAM_BYTES, bytes_per_element=2) -> dict:
+def gpt2_medium_traffic(*, sram_bytes: int = A100_SRAM_BYTES, bytes_per_element: int = 2) -> dict:
     """The model's forward traffic for the configuration of FlashAttention's Figure 2, beside the paper's figures.
 
     GPT-2 medium attention: ``N = M = 1024``, ``D = 64``, 16 heads, batch 64 (1024 independent heads), float16
@@ -300,7 +303,7 @@ def gpt2_medium_traffic(*, sram_bytes=A100_SRAM_BYTES, bytes_per_element=2) -> d
     D, heads, batch = 64, 16, 64
     problems = heads * batch
     gb = 1e9
-    out = {
+    out: dict = {
         "standard": attention_traffic("standard", N, M, D, batch=problems, bytes_per_element=bytes_per_element).bytes
         / gb
     }

@@ -101,8 +101,8 @@ try:
     import triton
     import triton.language as tl
 except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
-    torch = triton = tl = None
-    _IMPORT_ERROR = error
+    torch = triton = tl = None  # type: ignore[assignment]
+    _IMPORT_ERROR: ImportError | None = error
 else:
     _IMPORT_ERROR = None
 
@@ -367,7 +367,7 @@ def _rule_blocks(source: str) -> dict:
     """``{rule: [code lines]}``: for each comment line that starts with one of :data:`RULES`, the code lines right
     under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
     with their extra indentation), comments removed."""
-    blocks = {}
+    blocks: dict[str, list[str]] = {}
     lines = source.splitlines()
     for i, line in enumerate(lines):
         comment = line.strip()

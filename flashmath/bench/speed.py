@@ -144,15 +144,18 @@ def measure(case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, bloc
 
         torch.set_num_threads(threads)
     q, k, v = _inputs(N, D)
-    _make_case(case, *_inputs(min(N, 256), D, seed=1), block_q, block_k)()  # warm-up: load code, buffers
+    q_small, k_small, v_small = _inputs(min(N, 256), D, seed=1)
+    _make_case(case, q_small, k_small, v_small, block_q, block_k)()  # warm-up: load code, buffers
     run = _make_case(case, q, k, v, block_q, block_k)
 
     exact = _reset_peak()
-    before = _status_kib("VmRSS") if exact else None
-    if before is None:
-        exact, before = False, _max_rss_kib()
+    status = _status_kib("VmRSS") if exact else None
+    if status is None:
+        exact = False
+    before = _max_rss_kib() if status is None else status
     out = run()
-    after = _status_kib("VmHWM") if exact else _max_rss_kib()
+    peak = _status_kib("VmHWM") if exact else None
+    after = _max_rss_kib() if peak is None else peak
     error = _max_row_error(out, q, k, v)
     del out
 
@@ -257,7 +260,7 @@ def _print_sweep(args) -> int:
     for bq in SWEEP_BLOCKS_Q:
         cells = "".join(f"{result[f'{bq}x{bk}']:9.1f}" for bk in SWEEP_BLOCKS_K)
         print(f"{bq:>17} {cells}")
-    best = min(result, key=result.get)
+    best = min(result, key=lambda name: result[name])
     print(f"fastest: {best} ({fastest:.1f} ms); each time relative to it:")
     for bq in SWEEP_BLOCKS_Q:
         print(f"{bq:>17} " + "".join(f"{result[f'{bq}x{bk}'] / fastest:9.2f}" for bk in SWEEP_BLOCKS_K))

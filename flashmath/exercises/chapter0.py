@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from flashmath.exercises._report import (
@@ -84,7 +86,8 @@ def check_score_row(fn) -> CheckReport:
         ("a real head (D = 32, M = 46)", heads.q[layer, head, n].astype(np.float64),
          heads.k[layer, head].astype(np.float64)),
     ]
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, q_n, keys in cases:
         q_in, k_in = q_n.copy(), keys.copy()
         out, ok = run(report, name, fn, q_in, k_in, hint=_hint)

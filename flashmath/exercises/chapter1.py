@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from flashmath.exercises._report import (
@@ -122,7 +124,8 @@ def check_safe_softmax(fn) -> CheckReport:
     """
     report = CheckReport("check_safe_softmax")
     cases = softmax_cases()
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, x in cases:
         x_in = x.copy()
         y, ok = run(report, name, fn, x_in)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from flashmath.exercises._report import (
@@ -137,7 +139,8 @@ def check_attention(fn) -> CheckReport:
     """
     report = CheckReport("check_attention")
     cases = attention_cases()
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, qkv in cases:
         inputs = tuple(a.copy() for a in qkv)
         out, ok = run(report, name, fn, *inputs, hint=_hint)

@@ -12,6 +12,8 @@ the inputs keep the record.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from flashmath.exercises._report import (
@@ -250,7 +252,9 @@ def check_loop_swap(fn) -> CheckReport:
 
     report = CheckReport("check_loop_swap")
     cases = loop_swap_cases()
-    answers, ran, orders = [], [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
+    orders: list[Mistake | None] = []
     for name, y, v in cases:
         if name == TRACED_CASE:
             y_in, v_in, log = traced(y, v)
@@ -261,7 +265,8 @@ def check_loop_swap(fn) -> CheckReport:
         ran.append(ok)
         if log is not None:
             changed = ok and before != [id(e) for arr in (y_in, v_in) for e in arr.flat]
-            orders.append(order_problem(products(list(log)), *y.shape, v.shape[1]) if ok else None)
+            N, M = y.shape
+            orders.append(order_problem(products(list(log)), N, M, v.shape[1]) if ok else None)
         else:
             changed = ok and (modified(y, y_in) or modified(v, v_in))
             orders.append(None)

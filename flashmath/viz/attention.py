@@ -88,7 +88,7 @@ class ScalePlot(LivePlot):
         self.hist_title = ax_h.set_title("", fontsize=10)
         ax_h.legend(loc="upper right", fontsize=8)
 
-        self.markers = []
+        self.markers: list = []
 
         def over_d(ax, raw, scaled, ylabel):
             ax.plot(dims, raw, "o-", color=RAW, ms=4, label="unscaled")
