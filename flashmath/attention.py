@@ -85,10 +85,10 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
         k: keys ``(..., M, D)``.
         v: values ``(..., M, Dv)``. The leading dimensions of ``q``, ``k``, ``v`` broadcast.
         scale: factor applied to the scores; ``None`` means ``1 / sqrt(D)`` (Vaswani et al. 2017, 3.2.1).
-        causal: if True, query ``n`` sees keys ``m <= n + M - N`` (bottom-right alignment, as FlashAttention 2.1+;
-            with ``N = 1`` the query sees every key). For the top-left alignment pass
-            ``mask=causal_mask(N, M, align="top-left")`` from :mod:`flashmath.masks`.
-        mask: boolean array broadcastable to ``(..., N, M)``, True = attend; combined with ``causal`` by "and".
+        causal: the causal mask (its alignment: :mod:`flashmath.inputs`, the conventions' home); for the
+            top-left alignment pass ``mask=causal_mask(N, M, align="top-left")`` from :mod:`flashmath.masks`.
+        mask: boolean array broadcastable to ``(..., N, M)`` (see :mod:`flashmath.inputs`); combined with
+            ``causal`` by "and".
         return_lse: also return the logsumexp of each row of the scaled, masked scores.
 
     Inputs may be float16, float32 or float64; integers and bools are refused with

@@ -268,8 +268,8 @@ def flash_attention(
         order: ``"fa2"`` (query tiles outside, one division at the end; FlashAttention-2) or ``"fa1"`` (key
             tiles outside, output and row states read, normalised and written back at every step;
             FlashAttention, Algorithm 1).
-        scale, causal, mask, return_lse: as :func:`flashmath.attention.attention` (``causal`` is bottom-right
-            aligned; ``mask`` is boolean, True = attend).
+        scale, causal, mask, return_lse: as :func:`flashmath.attention.attention` (conventions:
+            :mod:`flashmath.inputs`).
         acc_dtype: a study knob (chapter 9), the dtype in which the output state is kept from one tile step to
             the next: fa2's on-chip accumulator ``acc = s A'`` (unnormalised), fa1's normalised ``A'`` in memory.
             Each step still computes in the compute dtype and its result is rounded to ``acc_dtype``; ``g`` and

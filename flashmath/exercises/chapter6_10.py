@@ -12,6 +12,7 @@ import numpy as np
 
 from flashmath.exercises._cases import check_function
 from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.flash import fa1_tile_step, fa2_tile_step
 from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -20,26 +21,17 @@ from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen 
 
 
 def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
-    """The state of each row after one key tile, normalised output (FlashAttention, query tiles outside).
+    """The state of each row after one key tile, normalised output (FlashAttention, query tiles outside): the
+    package's own step, :func:`flashmath.flash.fa1_tile_step`, in float64.
 
     ``keep (B_r, B_c)``, True = attend: masked pairs are absent whatever ``x_tile`` and ``v_tile`` hold.
     """
     g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
     x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
     if keep is not None:
-        x = np.where(keep, x, -np.inf)
-    g_new = np.maximum(g, x.max(axis=1))  # g_new = max(g, rowmax X)
-    r = np.exp(g - nonempty(g_new))  # e^{g - g_new}: 0 for a row that had seen nothing
-    p = np.exp(x - nonempty(g_new)[:, None])  # P = e^{X - g_new}; 0 where masked
-    s_new = s * r + p.sum(axis=1)
-    if keep is None:
-        pv = p @ V
-    else:  # a masked key is absent: its term is selected away, never 0 * NaN
-        pv = np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        a_new = np.where(s_new[:, None] == 0, 0.0,
-                         (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
-    return g_new, s_new, a_new
+        keep = np.asarray(keep, dtype=bool)
+        x = np.where(keep, x, -np.inf)  # a masked pair scores -inf (flashmath.tiling.tile_scores)
+    return fa1_tile_step(g, s, a, x.copy(), V, keep)
 
 
 def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
@@ -210,12 +202,11 @@ def check_masked_tile_step(fn) -> CheckReport:
 
 
 def numerator_step_reference(g, s, u, x_tile, v_tile):
-    """FlashAttention-2's step: ``U_new = U e^{g - g_new} + P V``, no division."""
+    """FlashAttention-2's step: ``U_new = U e^{g - g_new} + P V``, no division: the package's own step,
+    :func:`flashmath.flash.fa2_tile_step`, in float64 (on copies: it updates its accumulator in place)."""
     g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
     x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
-    g_new = np.maximum(g, x.max(axis=1))
-    r, p = np.exp(g - nonempty(g_new)), np.exp(x - nonempty(g_new)[:, None])
-    return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ V
+    return fa2_tile_step(g, s, u.copy(), x.copy(), V, None)
 
 
 def _numerator_model(u_update=None, s_update=None, base=np.exp):
