@@ -48,6 +48,7 @@ __all__ = [
     "AttentionInputs",
     "prepare_attention_inputs",
     "attention",
+    "scores_of",
     "standard_attention",
     "standard_arrays",
     "standard_run",
@@ -102,13 +103,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
         TypeError, ValueError: see :func:`prepare_attention_inputs`.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    q, k, v = (a.astype(np.float64, copy=False) for a in (inp.q, inp.k, inp.v))
-    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
-        # X = Q K^T * scale
-        x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
-    if inp.keep is not None:
-        # mask(X): excluded scores become -inf, so exp gives them weight 0
-        x = np.where(inp.keep, x, -np.inf)  # (..., N, M)
+    v = inp.v.astype(np.float64, copy=False)
+    x = scores_of(inp)  # X = mask(Q K^T * scale), float64, (..., N, M)
     # Y = softmax(X) row by row (safe softmax: a fully masked row gives zeros, not 0 / 0)
     y = safe_softmax(x)  # (..., N, M)
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
@@ -190,6 +186,19 @@ def standard_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
     memory = PlainMemory(standard_arrays(inp, stored))
     standard_run(memory, inp)
     return memory.array("A").astype(inp.dtype, copy=False)
+
+
+def scores_of(inp: AttentionInputs) -> np.ndarray:
+    """The scores ``X = Q K^T * scale`` in float64, ``(..., N, M)``, with ``-inf`` where masked: what
+    :func:`attention` computes first, and what the figures draw behind the tiles."""
+    q, k = (a.astype(np.float64, copy=False) for a in (inp.q, inp.k))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
+        # X = Q K^T * scale
+        x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
+    if inp.keep is not None:
+        # mask(X): excluded scores become -inf, so exp gives them weight 0
+        x = np.where(inp.keep, x, -np.inf)  # (..., N, M)
+    return x
 
 
 # ----------------------------------------------------------------------------------------------------------------
