@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 # The floating-point checks live in flashmath._checks; these names stay importable from here, where the course
 # introduced them.
@@ -47,6 +47,8 @@ __all__ = [
     "online_softmax_trace",
     "OnlineSoftmaxTrace",
     "merge",
+    "OverflowStudy",
+    "overflow_study",
 ]
 
 
@@ -295,3 +297,56 @@ def online_softmax_trace(x: ArrayLike) -> OnlineSoftmaxTrace:
         # rescale_i = exp(g_{i-1} - g_i); defined as 1 where the max did not change (also -inf -> -inf)
         rescale = np.where(g_prev == g, xc.dtype.type(1), np.exp(g_prev - g))
     return OnlineSoftmaxTrace(x=xc, g=g, s=s, rescale=rescale, denominator=s[-1])
+
+
+@dataclass(frozen=True)
+class OverflowStudy:
+    """The direct and the safe softmax of ``scale * x`` computed in a narrow dtype (chapter 1's overflow explorer).
+
+    Attributes (1-D arrays of length ``L``, float64 unless noted):
+        x: ``scale * x`` rounded to the dtype (``inf`` where the dtype itself overflowed).
+        overflowed: bool, where ``exp`` of that value is ``inf`` in the dtype.
+        direct, safe: the probabilities of :func:`softmax` and :func:`safe_softmax`, computed in the dtype.
+        lse: the logsumexp of ``x`` (float64: the value the sum of exponentials would need).
+        limit: ``ln`` of the dtype's largest number: the direct formula fails once ``lse`` passes it.
+        dtype: the dtype. scale: the scale.
+    """
+
+    x: np.ndarray
+    overflowed: np.ndarray
+    direct: np.ndarray
+    safe: np.ndarray
+    lse: float
+    limit: float
+    dtype: np.dtype
+    scale: float
+
+
+def overflow_study(x: ArrayLike, scale: float, dtype: DTypeLike) -> OverflowStudy:
+    """The direct softmax against the safe softmax of ``scale * x`` in ``dtype``: where and why the direct one
+    overflows (chapter 1).
+
+    Args:
+        x: 1-D vector ``(L,)``. scale: multiplies ``x`` (a stand-in for larger logits). dtype: a numpy float dtype.
+
+    Returns:
+        :class:`OverflowStudy`.
+
+    Raises:
+        TypeError: ``x`` not real numbers, ``dtype`` not a floating-point dtype. ValueError: ``x`` not 1-D.
+    """
+    dt = float_dtype(dtype)
+    x = as_float_array(x).astype(np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"overflow_study takes a 1-D vector, got shape {x.shape}")
+    with np.errstate(over="ignore"):  # large scales overflow the dtype itself: inf
+        xs = (x * scale).astype(dt)
+        e = np.exp(xs)
+    x64 = xs.astype(np.float64)
+    g, s = online_normalizer(x64)  # logsumexp = g + ln(s), in float64: the value the sum would need
+    with np.errstate(divide="ignore"):  # s = 0 for an all -inf vector: logsumexp -inf
+        lse = float(g + np.log(s))
+    return OverflowStudy(x=x64, overflowed=np.isinf(e), direct=softmax(xs).astype(np.float64),
+                         safe=safe_softmax(xs).astype(np.float64), lse=lse,
+                         limit=float(np.log(np.finfo(dt).max)), dtype=dt, scale=float(scale))
+
