@@ -1,9 +1,13 @@
 """flashmath: FlashAttention derived from first principles, in plain numpy.
 
-The algorithms live in small modules named after the course's chapters (:mod:`flashmath.softmax`,
-:mod:`flashmath.attention`, :mod:`flashmath.scaling`, :mod:`flashmath.masks`, :mod:`flashmath.flash`,
-:mod:`flashmath.traffic`, :mod:`flashmath.precision`); the real attention heads in :mod:`flashmath.data`. Plotting
-(:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`) are kept apart and are imported only when a notebook asks for them.
+Data flows one way (``docs/architecture.md`` has the module map): checked inputs (:mod:`flashmath.inputs`, the
+conventions' one home) -> the row-state algebra and the tiles (:mod:`flashmath.rowstate`,
+:mod:`flashmath.tiling`) -> the algorithms, in modules named after the course's chapters
+(:mod:`flashmath.softmax`, :mod:`flashmath.attention`, :mod:`flashmath.flash`, :mod:`flashmath.splitkv`,
+:mod:`flashmath.backward`...) -> counting, which wraps them from outside (:mod:`flashmath.memory`,
+:mod:`flashmath.counting`, :mod:`flashmath.opcount`; the model in :mod:`flashmath.traffic`) -> drawing
+(:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`), imported only when a notebook asks for them. The
+real attention heads are in :mod:`flashmath.data`. The names below are the public API the notebooks use.
 """
 
 from flashmath.attention import (
@@ -16,12 +20,15 @@ from flashmath.attention import (
     matmul_nmd,
     one_loop_attention,
     one_loop_trace,
+    standard_attention,
     two_loop_attention,
     two_loop_trace,
 )
 from flashmath.backward import attention_backward
+from flashmath.counting import counted_attention
 from flashmath.flash import FlashTrace, flash_attention, flash_trace
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
+from flashmath.opcount import count_ops
 from flashmath.precision import (
     PrecisionStudy,
     max_abs_error,
@@ -32,7 +39,6 @@ from flashmath.precision import (
     unit_roundoff,
 )
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
-from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.softmax import (
     OnlineSoftmaxTrace,
     merge,
@@ -42,13 +48,12 @@ from flashmath.softmax import (
     safe_softmax,
     softmax,
 )
+from flashmath.splitkv import SplitKVTrace, merge_states, split_kv_attention, split_kv_trace
 from flashmath.traffic import (
     SramSweep,
     algorithm1_block_sizes,
     attention_traffic,
     block_sizes_for_sram,
-    count_ops,
-    counted_attention,
     gpt2_medium_traffic,
     sram_sweep,
 )
@@ -100,6 +105,7 @@ __all__ = [
     "split_kv_attention",
     "split_kv_trace",
     "sram_sweep",
+    "standard_attention",
     "two_loop_attention",
     "two_loop_trace",
     "unit_roundoff",

@@ -16,33 +16,8 @@ The functions, in the order the course builds them:
 
 Each variant has a ``*_trace`` function returning a frozen dataclass of per-step arrays for plots and widgets.
 
-Conventions kept by every function here:
-
-* Shapes ``q (..., N, D)``, ``k (..., M, D)``, ``v (..., M, Dv)``, output ``(..., N, Dv)``, logsumexp
-  ``(..., N)``; the leading (batch, head) dimensions of ``q``, ``k`` and ``v`` broadcast together and set the
-  output's. A ``mask`` broadcasts against the scores ``(..., N, M)`` but never widens the output: a mask whose
-  leading dimensions go beyond the inputs' is refused (ValueError), except axes of size 1, which are dropped.
-* ``scale=None`` means ``1 / sqrt(D)``. ``mask`` is boolean, True = attend, broadcastable to ``(..., N, M)``;
-  ``causal=True`` is the bottom-right aligned mask of :func:`flashmath.masks.causal_mask` (query ``n`` sees
-  keys ``m <= n + M - N``), and is combined with ``mask`` by logical and.
-* A row with no key to attend to (fully masked, or ``M == 0``) outputs 0 and has logsumexp ``-inf`` (natural
-  log of 0). A row with a ``+inf`` score has logsumexp ``+inf`` and a NaN output (``inf / inf``).
-* A masked key is absent: the output equals attention with that key removed, whatever its ``k`` and ``v`` rows
-  hold (NaN or inf included), in every function, tile size and loop order. Masked scores and their value terms
-  are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN. NaN in a row of ``q`` or in
-  an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is ever silently turned into 0
-  except what is masked.
-* dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first). :func:`attention` computes
-  in float64 and returns float64. The variants compute in ``compute_dtype`` of the promoted input dtype (float32
-  for float16, else the dtype itself), return the output in the promoted input dtype (float16 in, float16 out,
-  like FlashAttention) and the logsumexp in the compute dtype.
-* Errors: :class:`flashmath.softmax.NonFloatInputError` (a ValueError and a TypeError) for ``q``, ``k``, ``v`` that
-  are not floating point; ``TypeError`` for a non-boolean mask, a non-bool ``causal``, a non-numeric ``scale``; ``ValueError`` for wrong shapes (fewer than 2 dimensions, ``D`` of ``q`` and ``k``
-  differing, ``k`` and ``v`` with different ``M``, leading dimensions or a mask that do not broadcast, ``D == 0``)
-  and for a non-finite ``scale``. Any finite scale is taken: it is folded into ``Q`` in float64, so a scale beyond
-  the compute dtype's range (``1e39`` with float32 inputs) still gives the right answer wherever the scores
-  themselves fit. Empty ``N`` gives an empty output, empty ``M`` fully masked rows. Inputs are never modified,
-  read-only and non-contiguous arrays included.
+Conventions (shapes, scale, masks, fully masked rows, absent keys, dtypes, errors) are stated once, in
+:mod:`flashmath.inputs`; every function here keeps them.
 
 Sources: A. Vaswani et al., "Attention Is All You Need" (2017), section 3.2.1 (scaled dot-product attention and
 the ``1 / sqrt(D)`` scale); M. Milakov and N. Gimelshein, "Online normalizer calculation for softmax" (2018)
@@ -52,21 +27,34 @@ max changes).
 
 from __future__ import annotations
 
-import math
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from flashmath.masks import causal_mask
-from flashmath.softmax import as_float_array, compute_dtype, merge, safe_softmax
+from flashmath._checks import as_float_array, compute_dtype, float_dtype
+
+# AttentionInputs and prepare_attention_inputs live in flashmath.inputs; they are imported here too because
+# "flashmath.attention.prepare_attention_inputs" is where the course's text and older code find them.
+from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs, require_keys
+from flashmath.memory import Memory, PlainMemory
+from flashmath.rowstate import divisor, logsumexp_of, merge_rows, nonempty, weighted_values
+from flashmath.softmax import safe_softmax
 
 __all__ = [
     "AttentionInputs",
-    "weighted_values",
-    "logsumexp_of",
     "prepare_attention_inputs",
     "attention",
+    "scores_of",
+    "standard_attention",
+    "standard_arrays",
+    "standard_run",
+    "loop_arrays",
+    "two_loop_run",
+    "one_loop_run",
     "two_loop_attention",
     "two_loop_trace",
     "TwoLoopTrace",
@@ -81,141 +69,13 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Input checks, shared by every attention function (also meant for the tiled versions in flashmath.flash)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class AttentionInputs(NamedTuple):
-    """Checked attention inputs, as returned by :func:`prepare_attention_inputs`.
-
-    Attributes:
-        q, k, v: the inputs as float arrays ``(..., N, D)``, ``(..., M, D)``, ``(..., M, Dv)`` (not copied when
-            they already were float arrays: never write to them).
-        scale: the score scale as a Python float (``1 / sqrt(D)`` unless given).
-        keep: boolean ``(..., N, M)`` (leading dimensions possibly of size 1), True = attend, the combination of
-            ``mask`` and ``causal``; ``None`` when every key is attended.
-        batch_shape: the broadcast leading dimensions of ``q``, ``k``, ``v`` and ``mask``.
-        N, M, D, Dv: the sizes.
-        dtype: the promoted dtype of ``q``, ``k``, ``v`` (the variants' output dtype).
-        causal: whether the bottom-right causal mask applies. It is already part of ``keep`` unless
-            :func:`prepare_attention_inputs` was called with ``fold_causal=False`` (the tiled loops of
-            :mod:`flashmath.flash` build it tile by tile instead of as a whole ``(N, M)`` array).
-    """
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    scale: float
-    keep: np.ndarray | None
-    batch_shape: tuple
-    N: int
-    M: int
-    D: int
-    Dv: int
-    dtype: np.dtype
-    causal: bool = False
-
-
-def prepare_attention_inputs(q, k, v, *, scale=None, causal=False, mask=None, fold_causal=True) -> AttentionInputs:
-    """Check and normalise the arguments of an attention function (see the module docstring for conventions).
-
-    With ``fold_causal=False`` the causal mask is not built into ``keep`` (only recorded in ``causal``), so a
-    tiled loop never materialises an ``(N, M)`` array.
-
-    Raises:
-        NonFloatInputError: ``q``/``k``/``v`` not floating-point (integers, bools, complex, strings); it is both
-            a ValueError and a TypeError.
-        TypeError: a non-boolean ``mask``, a ``causal`` that is not a bool, a ``scale`` that is not a real number.
-        ValueError: ``q``/``k``/``v`` with fewer than 2 dimensions, ``D`` of ``q`` and ``k`` differing or 0,
-            ``k`` and ``v`` with different numbers of keys, leading dimensions or ``mask`` that do not broadcast
-            to ``(..., N, M)``, a non-finite ``scale``.
-    """
-    q, k, v = (as_float_array(a, name, allow_int=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    for arr, name, shape in ((q, "q", "(..., N, D)"), (k, "k", "(..., M, D)"), (v, "v", "(..., M, Dv)")):
-        if arr.ndim < 2:
-            raise ValueError(f"{name} must have shape {shape} with at least 2 dimensions, got shape {arr.shape}")
-    N, D = q.shape[-2:]
-    M, Dk = k.shape[-2:]
-    Mv, Dv = v.shape[-2:]
-    if Dk != D:
-        raise ValueError(
-            f"q and k must have the same head dimension D, got D = {D} for q {q.shape} and {Dk} for k {k.shape}"
-        )
-    if D == 0:
-        raise ValueError(f"the head dimension D must be at least 1, got q of shape {q.shape}")
-    if Mv != M:
-        raise ValueError(
-            f"k and v must have the same number of keys M, got {M} for k {k.shape} and {Mv} for v {v.shape}"
-        )
-    try:
-        batch_shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"the leading (batch, head) dimensions of q {q.shape[:-2]}, k {k.shape[:-2]} and v {v.shape[:-2]} "
-            "do not broadcast"
-        ) from None
-
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    else:
-        if isinstance(scale, (bool, np.bool_)) or np.ndim(scale) != 0 or np.asarray(scale).dtype.kind not in "iuf":
-            raise TypeError(f"scale must be a real number (or None for 1/sqrt(D)), got {scale!r}")
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite, got {scale}")
-
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(
-            f"causal must be True or False, got {causal!r}; for the top-left alignment pass "
-            "mask=flashmath.masks.causal_mask(N, M, align='top-left')"
-        )
-    keep = None
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_:
-            raise TypeError(
-                f"mask must be a boolean array (True = attend), got dtype {mask.dtype}; "
-                "for an additive mask of 0 and -inf use mask = (bias == 0)"
-            )
-        while mask.ndim > len(batch_shape) + 2 and mask.shape[0] == 1:
-            mask = mask[0]  # leading axes of size 1 beyond the inputs' add nothing: dropped, the output keeps its shape
-        target = batch_shape + (N, M)
-        try:
-            full = np.broadcast_shapes(mask.shape, target)
-        except ValueError:
-            full = None
-        if full is None or full[-2:] != (N, M):
-            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (..., N, M) = (..., {N}, {M})")
-        if full[:-2] != batch_shape:
-            # a mask broadcasts against the scores, but never adds (batch, head) dimensions to the output
-            raise ValueError(
-                f"mask of shape {mask.shape} would widen the output: q, k and v's leading dimensions broadcast to "
-                f"{batch_shape}, with the mask's to {full[:-2]}, so the rows of each (batch, head) element of q, k, v "
-                f"would be computed under every element's mask, giving an output of shape {full[:-2] + (N, Dv)} instead of {batch_shape + (N, Dv)}. "
-                f"Give the mask at most the inputs' leading dimensions, (..., N, M) = {batch_shape + (N, M)} "
-                "(any of them may be 1): e.g. for q, k, v of shape (B, N, D) and padding_mask(lengths, M), which "
-                "is (B, 1, 1, M) for (B, H, N, M) scores, pass padding_mask(lengths, M)[:, 0] (B, 1, M), or give "
-                "q, k, v a head axis (q[:, None])"
-            )
-        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # at least 2-D: (..., N or 1, M or 1)
-        keep = np.broadcast_to(mask, mask.shape[:-2] + (N, M))  # (..., N, M), a read-only view
-    if causal and fold_causal:
-        tri = causal_mask(N, M)  # (N, M), bottom-right aligned
-        keep = tri if keep is None else keep & tri
-    try:
-        dtype = np.result_type(q, k, v)
-    except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
-        raise TypeError(f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
-                        "convert them to one dtype first") from None
-    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # The reference (chapter 3)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+              scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+              return_lse: bool = False) -> Any:
     """Scaled dot-product attention ``A = softmax(mask(Q K^T * scale)) V``, computed directly in float64.
 
     This is the reference every other variant in the package is tested against: it materialises the scores
@@ -226,10 +86,10 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
         k: keys ``(..., M, D)``.
         v: values ``(..., M, Dv)``. The leading dimensions of ``q``, ``k``, ``v`` broadcast.
         scale: factor applied to the scores; ``None`` means ``1 / sqrt(D)`` (Vaswani et al. 2017, 3.2.1).
-        causal: if True, query ``n`` sees keys ``m <= n + M - N`` (bottom-right alignment, as FlashAttention 2.1+;
-            with ``N = 1`` the query sees every key). For the top-left alignment pass
-            ``mask=causal_mask(N, M, align="top-left")`` from :mod:`flashmath.masks`.
-        mask: boolean array broadcastable to ``(..., N, M)``, True = attend; combined with ``causal`` by "and".
+        causal: the causal mask (its alignment: :mod:`flashmath.inputs`, the conventions' home); for the
+            top-left alignment pass ``mask=causal_mask(N, M, align="top-left")`` from :mod:`flashmath.masks`.
+        mask: boolean array broadcastable to ``(..., N, M)`` (see :mod:`flashmath.inputs`); combined with
+            ``causal`` by "and".
         return_lse: also return the logsumexp of each row of the scaled, masked scores.
 
     Inputs may be float16, float32 or float64; integers and bools are refused with
@@ -243,13 +103,8 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
         TypeError, ValueError: see :func:`prepare_attention_inputs`.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    q, k, v = (a.astype(np.float64, copy=False) for a in (inp.q, inp.k, inp.v))
-    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
-        # X = Q K^T * scale
-        x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
-    if inp.keep is not None:
-        # mask(X): excluded scores become -inf, so exp gives them weight 0
-        x = np.where(inp.keep, x, -np.inf)  # (..., N, M)
+    v = inp.v.astype(np.float64, copy=False)
+    x = scores_of(inp)  # X = mask(Q K^T * scale), float64, (..., N, M)
     # Y = softmax(X) row by row (safe softmax: a fully masked row gives zeros, not 0 / 0)
     y = safe_softmax(x)  # (..., N, M)
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
@@ -268,40 +123,90 @@ def attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False)
     return a, np.broadcast_to(lse, inp.batch_shape + (inp.N,)).copy()
 
 
+def standard_arrays(inp: AttentionInputs, stored_dtype: DTypeLike | None = None) -> dict:
+    """The arrays of Algorithm 0 (:func:`standard_run`), to put in a memory: ``Q`` (scaled), ``K``, ``V`` in the
+    compute dtype, and ``X``, ``Y`` ``(..., N, M)`` and ``A`` ``(..., N, Dv)`` in ``stored_dtype`` (default: the
+    compute dtype)."""
+    dtype, q_scaled, k, v, rows = compute_operands(inp)
+    stored = dtype if stored_dtype is None else np.dtype(stored_dtype)
+    scores = rows + (inp.M,)
+    return {"Q": q_scaled, "K": k, "V": v, "X": np.empty(scores, stored), "Y": np.empty(scores, stored),
+            "A": np.empty(rows + (inp.Dv,), stored)}
+
+
+def standard_run(memory: Memory, inp: AttentionInputs) -> None:
+    """FlashAttention's Algorithm 0 on the arrays in ``memory`` (:func:`standard_arrays`): three passes through
+    memory, each written in the dtype of its array and computed in the compute dtype.
+
+        X = Q K^T          matrix product accumulated in the compute dtype, stored
+        Y = softmax(X)     safe softmax computed from the stored X, stored
+        A = Y V            matrix product from the stored Y, stored; a masked key is absent
+    """
+    compute = memory["K"].dtype
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs, float16 overflow: on purpose
+        with memory.pass_("X = Q K^T"):
+            x = np.matmul(memory["Q"][...], np.swapaxes(memory["K"][...], -1, -2))  # (..., N, M)
+            if inp.keep is not None:
+                x = np.where(inp.keep, x, -np.inf)  # masked scores are -inf
+            memory["X"][...] = x
+        with memory.pass_("Y = softmax(X)"):
+            # a fully masked row gives zeros
+            memory["Y"][...] = safe_softmax(memory["X"][...].astype(compute, copy=False))  # (..., N, M)
+        with memory.pass_("A = Y V"):
+            y = memory["Y"][...].astype(compute, copy=False)
+            memory["A"][...] = weighted_values(y, memory["V"][...], inp.keep)  # (..., N, Dv)
+
+
+def standard_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       stored_dtype: DTypeLike | None = None) -> np.ndarray:
+    """Standard attention, FlashAttention's Algorithm 0: ``X``, ``Y`` and ``A`` each written to memory whole.
+
+    The one standard attention of the package: the low-precision baseline of chapter 9
+    (:func:`flashmath.precision.naive_attention`, with ``X``, ``Y``, ``A`` stored in the input dtype) and the
+    ``"standard"`` algorithm counted by :func:`flashmath.counting.counted_attention` run :func:`standard_run`.
+
+    Args:
+        q, k, v, scale, causal, mask: as :func:`attention`.
+        stored_dtype: the dtype ``X``, ``Y`` and ``A`` are stored in; default: the promoted input dtype (what a
+            framework running in float16 or bfloat16 does). Each step computes in the compute dtype (float32 for
+            float16 and bfloat16).
+
+    Returns:
+        ``A (..., N, Dv)`` in the promoted input dtype. Scores beyond the stored dtype's range become ``inf``
+        and their rows NaN, as in a framework that stores them. A fully masked row gives 0.
+
+    Raises:
+        TypeError, ValueError: as :func:`attention`; TypeError for a ``stored_dtype`` that is not floating point.
+
+    Source: Dao et al. (2022), Algorithm 0.
+    """
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    stored = inp.dtype if stored_dtype is None else float_dtype(stored_dtype, "stored_dtype")
+    memory = PlainMemory(standard_arrays(inp, stored))
+    standard_run(memory, inp)
+    return memory.array("A").astype(inp.dtype, copy=False)
+
+
+def scores_of(inp: AttentionInputs) -> np.ndarray:
+    """The scores ``X = Q K^T * scale`` in float64, ``(..., N, M)``, with ``-inf`` where masked: what
+    :func:`attention` computes first, and what the figures draw behind the tiles."""
+    q, k = (a.astype(np.float64, copy=False) for a in (inp.q, inp.k))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
+        # X = Q K^T * scale
+        x = np.matmul(q, np.swapaxes(k, -1, -2)) * inp.scale  # (..., N, D) @ (..., D, M) -> (..., N, M)
+    if inp.keep is not None:
+        # mask(X): excluded scores become -inf, so exp gives them weight 0
+        x = np.where(inp.keep, x, -np.inf)  # (..., N, M)
+    return x
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Helpers of the loop variants
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def weighted_values(p, v, keep) -> np.ndarray:
-    """``P V`` with masked keys absent: ``(..., R, Dv)`` from weights ``p (..., R, C)`` and values ``v (..., C, Dv)``.
-
-    A masked pair has weight exactly 0, and ``0 * x = 0`` for every finite ``x``, so the matrix product is right
-    unless a value row is NaN or inf. Those rows are left out of the product and added back one key at a time,
-    only for the rows that attend to them (there ``0 * inf`` stays NaN, as in any matrix product). ``keep``
-    (broadcastable to ``p``, True = attend) may be None: every pair attends.
-    """
-    if keep is None:
-        return np.matmul(p, v)
-    finite = np.isfinite(v).all(axis=-1)  # (..., C): keys whose value row is finite
-    if finite.all():
-        return np.matmul(p, v)
-    pv = np.matmul(p, np.where(finite[..., None], v, 0))  # (..., R, Dv)
-    for c in np.flatnonzero(~finite.reshape(-1, finite.shape[-1]).all(axis=0)):
-        attends = keep[..., :, c, None] & ~finite[..., None, c, None]  # (..., R, 1)
-        pv = pv + np.where(attends, p[..., :, c, None] * v[..., None, c, :], 0)
-    return pv
-
-
-def logsumexp_of(g: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """``L = g + log(s)`` from a row's running max and sum: ``-inf`` for a row with no key (``s = 0``), ``+inf``
-    for a row with a ``+inf`` score (where ``s`` is NaN: ``inf - inf``), NaN where the row holds NaN."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # L = g + log(s);  a fully masked row: -inf + log(0) = -inf
-        return np.where(g == np.inf, np.inf, g + np.log(s))
-
-
-def _value_term(weight, v, keep, m) -> np.ndarray:
+def _value_term(weight: np.ndarray, v: Any, keep: np.ndarray | None, m: int) -> np.ndarray:
     """``weight_m V[m, :]`` for every row, ``(..., N, Dv)``, and exactly 0 where key ``m`` is masked for the row
     (whatever ``V[m, :]`` holds: a masked key is absent)."""
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in a matrix product
@@ -309,19 +214,7 @@ def _value_term(weight, v, keep, m) -> np.ndarray:
     return term if keep is None else np.where(keep[..., :, m, None], term, 0)
 
 
-def _setup(inp: AttentionInputs):
-    """Cast to the compute dtype and fold the scale into Q (simplification 1 of chapter 3)."""
-    dtype = compute_dtype(inp.dtype)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 (scale 0) is NaN, on purpose
-        # Q * scale in float64, then the compute dtype: a scale such as 1e39 has no float32, but q * scale may
-        q_scaled = (inp.q.astype(np.float64) * inp.scale).astype(dtype)  # (..., N, D), a new array
-    k = inp.k.astype(dtype, copy=False)  # (..., M, D)
-    v = inp.v.astype(dtype, copy=False)  # (..., M, Dv)
-    rows = inp.batch_shape + (inp.N,)  # the shape of one per-row state (g, s, x_m, ...)
-    return dtype, q_scaled, k, v, rows
-
-
-def _score(q_scaled: np.ndarray, k: np.ndarray, keep: np.ndarray | None, m: int) -> np.ndarray:
+def _score(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, m: int) -> np.ndarray:
     """The scores of key ``m`` for every row: ``x_m = Q[n, :] . K[m, :]``, ``-inf`` where masked. ``(..., N)``."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
         # x_m = sum_d Q[n, d] * K[m, d]
@@ -331,16 +224,7 @@ def _score(q_scaled: np.ndarray, k: np.ndarray, keep: np.ndarray | None, m: int)
     return x_m
 
 
-def _safe_state(g: np.ndarray, s: np.ndarray):
-    """``g`` with ``-inf`` replaced by 0 and ``s`` with 0 replaced by 1: a row with no key seen yet.
-
-    Used where ``g`` is subtracted and ``s`` divides, so that ``-inf - (-inf)`` and ``0 / 0`` never occur; the
-    weights of such a row come out as ``exp(-inf) = 0``. NaN passes through unchanged.
-    """
-    return np.where(g == -np.inf, 0, g), np.where(s == 0, 1, s)
-
-
-def _finish(a, g, s, inp: AttentionInputs, return_lse: bool):
+def _finish(a: np.ndarray, g: np.ndarray, s: np.ndarray, inp: AttentionInputs, return_lse: bool) -> Any:
     """Zero fully masked rows, cast to the output dtype, and add the logsumexp ``g + log(s)`` if asked."""
     a = np.where(s[..., None] == 0, 0, a).astype(inp.dtype, copy=False)  # (..., N, Dv)
     if not return_lse:
@@ -348,13 +232,8 @@ def _finish(a, g, s, inp: AttentionInputs, return_lse: bool):
     return a, logsumexp_of(g, s)  # (..., N)
 
 
-def _stack(states, dtype) -> np.ndarray:
+def _stack(states: list, dtype: np.dtype) -> np.ndarray:
     return np.stack(states).astype(dtype, copy=False)
-
-
-def _require_keys(inp: AttentionInputs, name: str) -> None:
-    if inp.M == 0:
-        raise ValueError(f"{name} needs at least one key (M >= 1) to have steps to trace, got M = 0")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -362,7 +241,7 @@ def _require_keys(inp: AttentionInputs, name: str) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _loop_1(q_scaled, k, keep, rows, dtype):
+def _loop_1(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype) -> Iterator[tuple]:
     """Loop (1): online softmax over each row of X. Yields ``(x_m, g_m, s_m)`` after each key ``m``."""
     g = np.full(rows, -np.inf, dtype=dtype)  # g_0 = -inf: no key seen yet
     s = np.zeros(rows, dtype=dtype)  # s_0 = 0
@@ -370,13 +249,14 @@ def _loop_1(q_scaled, k, keep, rows, dtype):
     for m in range(k.shape[-2]):
         x_m = _score(q_scaled, k, keep, m)  # (..., N)
         # g_m = max(g_{m-1}, x_m);  s_m = s_{m-1} * exp(g_{m-1} - g_m) + exp(x_m - g_m)
-        g, s = merge(g, s, x_m, one)
+        g, s = merge_rows(g, s, x_m, one)
         yield x_m, g, s
 
 
-def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
+def _loop_2(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype,
+            g_M: np.ndarray, s_M: np.ndarray) -> Iterator[tuple]:
     """Loop (2): ``A`` accumulates ``y_m * V[m, :]``, one key at a time. Yields ``(y_m, A_m)``."""
-    g_safe, s_safe = _safe_state(g_M, s_M)
+    g_safe, s_safe = nonempty(g_M), divisor(s_M)  # a row that saw no key: weights exp(-inf) = 0, no 0 / 0
     a = np.zeros(rows + (v.shape[-1],), dtype=dtype)  # A_0 = 0: (..., N, Dv)
     for m in range(k.shape[-2]):
         x_m = _score(q_scaled, k, keep, m)  # recomputed: X is never stored, (..., N)
@@ -388,7 +268,9 @@ def _loop_2(q_scaled, k, v, keep, rows, dtype, g_M, s_M):
         yield y_m, a
 
 
-def two_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def two_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       return_lse: bool = False) -> Any:
     """Attention in two passes over the keys: loop (1) finds ``g_M, s_M``, loop (2) accumulates ``A``.
 
     Loop (1) is online softmax on each row of ``X``: ``g_m = max(g_{m-1}, x_m)``,
@@ -407,15 +289,9 @@ def two_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_l
     Source: Milakov and Gimelshein (2018), algorithm 3, applied to the rows of ``X``.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    dtype, q_scaled, k, v, rows = _setup(inp)
-    g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
-    s = np.zeros(rows, dtype=dtype)
-    for _, g, s in _loop_1(q_scaled, k, inp.keep, rows, dtype):
-        pass
-    a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-    for _, a in _loop_2(q_scaled, k, v, inp.keep, rows, dtype, g, s):
-        pass
-    return _finish(a, g, s, inp, return_lse)
+    memory = PlainMemory(loop_arrays(inp))  # nothing counted (flashmath.counting passes a counted memory)
+    g, s = two_loop_run(memory, inp)
+    return _result(memory, g, s, inp, return_lse)
 
 
 @dataclass(frozen=True)
@@ -447,7 +323,8 @@ class TwoLoopTrace:
         return len(self.x)
 
 
-def two_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> TwoLoopTrace:
+def two_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> TwoLoopTrace:
     """Run :func:`two_loop_attention` and keep every per-key state of both loops (for the chapter 4 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).
@@ -456,8 +333,8 @@ def two_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> TwoLoopTr
         :class:`TwoLoopTrace`.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    _require_keys(inp, "two_loop_trace")
-    dtype, q_scaled, k, v, rows = _setup(inp)
+    require_keys(inp, "two_loop_trace")
+    dtype, q_scaled, k, v, rows = compute_operands(inp)
     loop_1 = list(_loop_1(q_scaled, k, inp.keep, rows, dtype))
     g_M, s_M = loop_1[-1][1], loop_1[-1][2]
     loop_2 = list(_loop_2(q_scaled, k, v, inp.keep, rows, dtype, g_M, s_M))
@@ -473,12 +350,66 @@ def two_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> TwoLoopTr
     )
 
 
+def loop_arrays(inp: AttentionInputs) -> dict:
+    """The arrays the loops of chapters 4-5 read and write, to put in a memory (:mod:`flashmath.memory`):
+    ``Q`` (scaled), ``K``, ``V`` in the compute dtype and the output ``A``."""
+    dtype, q_scaled, k, v, rows = compute_operands(inp)
+    return {"Q": q_scaled, "K": k, "V": v, "A": np.zeros(rows + (inp.Dv,), dtype)}
+
+
+def two_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """Loops (1) and (2) of chapter 4 on the arrays in ``memory`` (:func:`loop_arrays`): every row's query stays
+    on chip, loop (1) reads ``K``, loop (2) reads ``K`` again and ``V``, and ``A`` is written once.
+
+    Returns ``(g_M, s_M)``, the final row state, ``(..., N)`` each; the output is ``memory.array("A")``."""
+    dtype = memory["K"].dtype
+    rows = inp.batch_shape + (inp.N,)
+    q_on_chip = memory["Q"][...]  # every row's query stays on chip for the whole run
+    g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
+    s = np.zeros(rows, dtype=dtype)
+    with memory.pass_("loop (1)"):
+        _, g, s = _final(_loop_1(q_on_chip, memory["K"], inp.keep, rows, dtype), (None, g, s))
+    a = np.zeros(rows + (inp.Dv,), dtype=dtype)
+    with memory.pass_("loop (2)"):
+        _, a = _final(_loop_2(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype, g, s), (None, a))
+    memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
+    return g, s
+
+
+def one_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """The one loop of chapter 5 on the arrays in ``memory`` (:func:`loop_arrays`): ``K`` and ``V`` read once,
+    ``A`` written once. Returns ``(g_M, s_M)``; the output is ``memory.array("A")``."""
+    dtype = memory["K"].dtype
+    rows = inp.batch_shape + (inp.N,)
+    q_on_chip = memory["Q"][...]  # every row's query stays on chip for the whole run
+    g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
+    s = np.zeros(rows, dtype=dtype)
+    a = np.zeros(rows + (inp.Dv,), dtype=dtype)
+    with memory.pass_("one loop"):
+        steps = _one_loop(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype)
+        _, g, s, _, _, a = _final(steps, (None, g, s, None, None, a))
+    memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
+    return g, s
+
+
+def _final(steps: Iterator[tuple], initial: tuple) -> tuple:
+    """The last step of a loop's generator (the state after the last key), or ``initial`` when there was no step
+    (``M == 0``)."""
+    last = deque(steps, maxlen=1)
+    return last[0] if last else initial
+
+
+def _result(memory: Memory, g: np.ndarray, s: np.ndarray, inp: AttentionInputs, return_lse: bool) -> Any:
+    a = memory.array("A").astype(inp.dtype)  # a new array: the caller owns it
+    return (a, logsumexp_of(g, s)) if return_lse else a
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Chapter 4: the loop swap, as explicit scalar loops
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _matmul_operands(y, v):
+def _matmul_operands(y: ArrayLike, v: ArrayLike) -> tuple[list, list, int, int, int, np.dtype, np.dtype]:
     y, v = as_float_array(y, "y"), as_float_array(v, "v")
     if y.ndim != 2 or v.ndim != 2:
         raise ValueError(f"y must be (N, M) and v (M, Dv), both 2-D; got shapes {y.shape} and {v.shape}")
@@ -492,7 +423,7 @@ def _matmul_operands(y, v):
     return y_rows, v_rows, y.shape[0], y.shape[1], v.shape[1], dtype, out_dtype
 
 
-def matmul_ndm(y, v) -> np.ndarray:
+def matmul_ndm(y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """``A = Y V`` with explicit loops in the original order ``for n: for d: for m`` (one element of A at a time).
 
     ``A[n, d] = sum_m Y[n, m] V[m, d]`` is summed in the order ``m = 0, 1, ..., M - 1`` by scalar operations
@@ -524,10 +455,10 @@ def matmul_ndm(y, v) -> np.ndarray:
     return out.astype(out_dtype, copy=False)
 
 
-def _matmul_nmd(y, v, keep_partial: bool):
+def _matmul_nmd(y: ArrayLike, v: ArrayLike, keep_partial: bool) -> tuple[np.ndarray, np.ndarray]:
     y_rows, v_rows, N, M, Dv, dtype, out_dtype = _matmul_operands(y, v)
     out = np.zeros((N, Dv), dtype=dtype)
-    partial = np.zeros((N, M, Dv), dtype=dtype) if keep_partial else None  # row n of A after keys 0..m
+    partial = np.zeros((N, M, Dv) if keep_partial else (0, 0, Dv), dtype=dtype)  # row n of A after keys 0..m
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf is NaN, as in any matrix product
         for n in range(N):
             acc = [dtype.type(0)] * Dv  # the row of partial sums of A[n, :]
@@ -541,7 +472,7 @@ def _matmul_nmd(y, v, keep_partial: bool):
     return out.astype(out_dtype, copy=False), partial
 
 
-def matmul_nmd(y, v) -> np.ndarray:
+def matmul_nmd(y: ArrayLike, v: ArrayLike) -> np.ndarray:
     """``A = Y V`` with the m and d loops swapped: ``for n: for m: for d`` (a row of partial sums per key).
 
     For each row ``n`` the whole row ``A[n, :]`` of partial sums is kept, and key ``m`` adds ``Y[n, m] V[m, :]``
@@ -575,7 +506,7 @@ class LoopSwapTrace:
         return self.y.shape[1]
 
 
-def loop_swap_trace(y, v) -> LoopSwapTrace:
+def loop_swap_trace(y: ArrayLike, v: ArrayLike) -> LoopSwapTrace:
     """Run :func:`matmul_nmd` and keep the row of partial sums after every key. Small inputs only (scalar loops).
 
     Raises:
@@ -594,7 +525,8 @@ def loop_swap_trace(y, v) -> LoopSwapTrace:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _one_loop(q_scaled, k, v, keep, rows, dtype):
+def _one_loop(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple,
+              dtype: np.dtype) -> Iterator[tuple]:
     """The merged loop. Yields ``(x_m, g_m, s_m, correction_m, weight_m, A'_m)`` after each key ``m``."""
     g = np.full(rows, -np.inf, dtype=dtype)  # g_0 = -inf
     s = np.zeros(rows, dtype=dtype)  # s_0 = 0
@@ -606,8 +538,8 @@ def _one_loop(q_scaled, k, v, keep, rows, dtype):
         x_m = _score(q_scaled, k, keep, m)  # (..., N)
         # 2. max:    g_m = max(g_{m-1}, x_m)
         # 3. sum:    s_m = s_{m-1} * exp(g_{m-1} - g_m) + exp(x_m - g_m)
-        g, s = merge(g_prev, s_prev, x_m, one)
-        g_safe, s_safe = _safe_state(g, s)  # no key seen yet: weights exp(-inf) = 0, no -inf - (-inf)
+        g, s = merge_rows(g_prev, s_prev, x_m, one)
+        g_safe, s_safe = nonempty(g), divisor(s)  # no key seen yet: weights exp(-inf) = 0, no -inf - (-inf)
         with np.errstate(invalid="ignore"):  # +inf - +inf: NaN, on purpose
             # correction_m = s_{m-1} * exp(g_{m-1} - g_m) / s_m;  weight_m = exp(x_m - g_m) / s_m  (they sum to 1)
             correction = s_prev * np.exp(g_prev - g_safe) / s_safe  # (..., N)
@@ -618,7 +550,9 @@ def _one_loop(q_scaled, k, v, keep, rows, dtype):
         yield x_m, g, s, correction, weight, a
 
 
-def one_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+def one_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       return_lse: bool = False) -> Any:
     """Attention in one pass over the keys: four steps per key (score, max, sum, attention).
 
     ``A'_m``, the attention output over the first ``m`` keys only, follows the recurrence
@@ -639,13 +573,9 @@ def one_loop_attention(q, k, v, *, scale=None, causal=False, mask=None, return_l
     Sources: Dao et al. (2022), section 3.1; Milakov and Gimelshein (2018) for ``g_m`` and ``s_m``.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    dtype, q_scaled, k, v, rows = _setup(inp)
-    g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
-    s = np.zeros(rows, dtype=dtype)
-    a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-    for _, g, s, _, _, a in _one_loop(q_scaled, k, v, inp.keep, rows, dtype):
-        pass
-    return _finish(a, g, s, inp, return_lse)
+    memory = PlainMemory(loop_arrays(inp))  # nothing counted (flashmath.counting passes a counted memory)
+    g, s = one_loop_run(memory, inp)
+    return _result(memory, g, s, inp, return_lse)
 
 
 @dataclass(frozen=True)
@@ -678,7 +608,8 @@ class OneLoopTrace:
         return len(self.x)
 
 
-def one_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> OneLoopTrace:
+def one_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> OneLoopTrace:
     """Run :func:`one_loop_attention` and keep every per-key state (for the chapter 5 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).
@@ -687,8 +618,8 @@ def one_loop_trace(q, k, v, *, scale=None, causal=False, mask=None) -> OneLoopTr
         :class:`OneLoopTrace`.
     """
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    _require_keys(inp, "one_loop_trace")
-    dtype, q_scaled, k_c, v_c, rows = _setup(inp)
+    require_keys(inp, "one_loop_trace")
+    dtype, q_scaled, k_c, v_c, rows = compute_operands(inp)
     steps = list(_one_loop(q_scaled, k_c, v_c, inp.keep, rows, dtype))
     return OneLoopTrace(
         x=_stack([np.broadcast_to(step[0], rows) for step in steps], dtype),

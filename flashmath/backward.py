@@ -23,33 +23,14 @@ statistics); T. Dao, "FlashAttention-2" (2023), section 3.2 and Algorithm 2 (``D
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from flashmath._checks import integer
-from flashmath.attention import prepare_attention_inputs
-from flashmath.softmax import as_float_array, compute_dtype
+from flashmath._checks import as_float_array, compute_dtype
+from flashmath.inputs import prepare_attention_inputs
+from flashmath.rowstate import weighted_values
+from flashmath.tiling import check_block, tile_keep, tiles
 
 __all__ = ["attention_backward"]
-
-
-def _block(value, name: str) -> int:
-    size = integer(value, name)
-    if size < 1:
-        raise ValueError(f"{name} must be at least 1, got {size}")
-    return size
-
-
-def _absent_free_matmul(w: np.ndarray, b: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """``w @ b`` where the terms of pairs with ``keep`` False are exactly 0, even when ``b`` holds NaN or inf.
-
-    ``w`` is ``(..., R, C)`` (already 0 where not kept), ``b`` is ``(..., C, F)``, ``keep`` broadcasts to
-    ``w``. A plain matrix product would add ``0 * NaN = NaN`` from a masked key's row; this only happens when
-    ``b`` is not finite, so the fast product is used otherwise.
-    """
-    if np.isfinite(b).all():
-        return np.matmul(w, b)  # (..., R, C) @ (..., C, F) -> (..., R, F)
-    with np.errstate(invalid="ignore", over="ignore"):
-        terms = w[..., :, :, None] * b[..., None, :, :]  # (..., R, C, F): one product term per pair
-        return np.where(keep[..., None], terms, 0).sum(axis=-2)
 
 
 def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
@@ -60,8 +41,9 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes, keepdims=True) if axes else grad
 
 
-def attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mask=None, block_q: int = 64,
-                       block_k: int = 64):
+def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, lse: ArrayLike, grad_a: ArrayLike,
+                       *, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+                       block_q: int = 64, block_k: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of attention with respect to ``q``, ``k``, ``v``, from the forward's output and logsumexp.
 
     Args:
@@ -84,8 +66,9 @@ def attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mas
 
     Sources: Dao (2023), Algorithm 2; Dao et al. (2022), appendix B.
     """
-    block_q, block_k = _block(block_q, "block_q"), _block(block_k, "block_k")
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    # the causal mask is built tile by tile (flashmath.tiling.tile_keep), never as a whole (N, M) array
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
     rows = inp.batch_shape + (inp.N,)
     a, lse, grad_a = (as_float_array(x, name) for x, name in ((a, "a"), (lse, "lse"), (grad_a, "grad_a")))
     for arr, name, shape in ((a, "a", rows + (inp.Dv,)), (lse, "lse", rows), (grad_a, "grad_a", rows + (inp.Dv,))):
@@ -107,19 +90,21 @@ def attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mas
     grad_q = np.zeros(q_.shape, dtype)  # accumulated in memory over the key tiles
     grad_k = np.zeros(k_.shape, dtype)
     grad_v = np.zeros(v_.shape, dtype)
-    for c0 in range(0, inp.M, block_k):  # key/value tiles outside: dK_j, dV_j stay on chip
-        c1 = min(c0 + block_k, inp.M)
+    query_tiles = tiles(inp.N, block_q)
+    for c0, c1 in tiles(inp.M, block_k):  # key/value tiles outside: dK_j, dV_j stay on chip
         k_tile, v_tile = k_[..., c0:c1, :], v_[..., c0:c1, :]  # (..., B_c, D), (..., B_c, Dv)
         dk_tile = np.zeros(k_tile.shape, dtype)
         dv_tile = np.zeros(v_tile.shape, dtype)
-        for r0 in range(0, inp.N, block_q):
-            r1 = min(r0 + block_q, inp.N)
+        for r0, r1 in query_tiles:
+            keep_tile = tile_keep(inp, r0, r1, c0, c1)
+            if keep_tile is False:
+                continue  # every pair of the tile is masked: it adds nothing to any gradient
             q_tile, da_tile = q_[..., r0:r1, :], grad_a[..., r0:r1, :]  # (..., B_r, D), (..., B_r, Dv)
             lse_tile, d_tile = lse[..., r0:r1], d_row[..., r0:r1]  # (..., B_r)
-            # the pairs of the tile that are attended: the mask's tile, less the fully masked rows (L = -inf)
+            # the pairs of the tile that are attended: the tile's keep mask, less the fully masked rows (L = -inf)
             keep = ~np.isneginf(lse_tile)[..., None]  # (..., B_r, 1)
-            if inp.keep is not None:
-                keep = keep & inp.keep[..., r0:r1, c0:c1]  # (..., B_r, B_c)
+            if keep_tile is not None:
+                keep = keep & keep_tile  # (..., B_r, B_c)
             keep = np.broadcast_to(keep, keep.shape[:-1] + (c1 - c0,))
             keep_t = np.swapaxes(keep, -1, -2)
             with np.errstate(invalid="ignore", over="ignore"):
@@ -127,15 +112,15 @@ def attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mas
                 x_tile = scale_ * np.matmul(q_tile, np.swapaxes(k_tile, -1, -2))  # (..., B_r, B_c)
                 # Y_ij = exp(X_ij - L_i): the probabilities, exact from the saved logsumexp
                 y_tile = np.where(keep, np.exp(x_tile - np.where(keep, lse_tile[..., None], 0)), 0)
-                # dV_j += Y_ij^T dA_i
-                dv_tile += _absent_free_matmul(np.swapaxes(y_tile, -1, -2), da_tile, keep_t)
+                # dV_j += Y_ij^T dA_i   (a masked pair absent: flashmath.rowstate.weighted_values)
+                dv_tile += weighted_values(np.swapaxes(y_tile, -1, -2), da_tile, keep_t)
                 # dY_ij = dA_i V_j^T
                 dy_tile = np.matmul(da_tile, np.swapaxes(v_tile, -1, -2))  # (..., B_r, B_c)
                 # dX_ij = Y_ij * (dY_ij - D_i)
                 dx_tile = np.where(keep, y_tile * (dy_tile - d_tile[..., None]), 0)
                 # dQ_i += scale dX_ij K_j;  dK_j += scale dX_ij^T Q_i
-                grad_q[..., r0:r1, :] += scale_ * _absent_free_matmul(dx_tile, k_tile, keep)
-                dk_tile += scale_ * _absent_free_matmul(np.swapaxes(dx_tile, -1, -2), q_tile, keep_t)
+                grad_q[..., r0:r1, :] += scale_ * weighted_values(dx_tile, k_tile, keep)
+                dk_tile += scale_ * weighted_values(np.swapaxes(dx_tile, -1, -2), q_tile, keep_t)
         grad_k[..., c0:c1, :] = dk_tile
         grad_v[..., c0:c1, :] = dv_tile
     return (_unbroadcast(grad_q, inp.q.shape), _unbroadcast(grad_k, inp.k.shape), _unbroadcast(grad_v, inp.v.shape))

@@ -15,11 +15,14 @@ grows with ``N + M``, not ``N M``. Two loop orders:
 
 Both run the same update on a score tile; with one query tile of all ``N`` rows and key tiles of one key,
 fa2 is :func:`flashmath.attention.one_loop_attention` (chapter 5) with its division deferred. The loops
-read and write their arrays through :class:`flashmath.traffic.CountedMemory`, so every run is counted:
-:func:`flashmath.traffic.counted_attention` returns the counts and :func:`flash_trace` the state after
-every tile step. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``, ``k``...
+read and write their arrays through a memory passed in (:mod:`flashmath.memory`): :func:`flash_attention`
+passes a plain one that counts nothing, :func:`flashmath.counting.counted_attention` a counted one, and
+:func:`flash_trace` a counted one too, to record the state and the traffic after every tile step. The tile
+steps themselves are public (:func:`fa2_tile_step`, :func:`fa1_tile_step`); tiles and their keep masks come
+from :mod:`flashmath.tiling`. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``,
+``k``...
 
-Conventions (shapes, scale, masks, dtypes, errors) are those of :mod:`flashmath.attention`, and a masked key
+Conventions (shapes, scale, masks, dtypes, errors) are those of :mod:`flashmath.inputs`, and a masked key
 is absent: the output equals attention with that key removed whatever its ``k`` and ``v`` rows hold (NaN or
 inf included), because masked scores are *selected* away (``np.where``), never multiplied by 0. A tile whose
 pairs are all masked (for every leading (batch, head) element) is skipped: neither computed nor loaded. The
@@ -33,138 +36,81 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from flashmath._checks import integer
-from flashmath.attention import AttentionInputs, _setup, logsumexp_of, prepare_attention_inputs, weighted_values
-from flashmath.softmax import _merge_states, float_dtype
-from flashmath.traffic import CountedMemory, TrafficCount
+from flashmath._checks import float_dtype
+from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
+from flashmath.memory import CountedMemory, Memory, PlainMemory, TrafficCount
+from flashmath.rowstate import finish, logsumexp_of, merge_rows, weighted_values
 
-__all__ = ["DEFAULT_BLOCK_Q", "DEFAULT_BLOCK_K", "ORDERS", "flash_attention", "flash_trace", "FlashTrace"]
+# Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
+# (flashmath.triton_kernel.line_for_line): the guard keeps the name those lines show.
+from flashmath.rowstate import nonempty as _nonempty
+from flashmath.tiling import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, ORDERS, check_tiling, tile_keep, tile_scores, tiles
 
-DEFAULT_BLOCK_Q = 512
-"""Default query-tile size ``B_r``.
-
-Chosen by measurement: ``python -m flashmath.bench speed --sweep`` times every pair of ``block_q`` in 64..1024
-and ``block_k`` in 256..4096 at ``N = M = 4096, D = 64`` (float32, 2 shared cores), in interleaved rounds. Over
-five sweeps, 512 x 2048 was within 11% of the fastest pair every time (the fastest once), while smaller tiles
-lose to numpy's per-call overhead and to less efficient small matrix products (64-row tiles: 1.3-2.5 x slower).
-A 512 x 2048 float32 score tile is 4 MiB per (batch, head) element.
-"""
-DEFAULT_BLOCK_K = 2048
-"""Default key-tile size ``B_c`` (see :data:`DEFAULT_BLOCK_Q`)."""
-ORDERS = ("fa1", "fa2")
-
-
-def _check_tiling(block_q, block_k, order) -> tuple[int, int]:
-    """Checked block sizes (defaults filled in); ValueError for an unknown order or a block below 1."""
-    if order not in ORDERS:
-        raise ValueError(
-            f"order must be 'fa1' (FlashAttention: key tiles outside) or 'fa2' (FlashAttention-2: query tiles "
-            f"outside), got {order!r}"
-        )
-    sizes = []
-    for value, name, default in ((block_q, "block_q", DEFAULT_BLOCK_Q), (block_k, "block_k", DEFAULT_BLOCK_K)):
-        value = default if value is None else integer(value, name, "a positive integer (rows per tile)")
-        if value < 1:
-            raise ValueError(f"{name} must be a positive number of rows per tile, got {value}")
-        sizes.append(value)
-    return sizes[0], sizes[1]
-
-
-def _tiles(size: int, block: int) -> list[tuple[int, int]]:
-    """``[(start, stop), ...]`` cutting ``range(size)`` into blocks; the last one may be shorter."""
-    return [(start, min(start + block, size)) for start in range(0, size, block)]
-
-
-def _tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int):
-    """What tile ``(r0:r1, c0:c1)`` attends to: ``None`` = every pair, ``False`` = none (skip the tile), or a
-    boolean array ``(..., B_r, B_c)``, True = attend."""
-    keep = None
-    if inp.causal:
-        # query n sees key m <= n + M - N (bottom-right alignment, as flashmath.masks.causal_mask)
-        offset = inp.M - inp.N
-        if c0 > r1 - 1 + offset:
-            return False  # even the last row of the tile sees none of its keys
-        if c1 - 1 > r0 + offset:  # the diagonal crosses the tile
-            keep = np.arange(c0, c1) <= np.arange(r0, r1)[:, None] + offset  # (B_r, B_c)
-    if inp.keep is not None:
-        tile = inp.keep[..., r0:r1, c0:c1]  # (..., B_r, B_c), a view
-        keep = tile if keep is None else tile & keep
-    if keep is not None:
-        if not keep.any():
-            return False
-        if keep.all():
-            return None
-    return keep
-
-
-def _scores(q_tile, k_tile, keep_tile, batch: tuple) -> np.ndarray:
-    """``X_ij = Q_i K_j^T`` with masked pairs set to ``-inf`` by selection: a new array ``(*batch, B_r, B_c)``."""
-    # X_ij = Q_i K_j^T  (the scale is already folded into Q)
-    x_tile = np.matmul(q_tile, np.swapaxes(k_tile, -1, -2))  # (..., B_r, D) @ (..., D, B_c) -> (..., B_r, B_c)
-    if keep_tile is not None:
-        # a masked pair scores -inf whatever q and k hold: selected, so NaN in a masked k row cannot leak
-        x_tile = np.where(keep_tile, x_tile, -np.inf)
-    if x_tile.shape[:-2] != batch:  # v or the mask has more leading dimensions than q and k
-        x_tile = np.broadcast_to(x_tile, batch + x_tile.shape[-2:]).copy()
-    return x_tile
-
-
-def _nonempty(g: np.ndarray) -> np.ndarray:
-    """``g`` with ``-inf`` (a row that has seen no key yet) replaced by 0, where ``g`` is subtracted: the weights
-    of such a row come out as ``exp(-inf - 0) = 0`` instead of ``exp(-inf - (-inf)) = NaN``."""
-    return np.where(g == -np.inf, 0, g)
+__all__ = [
+    "DEFAULT_BLOCK_K",
+    "DEFAULT_BLOCK_Q",
+    "ORDERS",
+    "FlashTrace",
+    "fa1_loop",
+    "fa1_tile_step",
+    "fa2_loop",
+    "fa2_tile_step",
+    "fa2_write",
+    "flash_attention",
+    "flash_trace",
+    "tile_arrays",
+    "tile_result",
+]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The two loop orders. Each is a generator over tile steps, reading and writing the arrays in counted memory.
+# One tile step per order: the update of a query tile's row state by one score tile (the exercises' references
+# and the kernel's line-for-line reading use these)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _fa2_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: int):
-    """FlashAttention-2 order: query tiles outside. After each tile step yields
-    ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``."""
-    q, k, v, a, lse = (hbm[name] for name in ("Q", "K", "V", "A", "lse"))
-    batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
-    key_tiles = _tiles(inp.M, block_k)
-    for i, (r0, r1) in enumerate(_tiles(inp.N, block_q)):
-        q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
-        g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
-        s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
-        acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
-        for j, (c0, c1) in enumerate(key_tiles):
-            keep_tile = _tile_keep(inp, r0, r1, c0, c1)
-            if keep_tile is not False:
-                if q_tile is None:
-                    q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
-                k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
-                with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                    x_tile = _scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
-                    # g_new = max(g, rowmax(X_ij))
-                    g_new = np.maximum(g_tile, x_tile.max(axis=-1))  # (..., B_r)
-                    g_ref = _nonempty(g_new)
-                    # alpha = exp(g - g_new): the rescale of everything summed so far
-                    alpha = np.exp(g_tile - g_ref)  # (..., B_r)
-                    # P_ij = exp(X_ij - g_new), computed in place: the score tile becomes the weight tile
-                    p_tile = np.exp(np.subtract(x_tile, g_ref[..., None], out=x_tile), out=x_tile)
-                    # s_new = s * alpha + rowsum(P_ij)
-                    s_tile = s_tile * alpha + p_tile.sum(axis=-1)
-                    # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
-                    acc_tile *= alpha[..., None]
-                    acc_tile += weighted_values(p_tile, v_tile, keep_tile)
-                g_tile = g_new
-                del x_tile, p_tile  # the score tile is dropped before the next one is made
-            if j == len(key_tiles) - 1:
-                _fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
-            yield i, j, keep_tile is False, (r0, r1), g_tile, s_tile, acc_tile
-        if not key_tiles:  # M = 0: every row is empty
-            _fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
+def fa2_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
+                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention-2's tile step: the state ``(g, s, acc = s A')`` of ``B_r`` rows after one key tile.
+
+    Args:
+        g_tile, s_tile: ``(..., B_r)`` the running max and sum (``-inf`` and 0 for a row that has seen no key).
+        acc_tile: ``(..., B_r, Dv)`` the unnormalised accumulator ``s A'``; **updated in place** (it is the
+            loop's on-chip accumulator; pass a copy to keep yours).
+        x_tile: ``(..., B_r, B_c)`` the score tile, masked pairs already ``-inf`` (:func:`tile_scores`);
+            **overwritten** by the weights ``P``.
+        v_tile: ``(..., B_c, Dv)``. keep_tile: the tile's keep mask (True = attend) or None (every pair).
+
+    Returns:
+        ``(g_new, s_new, acc_new)``; nothing is divided (FlashAttention-2 divides once, in :func:`fa2_write`).
+
+    Source: Dao (2023), Algorithm 1, lines 8-10.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
+        # g_new = max(g, rowmax(X_ij))
+        g_new = np.maximum(g_tile, x_tile.max(axis=-1))  # (..., B_r)
+        g_ref = _nonempty(g_new)
+        # alpha = exp(g - g_new): the rescale of everything summed so far
+        alpha = np.exp(g_tile - g_ref)  # (..., B_r)
+        # P_ij = exp(X_ij - g_new), computed in place: the score tile becomes the weight tile
+        p_tile = np.exp(np.subtract(x_tile, g_ref[..., None], out=x_tile), out=x_tile)
+        # s_new = s * alpha + rowsum(P_ij)
+        s_tile = s_tile * alpha + p_tile.sum(axis=-1)
+        # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
+        acc_tile *= alpha[..., None]
+        acc_tile += weighted_values(p_tile, v_tile, keep_tile)
+    return g_new, s_tile, acc_tile
 
 
-def _fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile) -> None:
+def fa2_write(a: Any, lse: Any, r0: int, r1: int, g_tile: np.ndarray, s_tile: np.ndarray,
+              acc_tile: np.ndarray) -> None:
     """The end of query tile ``i``: one division, then write ``A_i`` and the logsumexp ``lse_i`` to memory."""
     with np.errstate(invalid="ignore", divide="ignore"):
         # A_i = acc / s  (a row that saw no key has acc = 0: divide by 1 instead of 0)
@@ -173,20 +119,92 @@ def _fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile) -> None:
         lse[..., r0:r1] = logsumexp_of(g_tile, s_tile)
 
 
-def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: int):
+def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
+                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FlashAttention's tile step (Algorithm 1): the state ``(g, s, A')`` of ``B_r`` rows after one key tile,
+    the output normalised.
+
+    Args:
+        g_tile, s_tile: ``(..., B_r)``; a_tile: ``(..., B_r, Dv)`` the normalised output over the keys seen.
+        x_tile: ``(..., B_r, B_c)`` the score tile, masked pairs ``-inf``; **overwritten** by the weights.
+        v_tile: ``(..., B_c, Dv)``. keep_tile: the tile's keep mask or None.
+
+    Returns:
+        ``(g_new, s_new, a_new)`` as new arrays (the tile alone has state ``(rowmax X, rowsum P)``, merged with
+        the old one by chapter 2's rule).
+
+    Source: Dao et al. (2022), Algorithm 1, lines 9-13.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
+        # the state of this tile alone: g~ = rowmax(X_ij), P~ = exp(X_ij - g~), s~ = rowsum(P~)
+        g_loc = x_tile.max(axis=-1)  # (..., B_r)
+        p_tile = np.exp(np.subtract(x_tile, _nonempty(g_loc)[..., None], out=x_tile), out=x_tile)
+        s_loc = p_tile.sum(axis=-1)
+        # g_new = max(g, g~);  s_new = s exp(g - g_new) + s~ exp(g~ - g_new)   (chapter 2's merge)
+        g_new, s_new = merge_rows(g_tile, s_tile, g_loc, s_loc)
+        g_ref = _nonempty(g_new)
+        old = s_tile * np.exp(g_tile - g_ref)  # (..., B_r)
+        new = np.exp(g_loc - g_ref)
+        # A_new = (s exp(g - g_new) A + exp(g~ - g_new) P~ V_j) / s_new   (normalised at every step)
+        a_new = old[..., None] * a_tile + new[..., None] * weighted_values(p_tile, v_tile, keep_tile)
+        a_new /= np.where(s_new == 0, 1, s_new)[..., None]
+    return g_new, s_new, a_new
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The two loop orders. Each is a generator over tile steps, reading and writing its arrays in the memory it is
+# given (flashmath.memory: a plain one costs nothing, a counted one tallies every load and store).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
+    """FlashAttention-2 order: query tiles outside. After each tile step yields
+    ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
+
+    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``lse`` written here
+    (:func:`tile_arrays`)."""
+    q, k, v, a, lse = (memory[name] for name in ("Q", "K", "V", "A", "lse"))
+    batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
+    key_tiles = tiles(inp.M, block_k)
+    for i, (r0, r1) in enumerate(tiles(inp.N, block_q)):
+        q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
+        g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
+        s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
+        acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
+        for j, (c0, c1) in enumerate(key_tiles):
+            keep_tile = tile_keep(inp, r0, r1, c0, c1)
+            if keep_tile is not False:
+                if q_tile is None:
+                    q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
+                k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
+                with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
+                    x_tile = tile_scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
+                g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
+                del x_tile  # the score tile is dropped before the next one is made
+            if j == len(key_tiles) - 1:
+                fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
+            yield i, j, keep_tile is False, (r0, r1), g_tile, s_tile, acc_tile
+        if not key_tiles:  # M = 0: every row is empty
+            fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
+
+
+def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
     """FlashAttention order (Algorithm 1): key tiles outside. After each tile step yields
-    ``(i, j, skipped, (r0, r1), g_tile, s_tile, a_tile)``, the state of query tile ``i`` as written back."""
-    q, k, v, a, g, s = (hbm[name] for name in ("Q", "K", "V", "A", "g", "s"))
+    ``(i, j, skipped, (r0, r1), g_tile, s_tile, a_tile)``, the state of query tile ``i`` as written back.
+
+    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``g``, ``s`` written here."""
+    q, k, v, a, g, s = (memory[name] for name in ("Q", "K", "V", "A", "g", "s"))
     # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory
     a[...] = 0
     s[...] = 0
     g[...] = -np.inf
     batch = inp.batch_shape
-    query_tiles = _tiles(inp.N, block_q)
-    for j, (c0, c1) in enumerate(_tiles(inp.M, block_k)):
-        k_tile = v_tile = None
+    query_tiles = tiles(inp.N, block_q)
+    for j, (c0, c1) in enumerate(tiles(inp.M, block_k)):
+        k_tile: Any = None  # K_j, V_j: loaded by the first query tile that is not skipped
+        v_tile: Any = None
         for i, (r0, r1) in enumerate(query_tiles):
-            keep_tile = _tile_keep(inp, r0, r1, c0, c1)
+            keep_tile = tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is False:
                 yield i, j, True, (r0, r1), None, None, None
                 continue
@@ -195,20 +213,9 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
             # load Q_i, A_i, g_i, s_i: (..., B_r, D), (..., B_r, Dv), (..., B_r), (..., B_r)
             q_tile, a_tile, g_tile, s_tile = q[..., r0:r1, :], a[..., r0:r1, :], g[..., r0:r1], s[..., r0:r1]
             with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                x_tile = _scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
-                # the state of this tile alone: g~ = rowmax(X_ij), P~ = exp(X_ij - g~), s~ = rowsum(P~)
-                g_loc = x_tile.max(axis=-1)  # (..., B_r)
-                p_tile = np.exp(np.subtract(x_tile, _nonempty(g_loc)[..., None], out=x_tile), out=x_tile)
-                s_loc = p_tile.sum(axis=-1)
-                # g_new = max(g, g~);  s_new = s exp(g - g_new) + s~ exp(g~ - g_new)   (chapter 2's merge)
-                g_new, s_new = _merge_states(g_tile, s_tile, g_loc, s_loc)
-                g_ref = _nonempty(g_new)
-                old = s_tile * np.exp(g_tile - g_ref)  # (..., B_r)
-                new = np.exp(g_loc - g_ref)
-                # A_new = (s exp(g - g_new) A + exp(g~ - g_new) P~ V_j) / s_new   (normalised at every step)
-                a_new = old[..., None] * a_tile + new[..., None] * weighted_values(p_tile, v_tile, keep_tile)
-                a_new /= np.where(s_new == 0, 1, s_new)[..., None]
-            del x_tile, p_tile
+                x_tile = tile_scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
+            g_new, s_new, a_new = fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile)
+            del x_tile
             # write A_i, g_i, s_i back to memory
             a[..., r0:r1, :] = a_new
             g[..., r0:r1] = g_new
@@ -216,39 +223,39 @@ def _fa1_loop(hbm: CountedMemory, inp: AttentionInputs, block_q: int, block_k: i
             yield i, j, False, (r0, r1), g_new, s_new, a_new
 
 
-def _tile_loop(inp: AttentionInputs, order: str, block_q: int, block_k: int, *, bytes_per_element=None,
-               acc_dtype=None):
-    """Counted memory for ``order`` and the generator of its tile steps (nothing runs until it is iterated).
-    ``acc_dtype``: the dtype of ``A`` and of fa2's accumulator (default: the compute dtype)."""
-    dtype, q_scaled, k, v, rows = _setup(inp)
+LOOPS = {"fa1": fa1_loop, "fa2": fa2_loop}
+
+
+def tile_arrays(inp: AttentionInputs, order: str, *, acc_dtype: DTypeLike | None = None) -> dict:
+    """The arrays a tile loop of ``order`` reads and writes, to put in a memory: ``Q`` (scaled), ``K``, ``V`` in
+    the compute dtype, ``A`` (in ``acc_dtype``, default the compute dtype), and ``lse`` (fa2) or ``g``, ``s``
+    (fa1), uninitialised."""
+    dtype, q_scaled, k, v, rows = compute_operands(inp)
     arrays = {"Q": q_scaled, "K": k, "V": v, "A": np.empty(rows + (inp.Dv,), dtype if acc_dtype is None else acc_dtype)}
     if order == "fa2":
         arrays["lse"] = np.empty(rows, dtype)
     else:
         arrays["g"] = np.empty(rows, dtype)
         arrays["s"] = np.empty(rows, dtype)
-    if bytes_per_element is None:
-        bytes_per_element = inp.dtype.itemsize
-    hbm = CountedMemory(arrays, bytes_per_element=bytes_per_element)
-    loop = _fa2_loop if order == "fa2" else _fa1_loop
-    return hbm, loop(hbm, inp, block_q, block_k)
+    return arrays
 
 
-def _tile_result(hbm: CountedMemory, inp: AttentionInputs, order: str, return_lse: bool):
+def tile_result(memory: Memory, inp: AttentionInputs, order: str, return_lse: bool) -> Any:
     """The output (and logsumexp) from memory after the loop, in the promoted input dtype."""
-    a = hbm.array("A").astype(inp.dtype, copy=False)
+    a = memory.array("A").astype(inp.dtype, copy=False)
     if not return_lse:
         return a
     if order == "fa2":
-        return a, hbm.array("lse")
+        return a, memory.array("lse")
     # lse = g + log(s) from the row statistics Algorithm 1 leaves in memory
-    return a, logsumexp_of(hbm.array("g"), hbm.array("s"))
+    return a, logsumexp_of(memory.array("g"), memory.array("s"))
 
 
 def flash_attention(
-    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, return_lse=False,
-    acc_dtype=None,
-):
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
+    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    return_lse: bool = False, acc_dtype: DTypeLike | None = None,
+) -> Any:
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile.
 
     Args:
@@ -261,8 +268,8 @@ def flash_attention(
         order: ``"fa2"`` (query tiles outside, one division at the end; FlashAttention-2) or ``"fa1"`` (key
             tiles outside, output and row states read, normalised and written back at every step;
             FlashAttention, Algorithm 1).
-        scale, causal, mask, return_lse: as :func:`flashmath.attention.attention` (``causal`` is bottom-right
-            aligned; ``mask`` is boolean, True = attend).
+        scale, causal, mask, return_lse: as :func:`flashmath.attention.attention` (conventions:
+            :mod:`flashmath.inputs`).
         acc_dtype: a study knob (chapter 9), the dtype in which the output state is kept from one tile step to
             the next: fa2's on-chip accumulator ``acc = s A'`` (unnormalised), fa1's normalised ``A'`` in memory.
             Each step still computes in the compute dtype and its result is rounded to ``acc_dtype``; ``g`` and
@@ -286,13 +293,13 @@ def flash_attention(
 
     Sources: Dao et al. (2022), Algorithm 1 (fa1); Dao (2023), Algorithm 1 (fa2).
     """
-    block_q, block_k = _check_tiling(block_q, block_k, order)
+    block_q, block_k = check_tiling(block_q, block_k, order)
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
-    hbm, steps = _tile_loop(inp, order, block_q, block_k, acc_dtype=acc_dtype)
-    for _ in steps:
+    memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
+    for _ in LOOPS[order](memory, inp, block_q, block_k):
         pass
-    return _tile_result(hbm, inp, order, return_lse)
+    return tile_result(memory, inp, order, return_lse)
 
 
 @dataclass(frozen=True)
@@ -361,7 +368,9 @@ class FlashTrace:
 
 
 def flash_trace(
-    q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None, bytes_per_element=None
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
+    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    bytes_per_element: int | None = None,
 ) -> FlashTrace:
     """Run :func:`flash_attention` and keep the state of every row after every tile step (for the tile sweep).
 
@@ -376,26 +385,30 @@ def flash_trace(
     Raises:
         as :func:`flash_attention`; also ValueError when ``N`` or ``M`` is 0 (no tile steps to trace).
     """
-    block_q, block_k = _check_tiling(block_q, block_k, order)
+    block_q, block_k = check_tiling(block_q, block_k, order)
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
     if inp.N == 0 or inp.M == 0:
         raise ValueError(
             f"flash_trace needs at least one query and one key to have tile steps, got N = {inp.N}, M = {inp.M}"
         )
-    hbm, steps = _tile_loop(inp, order, block_q, block_k, bytes_per_element=bytes_per_element)
+    # the trace records the traffic of every step: the loop runs on a counted memory
+    if bytes_per_element is None:
+        bytes_per_element = inp.dtype.itemsize
+    hbm = CountedMemory(tile_arrays(inp, order), bytes_per_element=bytes_per_element)
+    steps = LOOPS[order](hbm, inp, block_q, block_k)
     dtype = hbm.array("A").dtype
     rows_shape = inp.batch_shape + (inp.N,)
     g_now = np.full(rows_shape, -np.inf, dtype)  # every row's state so far
     s_now = np.zeros(rows_shape, dtype)
     a_now = np.zeros(rows_shape + (inp.Dv,), dtype)
-    record = {name: [] for name in ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")}
-    cols = _tiles(inp.M, block_k)
+    names = ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")
+    record: dict[str, list] = {name: [] for name in names}
+    cols = tiles(inp.M, block_k)
     for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in steps:
         if not skipped:
             g_now[..., r0:r1], s_now[..., r0:r1] = g_tile, s_tile
             if order == "fa2":  # A' = acc / s, for the record only: fa2 itself divides once at the end
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    a_tile = a_tile / np.where(s_tile == 0, 1, s_tile)[..., None]
+                a_tile = finish(a_tile, s_tile)
             a_now[..., r0:r1, :] = a_tile
         count = hbm.count
         for name, value in (
@@ -411,12 +424,12 @@ def flash_trace(
             ("arrays", dict(count.arrays)),
         ):
             record[name].append(value)
-    output, lse = _tile_result(hbm, inp, order, return_lse=True)
+    output, lse = tile_result(hbm, inp, order, return_lse=True)
     return FlashTrace(
         order=order,
         block_q=block_q,
         block_k=block_k,
-        grid=(len(_tiles(inp.N, block_q)), len(cols)),
+        grid=(len(tiles(inp.N, block_q)), len(cols)),
         tiles=np.array(record["tiles"], dtype=np.intp),
         rows=np.array(record["rows"], dtype=np.intp),
         cols=np.array(record["cols"], dtype=np.intp),

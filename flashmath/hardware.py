@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from flashmath._checks import integer
 
@@ -92,14 +93,14 @@ class TileBytes:
         return self.scores + self.accumulator + self.row_states
 
 
-def _positive(value, name: str) -> int:
+def _positive(value: object, name: str) -> int:
     value = integer(value, name)
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
     return value
 
 
-def tile_bytes(D: int, block_q: int, block_k: int, *, dtype="float16", Dv: int | None = None,
+def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float16", Dv: int | None = None,
                stages: int = 2) -> TileBytes:
     """The on-chip bytes of FlashAttention-2's forward working set for one query tile.
 
@@ -132,8 +133,8 @@ def tile_bytes(D: int, block_q: int, block_k: int, *, dtype="float16", Dv: int |
     )
 
 
-def largest_query_tile(gpu: GPU, D: int, block_k: int, *, dtype="float16", stages: int = 2,
-                       candidates=(16, 32, 64, 128, 256)) -> int | None:
+def largest_query_tile(gpu: GPU, D: int, block_k: int, *, dtype: DTypeLike = "float16", stages: int = 2,
+                       candidates: tuple[int, ...] = (16, 32, 64, 128, 256)) -> int | None:
     """The largest ``B_r`` among ``candidates`` whose working set fits one SM of ``gpu``.
 
     Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within the

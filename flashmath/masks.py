@@ -18,6 +18,7 @@ Both agree when ``N == M``.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
 
@@ -26,7 +27,7 @@ __all__ = ["causal_mask", "sliding_window_mask", "padding_mask"]
 _ALIGNMENTS = ("bottom-right", "top-left")
 
 
-def _size(value, name: str) -> int:
+def _size(value: object, name: str) -> int:
     size = integer(value, name)
     if size < 0:
         raise ValueError(f"{name} must be >= 0, got {size}")
@@ -110,7 +111,7 @@ def sliding_window_mask(N: int, M: int, window: int | None = None, *, left: int 
     return keep  # (N, M)
 
 
-def padding_mask(lengths, M: int) -> np.ndarray:
+def padding_mask(lengths: ArrayLike, M: int) -> np.ndarray:
     """Key-padding mask for a batch of sequences padded to ``M`` keys: sequence ``b`` has ``lengths[b]`` real keys.
 
     Args:

@@ -30,21 +30,15 @@ implementation", with a float32 reference where this course uses float64).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from flashmath._checks import integer
-from flashmath.attention import (
-    _setup,
-    attention,
-    one_loop_attention,
-    prepare_attention_inputs,
-    two_loop_attention,
-    weighted_values,
-)
+from flashmath._checks import DTYPES, as_float_array, float_dtype, integer
+from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
-from flashmath.softmax import as_float_array, float_dtype, safe_softmax
 
 __all__ = [
     "DTYPES",
@@ -58,21 +52,13 @@ __all__ = [
     "PrecisionStudy",
 ]
 
-DTYPES = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-}
-"""The dtypes of the course by name (``np.dtype("bfloat16")`` works too once ``ml_dtypes`` is imported)."""
-
 VARIANTS = ("rounded reference", "naive", "one_loop", "two_loop", "fa1", "fa2")
 """The rows of a :class:`PrecisionStudy`: the float64 reference rounded to the dtype (the floor), naive
 low-precision attention, :func:`flashmath.one_loop_attention`, :func:`flashmath.two_loop_attention`, and
 :func:`flashmath.flash_attention` in both loop orders."""
 
 
-def round_to(x, dtype) -> np.ndarray:
+def round_to(x: ArrayLike, dtype: DTypeLike) -> np.ndarray:
     """``x`` rounded to ``dtype`` (round to nearest, ties to even), as a new array.
 
     Args:
@@ -91,7 +77,7 @@ def round_to(x, dtype) -> np.ndarray:
         return x.astype(dtype)
 
 
-def unit_roundoff(dtype) -> float:
+def unit_roundoff(dtype: DTypeLike) -> float:
     """The largest relative error of rounding to ``dtype``: half its machine epsilon, ``2**-(p)`` with ``p`` bits of
     significand (float16 ``2**-11``, bfloat16 ``2**-8``, float32 ``2**-24``, float64 ``2**-53``).
 
@@ -101,14 +87,14 @@ def unit_roundoff(dtype) -> float:
     return float(ml_dtypes.finfo(float_dtype(dtype)).eps) / 2
 
 
-def _error_operands(out, ref):
+def _error_operands(out: ArrayLike, ref: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     out, ref = as_float_array(out, "out"), as_float_array(ref, "ref")
     if out.shape != ref.shape:
         raise ValueError(f"out and ref must have the same shape, got {out.shape} and {ref.shape}")
     return out.astype(np.float64), ref.astype(np.float64)
 
 
-def max_abs_error(out, ref) -> float:
+def max_abs_error(out: ArrayLike, ref: ArrayLike) -> float:
     """``max |out - ref|`` over all elements, computed in float64: the error measure of FlashAttention's tests.
 
     Args:
@@ -130,7 +116,7 @@ def max_abs_error(out, ref) -> float:
         return float(np.max(np.abs(out - ref)))
 
 
-def max_rel_error(out, ref) -> float:
+def max_rel_error(out: ArrayLike, ref: ArrayLike) -> float:
     """``max |out - ref| / max |ref|``: :func:`max_abs_error` relative to the size of the reference.
 
     A normwise relative error: entries of ``ref`` close to 0 do not blow it up, as an element-wise relative error
@@ -145,7 +131,8 @@ def max_rel_error(out, ref) -> float:
     return error / size
 
 
-def naive_attention(q, k, v, *, scale=None, causal=False, mask=None) -> np.ndarray:
+def naive_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
+                    scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> np.ndarray:
     """Standard attention as a framework computes it in low precision: ``X``, ``Y`` and ``A`` each rounded.
 
     The three steps of the formula, each a kernel that writes its result to memory in the input dtype:
@@ -169,19 +156,8 @@ def naive_attention(q, k, v, *, scale=None, causal=False, mask=None) -> np.ndarr
     Raises:
         TypeError, ValueError: as :func:`flashmath.attention.attention`.
     """
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
-    stored = inp.dtype  # what X, Y and A are written to memory in
-    compute, q_scaled, k, v, _ = _setup(inp)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs, float16 overflow: on purpose
-        # X = Q K^T * scale, accumulated in the compute dtype, rounded to the input dtype when stored
-        x = np.matmul(q_scaled, np.swapaxes(k, -1, -2)).astype(stored)  # (..., N, M)
-        if inp.keep is not None:
-            x = np.where(inp.keep, x, -np.inf).astype(stored)  # masked scores are -inf
-        # Y = softmax(X) from the stored scores, in the compute dtype, rounded when stored
-        y = safe_softmax(x.astype(compute)).astype(stored)  # (..., N, M)
-        # A = Y V, accumulated in the compute dtype, rounded when stored; a masked key is absent
-        a = weighted_values(y.astype(compute), v, inp.keep).astype(stored)  # (..., N, Dv)
-    return np.broadcast_to(a, inp.batch_shape + (inp.N, inp.Dv)).copy()
+    # Algorithm 0 with X, Y and A stored in the input dtype: the package's one standard attention
+    return standard_attention(q, k, v, scale=scale, causal=causal, mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -215,7 +191,7 @@ class PrecisionStudy:
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def _index(self, dtype, variant) -> tuple[int, int]:
+    def _index(self, dtype: DTypeLike, variant: str) -> tuple[int, int]:
         name = float_dtype(dtype).name if not isinstance(dtype, str) else dtype
         if name not in self.dtypes:
             raise ValueError(f"dtype must be one of {list(self.dtypes)}, got {dtype!r}")
@@ -223,7 +199,7 @@ class PrecisionStudy:
             raise ValueError(f"variant must be one of {list(self.variants)}, got {variant!r}")
         return self.dtypes.index(name), self.variants.index(variant)
 
-    def error(self, dtype, variant: str, *, relative: bool = False) -> np.ndarray:
+    def error(self, dtype: DTypeLike, variant: str, *, relative: bool = False) -> np.ndarray:
         """The errors of ``variant`` for input ``dtype`` at every tile size, ``(n_blocks,)`` float64.
 
         Raises:
@@ -232,12 +208,12 @@ class PrecisionStudy:
         i, j = self._index(dtype, variant)
         return (self.rel_error if relative else self.abs_error)[i, j].copy()
 
-    def misrounded_share(self, dtype, variant: str) -> np.ndarray:
+    def misrounded_share(self, dtype: DTypeLike, variant: str) -> np.ndarray:
         """The share of elements that differ from the rounded reference, at every tile size ``(n_blocks,)``."""
         i, j = self._index(dtype, variant)
         return self.misrounded[i, j].copy()
 
-    def ratio(self, dtype, order: str = "fa2") -> np.ndarray:
+    def ratio(self, dtype: DTypeLike, order: str = "fa2") -> np.ndarray:
         """FlashAttention's test quantity: error of ``flash_attention`` over error of naive attention, both in
         ``dtype`` against float64, at every tile size ``(n_blocks,)``. The test passes where it is at most 2.
 
@@ -250,7 +226,7 @@ class PrecisionStudy:
             return self.error(dtype, order) / self.error(dtype, "naive")
 
 
-def _blocks(blocks) -> tuple:
+def _blocks(blocks: Any) -> tuple:
     """``(8, (16, 32))`` -> ``((8, 8), (16, 32))``: square tiles from integers, ``(B_r, B_c)`` pairs as given."""
     try:
         items = list(blocks)
@@ -271,7 +247,8 @@ def _blocks(blocks) -> tuple:
 
 
 def precision_study(
-    q, k, v, *, dtypes=("float16", "bfloat16", "float32"), blocks=(8, 16, 32), scale=None, causal=False, mask=None
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, dtypes: Any = ("float16", "bfloat16", "float32"),
+    blocks: Any = (8, 16, 32), scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
 ) -> PrecisionStudy:
     """Round ``q``, ``k``, ``v`` to each dtype and measure every variant against the float64 reference.
 
@@ -298,7 +275,7 @@ def precision_study(
     if not names:
         raise ValueError("dtypes must list at least one dtype")
     blocks = _blocks(blocks)
-    kwargs = dict(scale=scale, causal=causal, mask=mask)
+    kwargs: dict[str, Any] = dict(scale=scale, causal=causal, mask=mask)
     abs_error = np.empty((len(names), len(VARIANTS), len(blocks)))
     rel_error, misrounded = np.empty_like(abs_error), np.empty_like(abs_error)
     for i, name in enumerate(names):

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
 from flashmath.softmax import safe_softmax
@@ -20,7 +21,7 @@ from flashmath.softmax import safe_softmax
 __all__ = ["ScaleSweep", "scale_sweep", "softmax_entropy"]
 
 
-def softmax_entropy(y, axis: int = -1) -> np.ndarray:
+def softmax_entropy(y: ArrayLike, axis: int = -1) -> np.ndarray:
     """Entropy ``-sum_m y_m log(y_m)`` (natural log) of probability rows, with ``0 log 0 = 0``.
 
     Args:
@@ -69,7 +70,7 @@ class ScaleSweep:
         return self.raw.std(axis=1), self.scaled.std(axis=1)
 
 
-def _count(value, name: str, least: int) -> int:
+def _count(value: object, name: str, least: int) -> int:
     """``value`` as a Python int ``>= least``; TypeError for a non-integer (bools, floats and strings included)."""
     count = integer(value, name)
     if count < least:
@@ -77,7 +78,7 @@ def _count(value, name: str, least: int) -> int:
     return count
 
 
-def scale_sweep(dims, *, rng: np.random.Generator, n_queries: int = 200, n_keys: int = 64) -> ScaleSweep:
+def scale_sweep(dims: ArrayLike, *, rng: np.random.Generator, n_queries: int = 200, n_keys: int = 64) -> ScaleSweep:
     """Draw unit-variance queries and keys for each head dimension in ``dims`` and measure their scores.
 
     For each ``D``: ``Q (n_queries, D)`` and ``K (n_keys, D)`` with independent standard normal entries; the
@@ -109,7 +110,12 @@ def scale_sweep(dims, *, rng: np.random.Generator, n_queries: int = 200, n_keys:
         dims = np.asarray([None])
     if dims.ndim != 1 or dims.size == 0 or dims.dtype.kind not in "iu" or (dims < 1).any():
         raise ValueError(f"dims must be a non-empty 1-D list of positive integers (head dimensions), got {given!r}")
-    raw, scaled, mp_raw, mp_scaled, h_raw, h_scaled = [], [], [], [], [], []
+    raw: list = []
+    scaled: list = []
+    mp_raw: list = []
+    mp_scaled: list = []
+    h_raw: list = []
+    h_scaled: list = []
     for D in dims.tolist():
         q = rng.standard_normal((n_queries, D))  # (N, D), mean 0, variance 1
         k = rng.standard_normal((n_keys, D))  # (M, D)

@@ -28,10 +28,19 @@ algorithms 1-3.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-import ml_dtypes
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+# The floating-point checks live in flashmath._checks; these names stay importable from here, where the course
+# introduced them.
+from flashmath._checks import ML_DTYPES_FLOATS as ML_DTYPES_FLOATS
+from flashmath._checks import NonFloatInputError, as_float_array, compute_dtype
+from flashmath._checks import float_dtype as float_dtype
+from flashmath.rowstate import merge_rows
 
 __all__ = [
     "NonFloatInputError",
@@ -42,59 +51,9 @@ __all__ = [
     "online_softmax_trace",
     "OnlineSoftmaxTrace",
     "merge",
+    "OverflowStudy",
+    "overflow_study",
 ]
-
-
-class NonFloatInputError(TypeError, ValueError):
-    """Input that is not real floating-point numbers. Both a TypeError and a ValueError, so either catches it."""
-
-
-# The real floating-point types of ml_dtypes (bfloat16, the float8 family...). numpy gives most of them kind 'V'
-# (void), so they are recognised by name; ml_dtypes' complex and integer types are not among them.
-ML_DTYPES_FLOATS = frozenset(
-    np.dtype(getattr(ml_dtypes, name)) for name in dir(ml_dtypes) if name.startswith(("bfloat", "float"))
-)
-
-
-def as_float_array(x, name: str = "x", *, allow_int: bool = True) -> np.ndarray:
-    """Return ``x`` as a floating-point ndarray without copying float input.
-
-    Floating point means numpy's float16/float32/float64 (kind ``'f'``) and the float types of ``ml_dtypes``
-    (:data:`ML_DTYPES_FLOATS`: bfloat16, float8...), which :func:`compute_dtype` computes in float32. Integer and
-    bool arrays become float64 when ``allow_int`` (the softmax functions), and are refused otherwise (the
-    attention functions). Raises :class:`NonFloatInputError` (a TypeError and a ValueError) for
-    complex, object or string data, and for integers when not allowed.
-    """
-    arr = np.asarray(x)
-    if arr.dtype.kind in "biu" and allow_int:
-        return arr.astype(np.float64)
-    if arr.dtype.kind != "f" and arr.dtype not in ML_DTYPES_FLOATS:
-        hint = f"; convert it first, e.g. {name}.astype(np.float64)" if arr.dtype.kind in "biu" else ""
-        raise NonFloatInputError(
-            f"{name} must hold real floating-point numbers (float16, bfloat16, float32 or float64), got dtype "
-            f"{arr.dtype}" + hint
-        )
-    return arr
-
-
-def float_dtype(dtype, name: str = "dtype") -> np.dtype:
-    """``dtype`` (a numpy dtype, a type such as ``np.float16`` or ``ml_dtypes.bfloat16``, or a name such as
-    ``"bfloat16"``) as a floating-point ``np.dtype``; TypeError naming ``name`` for anything else."""
-    try:
-        dt = np.dtype(dtype) if dtype is not None else None
-    except TypeError:
-        dt = None
-    if dt is None or not (dt.kind == "f" or dt in ML_DTYPES_FLOATS):
-        raise TypeError(
-            f"{name} must be a floating-point dtype such as np.float16, 'bfloat16' or np.float32, got {dtype!r}"
-        )
-    return dt
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a safe computation runs in: float32 for float16 and bfloat16 (any ``ml_dtypes`` float) input, else
-    the input's own dtype."""
-    return np.promote_types(dtype, np.float32)
 
 
 def _check_axis(arr: np.ndarray, axis: int) -> int:
@@ -109,7 +68,7 @@ def _check_axis(arr: np.ndarray, axis: int) -> int:
     return axis % arr.ndim
 
 
-def softmax(x, axis: int = -1) -> np.ndarray:
+def softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Direct softmax ``exp(x) / sum(exp(x))``, computed in the input's own dtype.
 
     This is the textbook formula with no protection. It fails once the sum of the exponentials overflows, that is
@@ -139,7 +98,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         return e / np.sum(e, axis=axis, keepdims=True)  # pass 2: y_i = exp(x_i) / d
 
 
-def safe_softmax(x, axis: int = -1) -> np.ndarray:
+def safe_softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Safe softmax ``exp(x - max) / sum(exp(x - max))``: three logical passes (max, sum, divide).
 
     Subtracting the row max multiplies numerator and denominator by the same factor ``exp(-max)``, so the
@@ -172,7 +131,7 @@ def safe_softmax(x, axis: int = -1) -> np.ndarray:
     return y.astype(x.dtype, copy=False)
 
 
-def merge(g1, s1, g2, s2):
+def merge(g1: ArrayLike, s1: ArrayLike, g2: ArrayLike, s2: ArrayLike) -> tuple[Any, Any]:
     """Combine the online-softmax states of two parts into the state of their concatenation.
 
     ``(g1, s1)`` summarises part 1 (its max and ``sum exp(x - g1)``), ``(g2, s2)`` part 2. Then
@@ -198,33 +157,21 @@ def merge(g1, s1, g2, s2):
 
     Source: Milakov and Gimelshein (2018), section 3.1 (the parallel form of the online normalizer).
     """
-    g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2")))
+    g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2"),
+                                                                   strict=True))
     dtype = compute_dtype(np.result_type(g1, s1, g2, s2))
     g1, s1, g2, s2 = (a.astype(dtype, copy=False) for a in (g1, s1, g2, s2))
     for s_k, name in ((s1, "s1"), (s2, "s2")):
         if np.any(s_k < 0):
             raise ValueError(f"{name} must be >= 0 (a sum of exponentials), got {s_k.min()}")
-    g, s = _merge_states(g1, s1, g2, s2)
+    g, s = merge_rows(g1, s1, g2, s2)
     with np.errstate(invalid="ignore"):
         # Where g = +inf, inf - inf is NaN: a part whose max is +inf keeps its sum (exp(0) = 1), the other adds 0.
         s = np.where(g == np.inf, np.where(g1 == g, s1, 0 * s1) + np.where(g2 == g, s2, 0 * s2), s)
     return g[()], s[()]
 
 
-def _merge_states(g1, s1, g2, s2):
-    """The arithmetic of :func:`merge` on arrays already checked (the tile loops call it directly). Where ``g`` is
-    ``+inf``, ``s`` is left NaN (``inf - inf``): the loops read such a row's logsumexp as ``+inf`` from ``g``
-    (:func:`flashmath.attention.logsumexp_of`), and :func:`merge` applies the ``+inf`` convention."""
-    g = np.maximum(g1, g2)  # g = max(g1, g2); NaN propagates
-    with np.errstate(invalid="ignore", over="ignore"):
-        # s = s1 * exp(g1 - g) + s2 * exp(g2 - g)
-        s = s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
-        # Where g = -inf, -inf - (-inf) is NaN: both parts are empty, so s = 0 (0 * NaN keeps a NaN s1 or s2).
-        s = np.where(g == -np.inf, 0 * (s1 + s2), s)
-    return g, s
-
-
-def _online_scan(x: np.ndarray):
+def _online_scan(x: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(g_i, s_i)`` after each element of the last axis of ``x`` (shape ``(..., L)``).
 
     The single home of the one-pass online-normalizer loop: each step merges the state so far with the
@@ -239,15 +186,15 @@ def _online_scan(x: np.ndarray):
         yield g, s
 
 
-def _normalizer_last_axis(xc: np.ndarray):
+def _normalizer_last_axis(xc: np.ndarray) -> tuple[Any, Any]:
     g = np.full(xc.shape[:-1], -np.inf, dtype=xc.dtype)
     s = np.zeros(xc.shape[:-1], dtype=xc.dtype)
-    for g, s in _online_scan(xc):
-        pass
+    for state in _online_scan(xc):
+        g, s = state
     return g[()], s[()]
 
 
-def online_normalizer(x):
+def online_normalizer(x: ArrayLike) -> tuple[Any, Any]:
     """One pass over a 1-D vector computing its max ``g_N`` and softmax denominator ``s_N`` together.
 
     Runs the recurrence ``g_i = max(g_{i-1}, x_i)``, ``s_i = s_{i-1} exp(g_{i-1} - g_i) + exp(x_i - g_i)``
@@ -273,7 +220,7 @@ def online_normalizer(x):
     return _normalizer_last_axis(x.astype(compute_dtype(x.dtype), copy=False))
 
 
-def online_softmax(x, axis: int = -1) -> np.ndarray:
+def online_softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Online softmax: two passes instead of three.
 
     Pass 1 runs the online normalizer (running max and running sum in one sweep, rows in parallel); pass 2
@@ -337,7 +284,7 @@ class OnlineSoftmaxTrace:
         return np.concatenate([[False], jumped])
 
 
-def online_softmax_trace(x) -> OnlineSoftmaxTrace:
+def online_softmax_trace(x: ArrayLike) -> OnlineSoftmaxTrace:
     """Run :func:`online_normalizer` on a 1-D vector and keep every intermediate state, for plots and widgets.
 
     Args:
@@ -361,3 +308,56 @@ def online_softmax_trace(x) -> OnlineSoftmaxTrace:
         # rescale_i = exp(g_{i-1} - g_i); defined as 1 where the max did not change (also -inf -> -inf)
         rescale = np.where(g_prev == g, xc.dtype.type(1), np.exp(g_prev - g))
     return OnlineSoftmaxTrace(x=xc, g=g, s=s, rescale=rescale, denominator=s[-1])
+
+
+@dataclass(frozen=True)
+class OverflowStudy:
+    """The direct and the safe softmax of ``scale * x`` computed in a narrow dtype (chapter 1's overflow explorer).
+
+    Attributes (1-D arrays of length ``L``, float64 unless noted):
+        x: ``scale * x`` rounded to the dtype (``inf`` where the dtype itself overflowed).
+        overflowed: bool, where ``exp`` of that value is ``inf`` in the dtype.
+        direct, safe: the probabilities of :func:`softmax` and :func:`safe_softmax`, computed in the dtype.
+        lse: the logsumexp of ``x`` (float64: the value the sum of exponentials would need).
+        limit: ``ln`` of the dtype's largest number: the direct formula fails once ``lse`` passes it.
+        dtype: the dtype. scale: the scale.
+    """
+
+    x: np.ndarray
+    overflowed: np.ndarray
+    direct: np.ndarray
+    safe: np.ndarray
+    lse: float
+    limit: float
+    dtype: np.dtype
+    scale: float
+
+
+def overflow_study(x: ArrayLike, scale: float, dtype: DTypeLike) -> OverflowStudy:
+    """The direct softmax against the safe softmax of ``scale * x`` in ``dtype``: where and why the direct one
+    overflows (chapter 1).
+
+    Args:
+        x: 1-D vector ``(L,)``. scale: multiplies ``x`` (a stand-in for larger logits). dtype: a numpy float dtype.
+
+    Returns:
+        :class:`OverflowStudy`.
+
+    Raises:
+        TypeError: ``x`` not real numbers, ``dtype`` not a floating-point dtype. ValueError: ``x`` not 1-D.
+    """
+    dt = float_dtype(dtype)
+    x = as_float_array(x).astype(np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"overflow_study takes a 1-D vector, got shape {x.shape}")
+    with np.errstate(over="ignore"):  # large scales overflow the dtype itself: inf
+        xs = (x * scale).astype(dt)
+        e = np.exp(xs)
+    x64 = xs.astype(np.float64)
+    g, s = online_normalizer(x64)  # logsumexp = g + ln(s), in float64: the value the sum would need
+    with np.errstate(divide="ignore"):  # s = 0 for an all -inf vector: logsumexp -inf
+        lse = float(g + np.log(s))
+    return OverflowStudy(x=x64, overflowed=np.isinf(e), direct=softmax(xs).astype(np.float64),
+                         safe=safe_softmax(xs).astype(np.float64), lse=lse,
+                         limit=float(np.log(np.finfo(dt).max)), dtype=dt, scale=float(scale))
+

@@ -189,7 +189,8 @@ def masked_tile_step(g, s, a, x_tile, v_tile, keep):
     p = np.exp(x - ref[:, None])  # 0 where masked
     s_new = s * rescale + p.sum(axis=1)
     pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)  # never 0 * NaN
-    a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * rescale)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    a_new = np.where(s_new[:, None] == 0, 0.0,
+                     (a * (s * rescale)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
     return g_new, s_new, a_new
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def show(name: str | None = None) -> None:
     """
     text = source_of(name, globals(), __all__, "solutions_triton")  # checks the name
     if name == "row_lse":  # the kernel is defined under a "triton installed" guard: print it first
-        module = inspect.getsource(inspect.getmodule(show))
+        module = inspect.getsource(sys.modules[__name__])
         start = module.index("    @triton.jit\n    def row_lse_kernel")
         kernel = "\n".join(line[4:] for line in module[start:module.index("\n\n\n", start)].splitlines())
         text = kernel + "\n\n\n" + text

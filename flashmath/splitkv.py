@@ -13,7 +13,7 @@ to contributes nothing, whatever its output array holds (NaN included), so the r
 tree. The logsumexp carries both the running max and the running sum of chapter 2 in one number, which is why
 FlashAttention-2 stores it.
 
-Conventions (shapes, scale, masks, fully masked rows) are those of :mod:`flashmath.attention`; masks and the
+Conventions (shapes, scale, masks, fully masked rows) are those of :mod:`flashmath.inputs`; masks and the
 bottom-right causal alignment are applied over all ``M`` keys before the split, so that a range sees exactly the
 keys it would see in one piece.
 
@@ -25,56 +25,20 @@ section 3.1 (merging normalizer states).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
-from flashmath.attention import attention, prepare_attention_inputs
-from flashmath.softmax import as_float_array
+from flashmath.attention import attention
+from flashmath.inputs import prepare_attention_inputs
+
+# merge_states, the merge of two (A, lse) states, lives with the rest of the row-state algebra; it is imported
+# here too, where chapter 10 introduces it.
+from flashmath.rowstate import merge_states
 
 __all__ = ["merge_states", "split_ranges", "split_kv_attention", "split_kv_trace", "SplitKVTrace"]
-
-
-def merge_states(a1, lse1, a2, lse2):
-    """The output and logsumexp of two disjoint key ranges merged into those of their union.
-
-    Args:
-        a1, a2: outputs of each range alone, ``(..., N, Dv)`` (normalised over that range's keys).
-        lse1, lse2: their logsumexps ``(..., N)`` (natural log; ``-inf`` for a range with no key to attend to).
-
-    Returns:
-        ``(a, lse)``: ``lse = logaddexp(lse1, lse2)`` and ``a = exp(lse1 - lse) a1 + exp(lse2 - lse) a2``, in the
-        promoted dtype (at least float32), shapes broadcast. A range with ``lse = -inf`` contributes nothing,
-        whatever its output holds (NaN or inf included); both ``-inf`` gives ``a = 0``, ``lse = -inf``. NaN in an
-        ``lse`` propagates to that row; an ``lse`` of ``+inf`` gives that row ``lse = +inf`` and a NaN output.
-
-    Raises:
-        TypeError: non-real input. ValueError: shapes that do not broadcast, or ``lse`` not matching ``a``
-        without its last axis.
-
-    Source: the Flash-Decoding reduction (Dao et al. 2023); Milakov and Gimelshein (2018), section 3.1.
-    """
-    a1, lse1, a2, lse2 = (as_float_array(x, name) for x, name in ((a1, "a1"), (lse1, "lse1"), (a2, "a2"),
-                                                                   (lse2, "lse2")))
-    for a, lse, name in ((a1, lse1, "1"), (a2, lse2, "2")):
-        try:
-            ok = a.ndim >= 1 and np.broadcast_shapes(a.shape[:-1], lse.shape) == a.shape[:-1]
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"lse{name} must have the shape of a{name} without its last axis (..., N): got "
-                             f"a{name} {a.shape} and lse{name} {lse.shape}")
-    dtype = np.result_type(a1, a2, lse1, lse2, np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        # L = log(exp(L_1) + exp(L_2)); logaddexp(-inf, -inf) = -inf
-        lse = np.logaddexp(lse1, lse2).astype(dtype)  # (..., N)
-        # w_p = exp(L_p - L): the share of part p in the merged sum; a part with L_p = -inf has share 0
-        w1 = np.where(lse1 == -np.inf, 0, np.exp(lse1 - lse))
-        w2 = np.where(lse2 == -np.inf, 0, np.exp(lse2 - lse))
-        # A = w_1 A_1 + w_2 A_2, where an absent part's output is never read (NaN * 0 would be NaN)
-        a = (np.where(lse1[..., None] == -np.inf, 0, w1[..., None] * a1)
-             + np.where(lse2[..., None] == -np.inf, 0, w2[..., None] * a2))
-    return a.astype(dtype, copy=False), lse
 
 
 def split_ranges(M: int, num_splits: int) -> list[tuple[int, int]]:
@@ -91,7 +55,7 @@ def split_ranges(M: int, num_splits: int) -> list[tuple[int, int]]:
     if num_splits < 1:
         raise ValueError(f"num_splits must be at least 1, got {num_splits}")
     edges = [(p * M) // num_splits for p in range(num_splits + 1)]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(zip(edges[:-1], edges[1:], strict=False))
 
 
 @dataclass(frozen=True)
@@ -116,7 +80,8 @@ class SplitKVTrace:
         return len(self.parts)
 
 
-def split_kv_trace(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None) -> SplitKVTrace:
+def split_kv_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
+                   causal: bool = False, mask: ArrayLike | None = None) -> SplitKVTrace:
     """Compute attention over ``num_splits`` key ranges independently, then merge them pairwise in a tree.
 
     Args:
@@ -153,7 +118,8 @@ def split_kv_trace(q, k, v, num_splits: int, *, scale=None, causal=False, mask=N
     return SplitKVTrace(ranges, parts, levels, a, lse)
 
 
-def split_kv_attention(q, k, v, num_splits: int, *, scale=None, causal=False, mask=None, return_lse=False):
+def split_kv_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
+                       causal: bool = False, mask: ArrayLike | None = None, return_lse: bool = False) -> Any:
     """Attention with the keys split into ``num_splits`` ranges, each computed alone and merged (Flash-Decoding).
 
     Args:

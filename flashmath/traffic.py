@@ -1,13 +1,12 @@
-"""Memory traffic: counted loads and stores of every algorithm of the course, and the model they obey.
+"""Memory traffic: the model of the loads and stores of every algorithm of the course, from the sizes alone.
 
-One counting mechanism serves every chapter. A :class:`CountedMemory` holds named arrays in off-chip memory
-(DRAM, or HBM on a GPU); indexing one of them reads it (a *load*), assigning into one writes it (a *store*), and
-each access is tallied in elements, per array and per pass. Whatever an algorithm keeps in registers or on-chip
-memory between accesses (a running max, a query tile, a row of partial sums) costs nothing. Bytes are elements
-times ``bytes_per_element``.
+The counts it predicts are those that :mod:`flashmath.counting` measures by running the algorithms on a counted
+memory (:class:`flashmath.memory.CountedMemory`), where a load or store of one element counts once, per array and
+per pass, and whatever an algorithm keeps on chip between accesses costs nothing. Bytes are elements times
+``bytes_per_element``.
 
-* Chapters 1-2: each softmax variant runs element by element on a vector ``x`` and writes ``y``. The counts
-  reproduce the memory-access table of Milakov and Gimelshein (2018):
+* Chapters 1-2: each softmax variant of :mod:`flashmath.counting` runs element by element on a vector ``x`` and
+  writes ``y``. The counts reproduce the memory-access table of Milakov and Gimelshein (2018):
 
   ================  =====  ======  ====================
   variant           loads  stores  accesses per element
@@ -17,9 +16,10 @@ times ``bytes_per_element``.
   online softmax      2      1      3
   ================  =====  ======  ====================
 
-* Chapters 4-6: :func:`counted_attention` runs an attention algorithm with ``Q``, ``K``, ``V`` and the output
-  ``A`` (and, where the algorithm has them, the scores ``X``, the probabilities ``Y`` and row states) in counted
-  memory, and :func:`attention_traffic` predicts the same counts from the sizes alone. The algorithms:
+* Chapters 4-6: :func:`flashmath.counting.counted_attention` runs an attention algorithm with ``Q``, ``K``,
+  ``V`` and the output ``A`` (and, where the algorithm has them, the scores ``X``, the probabilities ``Y`` and row
+  states) in counted memory, and :func:`attention_traffic` predicts the same counts from the sizes alone. The
+  algorithms:
 
   ``"standard"``
       FlashAttention's Algorithm 0: ``X = Q K^T`` written to memory, read back for ``Y = softmax(X)``, which is
@@ -62,409 +62,51 @@ section 3.2 (Theorem 2) and Figure 2; T. Dao, "FlashAttention-2" (2023), Algorit
 
 from __future__ import annotations
 
-import math
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from flashmath._checks import integer
-from flashmath.attention import _finish, _loop_1, _loop_2, _one_loop, _setup, prepare_attention_inputs
-from flashmath.softmax import as_float_array, merge, safe_softmax
+from flashmath._checks import size
+from flashmath.memory import TrafficCount
 
 __all__ = [
-    "CountedMemory",
-    "CountedArray",
-    "TrafficCount",
-    "naive_softmax_counted",
-    "safe_softmax_counted",
-    "online_softmax_counted",
-    "SOFTMAX_VARIANTS",
     "ALGORITHMS",
-    "counted_attention",
-    "attention_traffic",
-    "algorithm1_block_sizes",
-    "block_sizes_for_sram",
+    "A100_SRAM_BYTES",
+    "FIGURE2_PAPER_GB",
     "SramSweep",
-    "sram_sweep",
+    "TrafficCount",
+    "algorithm1_block_sizes",
+    "attention_traffic",
+    "block_sizes_for_sram",
+    "check_algorithm",
+    "check_bytes_per_element",
     "gpt2_medium_traffic",
-    "OpCount",
-    "count_ops",
+    "sram_sweep",
 ]
 
 ALGORITHMS = ("standard", "two_loop", "one_loop", "fa1", "fa2")
-"""The attention algorithms :func:`counted_attention` runs and :func:`attention_traffic` models, in course order."""
+"""The attention algorithms :func:`flashmath.counting.counted_attention` runs and :func:`attention_traffic` models,
+in course order."""
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Counting
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrafficCount:
-    """Element loads and stores of one run (or of the model), per array and per pass.
-
-    Attributes:
-        arrays: ``{name: (loads, stores)}`` in elements, for every array in memory (untouched ones are ``(0, 0)``).
-        passes: ``[(name, loads, stores), ...]`` for the passes named with :meth:`CountedMemory.pass_`, in order.
-        length: the number of elements of the input vector, for :meth:`per_element` (softmax); 0 otherwise.
-        bytes_per_element: the size of one element in memory, in bytes.
-    """
-
-    arrays: dict = field(default_factory=dict)
-    passes: list = field(default_factory=list)
-    length: int = 0
-    bytes_per_element: int = 8
-
-    @property
-    def loads(self) -> int:
-        """Element loads from memory, all arrays together."""
-        return sum(loads for loads, _ in self.arrays.values())
-
-    @property
-    def stores(self) -> int:
-        """Element stores to memory, all arrays together."""
-        return sum(stores for _, stores in self.arrays.values())
-
-    @property
-    def bytes(self) -> int:
-        """Bytes moved between memory and the chip: ``(loads + stores) * bytes_per_element``."""
-        return (self.loads + self.stores) * self.bytes_per_element
-
-    def bytes_of(self, name: str) -> tuple[int, int]:
-        """``(bytes loaded, bytes stored)`` of one array (``(0, 0)`` for an array this run never had)."""
-        loads, stores = self.arrays.get(name, (0, 0))
-        return loads * self.bytes_per_element, stores * self.bytes_per_element
-
-    def per_element(self) -> tuple[float, float, float]:
-        """``(loads, stores, loads + stores)`` per element of the input vector (softmax counts)."""
-        n = max(self.length, 1)
-        return self.loads / n, self.stores / n, (self.loads + self.stores) / n
-
-
-class CountedArray:
-    """One array in counted memory: ``arr[index]`` is a load and ``arr[index] = value`` a store.
-
-    Both count the elements that ``index`` selects (numpy basic indexing: integers, slices, ``...``, ``None``).
-    A load returns what the index selects, a view where numpy gives one: treat it as read-only.
-    """
-
-    def __init__(self, memory: CountedMemory, name: str, data: np.ndarray):
-        self._memory, self._name, self._data = memory, name, data
-
-    @property
-    def shape(self) -> tuple:
-        return self._data.shape
-
-    @property
-    def ndim(self) -> int:
-        return self._data.ndim
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._data.dtype
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __getitem__(self, index):
-        value = self._data[index]
-        self._memory._tally(self._name, np.size(value), 0)
-        return value
-
-    def __setitem__(self, index, value) -> None:
-        self._memory._tally(self._name, 0, np.size(self._data[index]))
-        self._data[index] = value
-
-
-class CountedMemory:
-    """Named arrays in off-chip memory that count every element loaded and stored.
-
-    Args:
-        arrays: ``{name: array}``; the arrays are held as given (not copied), so pass arrays the caller may
-            not see changed (inputs are only read; outputs are written in place).
-        bytes_per_element: the element size used for :attr:`TrafficCount.bytes`; default: the largest
-            itemsize among the arrays.
-        length: stored in :attr:`TrafficCount.length` (the vector length of the softmax counts).
-
-    ``memory["K"]`` is the :class:`CountedArray` of ``K``; :meth:`pass_` names the sweep in progress;
-    :attr:`count` holds the tally; :meth:`array` returns an array's current contents without counting.
-    """
-
-    def __init__(self, arrays: dict, *, bytes_per_element: int | None = None, length: int = 0):
-        self._data = {name: np.asarray(a) for name, a in arrays.items()}
-        if bytes_per_element is None:
-            bytes_per_element = max((a.itemsize for a in self._data.values()), default=8)
-        self.count = TrafficCount(
-            arrays={name: (0, 0) for name in self._data}, length=length, bytes_per_element=bytes_per_element
-        )
-        self._views = {name: CountedArray(self, name, a) for name, a in self._data.items()}
-        self._current = None
-
-    def __getitem__(self, name: str) -> CountedArray:
-        return self._views[name]
-
-    def _tally(self, name: str, loads: int, stores: int) -> None:
-        old_loads, old_stores = self.count.arrays[name]
-        self.count.arrays[name] = (old_loads + loads, old_stores + stores)
-        if self._current is not None:
-            self._current[1] += loads
-            self._current[2] += stores
-
-    @contextmanager
-    def pass_(self, name: str):
-        """Count the loads and stores made inside the ``with`` block as one pass called ``name``."""
-        self._current = [name, 0, 0]
-        try:
-            yield self
-        finally:
-            self.count.passes.append(tuple(self._current))
-            self._current = None
-
-    def array(self, name: str) -> np.ndarray:
-        """The array ``name`` as it is now (not counted, not copied: do not modify it)."""
-        return self._data[name]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Chapters 1-2: softmax element by element
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _vector_memory(x) -> CountedMemory:
-    """Counted memory holding the input vector ``x`` (a float64 copy) and an output vector ``y``."""
-    x = as_float_array(x)
-    if x.ndim != 1:
-        raise ValueError(f"the counted softmax takes a 1-D vector, got shape {x.shape}")
-    x = x.astype(np.float64)  # counting is about accesses, the values are float64
-    return CountedMemory({"x": x, "y": np.zeros_like(x)}, length=len(x))
-
-
-def naive_softmax_counted(x):
-    """Direct softmax on counted memory: 2 passes, 2 loads and 1 store per element.
-
-    Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`. Overflows like
-    :func:`flashmath.softmax.softmax` (returns inf/NaN, no warning).
-    """
-    mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
-    with mem.pass_("sum of exp"):
-        d = 0.0
-        for i in range(len(x)):
-            d += _exp(x[i])  # d = sum_j exp(x_j)
-    with mem.pass_("divide"):
-        for i in range(len(x)):
-            y[i] = _div(_exp(x[i]), d)  # y_i = exp(x_i) / d
-    return mem.array("y").copy(), mem.count
-
-
-def safe_softmax_counted(x):
-    """Safe softmax on counted memory: 3 passes, 3 loads and 1 store per element.
-
-    Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`.
-    """
-    mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
-    with mem.pass_("max"):
-        g = -math.inf
-        for i in range(len(x)):
-            g = _max(g, x[i])  # g = max_j x_j
-    with mem.pass_("sum"):
-        s = 0.0
-        for i in range(len(x)):
-            s += _exp_shifted(x[i], g)  # s = sum_j exp(x_j - g)
-    with mem.pass_("divide"):
-        for i in range(len(x)):
-            e = _exp_shifted(x[i], g)
-            y[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g) / s; a fully masked row gives 0
-    return mem.array("y").copy(), mem.count
-
-
-def online_softmax_counted(x):
-    """Online softmax on counted memory: 2 passes, 2 loads and 1 store per element.
-
-    Pass 1 keeps ``(g, s)`` in registers and updates both from each loaded ``x_i``
-    (:func:`flashmath.softmax.merge` with the one-element state ``(x_i, 1)``).
-
-    Returns ``(y, count)``: probabilities ``(L,)`` float64 and a :class:`TrafficCount`.
-    """
-    mem = _vector_memory(x)
-    x, y = mem["x"], mem["y"]
-    with mem.pass_("max and sum (online)"):
-        g, s = -math.inf, 0.0
-        for i in range(len(x)):
-            # g_i = max(g_{i-1}, x_i);  s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
-            g, s = (float(value) for value in merge(g, s, x[i], 1.0))
-    with mem.pass_("divide"):
-        for i in range(len(x)):
-            e = _exp_shifted(x[i], g)
-            y[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g_N) / s_N; a fully masked row gives 0
-    return mem.array("y").copy(), mem.count
-
-
-SOFTMAX_VARIANTS = {
-    "naive softmax": naive_softmax_counted,
-    "safe softmax": safe_softmax_counted,
-    "online softmax": online_softmax_counted,
-}
-"""The counted variants by name, in the order of Milakov and Gimelshein's memory-access table."""
-
-
-# Scalar helpers with numpy's IEEE semantics (inf, NaN) instead of Python's exceptions.
-def _exp(v: float) -> float:
-    with np.errstate(over="ignore"):
-        return float(np.exp(v))
-
-
-def _exp_shifted(v: float, g: float) -> float:
-    """``exp(v - g)``, with ``exp(-inf - (-inf))`` taken as 0 (a fully masked row)."""
-    if g == -math.inf:
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        return float(np.exp(v - g))
-
-
-def _div(a: float, b: float) -> float:
-    """IEEE division: inf / inf and 0 / 0 give NaN, as in the vectorised direct softmax."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
-def _max(a: float, b: float) -> float:
-    return float(np.maximum(a, b))  # NaN propagates, unlike Python's max
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Chapters 3-6: attention algorithms on counted memory
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _check_algorithm(algorithm) -> str:
+def check_algorithm(algorithm: object) -> str:
+    """``algorithm`` when it is one of :data:`ALGORITHMS`; ValueError otherwise."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
     return algorithm
 
 
-def _bytes_per_element(value, default: int) -> int:
+def check_bytes_per_element(value: object, default: int) -> int:
+    """The element size in bytes (``default`` for None): an integer >= 1."""
     if value is None:
         return default
-    value = integer(value, "bytes_per_element")
-    if value < 1:
-        raise ValueError(f"bytes_per_element must be >= 1, got {value}")
-    return value
-
-
-def counted_attention(
-    algorithm, q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None, bytes_per_element=None
-):
-    """Run an attention algorithm with its arrays in counted memory; return the output and the traffic.
-
-    The algorithms are the package's own loops (nothing is re-implemented for counting): ``"two_loop"`` and
-    ``"one_loop"`` run the loops of :mod:`flashmath.attention` with ``K`` and ``V`` in counted memory, ``"fa1"``
-    and ``"fa2"`` the tile loop of :func:`flashmath.flash.flash_attention`. ``"standard"`` is Algorithm 0 of
-    FlashAttention written out here: three passes through memory, ``X = Q K^T``, ``Y = softmax(X)``, ``A = Y V``.
-    The scale is folded into ``Q`` before counting starts; a boolean mask is not counted (a causal mask is
-    computed from indices on chip).
-
-    Args:
-        algorithm: one of :data:`ALGORITHMS`.
-        q, k, v, scale, causal, mask: as :func:`flashmath.attention.attention`.
-        block_q, block_k: tile sizes ``B_r``, ``B_c`` for ``"fa1"`` and ``"fa2"`` (default: those of
-            :func:`flashmath.flash.flash_attention`); ignored by the other algorithms.
-        bytes_per_element: element size for :attr:`TrafficCount.bytes`; default: the itemsize of ``q``, ``k``, ``v``.
-
-    Returns:
-        ``(A, count)``: the output ``(..., N, Dv)`` as the algorithm returns it and a :class:`TrafficCount`
-        whose ``arrays`` use the names of :func:`attention_traffic` (``Q``, ``K``, ``V``, ``A``, and ``X``, ``Y``
-        for standard attention, ``g``, ``s`` for fa1, ``lse`` for fa2).
-
-    Raises:
-        ValueError: an unknown ``algorithm``, bad block sizes; otherwise as :func:`flashmath.attention.attention`.
-    """
-    from flashmath import flash  # flash imports this module: imported here, not at the top
-
-    tiled = _check_algorithm(algorithm) in ("fa1", "fa2")
-    if tiled:
-        block_q, block_k = flash._check_tiling(block_q, block_k, algorithm)
-    # the tile loops build the causal mask tile by tile; the loops of chapters 3-5 take it inside keep
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=not tiled)
-    bpe = _bytes_per_element(bytes_per_element, inp.dtype.itemsize)
-    if tiled:
-        hbm, steps = flash._tile_loop(inp, algorithm, block_q, block_k, bytes_per_element=bpe)
-        for _ in steps:
-            pass
-        return flash._tile_result(hbm, inp, algorithm, return_lse=False), hbm.count
-
-    dtype, q_scaled, k_c, v_c, rows = _setup(inp)
-    if algorithm == "standard":
-        return _standard_counted(inp, dtype, q_scaled, k_c, v_c, bpe)
-    hbm = CountedMemory(
-        {"Q": q_scaled, "K": k_c, "V": v_c, "A": np.zeros(rows + (inp.Dv,), dtype)}, bytes_per_element=bpe
-    )
-    q_on_chip = hbm["Q"][...]  # every row's query stays on chip for the whole run
-    if algorithm == "two_loop":
-        g = np.full(rows, -np.inf, dtype=dtype)
-        s = np.zeros(rows, dtype=dtype)
-        with hbm.pass_("loop (1)"):
-            for _, g, s in _loop_1(q_on_chip, hbm["K"], inp.keep, rows, dtype):
-                pass
-        a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-        with hbm.pass_("loop (2)"):
-            for _, a in _loop_2(q_on_chip, hbm["K"], hbm["V"], inp.keep, rows, dtype, g, s):
-                pass
-    else:
-        g = np.full(rows, -np.inf, dtype=dtype)
-        s = np.zeros(rows, dtype=dtype)
-        a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-        with hbm.pass_("one loop"):
-            for _, g, s, _, _, a in _one_loop(q_on_chip, hbm["K"], hbm["V"], inp.keep, rows, dtype):
-                pass
-    hbm["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
-    return hbm.array("A").astype(inp.dtype), hbm.count
-
-
-def _standard_counted(inp, dtype, q_scaled, k, v, bpe):
-    """FlashAttention's Algorithm 0 with ``X`` and ``Y`` in counted memory."""
-    shape_xy = inp.batch_shape + (inp.N, inp.M)
-    hbm = CountedMemory(
-        {
-            "Q": q_scaled,
-            "K": k,
-            "V": v,
-            "X": np.empty(shape_xy, dtype),
-            "Y": np.empty(shape_xy, dtype),
-            "A": np.empty(inp.batch_shape + (inp.N, inp.Dv), dtype),
-        },
-        bytes_per_element=bpe,
-    )
-    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
-        with hbm.pass_("X = Q K^T"):
-            x = np.matmul(hbm["Q"][...], np.swapaxes(hbm["K"][...], -1, -2))  # (..., N, M)
-            if inp.keep is not None:
-                x = np.where(inp.keep, x, -np.inf)
-            hbm["X"][...] = x
-        with hbm.pass_("Y = softmax(X)"):
-            hbm["Y"][...] = safe_softmax(hbm["X"][...])  # (..., N, M); a fully masked row gives zeros
-        with hbm.pass_("A = Y V"):
-            hbm["A"][...] = np.matmul(hbm["Y"][...], hbm["V"][...])  # (..., N, Dv)
-    return hbm.array("A").astype(inp.dtype), hbm.count
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The model
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _size(value, name: str, minimum: int = 0) -> int:
-    value = integer(value, name)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    return size(value, "bytes_per_element", 1)
 
 
 def attention_traffic(
-    algorithm, N, M, D, *, Dv=None, block_q=None, block_k=None, batch=1, bytes_per_element=4
+    algorithm: str, N: int, M: int, D: int, *, Dv: int | None = None, block_q: int | None = None,
+    block_k: int | None = None, batch: int = 1, bytes_per_element: int = 4,
 ) -> TrafficCount:
     """The loads and stores of an attention algorithm, from the sizes alone (the table in the module docstring).
 
@@ -477,8 +119,9 @@ def attention_traffic(
 
     Returns:
         A :class:`TrafficCount` with ``arrays`` (no ``passes``): equal to the ``arrays`` that
-        :func:`counted_attention` counts for inputs of these sizes without a mask (and with every leading
-        dimension of ``q``, ``k``, ``v`` of full size; a ``k`` broadcast over heads is stored, and counted, once).
+        :func:`flashmath.counting.counted_attention` counts for inputs of these sizes without a mask (and with
+        every leading dimension of ``q``, ``k``, ``v`` of full size; a ``k`` broadcast over heads is stored, and
+        counted, once).
 
     Raises:
         TypeError: a size that is not an integer. ValueError: a negative size, an unknown algorithm, a missing or
@@ -486,12 +129,12 @@ def attention_traffic(
 
     Source: Dao et al. (2022), Algorithm 0 (standard), Algorithm 1 (fa1), section 3.2; Dao (2023), Algorithm 1.
     """
-    _check_algorithm(algorithm)
-    N, M = _size(N, "N"), _size(M, "M")
-    D = _size(D, "D", 1)
-    Dv = D if Dv is None else _size(Dv, "Dv")
-    batch = _size(batch, "batch")
-    bpe = _bytes_per_element(bytes_per_element, 4)
+    check_algorithm(algorithm)
+    N, M = size(N, "N"), size(M, "M")
+    D = size(D, "D", 1)
+    Dv = D if Dv is None else size(Dv, "Dv")
+    batch = size(batch, "batch")
+    bpe = check_bytes_per_element(bytes_per_element, 4)
     q, k, v, a = N * D, M * D, M * Dv, N * Dv  # elements of Q, K, V, A
     if algorithm == "standard":
         arrays = {"Q": (q, 0), "K": (k, 0), "V": (v, 0), "X": (N * M, N * M), "Y": (N * M, N * M), "A": (0, a)}
@@ -502,7 +145,7 @@ def attention_traffic(
     else:
         if block_q is None or block_k is None:
             raise ValueError(f"the {algorithm} model needs block_q (B_r) and block_k (B_c)")
-        B_r, B_c = _size(block_q, "block_q", 1), _size(block_k, "block_k", 1)
+        B_r, B_c = size(block_q, "block_q", 1), size(block_k, "block_k", 1)
         T_r, T_c = -(-N // B_r), -(-M // B_c)  # ceil(N / B_r) query tiles, ceil(M / B_c) key tiles
         if algorithm == "fa2":
             # each query tile reads every key and value tile (and Q_i only if there is a key); A, lse written once
@@ -521,7 +164,7 @@ def attention_traffic(
     return TrafficCount(arrays=arrays, bytes_per_element=bpe)
 
 
-def algorithm1_block_sizes(sram_bytes, D, *, bytes_per_element=4) -> tuple[int, int]:
+def algorithm1_block_sizes(sram_bytes: int, D: int, *, bytes_per_element: int = 4) -> tuple[int, int]:
     """FlashAttention's block sizes for an on-chip memory of ``sram_bytes``: ``(B_r, B_c)``.
 
     With ``S = sram_bytes // bytes_per_element`` elements of on-chip memory, Algorithm 1 (line 1) sets
@@ -533,15 +176,15 @@ def algorithm1_block_sizes(sram_bytes, D, *, bytes_per_element=4) -> tuple[int, 
 
     Source: Dao et al. (2022), Algorithm 1, line 1.
     """
-    sram_bytes, D = _size(sram_bytes, "sram_bytes", 1), _size(D, "D", 1)
-    S = sram_bytes // _bytes_per_element(bytes_per_element, 4)
+    sram_bytes, D = size(sram_bytes, "sram_bytes", 1), size(D, "D", 1)
+    S = sram_bytes // check_bytes_per_element(bytes_per_element, 4)
     if S < 1:
         raise ValueError(f"sram_bytes = {sram_bytes} holds no element of {bytes_per_element} bytes")
     B_c = -(-S // (4 * D))  # ceil(S / 4D)
     return min(B_c, D), B_c
 
 
-def block_sizes_for_sram(sram_bytes, D, *, order="fa1", bytes_per_element=4) -> tuple[int, int]:
+def block_sizes_for_sram(sram_bytes: int, D: int, *, order: str = "fa1", bytes_per_element: int = 4) -> tuple[int, int]:
     """``(B_r, B_c)`` for an on-chip memory of ``sram_bytes``, for either loop order.
 
     ``order="fa1"`` is Algorithm 1's rule (:func:`algorithm1_block_sizes`): the key/value tile, which stays on
@@ -580,7 +223,8 @@ class SramSweep:
     order: str
 
 
-def sram_sweep(N, D, sram_bytes, *, M=None, Dv=None, order="fa1", batch=1, bytes_per_element=4) -> SramSweep:
+def sram_sweep(N: int, D: int, sram_bytes: ArrayLike, *, M: int | None = None, Dv: int | None = None,
+               order: str = "fa1", batch: int = 1, bytes_per_element: int = 4) -> SramSweep:
     """Modelled HBM traffic of a tiled order for each on-chip memory size, with the blocks it allows.
 
     For each size the blocks come from :func:`block_sizes_for_sram`, and the traffic from
@@ -625,7 +269,7 @@ FIGURE2_PAPER_GB = {"standard": 40.3, "flash": 4.4}
 A100_SRAM_BYTES = 192 * 1024  # on-chip SRAM per streaming multiprocessor (FlashAttention, section 2.1)
 
 
-def gpt2_medium_traffic(*, sram_bytes=A100_SRAM_BYTES, bytes_per_element=2) -> dict:
+def gpt2_medium_traffic(*, sram_bytes: int = A100_SRAM_BYTES, bytes_per_element: int = 2) -> dict:
     """The model's forward traffic for the configuration of FlashAttention's Figure 2, beside the paper's figures.
 
     GPT-2 medium attention: ``N = M = 1024``, ``D = 64``, 16 heads, batch 64 (1024 independent heads), float16
@@ -659,7 +303,7 @@ def gpt2_medium_traffic(*, sram_bytes=A100_SRAM_BYTES, bytes_per_element=2) -> d
     D, heads, batch = 64, 16, 64
     problems = heads * batch
     gb = 1e9
-    out = {
+    out: dict = {
         "standard": attention_traffic("standard", N, M, D, batch=problems, bytes_per_element=bytes_per_element).bytes
         / gb
     }
@@ -675,110 +319,3 @@ def gpt2_medium_traffic(*, sram_bytes=A100_SRAM_BYTES, bytes_per_element=2) -> d
     out["paper_standard"] = FIGURE2_PAPER_GB["standard"]
     out["paper_flash"] = FIGURE2_PAPER_GB["flash"]
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Chapter 7: the arithmetic besides the matrix products
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class OpCount:
-    """Element operations of one run of a tile loop, by numpy ufunc name (what :func:`count_ops` saw executed).
-
-    Attributes:
-        ops: ``{name: elements}``, e.g. ``{"exp": ..., "multiply": ..., "divide": ..., "maximum": ...}``; an
-            element-wise call counts its output elements, a reduction (``x.max(axis=-1)``, ``x.sum(axis=-1)``) the
-            elements it reduces. ``matmul`` counts multiply-adds (``B_r * B_c * D`` for a score tile).
-        scores: ``N * M`` times the leading dimensions: the number of scores, to normalise by.
-    """
-
-    ops: dict = field(default_factory=dict)
-    scores: int = 1
-
-    def per_score(self, name: str) -> float:
-        """Operations ``name`` per score ``x_nm``."""
-        return self.ops.get(name, 0) / max(self.scores, 1)
-
-    @property
-    def non_matmul(self) -> int:
-        """Every counted element operation except the matrix products' multiply-adds."""
-        return sum(n for name, n in self.ops.items() if name != "matmul")
-
-
-class _OpCounting(np.ndarray):
-    """An array whose ufunc calls (and those of every array computed from it) are tallied in ``_ops``."""
-
-    _ops: dict | None = None
-
-    def __array_finalize__(self, obj):
-        self._ops = getattr(obj, "_ops", None)
-
-    def __array_function__(self, func, types, args, kwargs):
-        # numpy functions such as np.where return plain arrays: keep counting what is computed from them
-        result = super().__array_function__(func, types, args, kwargs)
-        if isinstance(result, np.ndarray) and not isinstance(result, _OpCounting):
-            result = result.view(_OpCounting)
-            result._ops = self._ops
-        return result
-
-    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        ops = next(x._ops for x in inputs + (out or ()) if isinstance(x, _OpCounting))
-        plain = [x.view(np.ndarray) if isinstance(x, _OpCounting) else x for x in inputs]
-        if out is not None:
-            kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, _OpCounting) else x for x in out)
-        result = getattr(ufunc, method)(*plain, **kwargs)
-        if ufunc is np.matmul:
-            a, b = np.asarray(plain[0]), np.asarray(plain[1])
-            n = np.size(result) * a.shape[-1]  # one multiply-add per output element and inner index
-        elif method == "reduce":
-            n = np.size(plain[0])
-        else:
-            n = np.size(result)
-        ops[ufunc.__name__] = ops.get(ufunc.__name__, 0) + int(n)
-        if out is not None:
-            return out[0] if len(out) == 1 else out
-        if isinstance(result, np.ndarray):
-            result = result.view(_OpCounting)
-            result._ops = ops
-        return result
-
-
-def count_ops(algorithm, q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None) -> OpCount:
-    """Run a tile loop of :func:`flashmath.flash.flash_attention` and count every element operation it executes.
-
-    The loop is the package's own (nothing re-implemented): its inputs are wrapped in an array type whose numpy
-    ufunc calls are tallied by name, and every array computed from them carries the tally along. So the counts
-    are of what ran: ``exp``, ``subtract``, ``maximum``, ``multiply``, ``divide``, ``add``, ``log``... and the
-    matrix products (``matmul``, in multiply-adds). Selections (``np.where``) and memory traffic are not counted.
-
-    Args:
-        algorithm: ``"fa1"`` or ``"fa2"``.
-        q, k, v, block_q, block_k, scale, causal, mask: as :func:`flashmath.flash.flash_attention`.
-
-    Returns:
-        :class:`OpCount`.
-
-    Raises:
-        ValueError: another algorithm; otherwise as :func:`flashmath.flash.flash_attention`.
-
-    Source: T. Dao, "FlashAttention-2" (2023), section 3.1.1 (fewer non-matmul FLOPs: the output is rescaled
-    but not divided at every step, and one logsumexp is stored instead of the max and the sum).
-    """
-    from flashmath import flash  # flash imports this module: imported here, not at the top
-
-    if algorithm not in ("fa1", "fa2"):
-        raise ValueError(f"count_ops counts the tile loops, 'fa1' or 'fa2'; got {algorithm!r}")
-    block_q, block_k = flash._check_tiling(block_q, block_k, algorithm)
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
-    hbm, steps = flash._tile_loop(inp, algorithm, block_q, block_k)
-    ops: dict = {}
-    for name in ("Q", "K", "V", "A", "g", "s", "lse"):  # the loop has not started: swap in counting views
-        if name in hbm._data:
-            data = hbm._data[name].view(_OpCounting)
-            data._ops = ops
-            hbm._data[name] = data
-            hbm._views[name] = CountedArray(hbm, name, data)
-    for _ in steps:
-        pass
-    return OpCount(ops=ops, scores=int(np.prod(inp.batch_shape, dtype=np.int64)) * inp.N * inp.M)

@@ -74,7 +74,7 @@ import warnings
 import numpy as np
 
 from flashmath._checks import integer
-from flashmath.attention import prepare_attention_inputs
+from flashmath.inputs import prepare_attention_inputs
 
 __all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "line_for_line", "kernel_source",
            "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
@@ -103,8 +103,8 @@ try:
     import triton
     import triton.language as tl
 except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
-    torch = triton = tl = None
-    _IMPORT_ERROR = error
+    torch = triton = tl = None  # type: ignore[assignment]
+    _IMPORT_ERROR: ImportError | None = error
 else:
     _IMPORT_ERROR = None
 
@@ -287,7 +287,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
                            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
                            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
-    device = next((x.device for x, is_t in zip((q, k, v), tensors) if is_t), None)
+    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=False) if is_t), None)
     if device is None or device.type == "cpu":
         if interpreted():
             device = torch.device("cpu")
@@ -387,7 +387,7 @@ def _rule_blocks(source: str) -> dict:
     """``{rule: [code lines]}``: for each comment line that starts with one of :data:`RULES`, the code lines right
     under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
     with their extra indentation), comments removed."""
-    blocks = {}
+    blocks: dict[str, list[str]] = {}
     lines = source.splitlines()
     for i, line in enumerate(lines):
         comment = line.strip()
@@ -418,9 +418,9 @@ def line_for_line() -> list[tuple[str, list[str], list[str]]]:
     Raises:
         LookupError: a rule is missing from one of the sources (a comment was reworded).
     """
-    from flashmath import flash
+    from flashmath import flash, tiling
 
-    numpy_source = "\n".join(inspect.getsource(f) for f in (flash._scores, flash._fa2_loop, flash._fa2_write))
+    numpy_source = "\n".join(inspect.getsource(f) for f in (tiling.tile_scores, flash.fa2_tile_step, flash.fa2_write))
     numpy_blocks, triton_blocks = _rule_blocks(numpy_source), _rule_blocks(kernel_source())
     missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
                                                                      ("the kernel", triton_blocks))

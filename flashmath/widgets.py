@@ -24,8 +24,9 @@ import numpy as np
 
 from flashmath import viz
 from flashmath._checks import integer
-from flashmath.attention import loop_swap_trace, one_loop_trace, prepare_attention_inputs
+from flashmath.attention import loop_swap_trace, one_loop_trace, scores_of
 from flashmath.flash import flash_trace
+from flashmath.inputs import prepare_attention_inputs
 from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
 from flashmath.traffic import attention_traffic
@@ -253,9 +254,7 @@ def tile_sweep_traces(q, k, v, *, block_q: int, block_k: int, causal=False, mask
     traces = {order: flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order, causal=causal, mask=mask)
               for order in ("fa1", "fa2")}
     inp = prepare_attention_inputs(q, k, v, causal=causal, mask=mask)
-    scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)  # (N, M), for the background
-    if inp.keep is not None:
-        scores = np.where(inp.keep, scores, -np.inf)
+    scores = scores_of(inp)  # (N, M), for the background
     standard = attention_traffic("standard", inp.N, inp.M, inp.D, Dv=inp.Dv,
                                  bytes_per_element=traces["fa2"].traffic.bytes_per_element).bytes
     return traces, scores, standard
@@ -314,7 +313,7 @@ def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: 
                          what="the number of ranges shown first")
     traces = {p: split_kv_trace(q, k, v, p) for p in range(1, slider.max + 1)}
     inp = prepare_attention_inputs(q, k, v)
-    scores = inp.scale * (inp.q.astype(np.float64) @ inp.k.astype(np.float64).T)[0]  # (M,)
+    scores = scores_of(inp)[0]  # (M,)
     plot = viz.SplitKVPlot(traces, scores, splits=value)
     return live_widget(plot, interval=interval, splits=slider)
 
@@ -336,7 +335,7 @@ def precision_explorer(study, *, block: int = 0):
         raise TypeError(f"study must come from flashmath.precision.precision_study, got {type(study).__name__}")
     block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
     labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
-    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)))), value=block,
+    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)), strict=False)), value=block,
                                      description="tile size", continuous_update=True)
     plot = viz.PrecisionPlot(study, block=block)
     return live_widget(plot, block=slider)

@@ -9,8 +9,9 @@ Run it from a virtual environment that has ``packaging`` (the test environment d
 dependency or an extra in pyproject.toml. For each interpreter (by default the ones ``.ci/run`` finds:
 every CPython 3.10-3.13) it asks that Python's pip, in a throw-away virtual environment, what
 ``pip install ".[lab,test,data]"`` (the extras in ``PINNED_EXTRAS``) would install (``--dry-run --report``:
-nothing is installed), with every current pin as an upper bound. So a pinned package stays where it is, a new dependency gets its newest
-release, and an older Python gets the newest release that installs there but never a newer one.
+nothing is installed), with every current pin as an upper bound. So a pinned package stays where it is, a new
+dependency gets its newest release, and an older Python gets the newest release that installs there but never a
+newer one.
 
 It writes
 
@@ -33,10 +34,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import venv
 from pathlib import Path
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -191,7 +190,7 @@ def constraint_lines(reports: list[dict]) -> list[str]:
     """One line per package and release, with markers where the interpreters (sorted by version) differ."""
     pythons = [Version(r["environment"]["python_full_version"]) for r in reports]
     releases: dict[str, list[tuple[Version, str, str | None, str]]] = {}  # name -> [(python, version, rp, spelling)]
-    for python, report in zip(pythons, reports):
+    for python, report in zip(pythons, reports, strict=False):
         for item in report["install"]:
             meta = item["metadata"]
             if canonicalize_name(meta["name"]) == "flashmath":
@@ -210,7 +209,7 @@ def constraint_lines(reports: list[dict]) -> list[str]:
         if len(runs) == 1:
             lines.append(f"{spelling}=={runs[0][1]}")
             continue
-        bounds = [boundary(a[3], b[0], b[2]) for a, b in zip(runs, runs[1:])]
+        bounds = [boundary(a[3], b[0], b[2]) for a, b in zip(runs, runs[1:], strict=False)]
         for i, run in enumerate(runs):
             parts = ([bound_marker(">=", bounds[i - 1])] if i else []) + (
                 [bound_marker("<", bounds[i])] if i < len(bounds) else [])

@@ -76,7 +76,7 @@ class JupyterLabServer:
         self._log = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "JupyterLabServer":
+    def start(self) -> JupyterLabServer:
         self.root.mkdir()
         for nb in self.notebooks:
             shutil.copy2(nb, self.root / nb.name)
@@ -156,7 +156,7 @@ class JupyterLabServer:
             self._log = None
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def __enter__(self) -> "JupyterLabServer":
+    def __enter__(self) -> JupyterLabServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

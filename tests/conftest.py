@@ -29,3 +29,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section(".ci/run: every Python")
         for line in Path(CI_RESULTS).read_text().splitlines():
             terminalreporter.write_line(line)
+
+
+# The fast tier (`python -m pytest tests -m fast`): the package's unit tests, without notebooks, kernels, installs,
+# benchmarks, widgets or the browser. CONTRIBUTING.md: run it before every commit; the full suite before a merge.
+FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",
+                "test_opcount", "test_splitkv_backward", "test_hardware", "test_scaling", "test_any_input",
+                "test_exercises_6_10", "test_exercises_ch9", "test_data_model"}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if item.path.stem in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)

@@ -235,7 +235,7 @@ def test_read_only_and_non_contiguous_inputs_are_used_and_left_alone(f):
     before = [a.copy() for a in (qs, ks, vs, mask)]
     out = f(qs, ks, vs, mask=mask)
     np.testing.assert_allclose(out, fm.attention(q, k, v, mask=mask), **tol(f))
-    for arr, copy in zip((qs, ks, vs, mask), before):
+    for arr, copy in zip((qs, ks, vs, mask), before, strict=True):
         np.testing.assert_array_equal(arr, copy)
 
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import MASKS, assert_close, make, mask_kwargs, problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,11 +35,9 @@ def tiled(order):
 
 
 VARIANTS = [two_loop_attention, one_loop_attention, tiled("fa1"), tiled("fa2")]
-TOL = 1e-12
 
 # (N, M, D, Dv): N != M both ways, N = 1 (decoding), M = 1, D = 1, primes, Dv != D
 SHAPES = [(7, 13, 5, 5), (13, 7, 5, 3), (1, 13, 5, 5), (7, 1, 5, 5), (7, 13, 1, 1), (1, 1, 1, 1), (16, 16, 8, 8)]
-MASKS = ["none", "causal", "top-left", "random"]
 
 
 def direct(q, k, v, scale=None, keep=None):
@@ -57,33 +56,6 @@ def direct(q, k, v, scale=None, keep=None):
         out[n] = (e / e.sum()) @ v[keep[n]]
         lse[n] = x.max() + np.log(e.sum())
     return out, lse
-
-
-def make(rng, N, M, D, Dv, batch=()):
-    shapes = (batch + (N, D), batch + (M, D), batch + (M, Dv))  # q, k, v
-    return tuple(rng.standard_normal(shape) for shape in shapes)
-
-
-def mask_kwargs(kind, N, M, rng):
-    """Keyword arguments for the attention functions, and the equivalent (N, M) boolean keep-matrix."""
-    if kind == "none":
-        return {}, np.ones((N, M), bool)
-    if kind == "causal":
-        return {"causal": True}, causal_mask(N, M)
-    if kind == "top-left":
-        keep = causal_mask(N, M, align="top-left")
-        return {"mask": keep}, keep
-    keep = rng.random((N, M)) < 0.6
-    return {"mask": keep}, keep
-
-
-def assert_close(actual, expected, tol=TOL):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    assert actual.shape == expected.shape
-    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
-    finite = np.isfinite(expected)
-    err = np.abs(actual[finite] - expected[finite])
-    assert np.all(err <= tol * (1 + np.abs(expected[finite]))), f"max error {err.max() if err.size else 0}"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -251,7 +223,7 @@ def test_inputs_are_not_modified(variant):
     for a in (*arrays, mask):
         a.flags.writeable = False  # any in-place write would raise
     variant(*arrays, mask=mask, causal=True, return_lse=True)
-    for a, c in zip((*arrays, mask), copies):
+    for a, c in zip((*arrays, mask), copies, strict=False):
         np.testing.assert_array_equal(a, c)
 
 
@@ -480,25 +452,6 @@ def test_real_head_loop_swap_is_bitwise():
 # --------------------------------------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------------------------------------
-
-sizes = st.integers(1, 9)
-
-
-@st.composite
-def problems(draw):
-    N, M, D, Dv = draw(sizes), draw(sizes), draw(sizes), draw(st.integers(1, 4))
-    seed = draw(st.integers(0, 2**32 - 1))
-    spread = draw(st.sampled_from([0.1, 1.0, 10.0, 100.0]))
-    rng = np.random.default_rng(seed)
-    q, k, v = (a * spread for a in make(rng, N, M, D, Dv))
-    kind = draw(st.sampled_from(MASKS + ["sparse"]))
-    if kind == "sparse":
-        keep = rng.random((N, M)) < 0.2
-        kwargs = {"mask": keep}
-    else:
-        kwargs, keep = mask_kwargs(kind, N, M, rng)
-    return q, k, v, kwargs, keep
-
 
 @settings(max_examples=60, deadline=None)
 @given(problems())

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from browser_support import CHROMIUM, CHROMIUM_ARGS, JupyterLabServer, NotebookCheckFailure, NotebookDriver
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,12 +17,11 @@ import urllib.request
 from importlib import metadata
 from pathlib import Path
 
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 
 try:
     import tomllib
@@ -64,7 +63,8 @@ def test_binder_pins_equal_constraints():
         + "\n".join(f"  {n}: environment.yml {v}, constraints.txt {expected.get(n)}" for n, v in binder.items()
                     if expected.get(n) != v)
     )
-    direct = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["lab"]]
+    project = PYPROJECT["project"]
+    direct = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["lab"]]
     assert {canonicalize_name(r.name) for r in direct} <= set(binder)
 
 
@@ -150,7 +150,8 @@ def jupyterlab(tmp_path_factory):
     for path in JUPYTER_CONFIG.rglob("*.json"):
         installed = Path(sys.prefix) / path.relative_to(JUPYTER_CONFIG.parent)
         if not installed.is_file() or installed.read_text() != path.read_text():
-            pytest.skip(f"{installed} is not jupyter-config's: run README's set-up (its `cp -R jupyter-config/etc .venv/`)")
+            pytest.skip(f"{installed} is not jupyter-config's: run README's set-up "
+                        "(its `cp -R jupyter-config/etc .venv/`)")
     tmp = tmp_path_factory.mktemp("jupyterlab")
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
     env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),

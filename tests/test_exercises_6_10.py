@@ -142,7 +142,8 @@ MERGE = {
     "the logsumexps added": merge_with(shares, lambda l1, l2: l1 + l2),
     "a base-2 logsumexp": merge_with(shares, np.logaddexp2),
     "e^{L_p} without a common reference": merge_with(
-        lambda a1, l1, a2, l2, L: (np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2) / (np.exp(l1) + np.exp(l2))[:, None]),
+        lambda a1, l1, a2, l2, L: ((np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2)
+                                   / (np.exp(l1) + np.exp(l2))[:, None])),
     "an empty part's output read (0 * NaN)": merge_with(
         lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2),
     "not a pair": lambda *args: solutions.merge_states(*args)[0],

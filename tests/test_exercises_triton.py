@@ -16,7 +16,8 @@ from flashmath.exercises import chapter11_12 as ex
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: pip install -e ".[triton]"')
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason='the triton extra is not installed: pip install -e ".[triton]"')
+needs_triton = pytest.mark.skipif(not HAVE_TRITON,
+                                  reason='the triton extra is not installed: pip install -e ".[triton]"')
 
 
 def messages(report) -> str:

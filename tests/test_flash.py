@@ -6,10 +6,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import assert_close, make, problems
+from helpers import mask_kwargs as reference_mask_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_attention import assert_close, make, problems
-from test_attention import mask_kwargs as reference_mask_kwargs
 
 from flashmath.attention import attention
 from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention, flash_trace
@@ -237,9 +237,11 @@ def test_errors(function, kwargs, error, match):
 
 
 def test_defaults_are_positive_and_numpy_integer_blocks_are_taken():
-    assert DEFAULT_BLOCK_Q >= 1 and DEFAULT_BLOCK_K >= 1
     rng = np.random.default_rng(17)
     q, k, v = make(rng, 5, 6, 3, 2)
+    # the defaults are used when no block is given: a problem smaller than both is one tile
+    assert flash_trace(q, k, v).grid == (1, 1) and (flash_trace(q, k, v).block_q, flash_trace(q, k, v).block_k) == (
+        DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K)
     assert_close(flash_attention(q, k, v, block_q=np.int64(2), block_k=np.int32(4)), attention(q, k, v), 1e-12)
 
 

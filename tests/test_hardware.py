@@ -19,9 +19,17 @@ def test_a_larger_head_dimension_leaves_room_for_smaller_query_tiles():
     fits = {D: largest_query_tile(a100, D, 64) for D in (64, 128, 256)}
     assert fits[64] >= fits[128] >= fits[256]
     assert largest_query_tile(h100, 128, 128) >= (largest_query_tile(rtx, 128, 128) or 0)
-    assert largest_query_tile(rtx, 256, 64) is None  # 2 stages x 64 keys x (256 + 256) x 2 bytes = 128 KiB of K, V > 99 KiB per block
-    for gpu in (h100, a100, rtx):
-        assert gpu.register_bytes == 64 * 1024 * 4  # 64K 32-bit registers per SM
+    # 2 stages x 64 keys x (256 + 256) x 2 bytes = 128 KiB of K, V > 99 KiB per block
+    assert largest_query_tile(rtx, 256, 64) is None
+    for gpu in (h100, a100, rtx):  # the largest tile fits both budgets, and twice its rows no longer fits one
+        for D in (64, 128):
+            rows = largest_query_tile(gpu, D, 64)
+            if rows is None:
+                continue
+            fits = tile_bytes(D, rows, 64)
+            assert fits.shared <= gpu.shared_per_block_bytes and fits.registers <= gpu.register_bytes
+            over = tile_bytes(D, 2 * rows, 64)
+            assert over.shared > gpu.shared_per_block_bytes or over.registers > gpu.register_bytes
 
 
 def test_bad_sizes_are_refused():

@@ -18,10 +18,9 @@ import sys
 import venv
 from pathlib import Path
 
+import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
 from packaging.utils import canonicalize_name
-
-import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_IPYWIDGETS = "7.7.1"
@@ -36,7 +35,8 @@ def pinned(name: str) -> str:
 
 def run(*cmd, cwd=None):
     result = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    command = " ".join(map(str, cmd))
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout
 
 

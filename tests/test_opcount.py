@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import flashmath as fm
-from flashmath.traffic import count_ops
+from flashmath.opcount import count_ops
 
 
-@pytest.mark.parametrize("N, M, D, Dv, B_r, B_c", [(64, 64, 16, 16, 16, 16), (30, 47, 8, 5, 7, 10), (1, 20, 4, 4, 1, 6)])
+@pytest.mark.parametrize("N, M, D, Dv, B_r, B_c",
+                         [(64, 64, 16, 16, 16, 16), (30, 47, 8, 5, 7, 10), (1, 20, 4, 4, 1, 6)])
 def test_fa2_divides_once_per_output_element_and_fa1_once_per_key_tile(N, M, D, Dv, B_r, B_c):
     rng = np.random.default_rng(N + M)
     q, k, v = rng.standard_normal((N, D)), rng.standard_normal((M, D)), rng.standard_normal((M, Dv))
@@ -46,4 +47,12 @@ def test_count_ops_only_counts_tile_loops():
     q = np.ones((2, 2))
     with pytest.raises(ValueError, match="'fa1' or 'fa2'"):
         count_ops("standard", q, q, q)
-    assert fm.flash_attention(q, q, q, block_q=1, block_k=1).shape == (2, 2)  # inputs untouched by counting
+    # counting leaves the inputs as they were: same values, plain arrays, and later runs uncounted and unchanged
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((5, 3)) for _ in range(3))
+    before = [a.copy() for a in (q, k, v)]
+    count_ops("fa1", q, k, v, block_q=2, block_k=2)
+    for a, b in zip((q, k, v), before, strict=False):
+        assert type(a) is np.ndarray
+        np.testing.assert_array_equal(a, b)
+    assert type(fm.flash_attention(q, k, v, block_q=2, block_k=2)) is np.ndarray

@@ -249,3 +249,16 @@ def test_extreme_finite_values_raise_no_warning():
             np.testing.assert_array_equal(f(x), [1.0, 0.0])
         fm.online_normalizer(x)
         fm.online_softmax_trace(x)
+
+
+def test_overflow_study_the_direct_softmax_fails_once_the_logsumexp_passes_the_dtypes_limit():
+    from flashmath.softmax import overflow_study
+
+    x = np.array([1.0, 2.0, 3.0])
+    small = overflow_study(x, 1.0, np.float16)
+    assert small.lse < small.limit and not small.overflowed.any()
+    np.testing.assert_allclose(small.direct, small.safe, rtol=1e-3)
+    big = overflow_study(x, 5.0, np.float16)  # 15 > ln(65504) = 11.09: exp(15) overflows float16
+    assert big.lse > big.limit and big.overflowed[-1]
+    assert np.isnan(big.direct).any() and np.isclose(big.safe.sum(), 1.0, rtol=1e-3)
+    assert big.limit == pytest.approx(np.log(65504.0), rel=1e-3)  # ln of the largest float16, in float16

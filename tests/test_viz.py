@@ -14,6 +14,9 @@ def close_figures():
     plt.close("all")
 
 
+PLOT_IDS = ["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"]
+
+
 def small_plots():
     """One instance of every live plot of the course, on small inputs, with its step keyword and steps."""
     rng = np.random.default_rng(1)
@@ -39,10 +42,10 @@ def small_plots():
 
 
 def state(key, value):
-    return dict(zip(key, value)) if isinstance(key, tuple) else {key: value}
+    return dict(zip(key, value, strict=False)) if isinstance(key, tuple) else {key: value}
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=PLOT_IDS)
 def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, steps):
     """Blitting leaves nothing of an earlier step behind, and each step has its own picture."""
     plot = make(**state(key, steps[0]))
@@ -56,7 +59,7 @@ def test_a_plot_moved_through_steps_shows_what_a_fresh_one_shows(make, key, step
     assert plot.png()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("make, key, steps", small_plots(), ids=["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"])
+@pytest.mark.parametrize("make, key, steps", small_plots(), ids=PLOT_IDS)
 def test_the_layout_is_frozen_after_the_first_draw(make, key, steps):
     plot = make(**state(key, steps[0]))
     positions = [ax.get_position().bounds for ax in plot.fig.axes]
@@ -128,7 +131,7 @@ def test_one_loop_legends_are_the_same_at_every_step_and_name_the_jumps():
         fig = viz.plot_one_loop_step(trace, m)
         return [(text.get_text(), to_hex(handle.get_color() if isinstance(handle, Line2D) else handle.get_facecolor()))
                 for ax in fig.axes if ax.get_legend() is not None
-                for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)]
+                for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=False)]
 
     first = legends(0)
     assert first == legends(3) == legends(6)  # m = 0 used to give the correction swatch the weight's blue

@@ -15,7 +15,8 @@ BENCHMARKS = {
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=__doc__)
-    parser.add_argument("name", choices=sorted(BENCHMARKS), help="; ".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
+    parser.add_argument("name", choices=sorted(BENCHMARKS),
+                        help="; ".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
     args, rest = parser.parse_known_args(argv)
     module = importlib.import_module(BENCHMARKS[args.name][0])
     return module.main(rest)

@@ -29,7 +29,7 @@ __all__ = ["HEADS_PATH", "Heads", "load_heads"]
 HEADS_PATH = Path(__file__).with_name("heads.npz")
 
 
-def _position(name: str, i, n: int, hint: str) -> int:
+def _position(name: str, i: object, n: int, hint: str) -> int:
     """i as a position 0 <= i < n, or TypeError/IndexError that says the valid range."""
     i = integer(i, name, "an integer position")
     if not 0 <= i < n:
@@ -84,7 +84,7 @@ class Heads:
         L, H, T, D = self.q.shape
         return f"Heads({self.model!r}, layers={self.layers}, heads={self.heads}, T={T}, D={D})"
 
-    def _layer_head(self, layer, head) -> tuple[int, int]:
+    def _layer_head(self, layer: object, head: object) -> tuple[int, int]:
         L, H = self.q.shape[:2]
         li = _position("layer", layer, L, f"a position into layers = {self.layers}, not an original layer number")
         hi = _position("head", head, H, f"a position into heads = {self.heads}")
@@ -119,7 +119,7 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_heads() -> Heads:
     """Load the shipped heads (flashmath/data/heads.npz, about 0.6 MB) as a Heads; cached after the first call.
 
@@ -138,7 +138,7 @@ def load_heads() -> Heads:
         token_ids=_frozen(d["token_ids"]),
         layers=tuple(int(i) for i in d["layers"]),
         heads=tuple(int(i) for i in d["heads"]),
-        demo_rows=tuple(tuple(int(i) for i in row) for row in d["demo_rows"]),
+        demo_rows=tuple((int(row[0]), int(row[1]), int(row[2])) for row in d["demo_rows"]),
         demo_jumps=tuple(int(i) for i in d["demo_jumps"]),
         text=str(d["text"].item()),
         model=str(d["model"].item()),

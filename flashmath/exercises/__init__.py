@@ -5,17 +5,22 @@ It returns a :class:`CheckReport`, whose text (one line per case) is what a note
 some classic mistake makes a difference (forgetting to subtract the max, a max started at 0, a fully masked row,
 NaN turned into 0, float16 overflow, reading the input twice, the loops in the wrong order, ...); when an answer
 is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
-catalogue of each checker is in :data:`MISTAKES`.
+catalogue of each checker is in :data:`MISTAKES`, the one registry of every chapter's mistakes.
 
-One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters), and :mod:`~flashmath.exercises.predict` for the 'predict,
-then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
-``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based)
-index.
+One harness (:mod:`flashmath.exercises._report`): :class:`Mistake`, :class:`CheckReport`, ``run`` (calls the
+learner's code, never raises), ``Diagnosis`` (names the mistake whose model gives the learner's answer on the most
+cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them for the
+exercises whose answer is a tuple of arrays.
+
+One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
+``chapter11_12``), and :mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Index
+convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``, ``A'_m`` after the first
+``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
 
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """
 
-from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5
+from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5, chapter6_10, chapter11_12
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter0 import check_score_row
 from flashmath.exercises.chapter1 import check_safe_softmax
@@ -23,13 +28,23 @@ from flashmath.exercises.chapter2 import OnePassVector, check_merge, check_merge
 from flashmath.exercises.chapter3 import check_attention
 from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
-from flashmath.exercises.predict import check_prediction
-from flashmath.exercises import chapter6_10
+from flashmath.exercises.chapter6_10 import (
+                                              check_causal_mask,
+                                              check_finish,
+                                              check_masked_tile_step,
+                                              check_merge_states,
+                                              check_numerator_step,
+                                              check_tile_step,
+)
 from flashmath.exercises.chapter9 import check_flash_test_ratio
-from flashmath.exercises.chapter11_12 import (check_flash_row, check_recap_quiz, check_row_lse, check_where_it_lives,
-                                              print_recap_quiz)
-from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
-                                             check_merge_states, check_numerator_step, check_tile_step)
+from flashmath.exercises.chapter11_12 import (
+                                              check_flash_row,
+                                              check_recap_quiz,
+                                              check_row_lse,
+                                              check_where_it_lives,
+                                              print_recap_quiz,
+)
+from flashmath.exercises.predict import check_prediction
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
            "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
@@ -55,4 +70,5 @@ MISTAKES = {
     "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
     "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
     "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
+    **chapter11_12.MISTAKES,
 }

@@ -30,7 +30,7 @@ def same_arrays(a, b, rtol: float = 1e-9) -> bool:
         return all(np.shape(x) == np.shape(y) and bool(np.allclose(np.asarray(x, dtype=np.float64),
                                                                    np.asarray(y, dtype=np.float64), rtol=rtol,
                                                                    atol=1e-12, equal_nan=True))
-                   for x, y in zip(a, b))
+                   for x, y in zip(a, b, strict=False))
     except (TypeError, ValueError):
         return False
 
@@ -52,7 +52,7 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         answers.append((ok, as_arrays(out, n_out) if ok else None))
     diagnosis = Diagnosis([args for _, args in cases], [answer for _, answer in answers], mistakes, same_arrays)
     names = names or tuple(f"part {i + 1}" for i in range(n_out))
-    for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers)):
+    for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
         if answer is None:

@@ -11,8 +11,8 @@ survives ``[1e4, ...]``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class Diagnosis:
             compare = mistake.compare or same
             for model in mistake.models:
                 row = []
-                for args, answer in zip(cases, answers):
+                for args, answer in zip(cases, answers, strict=False):
                     wrong = None if answer is None else quiet(model, *args)
                     row.append(wrong is not None and bool(quiet(compare, answer, wrong)))
                 self._rows.append((mistake, row))
@@ -151,13 +151,14 @@ def fmt(a) -> str:
     return f"an array of shape {a.shape} starting {first}, ...]"
 
 
-def same(a, b, rtol: float = 1e-9) -> bool:
-    """Two answers agree: same shape, equal to ``rtol`` (NaN equal to NaN, inf to inf of the same sign)."""
+def same(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+    """Two answers agree: same shape, equal to ``rtol`` and ``atol`` (NaN equal to NaN, inf to inf of the same
+    sign); False for anything that is not an array of numbers."""
     try:
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     except (TypeError, ValueError):
         return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=1e-12, equal_nan=True))
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def close(a: float, b: float) -> bool:

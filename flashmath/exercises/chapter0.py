@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake, modified,
-                                         report_value, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    modified,
+    report_value,
+    run,
+    same,
+)
 
 
 def _scores(q_n, K, scale):
@@ -75,7 +86,8 @@ def check_score_row(fn) -> CheckReport:
         ("a real head (D = 32, M = 46)", heads.q[layer, head, n].astype(np.float64),
          heads.k[layer, head].astype(np.float64)),
     ]
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, q_n, keys in cases:
         q_in, k_in = q_n.copy(), keys.copy()
         out, ok = run(report, name, fn, q_in, k_in, hint=_hint)
@@ -89,7 +101,7 @@ def check_score_row(fn) -> CheckReport:
             answers.append(None)
     diagnosis = Diagnosis([c[1:] for c in cases], [a if isinstance(a, np.ndarray) else None for a in answers],
                           MISTAKES, same)
-    for i, ((name, q_n, keys), x, ok) in enumerate(zip(cases, answers, ran)):
+    for i, ((name, q_n, keys), x, ok) in enumerate(zip(cases, answers, ran, strict=False)):
         if not ok:
             continue
         expected = _right(q_n, keys)

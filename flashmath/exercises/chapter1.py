@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, run)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    run,
+)
 from flashmath.exercises._report import same as _same
 from flashmath.softmax import compute_dtype, safe_softmax
 
@@ -113,7 +124,8 @@ def check_safe_softmax(fn) -> CheckReport:
     """
     report = CheckReport("check_safe_softmax")
     cases = softmax_cases()
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, x in cases:
         x_in = x.copy()
         y, ok = run(report, name, fn, x_in)
@@ -129,7 +141,7 @@ def check_safe_softmax(fn) -> CheckReport:
             answers[-1] = None
     usable = [a if isinstance(a, np.ndarray) else None for a in answers]
     diagnosis = Diagnosis([(x,) for _, x in cases], usable, MISTAKES, same_probs)
-    for i, ((name, x), y, ok) in enumerate(zip(cases, answers, ran)):
+    for i, ((name, x), y, ok) in enumerate(zip(cases, answers, ran, strict=False)):
         if not ok:
             continue
         expected = safe_softmax(x)

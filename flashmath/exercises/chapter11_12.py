@@ -16,88 +16,24 @@ Solutions: :mod:`flashmath.solutions_triton`.
 
 from __future__ import annotations
 
+import functools
 import math
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
-from flashmath.exercises._report import CheckReport
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
 
 __all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives", "check_recap_quiz",
            "check_flash_row", "print_recap_quiz"]
 
 
-@dataclass(frozen=True)
-class Mistake:
-    """A classic mistake: its ``name`` (quoted in the message), ``fix`` (what to change) and ``models``, wrong
-    implementations whose answers are compared with the learner's."""
-
-    name: str
-    fix: str
-    models: tuple = ()
-
-    def message(self) -> str:
-        return f"looks like {self.name}: {self.fix}"
-
-
-def _quiet(fn, *args):
-    """``fn(*args)`` with numpy's warnings silenced; ``(result, None)`` or ``(None, exception)``."""
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn(*args), None
-    except Exception as exc:  # the learner's code may raise anything: it is reported, never propagated
-        return None, exc
-
-
-def _call(report: CheckReport, name: str, fn, *args, hint=None):
-    """Run the learner's ``fn``; on an exception record the case as failed (with ``hint(exc)``, what it probably
-    means, when that gives one) and return None."""
-    out, exc = _quiet(fn, *args)
-    if isinstance(exc, NotImplementedError):
-        report.add(name, False, "not implemented yet")
-    elif exc is not None:
-        extra = hint(exc) if hint is not None else None
-        report.add(name, False, f"raised {type(exc).__name__}: {exc}" + (f" ({extra})" if extra else ""))
-    return out if exc is None else None
-
-
 def _same(a, b, rtol: float) -> bool:
-    """Same shape and equal to ``rtol`` (NaN equal to NaN); False for anything that is not an array of numbers."""
-    try:
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    except (TypeError, ValueError):
-        return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=rtol, equal_nan=True))
+    """The harness's comparison (:func:`flashmath.exercises._report.same`) with ``atol = rtol``: float32 kernels."""
+    return same(a, b, rtol=rtol, atol=rtol)
 
 
-class _Diagnosis:
-    """Which mistake explains each wrong answer of a run: among the mistakes whose models give the learner's answer
-    on a case, the one that matches the learner on the most cases of the run (the first in the catalogue on a tie).
-    Two mistakes can give the same wrong answer on one case (a max never subtracted and a max started at 0 both
-    give -inf on a row of -1000s); only one of them also matches the cases where the learner was right."""
-
-    def __init__(self, cases, answers, mistakes, rtol: float):
-        self._rows = []  # (mistake, [its model matches the learner on case i])
-        for mistake in mistakes:
-            for model in mistake.models:
-                row = []
-                for args, answer in zip(cases, answers):
-                    wrong, exc = (None, True) if answer is None else _quiet(model, *args)
-                    row.append(exc is None and _same(answer, wrong, rtol))
-                self._rows.append((mistake, row))
-
-    def for_case(self, i: int) -> Mistake | None:
-        candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._rows) if row[i]]
-        return max(candidates, key=lambda c: c[:2])[2] if candidates else None
-
-
-def _in_order(report: CheckReport, cases) -> CheckReport:
-    """The report's cases in the order of ``cases`` (those that raised were recorded first)."""
-    rank = {case[0]: i for i, case in enumerate(cases)}
-    report.cases.sort(key=lambda case: rank.get(case[0], len(rank)))
-    return report
+def _diagnosis(cases, answers, mistakes, rtol: float) -> Diagnosis:
+    return Diagnosis(cases, answers, mistakes, functools.partial(_same, rtol=rtol))
 
 
 def _fmt(a) -> str:
@@ -213,14 +149,14 @@ def check_row_lse(fn) -> CheckReport:
     cases, answers = _row_lse_cases(), []
     for name, x in cases:
         x32 = x.astype(np.float32)
-        out = _call(report, name, fn, torch.from_numpy(x32.copy()))
+        out, _ = run(report, name, fn, torch.from_numpy(x32.copy()))
         if out is None and not any(case[0] == name for case in report.cases):
             report.add(name, False, "returned None: return the tensor of logsumexps")
         answers.append(None if out is None else
                        np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out, np.float64))
     inputs = [(x.astype(np.float32),) for _, x in cases]
-    diagnosis = _Diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
-    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers)):
+    diagnosis = _diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
+    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers, strict=False)):
         if got is None:
             continue
         expected = _lse(x32)
@@ -236,7 +172,7 @@ def check_row_lse(fn) -> CheckReport:
             mistake = diagnosis.for_case(i)
             report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(got)}"
                                     + (f": {mistake.message()}" if mistake else ""))
-    return _in_order(report, cases)
+    return report.in_order([case[0] for case in cases])
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -475,7 +411,7 @@ def check_flash_row(fn) -> CheckReport:
     report = CheckReport("check_flash_row")
     cases, outputs = _flash_row_cases(), []
     for name, (q_n, K, V, B_c) in cases:
-        out = _call(report, name, fn, q_n.copy(), K.copy(), V.copy(), B_c, hint=_flash_row_hint)
+        out, _ = run(report, name, fn, q_n.copy(), K.copy(), V.copy(), B_c, hint=_flash_row_hint)
         pair = None
         if out is None:
             if not any(case[0] == name for case in report.cases):
@@ -488,8 +424,8 @@ def check_flash_row(fn) -> CheckReport:
                 report.add(name, False, f"expected a pair (a_n, lse_n), got {type(out).__name__}")
         outputs.append(pair)
     args_list = [args for _, args in cases]
-    diagnosis = _Diagnosis(args_list, [None if p is None else p[0] for p in outputs], FLASH_ROW_MISTAKES, 1e-9)
-    for i, ((name, args), pair) in enumerate(zip(cases, outputs)):
+    diagnosis = _diagnosis(args_list, [None if p is None else p[0] for p in outputs], FLASH_ROW_MISTAKES, 1e-9)
+    for i, ((name, args), pair) in enumerate(zip(cases, outputs, strict=False)):
         if pair is None:
             continue
         a, lse = pair
@@ -510,7 +446,7 @@ def check_flash_row(fn) -> CheckReport:
             report.add(name, False, f"a_n is right; expected lse_n = {lse_ref:.10g}, got {lse:.10g}{hint}")
         else:
             report.add(name, True)
-    return _in_order(report, cases)
+    return report.in_order([case[0] for case in cases])
 
 
 #: For each checker, the mistakes it names, in the order it tries them.

@@ -182,7 +182,7 @@ def check_online_normalizer(fn) -> CheckReport:
         answers.append(_pair(out) if ok else None)
         counts.append((ok, vec.reads, vec.passes))
     diagnosis = Diagnosis([(x,) for _, x in cases], answers, NORMALIZER_MISTAKES, same_state)
-    for i, ((name, x), state, (ok, reads, passes)) in enumerate(zip(cases, answers, counts)):
+    for i, ((name, x), state, (ok, reads, passes)) in enumerate(zip(cases, answers, counts, strict=False)):
         if not ok:
             continue
         if state is None:
@@ -246,7 +246,8 @@ MERGE_MISTAKES = (
              lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))))),
     Mistake("the min of the two maxima", "the merged state's max is the larger one, g = max(g1, g2); relative to the "
             "smaller one the factors exp(g_k - g) can overflow", (_guarded_merge(lambda a, b: float(np.fmin(a, b))),
-                                                                   _merge_model(g_of=lambda a, b: float(np.fmin(a, b))))),
+                                                                   _merge_model(
+                                                                       g_of=lambda a, b: float(np.fmin(a, b))))),
     Mistake(BASE_2.name, BASE_2.fix, (_merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
                                       _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)))),
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed([float(v) for v in merge(*a)])),)),
@@ -294,7 +295,7 @@ def _check_states(title, fn, cases, reference, mistakes) -> CheckReport:
         out, ok = run(report, name, fn, *(float(a) for a in args))
         answers.append((ok, _pair(out) if ok else None))
     diagnosis = Diagnosis([args for _, args in cases], [state for _, state in answers], mistakes, same_state)
-    for i, ((name, args), (ok, state)) in enumerate(zip(cases, answers)):
+    for i, ((name, args), (ok, state)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
         if state is None:
@@ -325,9 +326,11 @@ def _three(term=lambda s, g_k, g: s * np.exp(g_k - g), guard=True, g_of=None):
 THREE_MISTAKES = (
     Mistake("merged without rescaling", "each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with "
             "g = max(g_1, g_2, g_3)", (_three(term=lambda s, g_k, g: s),)),
-    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) <= 1", (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),)),
+    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) <= 1",
+            (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),)),
     Mistake("a max of two parts only", "g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)",
-            tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]])) for pair in ((0, 1), (1, 2), (0, 2)))),
+            tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]]))
+                  for pair in ((0, 1), (1, 2), (0, 2)))),
     Mistake(UNGUARDED.name, "when all three parts are empty the merged state is (-inf, 0)", (_three(guard=False),)),
     NOT_A_PAIR,
 )

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, pick, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    pick,
+    run,
+    same,
+)
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
@@ -126,12 +139,13 @@ def check_attention(fn) -> CheckReport:
     """
     report = CheckReport("check_attention")
     cases = attention_cases()
-    answers, ran = [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
     for name, qkv in cases:
         inputs = tuple(a.copy() for a in qkv)
         out, ok = run(report, name, fn, *inputs, hint=_hint)
         ran.append(ok)
-        if ok and any(modified(a, b) for a, b in zip(qkv, inputs)):
+        if ok and any(modified(a, b) for a, b in zip(qkv, inputs, strict=False)):
             answers.append(INPUT_MODIFIED)
             continue
         try:
@@ -140,7 +154,7 @@ def check_attention(fn) -> CheckReport:
             answers.append(None)
     usable = [a if isinstance(a, np.ndarray) else None for a in answers]
     diagnosis = Diagnosis([qkv for _, qkv in cases], usable, MISTAKES, same)
-    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran)):
+    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran, strict=False)):
         if not ok:
             continue
         expected = variant(q, k, v)

@@ -12,10 +12,23 @@ the inputs keep the record.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from flashmath.exercises._report import (INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Diagnosis, Mistake,
-                                         error_note, fmt, modified, pick, run, same)
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    pick,
+    run,
+    same,
+)
 from flashmath.softmax import safe_softmax
 
 
@@ -85,7 +98,8 @@ def _product(a, b):
 
 
 def traced(y, v):
-    """``(y_traced, v_traced, log)``: object arrays of :class:`Traced` numbers holding ``y`` and ``v``, and their log."""
+    """``(y_traced, v_traced, log)``: object arrays of :class:`Traced` numbers holding ``y`` and ``v``, and their
+    log."""
     log = []
     y_t, v_t = np.empty(np.shape(y), dtype=object), np.empty(np.shape(v), dtype=object)
     for arr, out, source in ((y, y_t, "y"), (v, v_t, "v")):
@@ -105,7 +119,7 @@ def products(log) -> list | None:
     if direct:
         return direct
     reads = [(source, index) for kind, source, index in log if kind == "float"]
-    switches = sum(1 for a, b in zip(reads, reads[1:]) if a[0] != b[0])
+    switches = sum(1 for a, b in zip(reads, reads[1:], strict=False) if a[0] != b[0])
     if switches < len(reads) // 2:
         return None
     pairs, last_y = [], None
@@ -142,7 +156,8 @@ MISTAKES = (
             "assigning it keeps only the last key's term", (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],)),
     Mistake("a key skipped (off by one)", "the loop over keys must run over all of range(M), 0 to M-1 in code; "
             "range(1, M) or range(M - 1) leaves one out (the math counts keys 1..M, the code 0..M-1)",
-            (lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:], lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1])),
+            (lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:],
+             lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1])),
     Mistake("the result transposed", "A has one row per query: shape (N, Dv), A[n, d]"),
     Mistake("zeros returned", "did the loop run, and did you return the array you accumulated into?",
             (lambda y, v: np.zeros((np.shape(y)[0], np.shape(v)[1])),)),
@@ -217,7 +232,7 @@ def order_problem(pairs, N: int, M: int, Dv: int) -> Mistake | None:
         if row == [(m, d) for d in range(Dv) for m in range(M)] and Dv > 1:
             return NOT_SWAPPED
         keys = [m for m, _ in row]
-        if any(b < a for a, b in zip(keys, keys[1:])):
+        if any(b < a for a, b in zip(keys, keys[1:], strict=False)):
             return OUT_OF_ORDER
     return None
 
@@ -237,7 +252,9 @@ def check_loop_swap(fn) -> CheckReport:
 
     report = CheckReport("check_loop_swap")
     cases = loop_swap_cases()
-    answers, ran, orders = [], [], []
+    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
+    ran: list[bool] = []
+    orders: list[Mistake | None] = []
     for name, y, v in cases:
         if name == TRACED_CASE:
             y_in, v_in, log = traced(y, v)
@@ -248,7 +265,8 @@ def check_loop_swap(fn) -> CheckReport:
         ran.append(ok)
         if log is not None:
             changed = ok and before != [id(e) for arr in (y_in, v_in) for e in arr.flat]
-            orders.append(order_problem(products(list(log)), *y.shape, v.shape[1]) if ok else None)
+            N, M = y.shape
+            orders.append(order_problem(products(list(log)), N, M, v.shape[1]) if ok else None)
         else:
             changed = ok and (modified(y, y_in) or modified(v, v_in))
             orders.append(None)
@@ -262,8 +280,8 @@ def check_loop_swap(fn) -> CheckReport:
     # "summed in another order" only when every answer is within rounding: a case whose terms hold 2^53 has a
     # rounding bound that would also cover some wrong answers
     all_within = all(a is None or a.shape != (y.shape[0], v.shape[1]) or _within_rounding(a, matmul_ndm(y, v), y, v)
-                     for (_, y, v), a in zip(cases, usable))
-    for i, ((name, y, v), a, ok, order) in enumerate(zip(cases, answers, ran, orders)):
+                     for (_, y, v), a in zip(cases, usable, strict=False))
+    for i, ((name, y, v), a, ok, order) in enumerate(zip(cases, answers, ran, orders, strict=False)):
         if not ok:
             continue
         expected = matmul_ndm(y, v)

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._report import (LOWER_PRECISION, CheckReport, Diagnosis, Mistake, close, error_note, fmt,
-                                         report_value, run)
+from flashmath.exercises._report import (
+    LOWER_PRECISION,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    close,
+    error_note,
+    fmt,
+    report_value,
+    run,
+)
 from flashmath.exercises._report import same as same_array
 from flashmath.softmax import merge
 
@@ -15,7 +24,7 @@ RULE = "A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m 
 def block_reference(g_prev, s_prev, a_prev, x_block, v_block):
     """The state after a block of keys, by the one-key recurrence applied key by key: ``(g, s, A')`` in float64."""
     g, s, a = float(g_prev), float(s_prev), np.asarray(a_prev, dtype=np.float64)
-    for x_m, v_m in zip(np.atleast_1d(x_block), np.atleast_2d(v_block)):
+    for x_m, v_m in zip(np.atleast_1d(x_block), np.atleast_2d(v_block), strict=False):
         g_new, s_new = (float(t) for t in merge(g, s, float(x_m), 1.0))
         if g_new == -np.inf:  # nothing seen yet (only masked keys): the empty state
             g, s, a = g_new, 0.0, np.zeros_like(a)
@@ -83,8 +92,9 @@ def _a_mistakes(model, rule, old="m-1"):
     a_old, s_old, g_old = f"A'_{{{old}}}", f"s_{{{old}}}", f"g_{{{old}}}"
     correction = f"{s_old} exp({g_old} - g_m) / s_m"
     return (
-        Mistake("s_m A'_m returned (not divided)", "that is the unnormalised numerator of FlashAttention-2 (chapter 7): "
-                "divide by s_m", (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),)),
+        Mistake("s_m A'_m returned (not divided)",
+                "that is the unnormalised numerator of FlashAttention-2 (chapter 7): divide by s_m",
+                (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),)),
         Mistake("divided by s_m twice", f"{rule} divides each term by s_m once",
                 (model(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),)),
         Mistake(f"{a_old} not corrected", f"the old output must be multiplied by {correction}, which is below 1 even "
@@ -131,9 +141,10 @@ def _state_mistakes(model, old="m-1"):
 def _with_state(make):
     """``make(update, state)`` adapted so that ``update=None`` keeps the right ``A'`` (for the state mistakes)."""
     def model(update, state=None):
-        if update is None:
-            update = (lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / s)
-        return make(update, state)
+        def right(a, sp, r, e, V, s, *_):
+            return a * sp * r / s + e @ V / s
+
+        return make(right if update is None else update, state)
     return model
 
 
@@ -160,7 +171,7 @@ def _check_steps(report, fn, cases, reference, mistakes):
     # mistakes of (g, s) explain a wrong state; the others a wrong A' with the right state
     state_diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is same_state], same_triple)
     diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is not same_state], same_triple)
-    for i, ((name, args), (ok, triple)) in enumerate(zip(cases, answers)):
+    for i, ((name, args), (ok, triple)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
         if triple is None:

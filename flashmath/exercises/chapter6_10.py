@@ -12,37 +12,26 @@ import numpy as np
 
 from flashmath.exercises._cases import check_function
 from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.flash import fa1_tile_step, fa2_tile_step
+from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
 
 # ------------------------------------------------------------------------------------------------------------------
 # The tile step (6.1) and the masked tile step (8.2): (g, s, A') of B_r rows, a score tile X (B_r, B_c) and V (B_c, Dv)
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _ref(g):
-    """``g`` with -inf (a row that has seen no key) replaced by 0, where it is subtracted."""
-    return np.where(g == -np.inf, 0.0, g)
-
-
 def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
-    """The state of each row after one key tile, normalised output (FlashAttention, query tiles outside).
+    """The state of each row after one key tile, normalised output (FlashAttention, query tiles outside): the
+    package's own step, :func:`flashmath.flash.fa1_tile_step`, in float64.
 
     ``keep (B_r, B_c)``, True = attend: masked pairs are absent whatever ``x_tile`` and ``v_tile`` hold.
     """
     g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
     x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
     if keep is not None:
-        x = np.where(keep, x, -np.inf)
-    g_new = np.maximum(g, x.max(axis=1))  # g_new = max(g, rowmax X)
-    r = np.exp(g - _ref(g_new))  # e^{g - g_new}: 0 for a row that had seen nothing
-    p = np.exp(x - _ref(g_new)[:, None])  # P = e^{X - g_new}; 0 where masked
-    s_new = s * r + p.sum(axis=1)
-    if keep is None:
-        pv = p @ V
-    else:  # a masked key is absent: its term is selected away, never 0 * NaN
-        pv = np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
-    return g_new, s_new, a_new
+        keep = np.asarray(keep, dtype=bool)
+        x = np.where(keep, x, -np.inf)  # a masked pair scores -inf (flashmath.tiling.tile_scores)
+    return fa1_tile_step(g, s, a, x.copy(), V, keep)
 
 
 def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
@@ -56,8 +45,8 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
         if keep is not None:
             x = np.where(keep, x, -np.inf)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
-        r = base(g - _ref(g_new))
-        p = base(x - _ref(g_new)[:, None])
+        r = base(g - nonempty(g_new))
+        p = base(x - nonempty(g_new)[:, None])
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
         pv = p @ V
         if a_update is None:
@@ -80,7 +69,8 @@ TILE_MISTAKES = (
     Mistake("divided by the old sum", f"both terms are divided by the new sum s_new: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),)),
     Mistake("FlashAttention-2's update (not divided)", "A' r + P V is the numerator s A' of chapter 7; here the output "
-            "is normalised after every tile: divide by s_new", (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
+            "is normalised after every tile: divide by s_new",
+            (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
     Mistake("divided twice", f"each term is divided by s_new once: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),)),
     Mistake("the max over the whole tile", "each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()",
@@ -159,7 +149,7 @@ def _masked_model(score=None, term=None, guard=True, fill=None):
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         x = np.where(keep, x, -np.inf if fill is None else fill)
         g_new = np.maximum(g, x.max(axis=1))
-        ref = _ref(g_new) if guard else g_new
+        ref = nonempty(g_new) if guard else g_new
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
@@ -212,12 +202,11 @@ def check_masked_tile_step(fn) -> CheckReport:
 
 
 def numerator_step_reference(g, s, u, x_tile, v_tile):
-    """FlashAttention-2's step: ``U_new = U e^{g - g_new} + P V``, no division."""
+    """FlashAttention-2's step: ``U_new = U e^{g - g_new} + P V``, no division: the package's own step,
+    :func:`flashmath.flash.fa2_tile_step`, in float64 (on copies: it updates its accumulator in place)."""
     g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
     x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
-    g_new = np.maximum(g, x.max(axis=1))
-    r, p = np.exp(g - _ref(g_new)), np.exp(x - _ref(g_new)[:, None])
-    return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ V
+    return fa2_tile_step(g, s, u.copy(), x.copy(), V, None)
 
 
 def _numerator_model(u_update=None, s_update=None, base=np.exp):
@@ -225,7 +214,7 @@ def _numerator_model(u_update=None, s_update=None, base=np.exp):
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         g_new = np.maximum(g, x.max(axis=1))
-        r, p = base(g - _ref(g_new)), base(x - _ref(g_new)[:, None])
+        r, p = base(g - nonempty(g_new)), base(x - nonempty(g_new)[:, None])
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
         return g_new, s_new, u_update(u, s, r, p @ V, s_new)
     return model
@@ -242,7 +231,8 @@ NUMERATOR_MISTAKES = (
     Mistake("the rescale inverted", "the factor is e^{g - g_new} <= 1: the old numerator shrinks",
             (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),)),
     Mistake("the rescale of s missing", "s_new = s e^{g - g_new} + rowsum P",
-            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, s_update=lambda s, r, p: s + p.sum(axis=1)),)),
+            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv,
+                              s_update=lambda s, r, p: s + p.sum(axis=1)),)),
     Mistake("a wrong base (2) instead of e", "use np.exp",
             (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, base=np.exp2),)),
     NOT_A_NUMERATOR,
@@ -285,7 +275,8 @@ FINISH_MISTAKES = (
             (_finish_model(lse_of=lambda g, s, u: np.log(s)),)),
     Mistake("divided again", "U is divided by s exactly once, here at the end: a loop that already divided every "
             "step (chapter 6) must not divide again", (_finish_model(a_of=lambda g, s, u: u / s[:, None] ** 2),)),
-    Mistake("not divided", "A = U / s: the numerator still has to be divided", (_finish_model(a_of=lambda g, s, u: u),)),
+    Mistake("not divided", "A = U / s: the numerator still has to be divided",
+            (_finish_model(a_of=lambda g, s, u: u),)),
     Mistake("0 / 0 on a row with no key", "a row that saw no key has s = 0 and U = 0: give it A = 0 (and L = -inf), "
             "not NaN", (_finish_model(a_of=lambda g, s, u: u / s[:, None]),)),
     NOT_A_PAIR,

@@ -7,8 +7,25 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from flashmath._checks import integer
-from flashmath.viz.live import (DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_dims,
-                                check_labels, finite_or_nan, index, keys_text, limits, recolor, set_heights, top)
+from flashmath.viz.live import (
+    DIM_COLORS,
+    DPI,
+    HOLD,
+    JUMP,
+    LEGEND_ABOVE,
+    SEEN,
+    UNSEEN,
+    LivePlot,
+    check_dims,
+    check_labels,
+    finite_or_nan,
+    index,
+    keys_text,
+    limits,
+    recolor,
+    set_heights,
+    top,
+)
 
 __all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step",
            "plot_scale_step"]
@@ -71,7 +88,7 @@ class ScalePlot(LivePlot):
         self.hist_title = ax_h.set_title("", fontsize=10)
         ax_h.legend(loc="upper right", fontsize=8)
 
-        self.markers = []
+        self.markers: list = []
 
         def over_d(ax, raw, scaled, ylabel):
             ax.plot(dims, raw, "o-", color=RAW, ms=4, label="unscaled")
@@ -193,7 +210,7 @@ class LoopSwapPlot(LivePlot):
         if m > 0:
             added = self.y[n, m - 1] * self.v[m - 1]
             self.added_ticks.set_data(dd, current)
-            self.added_lines.set_segments([[(d, c - a), (d, c)] for d, c, a in zip(dd, current, added)])
+            self.added_lines.set_segments([[(d, c - a), (d, c)] for d, c, a in zip(dd, current, added, strict=False)])
         else:
             self.added_ticks.set_data([], [])
             self.added_lines.set_segments([])
@@ -287,7 +304,7 @@ class OneLoopPlot(LivePlot):
             ax_s.set_xlabel("key m (1..M)")
 
         self.a_lines = []
-        for color, d in zip(DIM_COLORS, self.dims):
+        for color, d in zip(DIM_COLORS, self.dims, strict=False):
             if np.isfinite(self.target[d]):
                 ax_a.axhline(self.target[d], color=color, ls="--", lw=1)
             self.a_lines.append(ax_a.plot([], [], "o-", color=color, ms=3, lw=1.2, label=f"$A'_m$[{d}]")[0])
@@ -318,7 +335,7 @@ class OneLoopPlot(LivePlot):
         self.w_marks.set_data(steps[:m], self.weight[:m])
         self.s_line.set_data(steps[:m], self.s[:m])
         upto = np.arange(m + 1)
-        for line, d in zip(self.a_lines, self.dims):
+        for line, d in zip(self.a_lines, self.dims, strict=False):
             line.set_data(upto, np.concatenate([[0.0], self.a[:m, d]]))
         self.d_line.set_data(upto, np.concatenate([[self.dist_0], self.dist[:m]]))
         if m == 0:

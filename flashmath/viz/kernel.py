@@ -9,8 +9,6 @@ have. :func:`plot_kernel_timings` draws timings measured on a GPU. Nothing here 
 
 from __future__ import annotations
 
-import numpy as np
-
 from flashmath.hardware import GPUS, tile_bytes
 from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot
 
@@ -37,8 +35,8 @@ class KernelMemoryPlot(LivePlot):
     against the most one thread block may use on an A100 and an H100, and bytes in registers (score tile,
     accumulator, row states, all float32; the same whatever ``num_warps``) against one SM's register file. Right:
     32-bit registers per thread, the register part divided over ``num_warps x 32`` threads, against the limit of
-    255 per thread (more spill to local memory, off chip). The counts are the tiles alone (a real kernel also needs registers for addresses and loop counters), so
-    they are lower bounds.
+    255 per thread (more spill to local memory, off chip). The counts are the tiles alone (a real kernel also needs
+    registers for addresses and loop counters), so they are lower bounds.
 
     Args:
         D: head dimension (``Dv = D``). dtype: the inputs' dtype in memory (``"float16"``).
@@ -66,7 +64,7 @@ class KernelMemoryPlot(LivePlot):
         self.segments = []  # one stacked bar per memory: [(patch, part index)]
         legend = []
         for row, (parts, colors) in enumerate(((SHARED_PARTS, PART_COLORS[:2]), (REGISTER_PARTS, PART_COLORS[2:]))):
-            for k, (part, color) in enumerate(zip(parts, colors)):
+            for part, color in zip(parts, colors, strict=False):
                 (patch,) = ax_chip.barh([row], [0.0], left=0.0, height=0.55, color=color)
                 patch.set_label(part)
                 self.segments.append(patch)
@@ -108,7 +106,7 @@ class KernelMemoryPlot(LivePlot):
         need = tile_bytes(self.D, block_q, block_k, dtype=self.dtype, stages=num_stages)
         sizes = [need.q_tile, need.kv_tiles, need.scores, need.accumulator, need.row_states]
         lefts = [0, need.q_tile, 0, need.scores, need.scores + need.accumulator]
-        for patch, size, left in zip(self.segments, sizes, lefts):
+        for patch, size, left in zip(self.segments, sizes, lefts, strict=False):
             patch.set_x(left / KiB)
             patch.set_width(size / KiB)
         fits = [name for name, gpu in sorted(GPUS.items()) if need.shared <= gpu.shared_per_block_bytes]
@@ -138,7 +136,7 @@ def plot_kernel_timings(sizes, timings: dict, *, figsize=(6.5, 3.6)):
     if not timings:
         raise ValueError("timings must hold at least one method")
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    for (name, ms), color in zip(timings.items(), (SEEN, JUMP, "#2ca02c", "#9467bd")):
+    for (name, ms), color in zip(timings.items(), (SEEN, JUMP, "#2ca02c", "#9467bd"), strict=False):
         ax.plot(sizes, ms, "o-", label=name, color=color)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -44,6 +44,8 @@ Nothing here computes softmax or attention: the plots draw traces computed by :m
 from __future__ import annotations
 
 import io
+from collections.abc import Sized
+from typing import Any, cast
 
 import numpy as np
 from matplotlib import animation
@@ -63,7 +65,7 @@ UNSEEN = "#c7c7c7"
 JUMP = "#d62728"
 HOLD = "#7f7f7f"
 DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]  # output dimensions drawn side by side
-LEGEND_ABOVE = dict(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
+LEGEND_ABOVE: dict[str, Any] = dict(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
 
 
 class LivePlot:
@@ -107,7 +109,7 @@ class LivePlot:
     def _build(self) -> None:  # pragma: no cover - every subclass has one
         raise NotImplementedError
 
-    def _update(self, **state) -> None:  # pragma: no cover - every subclass has one
+    def _update(self, *args: Any, **state: Any) -> None:  # pragma: no cover - every subclass has one
         raise NotImplementedError
 
     def live(self, *artists) -> None:
@@ -122,7 +124,7 @@ class LivePlot:
         """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend)."""
         self._background = None
 
-    def update(self, **state) -> "LivePlot":
+    def update(self, **state) -> LivePlot:
         """Show another state (e.g. ``step=3``): artists' data change, nothing is rebuilt. Returns the plot."""
         self._update(**state)
         self.state = dict(state)
@@ -134,7 +136,7 @@ class LivePlot:
         Blitting: the first call (and the first after :meth:`redraw_background`) draws the figure without the
         live artists and keeps that background; every call restores it and draws the live artists over it.
         """
-        canvas = self.fig.canvas
+        canvas: Any = self.fig.canvas  # Agg: copy_from_bbox, restore_region, buffer_rgba
         if self._background is None:
             for artist in self._live:
                 artist.set_animated(True)  # left out of a full draw
@@ -185,7 +187,7 @@ def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: i
     if not isinstance(plot, LivePlot):
         raise TypeError(f"plot must be a flashmath.viz LivePlot (e.g. viz.OnlineSoftmaxPlot(trace)), "
                         f"got {type(plot).__name__}")
-    steps = list(range(len(plot) + 1)) if steps is None else list(steps)
+    steps = list(range(len(cast(Sized, plot)) + 1)) if steps is None else list(steps)
     if not steps:
         raise ValueError("steps must list at least one step")
     interval = integer(interval, "interval (milliseconds between frames)")
@@ -322,11 +324,11 @@ def keys_text(m: int) -> str:
 
 def recolor(patches, colors) -> None:
     """Set each bar's face colour (a step recolours the bars already seen)."""
-    for patch, color in zip(patches, colors):
+    for patch, color in zip(patches, colors, strict=False):
         patch.set_facecolor(color)
 
 
 def set_heights(patches, heights) -> None:
     """Set each bar's height; NaN draws nothing."""
-    for patch, h in zip(patches, heights):
+    for patch, h in zip(patches, heights, strict=False):
         patch.set_height(h)

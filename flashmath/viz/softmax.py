@@ -6,9 +6,23 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from flashmath.softmax import OnlineSoftmaxTrace, online_normalizer, safe_softmax, softmax
-from flashmath.viz.live import (DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, check_labels, finite_or_nan,
-                                index, limits, recolor, set_heights, top)
+from flashmath.softmax import OnlineSoftmaxTrace, overflow_study
+from flashmath.viz.live import (
+    DPI,
+    HOLD,
+    JUMP,
+    LEGEND_ABOVE,
+    SEEN,
+    UNSEEN,
+    LivePlot,
+    check_labels,
+    finite_or_nan,
+    index,
+    limits,
+    recolor,
+    set_heights,
+    top,
+)
 
 __all__ = ["OnlineSoftmaxPlot", "OverflowPlot", "plot_online_softmax_step", "plot_overflow"]
 
@@ -138,6 +152,7 @@ class OverflowPlot(LivePlot):
         self.x = np.array(x, dtype=np.float64)  # a private copy
         if self.x.ndim != 1 or self.x.size == 0:
             raise ValueError(f"x must be a non-empty 1-D vector, got shape {self.x.shape}")
+        self._studies: dict = {}  # (scale, dtype name) -> flashmath.softmax.OverflowStudy
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, scale=scale, dtype=dtype)
 
     def _build(self) -> None:
@@ -175,19 +190,13 @@ class OverflowPlot(LivePlot):
                   self.nan_marks, self.zero_marks, self.title)
 
     def _update(self, scale, dtype) -> None:
-        dt = np.dtype(dtype_name(dtype))
-        with np.errstate(over="ignore"):  # large scales overflow the dtype itself: inf, drawn as a cross
-            xs = (self.x * scale).astype(dt)
-            e = np.exp(xs)
-        steps = np.arange(1, xs.size + 1)
-        x64 = xs.astype(np.float64)
-        limit = float(np.log(np.finfo(dt).max))
-        g, s = online_normalizer(x64)  # logsumexp = g + ln(s), in float64: the value the sum would need
-        with np.errstate(divide="ignore"):  # s = 0 for an all -inf vector: logsumexp -inf
-            lse = float(g + np.log(s))
-        y_direct = softmax(xs).astype(np.float64)
-        y_safe = safe_softmax(xs).astype(np.float64)
-        overflowed = np.isinf(e)
+        key = (float(scale), dtype_name(dtype))
+        if key not in self._studies:  # computed by flashmath.softmax once per state, then only drawn
+            self._studies[key] = overflow_study(self.x, key[0], key[1])
+        study = self._studies[key]
+        dt, x64, lse, limit, overflowed = study.dtype, study.x, study.lse, study.limit, study.overflowed
+        y_direct, y_safe = study.direct, study.safe
+        steps = np.arange(1, x64.size + 1)
 
         set_heights(self.x_bars, finite_or_nan(np.where(overflowed, np.nan, x64)))
         self.inf_marks.set_data(steps[overflowed], finite_or_nan(x64[overflowed]))
@@ -206,7 +215,7 @@ class OverflowPlot(LivePlot):
         verdict = "> ln(max): the sum overflows" if lse > limit else "<= ln(max): the sum fits"
         self.title.set_text(f"{dt.name}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} "
                             f"(ln(max) = {limit:.2f})\nmax x = {float(np.max(x64)):.4g}; {int(overflowed.sum())} "
-                            f"of {xs.size} exponentials overflow")
+                            f"of {x64.size} exponentials overflow")
 
 
 def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0)):

@@ -87,14 +87,14 @@ class SplitKVPlot(LivePlot):
         ax_a.set_xlabel("key m (each range's output drawn at the middle of its keys)")
         ax_a.set_ylabel("$A_p$ (dots), merged (--)")
         self.part_dots, self.merged_lines = [], []
-        for color, d in zip(DIM_COLORS, self.dims):
+        for color, _ in zip(DIM_COLORS, self.dims, strict=False):
             self.part_dots.append(ax_a.plot([], [], "o", color=color, ms=5)[0])
             self.merged_lines.append(ax_a.axhline(np.nan, color=color, ls="--", lw=1))
         ax_a.legend(handles=[Line2D([], [], color=c, marker="o", ls="--", label=f"dim {d}")
-                             for c, d in zip(DIM_COLORS, self.dims)], ncol=len(self.dims), **LEGEND_ABOVE)
+                             for c, d in zip(DIM_COLORS, self.dims, strict=False)], ncol=len(self.dims), **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.x_bars, self.boundaries, self.edges, self.node_dots, *self.nodes, *self.part_dots, *self.merged_lines,
-                  self.title)
+        self.live(self.x_bars, self.boundaries, self.edges, self.node_dots, *self.nodes, *self.part_dots,
+                  *self.merged_lines, self.title)
 
     def _update(self, splits) -> None:
         splits = integer(splits, "splits")
@@ -108,15 +108,15 @@ class SplitKVPlot(LivePlot):
 
         # the tree: a node covers a span of keys; its parent covers the union of its children's spans
         spans = [list(trace.ranges)]
-        for level in trace.levels[1:]:
+        for _ in trace.levels[1:]:
             below = spans[-1]
             above = [(below[i][0], below[i + 1][1]) for i in range(0, len(below) - 1, 2)]
             if len(below) % 2:
                 above.append(below[-1])
             spans.append(above)
         k, segments, points = 0, [], []
-        for depth, (level, level_spans) in enumerate(zip(trace.levels, spans)):
-            for i, ((_, lse), (c0, c1)) in enumerate(zip(level, level_spans)):
+        for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
+            for (_, lse), (c0, c1) in zip(level, level_spans, strict=False):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
                 points.append((x, depth))
@@ -133,12 +133,12 @@ class SplitKVPlot(LivePlot):
         for node in self.nodes[k:]:
             node.set_visible(False)
         self.edges.set_segments(segments)
-        self.node_dots.set_data(*zip(*points))
+        self.node_dots.set_data(*zip(*points, strict=False))
 
         middles = [(c0 + c1) / 2 + 0.5 for c0, c1 in trace.ranges]
-        for dot, line, d in zip(self.part_dots, self.merged_lines, self.dims):
+        for dot, line, d in zip(self.part_dots, self.merged_lines, self.dims, strict=False):
             values = [float(np.ravel(np.asarray(a)[..., d])[0]) if c1 > c0 else np.nan
-                      for (a, _), (c0, c1) in zip(trace.parts, trace.ranges)]
+                      for (a, _), (c0, c1) in zip(trace.parts, trace.ranges, strict=False)]
             dot.set_data(middles, values)
             merged = float(np.ravel(trace.output[..., d])[0])
             line.set_ydata([merged, merged])

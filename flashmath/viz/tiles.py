@@ -193,7 +193,7 @@ class TileSweepPlot(LivePlot):
             line.set_data(np.arange(t + 1), total[:t + 1]) if name == order else line.set_data([], [])
         self.curve_dot.set_data([t], [(trace.hbm_bytes[t - 1] if t else 0) / 1e3])
         now, whole = self._by_array(trace, t), self._by_array(trace, T)
-        for bar, outline, value, total in zip(self.byte_bars, self.byte_totals, now / 1e3, whole / 1e3):
+        for bar, outline, value, total in zip(self.byte_bars, self.byte_totals, now / 1e3, whole / 1e3, strict=False):
             bar.set_width(value)
             bar.set_facecolor(ORDER_COLORS[order])
             outline.set_width(total)
@@ -289,7 +289,7 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
     rows = -(-len(masks) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=figsize or (3.2 * columns, 2.6 * rows), layout="constrained",
                              squeeze=False)
-    for ax, (title, mask) in zip(axes.ravel(), masks.items()):
+    for ax, (title, mask) in zip(axes.ravel(), masks.items(), strict=False):
         mask = np.asarray(mask, dtype=bool)
         N, M = mask.shape
         ax.imshow(mask, cmap="Blues", vmin=-0.3, vmax=1.2, extent=(0.5, M + 0.5, N + 0.5, 0.5))

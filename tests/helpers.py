@@ -1,0 +1,60 @@
+"""Helpers shared by the test modules (test modules never import each other: they import this)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from flashmath.masks import causal_mask
+
+TOL = 1e-12
+MASKS = ["none", "causal", "top-left", "random"]
+
+
+def make(rng, N, M, D, Dv, batch=()):
+    """Random float64 ``q (..., N, D)``, ``k (..., M, D)``, ``v (..., M, Dv)``."""
+    shapes = (batch + (N, D), batch + (M, D), batch + (M, Dv))  # q, k, v
+    return tuple(rng.standard_normal(shape) for shape in shapes)
+
+
+def mask_kwargs(kind, N, M, rng):
+    """Keyword arguments for the attention functions, and the equivalent (N, M) boolean keep-matrix."""
+    if kind == "none":
+        return {}, np.ones((N, M), bool)
+    if kind == "causal":
+        return {"causal": True}, causal_mask(N, M)
+    if kind == "top-left":
+        keep = causal_mask(N, M, align="top-left")
+        return {"mask": keep}, keep
+    keep = rng.random((N, M)) < 0.6
+    return {"mask": keep}, keep
+
+
+def assert_close(actual, expected, tol=TOL):
+    """Same shape, ``-inf`` at the same places, finite entries within ``tol * (1 + |expected|)``."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    err = np.abs(actual[finite] - expected[finite])
+    assert np.all(err <= tol * (1 + np.abs(expected[finite]))), f"max error {err.max() if err.size else 0}"
+
+
+sizes = st.integers(1, 9)
+
+
+@st.composite
+def problems(draw):
+    """A random attention problem: ``(q, k, v, kwargs, keep)`` with a mask of every kind (sparse ones too)."""
+    N, M, D, Dv = draw(sizes), draw(sizes), draw(sizes), draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    spread = draw(st.sampled_from([0.1, 1.0, 10.0, 100.0]))
+    rng = np.random.default_rng(seed)
+    q, k, v = (a * spread for a in make(rng, N, M, D, Dv))
+    kind = draw(st.sampled_from(MASKS + ["sparse"]))
+    if kind == "sparse":
+        keep = rng.random((N, M)) < 0.2
+        kwargs = {"mask": keep}
+    else:
+        kwargs, keep = mask_kwargs(kind, N, M, rng)
+    return q, k, v, kwargs, keep
