@@ -142,25 +142,25 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
         )
     keep = None
     if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_:
+        mask_arr: np.ndarray = np.asarray(mask)
+        if mask_arr.dtype != np.bool_:
             raise TypeError(
-                f"mask must be a boolean array (True = attend), got dtype {mask.dtype}; "
+                f"mask must be a boolean array (True = attend), got dtype {mask_arr.dtype}; "
                 "for an additive mask of 0 and -inf use mask = (bias == 0)"
             )
-        while mask.ndim > len(batch_shape) + 2 and mask.shape[0] == 1:
-            mask = mask[0]  # leading axes of size 1 beyond the inputs' add nothing: dropped, the output keeps its shape
+        while mask_arr.ndim > len(batch_shape) + 2 and mask_arr.shape[0] == 1:
+            mask_arr = mask_arr[0]  # leading axes of size 1 beyond the inputs' add nothing: dropped (output unchanged)
         target = batch_shape + (N, M)
         try:
-            full = np.broadcast_shapes(mask.shape, target)
+            full = np.broadcast_shapes(mask_arr.shape, target)
         except ValueError:
             full = None
         if full is None or full[-2:] != (N, M):
-            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (..., N, M) = (..., {N}, {M})")
+            raise ValueError(f"mask of shape {mask_arr.shape} does not broadcast to (..., N, M) = (..., {N}, {M})")
         if full[:-2] != batch_shape:
             # a mask broadcasts against the scores, but never adds (batch, head) dimensions to the output
             raise ValueError(
-                f"mask of shape {mask.shape} would widen the output: q, k and v's leading dimensions broadcast to "
+                f"mask of shape {mask_arr.shape} would widen the output: q, k and v's leading dimensions broadcast to "
                 f"{batch_shape}, with the mask's to {full[:-2]}, so the rows of each (batch, head) element of q, "
                 f"k, v would be computed under every element's mask, giving an output of shape "
                 f"{full[:-2] + (N, Dv)} instead of {batch_shape + (N, Dv)}. Give the mask at most the inputs' "
@@ -168,8 +168,8 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
                 "of shape (B, N, D) and padding_mask(lengths, M), which is (B, 1, 1, M) for (B, H, N, M) scores, "
                 "pass padding_mask(lengths, M)[:, 0] (B, 1, M), or give q, k, v a head axis (q[:, None])"
             )
-        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)  # at least 2-D: (..., N or 1, M or 1)
-        keep = np.broadcast_to(mask, mask.shape[:-2] + (N, M))  # (..., N, M), a read-only view
+        mask_arr = mask_arr.reshape((1,) * (2 - mask_arr.ndim) + mask_arr.shape)  # at least 2-D: (..., N | 1, M | 1)
+        keep = np.broadcast_to(mask_arr, mask_arr.shape[:-2] + (N, M))  # (..., N, M), a read-only view
     if causal and fold_causal:
         tri = causal_mask(N, M)  # (N, M), bottom-right aligned
         keep = tri if keep is None else keep & tri

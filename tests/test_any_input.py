@@ -1,9 +1,10 @@
 """Every attention function gives the right answer or a clear error, for any input (issue 11).
 
 The functions: the float64 reference ``attention``, the loops of chapters 4-5, ``flash_attention`` in both orders
-(any block sizes), ``split_kv_attention`` and, with the triton extra, the Triton kernel in Triton's interpreter. Conventions (``flashmath.attention``'s docstring): a masked key is
-absent whatever its k and v rows hold; a fully masked row gives 0 and logsumexp -inf; bad input raises a
-ValueError or TypeError naming the argument; nothing the caller passed is modified.
+(any block sizes), ``split_kv_attention`` and, with the triton extra, the Triton kernel in Triton's interpreter.
+Conventions (``flashmath.inputs``' docstring): a masked key is absent whatever its k and v rows hold; a fully masked
+row gives 0 and logsumexp -inf; bad input raises a ValueError or TypeError naming the argument; nothing the caller
+passed is modified; a mask never widens the output.
 """
 
 import importlib.util
@@ -243,8 +244,8 @@ def test_read_only_and_non_contiguous_inputs_are_used_and_left_alone(f):
 @pytest.mark.parametrize("scale", [-2.0, 0.0, 1e-300, 7, np.float32(0.5), 1e5])
 def test_scales_of_any_sign_and_size(f, scale):
     q, k, v = head(seed=4)
-    np.testing.assert_allclose(f(q, k, v, scale=scale), fm.attention(q, k, v, scale=scale), **(tol(f) if hasattr(f, "tol")
-                               else dict(rtol=1e-9, atol=1e-12)))
+    tolerance = tol(f) if hasattr(f, "tol") else dict(rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(f(q, k, v, scale=scale), fm.attention(q, k, v, scale=scale), **tolerance)
 
 
 BAD = [
