@@ -129,12 +129,6 @@ def _require_triton() -> None:
 if _IMPORT_ERROR is None:
 
     @triton.jit
-    def _max_nan(a, b):
-        """``max(a, b)``, NaN if either is NaN (``tl.maximum``'s default, like the GPU's max instruction, would
-        return the other operand)."""
-        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-    @triton.jit
     def _fa2_forward(
         Q, K, V, Keep, A, LSE,  # pointers to q (B, N, D), k (B, M, D), v (B, M, Dv), keep (B, N, M), a, lse (B, N)
         sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sa_b, sa_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
@@ -172,9 +166,10 @@ if _IMPORT_ERROR is None:
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
-            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0; NaN wins
-            m_new = _max_nan(m_i, tl.reduce(x_tile, 1, _max_nan))
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0; so does a row
+            # with a +inf score: exp(x - 0) makes its sum +inf (its logsumexp), where exp(inf - inf) would be NaN
+            m_new = tl.maximum(m_i, tl.max(x_tile, 1))
+            m_ref = tl.where((m_new == float("-inf")) | (m_new == float("inf")), 0.0, m_new)
             # alpha = exp(g - g_new): the rescale of everything summed so far
             alpha = tl.exp(m_i - m_ref)
             # P_ij = exp(X_ij - g_new)
@@ -189,14 +184,15 @@ if _IMPORT_ERROR is None:
             acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
 
             m_i = m_new
-        # a row that saw no key: g = -inf (a NaN score makes g NaN, a +inf score +inf, see _max_nan)
-        empty = m_i == float("-inf")
+        # a row that saw no key has s = 0 (a NaN score makes s NaN: tl.max may skip a NaN, as a GPU's max does, but
+        # the sum never does; a +inf score makes s +inf)
+        empty = l_i == 0
         # A_i = acc / s  (the only division; a row that saw no key: acc = 0, divided by 1)
         a_tile = acc / tl.where(empty, 1.0, l_i)[:, None]
         tl.store(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], a_tile.to(A.dtype.element_ty),
                  mask=(rows[:, None] < N) & (dv[None, :] < Dv))
-        # lse_i = g + log(s);  -inf for a row that saw no key, +inf for a +inf score (s is NaN there), NaN for NaN
-        lse = tl.where(empty, float("-inf"), tl.where(m_i == float("inf"), m_i, m_i + tl.log(l_i)))
+        # lse_i = g + log(s);  -inf for a row that saw no key, +inf for a +inf score (s is +inf), NaN for NaN
+        lse = tl.where(empty, float("-inf"), m_i + tl.log(l_i))
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
 
@@ -252,8 +248,8 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
         arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``;
-        a row that sees a NaN gives NaN and NaN; a row with a ``+inf`` score gives NaN and ``+inf`` (the row max is
-        taken with NaN propagated, ``tl.PropagateNan.ALL``, where ``tl.max`` alone would skip a NaN).
+        a row that sees a NaN gives NaN and NaN; a row with a ``+inf`` score gives NaN and ``+inf`` (its weights are
+        measured against 0, so its sum is ``+inf``; a NaN reaches the sum even where ``tl.max`` skips it).
 
     Raises:
         ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
@@ -299,7 +295,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     q_t, k_t, v_t = (_as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     scale = inp.scale
-    tiny, huge = np.finfo(np.float32).smallest_normal, np.finfo(np.float32).max
+    tiny, huge = float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max)
     if abs(scale) > huge or 0 < abs(scale) < tiny:
         # a scale that float32 cannot hold (the kernel multiplies the float32 score tile by it): folded into q in
         # float64 here instead, as the numpy loops always do, so that q * scale is right wherever it fits
