@@ -144,18 +144,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    """README's `jupyter lab` command with this environment's settings (only user folders are throw-away)."""
+def skip_unless_settings_installed() -> None:
     for path in JUPYTER_CONFIG.rglob("*.json"):
         installed = Path(sys.prefix) / path.relative_to(JUPYTER_CONFIG.parent)
         if not installed.is_file() or installed.read_text() != path.read_text():
             pytest.skip(f"{installed} is not jupyter-config's: run README's set-up (its `cp -R jupyter-config/etc .venv/`)")
-    tmp = tmp_path_factory.mktemp("jupyterlab")
+
+
+def throwaway_user_folders(tmp: Path) -> dict:
+    """The environment with Jupyter's user folders in ``tmp``: only the settings installed in sys.prefix count."""
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
     env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
                JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """README's `jupyter lab` command with this environment's settings (only user folders are throw-away)."""
+    skip_unless_settings_installed()
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    env = throwaway_user_folders(tmp)
     token, port = secrets.token_hex(16), free_port()
     command = readme_command("jupyter lab ").split()
     cmd = [sys.executable, "-m", *command, "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
@@ -222,6 +232,23 @@ def test_kernels_start_encrypted_without_the_tcp_warning(jupyterlab):
         client.stop_channels()
         api(f"/api/kernels/{kernel['id']}", "DELETE")
     assert "without encryption" not in log.read_text()
+
+
+def test_nbconvert_kernels_start_encrypted_without_the_tcp_warning(tmp_path):
+    # README's command to store a notebook's outputs; its kernel is started by nbclient, not by JupyterLab's server
+    import nbformat
+
+    skip_unless_settings_installed()
+    notebook = tmp_path / "answer.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, notebook)
+    out = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdout",
+                          str(notebook)], cwd=tmp_path, env=throwaway_user_folders(tmp_path), capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "42" in "".join(nbformat.reads(out.stdout, 4).cells[0].outputs[0].text)
+    assert "without encryption" not in out.stderr, out.stderr[-3000:]
 
 
 def test_no_news_prompt_and_no_update_check(jupyterlab):
