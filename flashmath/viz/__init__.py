@@ -12,8 +12,8 @@ seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy
 
 from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_loop_swap_step, plot_one_loop_step,
                                      plot_scale_step)
-from flashmath.viz.live import (DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, Picture, animate_steps, figure_signature,
-                                strip)
+from flashmath.viz.live import (DPI, HOLD, JUMP, PIXEL_RATIO, SEEN, UNSEEN, LivePlot, Picture, animate_steps,
+                                figure_signature, strip)
 from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
@@ -23,6 +23,7 @@ __all__ = [
     "DPI",
     "HOLD",
     "JUMP",
+    "PIXEL_RATIO",
     "SEEN",
     "UNSEEN",
     "LivePlot",
