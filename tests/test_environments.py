@@ -120,15 +120,43 @@ def test_python_versions_agree():
     assert PYPROJECT["project"]["requires-python"] == f">={readme[0]}", "pip must refuse older Pythons by name"
 
 
+def clone_folder() -> str:
+    """The folder README's `git clone` line clones into (and enters)."""
+    command = readme_command("git clone ")
+    match = re.fullmatch(rf"git clone {re.escape(REPO_URL)}\.git (\S+) && cd (\S+)", command)
+    assert match and match.group(1) == match.group(2), f"clone into a named folder and cd into it: {command!r}"
+    return match.group(1)
+
+
 def test_readme_commands():
-    assert readme_command("git clone ") == f"git clone {REPO_URL}.git && cd {GITHUB_PATH.split('/')[1]}"
+    # not the package's name: Python started above a clone named `flashmath` imports the clone (see below)
+    assert clone_folder() not in ("flashmath", GITHUB_PATH.split("/")[1])
     setup = readme_command("python3 -m venv ")
     assert '-e ".[lab]" -c constraints.txt' in setup, "the learner installs the course and JupyterLab, no test tools"
     assert "cp -R jupyter-config/etc .venv/" in setup
     tests = readme_command('pip install -e ".[lab,test]"')
     assert tests == 'pip install -e ".[lab,test]" -c constraints.txt && python -m pytest'
     assert readme_command("jupyter lab ").endswith("notebooks/00_welcome.ipynb")
+    assert setup.endswith(" && jupyter trust notebooks/*.ipynb"), "stored animations run before anything is run"
+    assert f"cd {clone_folder()} && . .venv/bin/activate && jupyter lab notebooks/" in README, "README's next time"
     assert "jupyterlab" not in " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
+
+
+def test_python_started_above_the_clone_imports_the_course(tmp_path):
+    """The folder above the clone, where `python` may be started: the clone is a folder there, named as README
+    names it. A clone named after the package, `flashmath/`, has no __init__.py at its top, so Python imported it
+    as an empty namespace package ahead of the editable install (whose import hook comes after the path search):
+    `AttributeError: module 'flashmath' has no attribute 'online_normalizer'`."""
+    (tmp_path / clone_folder()).symlink_to(ROOT, target_is_directory=True)
+    code = "import flashmath; print(flashmath.__file__); print(flashmath.online_normalizer([1.0, 2.0]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.splitlines()[0]).resolve() == (ROOT / "flashmath" / "__init__.py").resolve()
+
+
+def test_ci_copies_the_course_into_a_folder_named_as_readme_clones_it():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "FOLDER=${CLONE##* cd }" in ci and 'dir=$WORK/$version/$FOLDER' in ci
 
 
 def test_colab_keeps_its_ipywidgets_7_7():
