@@ -280,7 +280,8 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if c in args.cases]
     if "torch" in cases and not _torch_available():
         print("PyTorch is not installed: the torch case is skipped. For the CPU build:")
-        print("  pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[bench]'")
+        print("  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+              "pip install -e '.[bench]' -c constraints.txt   (in the course's folder; README, \"Benchmarks\")")
         cases.remove("torch")
     from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 
