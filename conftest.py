@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 
 NEEDS_TRITON = ("11_triton.ipynb",)
+collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
 INSTALL = 'pip install -e ".[triton]" (CPU-only PyTorch first: see README, "The triton extra")'
 
 
