@@ -195,17 +195,17 @@ def test_the_pattern_example_in_the_live_module_runs():
     assert animation.to_jshtml().count("data:image/png;base64") == 11
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (48, 64)])
+@pytest.mark.parametrize("shape", [(1, 1, 3), (3, 5, 3), (48, 64, 3), (48, 64, 4), (2, 7, 4)])
 def test_encode_png_is_read_back_exactly(shape):
     import io
 
     from PIL import Image
 
     rng = np.random.default_rng(sum(shape))
-    rgb = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+    rgb = rng.integers(0, 256, shape, dtype=np.uint8)
     rgb[1:2] = rgb[0:1]  # a row equal to the row above, as in most of a plot
     with Image.open(io.BytesIO(viz.live.encode_png(rgb))) as image:
-        assert image.mode == "RGB" and image.size == (shape[1], shape[0])
+        assert image.mode == ("RGB" if shape[2] == 3 else "RGBA") and image.size == (shape[1], shape[0])
         np.testing.assert_array_equal(np.asarray(image), rgb)
 
 
@@ -216,13 +216,15 @@ def test_a_plots_png_is_its_pixels():
 
     plot = viz.OnlineSoftmaxPlot(fm.online_softmax_trace(np.array([0.5, -1.0, 2.0])), step=2, dpi=30)
     with Image.open(io.BytesIO(plot.png())) as image:
-        np.testing.assert_array_equal(np.asarray(image), plot.rgb())
+        pixels = np.asarray(image)
+    np.testing.assert_array_equal(pixels[..., :3], plot.rgb())
+    assert (pixels[..., 3] == 255).all(), "opaque"
 
 
 @pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8), np.zeros((0, 4, 3), np.uint8),
-                                 np.zeros((4, 4, 4), np.uint8)])
+                                 np.zeros((4, 4, 2), np.uint8)])
 def test_encode_png_refuses_what_is_not_an_rgb_picture(bad):
-    with pytest.raises(ValueError, match=r"\(height, width, 3\) uint8"):
+    with pytest.raises(ValueError, match=r"\(height, width, 3 or 4\) uint8"):
         viz.live.encode_png(bad)
 
 

@@ -173,7 +173,11 @@ class LivePlot:
             canvas.restore_region(self._background)
         for artist in self._live:
             self.fig.draw_artist(artist)
-        return np.asarray(canvas.buffer_rgba())[..., :3]
+        return self._rgba()[..., :3]
+
+    def _rgba(self) -> np.ndarray:
+        """The canvas as it is, ``(height, width, 4)`` uint8 (a view: no copy)."""
+        return np.asarray(self.fig.canvas.buffer_rgba())
 
     def _unblit(self) -> None:
         """Back to ordinary drawing (savefig and animations leave animated artists out)."""
@@ -183,7 +187,8 @@ class LivePlot:
 
     def png(self) -> bytes:
         """The picture as PNG bytes (what a widget sends to the browser), quickly encoded (:func:`encode_png`)."""
-        return encode_png(self.rgb())
+        self.rgb()
+        return encode_png(self._rgba())  # the canvas's own RGBA (opaque): no copy into RGB first
 
     def _repr_png_(self) -> bytes:
         return self.png()
@@ -194,7 +199,8 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
-    """A ``(height, width, 3)`` uint8 picture as PNG bytes, each row but the first with PNG's "Up" filter.
+    """A ``(height, width, 3)`` (RGB) or ``(height, width, 4)`` (RGBA) uint8 picture as PNG bytes, each row but
+    the first with PNG's "Up" filter.
 
     Pillow chooses a filter for every row by trying all five (PNG specification, section 9), which takes most of
     its encoding time and cannot be turned off for RGB; a plot is mostly rows equal to the row above, which the Up
@@ -202,18 +208,19 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
     level 1, for a file of the same size. Any PNG reader decodes it (tests/test_viz.py reads it back with Pillow).
 
     Raises:
-        ValueError: ``rgb`` is not a non-empty ``(height, width, 3)`` uint8 array.
+        ValueError: ``rgb`` is not a non-empty ``(height, width, 3 or 4)`` uint8 array.
     """
     rgb = np.asarray(rgb)
-    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3 or 0 in rgb.shape:
-        raise ValueError(f"rgb must be a non-empty (height, width, 3) uint8 array, got {rgb.dtype} {rgb.shape}")
-    height, width, _ = rgb.shape
-    flat = rgb.reshape(height, 3 * width)
-    rows = np.empty((height, 1 + 3 * width), np.uint8)  # each row: its filter type, then the filtered bytes
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] not in (3, 4) or 0 in rgb.shape:
+        raise ValueError(f"rgb must be a non-empty (height, width, 3 or 4) uint8 array, got {rgb.dtype} {rgb.shape}")
+    height, width, channels = rgb.shape
+    flat = rgb.reshape(height, channels * width)
+    rows = np.empty((height, 1 + channels * width), np.uint8)  # each row: its filter type, then the filtered bytes
     rows[0, 0], rows[0, 1:] = 0, flat[0]  # None: the first row has no row above
     rows[1:, 0] = 2  # Up: each byte minus the byte above it, modulo 256
     np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, deflate, adaptive, no interlace
+    color_type = 2 if channels == 3 else 6  # RGB or RGBA
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)  # 8 bits, deflate, adaptive filters
     return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(rows, level))
             + _png_chunk(b"IEND", b""))
 
