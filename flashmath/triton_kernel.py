@@ -159,7 +159,8 @@ def require_extra(chapter: str = "This chapter") -> None:
         f"(with a GPU, or where download.pytorch.org cannot be reached: pip install torch=={TORCH_VERSION} instead\n"
         "of the first command; on macOS and Windows, open this chapter in Colab instead: README, \"The triton extra\")\n"
         "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-        "Run All stops here. The outputs stored below come from a run with the extra: you can still read them."
+        "Run All stops here. It has cleared the outputs stored below (made with the extra): to read them without\n"
+        "the extra, use File > Reload Notebook from Disk (if it was saved since: git restore on the notebook's file)."
     ) from None
 
 
