@@ -154,13 +154,13 @@ def require_extra(chapter: str = "This chapter") -> None:
     commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
     raise ExtraNotInstalled(
         f"{chapter} needs the triton extra, PyTorch and Triton ({_IMPORT_ERROR}).\n"
-        "Install it in a terminal, in the course's folder with its environment activated:\n"
+        "Install it in a terminal, in the course's folder, with its environment activated:\n"
         f"{commands}\n"
-        f"(with a GPU, or where download.pytorch.org cannot be reached: pip install torch=={TORCH_VERSION} instead\n"
-        "of the first command; on macOS and Windows, open this chapter in Colab instead: README, \"The triton extra\")\n"
+        f"(with a GPU, or without access to download.pytorch.org: pip install torch=={TORCH_VERSION} as the first;\n"
+        "on macOS and Windows, open this chapter in Colab: README, \"The triton extra\"),\n"
         "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-        "Run All stops here. It has cleared the outputs stored below (made with the extra): to read them without\n"
-        "the extra, use File > Reload Notebook from Disk (if it was saved since: git restore on the notebook's file)."
+        "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
+        "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
     ) from None
 
 

@@ -278,7 +278,7 @@ def test_chapter_11_without_the_extra_stops_at_its_check_cell_with_the_commands(
     (error,) = [o for o in cell.outputs if o.output_type == "error"]
     assert error.ename == "ExtraNotInstalled"
     assert error.traceback[0].startswith("Chapter 11 needs the triton extra, PyTorch and Triton")
-    assert len(error.traceback) <= 10 and not any("File " in line or "---->" in line for line in error.traceback)
+    assert len(error.traceback) <= 10 and not any('File "' in line or "---->" in line for line in error.traceback)
     assert all(f"    {command}" in error.traceback for command in INSTALL_COMMANDS)
     ran = [c.execution_count for c in nb.cells[check + 2:] if c.cell_type == "code"]
     assert set(ran) == {None}, "Run All stops at the check cell"
