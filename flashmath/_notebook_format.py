@@ -1,8 +1,9 @@
 """The stored form of the course's notebooks: nothing in them depends on the machine that ran or saved them.
 
 Opening a chapter in JupyterLab must not change the file in the clone (``git pull`` would then conflict). Found by
-opening and saving every chapter in JupyterLab 4.6 (tests/test_notebook_format.py repeats it in headless
-Chromium), JupyterLab rewrites two things when it saves a notebook, even one the reader never edited:
+opening chapters in JupyterLab 4.6 in headless Chromium and saving them, JupyterLab rewrites two things when it
+saves a notebook, even one the reader never edited (tests/test_environments.py saves a chapter through the
+Jupyter server as JupyterLab sends it, and checks that the file comes back byte for byte):
 
 - ``metadata.language_info.version``: the Python version of the kernel that ran it (3.11.7 on one machine,
   3.11.2 on the next). Opening a chapter starts a kernel, whose version JupyterLab writes into the notebook and
