@@ -419,8 +419,11 @@ def test_the_picture_is_shown_at_its_css_size_with_two_pixels_per_css_pixel():
     # stretched by the page's flex box, a 640 x 480 picture was blurred to about 964 x 723 (issue: widget pictures)
     from PIL import Image
 
-    ui = widgets.online_softmax_player(np.random.default_rng(1).normal(size=6))
-    width, height = ui.result.css_size
+    from flashmath.softmax import online_softmax_trace
+
+    x = np.random.default_rng(1).normal(size=6)
+    ui = widgets.online_softmax_player(x)
+    width, height = viz.OnlineSoftmaxPlot(online_softmax_trace(x)).css_size  # the plot the widget shows
     assert ui.image.layout.width == f"{width}px" and ui.image.layout.height == "auto"
     assert ui.image.layout.max_width == "100%"
     with Image.open(io.BytesIO(ui.image.value)) as image:
