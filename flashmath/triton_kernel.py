@@ -52,8 +52,9 @@ same kernel with numpy on the CPU, one program after another (slow: keep ``N`` a
 arrays are accepted and returned (copied to the GPU and back when it runs compiled); PyTorch tensors come back as
 tensors on their device.
 
-Requires the ``triton`` extra (PyTorch and Triton): ``pip install "flashmath[triton]"``; see README.md for the
-CPU-only PyTorch. ``import flashmath`` never imports this module.
+Requires the ``triton`` extra (PyTorch and Triton), installed from the course's folder (:data:`INSTALL_COMMANDS`;
+README.md, "The triton extra"). ``import flashmath`` never imports this module; :func:`require_extra` stops a
+notebook with those commands where the extra is missing.
 
 Sources: T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning" (2023),
 Algorithm 1 and section 3.2 (parallelism over query tiles, warps); P. Tillet et al., "Triton: an intermediate
@@ -76,12 +77,21 @@ import numpy as np
 from flashmath._checks import integer
 from flashmath.inputs import prepare_attention_inputs
 
-__all__ = ["INSTALL_HINT", "available", "interpreted", "triton_flash_attention", "line_for_line", "kernel_source",
-           "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
+__all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available", "require_extra", "interpreted",
+           "triton_flash_attention", "line_for_line", "kernel_source", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
 
+TORCH_VERSION = "2.13.0"
+"""The PyTorch release the stored outputs of chapter 11 were made with (README.md's command pins it too)."""
+INSTALL_COMMANDS = (
+    f"pip install torch=={TORCH_VERSION} --index-url https://download.pytorch.org/whl/cpu",
+    'pip install -e ".[triton]" -c constraints.txt',
+)
+"""The triton extra from the course's folder (the clone), in its activated environment: PyTorch's CPU build first
+(a plain ``torch`` requirement resolves to a multi-GB CUDA build), then the extra. The package is not on PyPI."""
 INSTALL_HINT = (
-    'pip install "flashmath[triton]" (from a clone: pip install -e ".[triton]"); on a machine without a GPU install '
-    "the CPU build of PyTorch first: pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    "in the course's folder, with its environment activated: " + " && ".join(INSTALL_COMMANDS)
+    + f" (with a GPU, or where download.pytorch.org cannot be reached: pip install torch=={TORCH_VERSION} instead of"
+    " the first command)"
 )
 DEFAULT_BLOCK_M = 64
 """Default ``B_r`` (``BLOCK_M``): the query rows of one program."""
@@ -119,11 +129,41 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+class ExtraNotInstalled(ModuleNotFoundError):
+    """PyTorch or Triton is missing. In a notebook it shows as its message alone, without a traceback (IPython
+    prints what ``_render_traceback_`` returns), and, being an error, it stops *Run All* at that cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines()
+
+
 def _require_triton() -> None:
     if _IMPORT_ERROR is not None:
-        raise ModuleNotFoundError(
-            f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them with: {INSTALL_HINT}"
+        raise ExtraNotInstalled(
+            f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them {INSTALL_HINT}"
         ) from _IMPORT_ERROR
+
+
+def require_extra(chapter: str = "This chapter") -> None:
+    """Stop with the install commands unless PyTorch and Triton are installed (the first code cell of chapter 11).
+
+    Prints one line when they are. Raises:
+        ExtraNotInstalled: (a ModuleNotFoundError) naming what is missing and the commands that install it.
+    """
+    if _IMPORT_ERROR is None:
+        print(f"{chapter} needs PyTorch and Triton (the triton extra): both are installed.")
+        return
+    commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
+    raise ExtraNotInstalled(
+        f"{chapter} needs the triton extra, PyTorch and Triton ({_IMPORT_ERROR}).\n"
+        "Install it in a terminal, in the course's folder, with its environment activated:\n"
+        f"{commands}\n"
+        f"(with a GPU, or without access to download.pytorch.org: pip install torch=={TORCH_VERSION} as the first;\n"
+        "on macOS and Windows, open this chapter in Colab: README, \"The triton extra\"),\n"
+        "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
+        "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
+        "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
+    ) from None
 
 
 if _IMPORT_ERROR is None:

@@ -75,7 +75,11 @@ def live_widget(plot, *, interval: int | None = None, **controls):
     """
     if not isinstance(plot, viz.LivePlot):
         raise TypeError(f"plot must be a flashmath.viz.LivePlot, got {type(plot).__name__}")
+    # Shown at the plot's CSS size (a flex box would stretch it to the page's width), rendered with PIXEL_RATIO
+    # device pixels per CSS pixel: sharp on high-density screens; on others the browser scales it down.
+    plot.set_pixel_ratio(viz.PIXEL_RATIO)
     image = widgets.Image(value=plot.png(), format="png")
+    image.layout.width = f"{plot.css_size[0]}px"
     image.layout.max_width = "100%"
     image.layout.height = "auto"
 

@@ -1,6 +1,8 @@
 """The slider benchmark covers every widget of the course and runs; it measures, it does not judge speed here."""
 
 import json
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -60,3 +62,19 @@ def test_sweep_moves_cover_the_range_and_come_back():
 def test_the_verdict_names_each_missed_target(live, interval, expected):
     case = sliders.Case("99_x", "x", build=None, fresh=None)
     assert sliders.Result(case, live, [100.0], interval, 0).problems() == expected
+
+
+@pytest.mark.parametrize("name, option", [("speed", "--threads"), ("sliders", "--only")])
+def test_help_after_a_name_lists_that_benchmarks_options(name, option):
+    # README: `python -m flashmath.bench speed --help` lists the options (the top-level parser must not take -h)
+    out = subprocess.run([sys.executable, "-m", "flashmath.bench", name, "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: python -m flashmath.bench {name} ") and option in out.stdout
+
+
+def test_help_without_a_name_lists_the_benchmarks(capsys):
+    assert bench_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "sliders" in out and "speed" in out and "--threads" not in out
+    assert bench_main([]) == 2

@@ -9,6 +9,7 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,15 +120,43 @@ def test_python_versions_agree():
     assert PYPROJECT["project"]["requires-python"] == f">={readme[0]}", "pip must refuse older Pythons by name"
 
 
+def clone_folder() -> str:
+    """The folder README's `git clone` line clones into (and enters)."""
+    command = readme_command("git clone ")
+    match = re.fullmatch(rf"git clone {re.escape(REPO_URL)}\.git (\S+) && cd (\S+)", command)
+    assert match and match.group(1) == match.group(2), f"clone into a named folder and cd into it: {command!r}"
+    return match.group(1)
+
+
 def test_readme_commands():
-    assert readme_command("git clone ") == f"git clone {REPO_URL}.git && cd {GITHUB_PATH.split('/')[1]}"
+    # not the package's name: Python started above a clone named `flashmath` imports the clone (see below)
+    assert clone_folder() not in ("flashmath", GITHUB_PATH.split("/")[1])
     setup = readme_command("python3 -m venv ")
     assert '-e ".[lab]" -c constraints.txt' in setup, "the learner installs the course and JupyterLab, no test tools"
     assert "cp -R jupyter-config/etc .venv/" in setup
     tests = readme_command('pip install -e ".[lab,test]"')
     assert tests == 'pip install -e ".[lab,test]" -c constraints.txt && python -m pytest'
     assert readme_command("jupyter lab ").endswith("notebooks/00_welcome.ipynb")
+    assert setup.endswith(" && jupyter trust notebooks/*.ipynb"), "stored animations run before anything is run"
+    assert f"cd {clone_folder()} && . .venv/bin/activate && jupyter lab notebooks/" in README, "README's next time"
     assert "jupyterlab" not in " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
+
+
+def test_python_started_above_the_clone_imports_the_course(tmp_path):
+    """The folder above the clone, where `python` may be started: the clone is a folder there, named as README
+    names it. A clone named after the package, `flashmath/`, has no __init__.py at its top, so Python imported it
+    as an empty namespace package ahead of the editable install (whose import hook comes after the path search):
+    `AttributeError: module 'flashmath' has no attribute 'online_normalizer'`."""
+    (tmp_path / clone_folder()).symlink_to(ROOT, target_is_directory=True)
+    code = "import flashmath; print(flashmath.__file__); print(flashmath.online_normalizer([1.0, 2.0]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.splitlines()[0]).resolve() == (ROOT / "flashmath" / "__init__.py").resolve()
+
+
+def test_ci_copies_the_course_into_a_folder_named_as_readme_clones_it():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "FOLDER=${CLONE##* cd }" in ci and 'dir=$WORK/$version/$FOLDER' in ci
 
 
 def test_colab_keeps_its_ipywidgets_7_7():
@@ -144,26 +173,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    """README's `jupyter lab` command with this environment's settings (only user folders are throw-away)."""
-    for path in JUPYTER_CONFIG.rglob("*.json"):
+def skip_unless_settings_installed() -> None:
+    for path in JUPYTER_CONFIG.rglob("*.*"):
         installed = Path(sys.prefix) / path.relative_to(JUPYTER_CONFIG.parent)
         if not installed.is_file() or installed.read_text() != path.read_text():
             pytest.skip(f"{installed} is not jupyter-config's: run README's set-up "
                         "(its `cp -R jupyter-config/etc .venv/`)")
-    tmp = tmp_path_factory.mktemp("jupyterlab")
+
+
+def throwaway_user_folders(tmp: Path) -> dict:
+    """The environment with Jupyter's user folders in ``tmp``: only the settings installed in sys.prefix count."""
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
     env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
                JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """README's `jupyter lab` command with this environment's settings (only user folders are throw-away)."""
+    skip_unless_settings_installed()
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    env = throwaway_user_folders(tmp)
+    course = tmp / "course"  # a copy of the notebooks, so that a save never writes into the repository
+    shutil.copytree(ROOT / "notebooks", course / "notebooks")
     token, port = secrets.token_hex(16), free_port()
     command = readme_command("jupyter lab ").split()
     cmd = [sys.executable, "-m", *command, "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
     log = tmp / "jupyterlab.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def api(path, method="GET", body=None):
         request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
@@ -182,7 +223,7 @@ def jupyterlab(tmp_path_factory):
             except OSError:
                 assert time.monotonic() < deadline, f"jupyter lab did not answer in 90 s:\n{log.read_text()[-3000:]}"
                 time.sleep(0.3)
-        yield api, log, tmp / "runtime"
+        yield api, log, tmp / "runtime", course
     finally:
         proc.terminate()
         try:
@@ -207,7 +248,7 @@ def shell_reply(client, msg_id: str, deadline: float) -> dict:
 def test_kernels_start_encrypted_without_the_tcp_warning(jupyterlab):
     from jupyter_client import BlockingKernelClient
 
-    api, log, runtime = jupyterlab
+    api, log, runtime, _ = jupyterlab
     kernel = api("/api/kernels", "POST", {"name": "python3"})
     connection = runtime / f"kernel-{kernel['id']}.json"
     assert json.loads(connection.read_text()).get("curve_publickey"), "the kernel got no CurveZMQ key"
@@ -225,8 +266,46 @@ def test_kernels_start_encrypted_without_the_tcp_warning(jupyterlab):
     assert "without encryption" not in log.read_text()
 
 
+def browser_json(value):
+    """``value`` through a browser's JSON (one kind of number: a whole float comes back as an integer)."""
+    def number(text):
+        x = float(text)
+        return int(x) if x.is_integer() and abs(x) <= 2 ** 53 else x
+    return json.loads(json.dumps(value), parse_float=number)
+
+
+def test_saving_a_chapter_in_jupyterlab_leaves_the_stored_file_as_it_was(jupyterlab):
+    # What JupyterLab 4.6 sends when it autosaves a chapter that was only opened (seen in headless Chromium,
+    # flashmath/_notebook_format.py): the kernel's Python version, and the numbers as the browser writes them.
+    api, _, _, course = jupyterlab
+    name = "01_softmax.ipynb"  # `jupyter lab notebooks/00_welcome.ipynb` serves notebooks/
+    stored = (course / "notebooks" / name).read_bytes()
+    nb = api(f"/api/contents/{name}?content=1&type=notebook")["content"]
+    nb["metadata"].setdefault("language_info", {})["version"] = "3.99.0"
+    api(f"/api/contents/{name}", "PUT", {"type": "notebook", "format": "json", "content": browser_json(nb)})
+    saved = (course / "notebooks" / name).read_bytes()
+    assert saved == stored, "the course's pre_save_hook (jupyter-config/etc/jupyter/jupyter_server_config.py)"
+
+
+def test_nbconvert_kernels_start_encrypted_without_the_tcp_warning(tmp_path):
+    # README's command to store a notebook's outputs; its kernel is started by nbclient, not by JupyterLab's server
+    import nbformat
+
+    skip_unless_settings_installed()
+    notebook = tmp_path / "answer.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, notebook)
+    out = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdout",
+                          str(notebook)], cwd=tmp_path, env=throwaway_user_folders(tmp_path), capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "42" in "".join(nbformat.reads(out.stdout, 4).cells[0].outputs[0].text)
+    assert "without encryption" not in out.stderr, out.stderr[-3000:]
+
+
 def test_no_news_prompt_and_no_update_check(jupyterlab):
-    api, _, _ = jupyterlab
+    api, _, _, _ = jupyterlab
     settings = api("/lab/api/settings/@jupyterlab/apputils-extension:notification")
     defaults = {k: v.get("default") for k, v in settings["schema"]["properties"].items()}
     # The prompt "Would you like to get notified about official Jupyter news?" shows while fetchNews is "none".

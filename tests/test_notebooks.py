@@ -119,5 +119,19 @@ class TestNotebook:
                     f"tag the widget cell nbval-ignore-output:\n{source(cell)[:200]}"
                 )
 
+    def test_stored_without_machine_specific_metadata(self, path):
+        # flashmath/_notebook_format.py: what JupyterLab would rewrite on save (the kernel's Python version, whole
+        # numbers stored as floats) and nbconvert's run timestamps; the bytes are those nbformat writes
+        import nbformat
+
+        from flashmath._notebook_format import normalize
+
+        text = path.read_text()
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        assert "version" not in nb.metadata.get("language_info", {}), "run `python -m flashmath._notebook_format`"
+        assert nbformat.writes(normalize(nb)) + "\n" == text, (
+            f"store it normalized: python -m flashmath._notebook_format {path.relative_to(ROOT)}"
+        )
+
     def test_small(self, path):
         assert path.stat().st_size < 1_000_000, "keep notebooks under 1 MB: smaller figures, fewer frames"

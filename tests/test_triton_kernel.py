@@ -21,7 +21,7 @@ from flashmath.masks import causal_mask, padding_mask
 
 HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
 needs_triton = pytest.mark.skipif(
-    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"'
+    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): README, "The triton extra"'
 )
 if HAVE_TRITON:
     import torch
@@ -227,7 +227,60 @@ def test_without_triton_flashmath_imports_and_the_wrapper_names_the_install_comm
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert 'pip install "flashmath[triton]"' in out.stdout and "download.pytorch.org/whl/cpu" in out.stdout
+    from flashmath.triton_kernel import INSTALL_COMMANDS
+
+    # the commands that work from the clone (the package is not on PyPI: no `pip install "flashmath[triton]"`)
+    assert all(command in out.stdout for command in INSTALL_COMMANDS) and "flashmath[triton]" not in out.stdout
+    assert INSTALL_COMMANDS[1] == 'pip install -e ".[triton]" -c constraints.txt'
+
+
+def test_the_install_commands_are_readmes():
+    import re
+    from pathlib import Path
+
+    from flashmath.triton_kernel import INSTALL_COMMANDS, TORCH_VERSION
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The triton extra"):]
+    section = section[: section.index("\n## ")]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
+    assert block.splitlines() == list(INSTALL_COMMANDS)
+    assert f"pip install torch=={TORCH_VERSION}" in section  # the alternative without PyTorch's own index
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert f"pip install torch=={TORCH_VERSION} && {INSTALL_COMMANDS[1]}" in ci, ".ci/run installs the same torch"
+
+
+def test_chapter_11_without_the_extra_stops_at_its_check_cell_with_the_commands(tmp_path):
+    """Run All of chapter 11 in a kernel where torch and triton cannot be imported (whether or not they are
+    installed here): the check cell fails with the install commands as its whole traceback, and nothing after it
+    runs."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from pathlib import Path
+
+    from flashmath.triton_kernel import INSTALL_COMMANDS
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "11_triton.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    markdown = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert all(command in markdown for command in INSTALL_COMMANDS), "the title cell shows the commands too"
+    stored = [c for c in nb.cells if c.cell_type == "code"]
+    check = next(i for i, c in enumerate(nb.cells) if "require_extra" in c.source)
+    assert nb.cells.index(stored[1]) == check, "the extra is checked by the chapter's first cell after Colab's"
+    for cell in stored:
+        cell.outputs, cell.execution_count = [], None
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys\nsys.modules['torch'] = sys.modules['triton'] = None"))
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}})
+    with pytest.raises(nbclient.exceptions.CellExecutionError):
+        client.execute()
+    cell = nb.cells[check + 1]
+    (error,) = [o for o in cell.outputs if o.output_type == "error"]
+    assert error.ename == "ExtraNotInstalled"
+    assert error.traceback[0].startswith("Chapter 11 needs the triton extra, PyTorch and Triton")
+    assert len(error.traceback) <= 10 and not any('File "' in line or "---->" in line for line in error.traceback)
+    assert all(f"    {command}" in error.traceback for command in INSTALL_COMMANDS)
+    ran = [c.execution_count for c in nb.cells[check + 2:] if c.cell_type == "code"]
+    assert set(ran) == {None}, "Run All stops at the check cell"
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -196,3 +196,51 @@ def test_the_pattern_example_in_the_live_module_runs():
     ui, picture, animation = namespace["ui"], namespace["picture"], namespace["animation"]
     assert ui.image.value[:4] == b"\x89PNG" and picture._repr_png_()[:4] == b"\x89PNG"
     assert animation.to_jshtml().count("data:image/png;base64") == 11
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (3, 5, 3), (48, 64, 3), (48, 64, 4), (2, 7, 4)])
+def test_encode_png_is_read_back_exactly(shape):
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(sum(shape))
+    rgb = rng.integers(0, 256, shape, dtype=np.uint8)
+    rgb[1:2] = rgb[0:1]  # a row equal to the row above, as in most of a plot
+    with Image.open(io.BytesIO(viz.live.encode_png(rgb))) as image:
+        assert image.mode == ("RGB" if shape[2] == 3 else "RGBA") and image.size == (shape[1], shape[0])
+        np.testing.assert_array_equal(np.asarray(image), rgb)
+
+
+def test_a_plots_png_is_its_pixels():
+    import io
+
+    from PIL import Image
+
+    plot = viz.OnlineSoftmaxPlot(fm.online_softmax_trace(np.array([0.5, -1.0, 2.0])), step=2, dpi=30)
+    with Image.open(io.BytesIO(plot.png())) as image:
+        pixels = np.asarray(image)
+    np.testing.assert_array_equal(pixels[..., :3], plot.rgb())
+    assert (pixels[..., 3] == 255).all(), "opaque"
+
+
+@pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8), np.zeros((0, 4, 3), np.uint8),
+                                 np.zeros((4, 4, 2), np.uint8)])
+def test_encode_png_refuses_what_is_not_an_rgb_picture(bad):
+    with pytest.raises(ValueError, match=r"\(height, width, 3 or 4\) uint8"):
+        viz.live.encode_png(bad)
+
+
+def test_a_pixel_ratio_renders_the_same_picture_with_more_pixels():
+    trace = fm.online_softmax_trace(np.array([0.5, -1.0, 2.0, 0.0]))
+    plot = viz.OnlineSoftmaxPlot(trace, step=2, dpi=30)
+    one = plot.rgb().copy()
+    assert plot.css_size == (one.shape[1], one.shape[0])
+    two = plot.set_pixel_ratio(2).rgb()
+    assert two.shape == (2 * one.shape[0], 2 * one.shape[1], 3) and plot.css_size == (one.shape[1], one.shape[0])
+    # the same picture: averaged over 2 x 2 blocks, the sharp one is close to the small one (antialiasing differs)
+    halved = two.reshape(one.shape[0], 2, one.shape[1], 2, 3).mean(axis=(1, 3))
+    assert np.abs(halved - one).mean() < 8
+    assert plot.update(step=3).rgb().shape == two.shape  # moves keep the ratio
+    with pytest.raises(ValueError, match="1..4"):
+        plot.set_pixel_ratio(0)

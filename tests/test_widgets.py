@@ -415,3 +415,21 @@ def test_precision_explorer_redraws_for_every_tile_size():
         seen.add(move(ui, tile, b))
     assert len(seen) == 3
     assert plot_of(ui).state == {"block": 2}
+
+
+def test_the_picture_is_shown_at_its_css_size_with_two_pixels_per_css_pixel():
+    # stretched by the page's flex box, a 640 x 480 picture was blurred to about 964 x 723 (issue: widget pictures)
+    from PIL import Image
+
+    from flashmath.softmax import online_softmax_trace
+
+    x = np.random.default_rng(1).normal(size=6)
+    ui = widgets.online_softmax_player(x)
+    width, height = viz.OnlineSoftmaxPlot(online_softmax_trace(x)).css_size  # the plot the widget shows
+    assert ui.image.layout.width == f"{width}px" and ui.image.layout.height == "auto"
+    assert ui.image.layout.max_width == "100%"
+    with Image.open(io.BytesIO(ui.image.value)) as image:
+        assert image.size == (viz.PIXEL_RATIO * width, viz.PIXEL_RATIO * height)
+    move(ui, control(ui, "step"), 3)
+    with Image.open(io.BytesIO(ui.image.value)) as image:
+        assert image.size == (viz.PIXEL_RATIO * width, viz.PIXEL_RATIO * height)

@@ -1,4 +1,5 @@
-"""``python -m flashmath.bench <name> [options]``: run one benchmark (``--help`` lists them)."""
+"""``python -m flashmath.bench <name> [options]``: run one benchmark; ``python -m flashmath.bench <name> --help``
+lists that benchmark's options."""
 
 from __future__ import annotations
 
@@ -14,12 +15,23 @@ BENCHMARKS = {
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=__doc__)
-    parser.add_argument("name", choices=sorted(BENCHMARKS),
+    # -h belongs to the benchmark once one is named (`speed --help` lists the speed benchmark's options), so the
+    # top-level parser does not take it: it only picks the benchmark.
+    parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=__doc__, add_help=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-h", "--help", action="store_true", help="show this help (or, after a name, its options)")
+    parser.add_argument("name", nargs="?", choices=sorted(BENCHMARKS),
                         help="; ".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
     args, rest = parser.parse_known_args(argv)
+    if args.name is None:
+        if args.help:
+            parser.print_help()
+            return 0
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: name a benchmark: {', '.join(sorted(BENCHMARKS))}", file=sys.stderr)
+        return 2
     module = importlib.import_module(BENCHMARKS[args.name][0])
-    return module.main(rest)
+    return module.main(["--help", *rest] if args.help else rest)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ products, which synchronise at every call, can run several times slower than one
 two such calls per tile, naive numpy two in all), while PyTorch splits its work once per call.
 
 Ratios are printed against PyTorch (time) and naive numpy (time), from the same run. Nothing here asserts a
-speed: machines differ and are shared. The targets of issue 10 (at N = 4096 ``flash`` at most 1.5 x
+speed: machines differ and are shared. The course's targets (at N = 4096 ``flash`` at most 1.5 x
 PyTorch's time and faster than naive; at N = 16384 at most 64 MiB of extra peak memory) are printed beside
 the measured ratios, met or not.
 """
@@ -288,7 +288,8 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if c in args.cases]
     if "torch" in cases and not _torch_available():
         print("PyTorch is not installed: the torch case is skipped. For the CPU build:")
-        print("  pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[bench]'")
+        print("  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+              "pip install -e '.[bench]' -c constraints.txt   (in the course's folder; README, \"Benchmarks\")")
         cases.remove("torch")
     from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 
@@ -327,8 +328,8 @@ def main(argv=None) -> int:
 
 
 def _print_targets(results: dict) -> None:
-    """The targets of issue 10 against this run's numbers (met or not)."""
-    print("targets (issue 10):")
+    """The course's targets for flash_attention against this run's numbers (met or not)."""
+    print("targets:")
     r = results.get(4096, {})
     flash, torch, naive = (r.get(c, {}).get("ms") for c in ("flash", "torch", "naive"))
     if flash and torch:
