@@ -18,6 +18,7 @@ from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
+from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
 __all__ = [
     "DPI",
@@ -28,6 +29,7 @@ __all__ = [
     "LivePlot",
     "LoopSwapPlot",
     "OneLoopPlot",
+    "OpsPerScorePlot",
     "OnlineSoftmaxPlot",
     "OverflowPlot",
     "Picture",
@@ -35,6 +37,7 @@ __all__ = [
     "ScalePlot",
     "SplitKVPlot",
     "TileSweepPlot",
+    "TileTrafficPlot",
     "animate_steps",
     "figure_signature",
     "plot_accumulator_growth",

@@ -14,7 +14,7 @@ from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, set_heig
 
 __all__ = ["TileTrafficPlot", "OpsPerScorePlot"]
 
-FA1_COLOR = "#ff7f0e"
+FA1_COLOR = "#9467bd"  # the fa1 colour of the tile sweep (viz.tiles.ORDER_COLORS)
 
 
 def _pick(value, options, name: str):
