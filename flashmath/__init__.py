@@ -36,6 +36,7 @@ from flashmath.precision import (
     naive_attention,
     precision_study,
     round_to,
+    rounded_p_attention,
     unit_roundoff,
 )
 from flashmath.scaling import ScaleSweep, scale_sweep, softmax_entropy
@@ -89,6 +90,7 @@ __all__ = [
     "merge",
     "merge_states",
     "naive_attention",
+    "rounded_p_attention",
     "one_loop_attention",
     "one_loop_trace",
     "online_normalizer",

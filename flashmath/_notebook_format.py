@@ -28,7 +28,6 @@ the Jupyter server imports this module when it starts.
 
 from __future__ import annotations
 
-import json
 import sys
 
 __all__ = ["normalize", "pre_save_hook", "preprocess", "MACHINE_KEYS"]
@@ -59,7 +58,8 @@ def normalize(nb: dict) -> dict:
         TypeError: ``nb`` is not a notebook dict (no ``cells`` list or no ``metadata`` dict).
     """
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or not isinstance(nb.get("metadata"), dict):
-        raise TypeError(f"nb must be an nbformat 4 notebook dict (with 'cells' and 'metadata'), got {type(nb).__name__}")
+        raise TypeError("nb must be an nbformat 4 notebook dict (with 'cells' and 'metadata'), "
+                        f"got {type(nb).__name__}")
     language_info = nb["metadata"].get("language_info")
     if isinstance(language_info, dict):
         for key in MACHINE_KEYS["language_info"]:

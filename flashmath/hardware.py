@@ -31,7 +31,7 @@ from numpy.typing import DTypeLike
 
 from flashmath._checks import integer
 
-__all__ = ["GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile"]
+__all__ = ["GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile", "register_limit"]
 
 KiB = 1024
 
@@ -133,17 +133,42 @@ def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float1
     )
 
 
+def register_limit(gpu: GPU, num_warps: int | None = None) -> int:
+    """The register bytes one thread block can hold: the SM's register file, and, with ``num_warps`` given, at
+    most ``gpu.max_registers_per_thread`` 4-byte registers for each of its ``32 * num_warps`` threads.
+
+    With 4 warps that is ``128 * 255 * 4`` bytes (127.5 KiB), half the register file: a block that needs more
+    registers per thread than 255 spills the rest to local memory (off chip), whatever the SM has left.
+
+    Raises:
+        TypeError: ``num_warps`` not an integer. ValueError: ``num_warps`` below 1.
+
+    Source: CUDA C++ Programming Guide, the compute-capability table ("maximum number of 32-bit registers per
+    thread": 255).
+    """
+    if num_warps is None:
+        return gpu.register_bytes
+    num_warps = _positive(num_warps, "num_warps")
+    return min(gpu.register_bytes, 32 * num_warps * gpu.max_registers_per_thread * 4)
+
+
 def largest_query_tile(gpu: GPU, D: int, block_k: int, *, dtype: DTypeLike = "float16", stages: int = 2,
-                       candidates: tuple[int, ...] = (16, 32, 64, 128, 256)) -> int | None:
+                       candidates: tuple[int, ...] = (16, 32, 64, 128, 256),
+                       num_warps: int | None = None) -> int | None:
     """The largest ``B_r`` among ``candidates`` whose working set fits one SM of ``gpu``.
 
-    Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within the
-    register file (real kernels also need registers for addresses and loop counters, so this is an upper
-    bound). None when even the smallest candidate does not fit.
+    Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within
+    :func:`register_limit` (the register file; with ``num_warps`` given, also 255 registers per thread of the
+    block's ``32 * num_warps`` threads). Real kernels also need registers for addresses and loop counters, so
+    this is an upper bound. None when even the smallest candidate does not fit.
+
+    Raises:
+        TypeError, ValueError: a bad size (as :func:`tile_bytes`) or ``num_warps`` (as :func:`register_limit`).
     """
+    limit = register_limit(gpu, num_warps)
     best = None
     for block_q in sorted(candidates):
         need = tile_bytes(D, block_q, block_k, dtype=dtype, stages=stages)
-        if need.shared <= gpu.shared_per_block_bytes and need.registers <= gpu.register_bytes:
+        if need.shared <= gpu.shared_per_block_bytes and need.registers <= limit:
             best = block_q
     return best

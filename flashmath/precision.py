@@ -39,6 +39,8 @@ from numpy.typing import ArrayLike, DTypeLike
 from flashmath._checks import DTYPES, as_float_array, float_dtype, integer
 from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
+from flashmath.inputs import compute_operands, prepare_attention_inputs
+from flashmath.rowstate import weighted_values
 
 __all__ = [
     "DTYPES",
@@ -48,6 +50,7 @@ __all__ = [
     "max_abs_error",
     "max_rel_error",
     "naive_attention",
+    "rounded_p_attention",
     "precision_study",
     "PrecisionStudy",
 ]
@@ -158,6 +161,59 @@ def naive_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
     """
     # Algorithm 0 with X, Y and A stored in the input dtype: the package's one standard attention
     return standard_attention(q, k, v, scale=scale, causal=causal, mask=mask)
+
+
+def rounded_p_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None = None, causal: bool = False,
+                        mask: ArrayLike | None = None) -> np.ndarray:
+    """Attention with the rounding of a real kernel: the weights ``P`` rounded to the input dtype before ``P V``.
+
+    A GPU kernel multiplies 16-bit operands on its matrix units, so after the exponentials it rounds the weight
+    tile to the inputs' dtype (the Triton tutorial's ``p.to(tl.float16)``, chapter 11's
+    ``p_tile.to(v_tile.dtype)``, FlashAttention-2's conversion of ``P`` before its second product). Everything
+    else stays in the compute dtype (float32 for 16-bit inputs)::
+
+        X = Q K^T * scale                 float32, never stored
+        g = rowmax(X);  P = exp(X - g)    float32;  s = rowsum(P) from the unrounded P (as the tutorial's l_i)
+        U = round(P) V                    P rounded to the input dtype, the product accumulated in float32
+        A = round(U / s)                  rounded once, when stored
+
+    This is one key tile (``B_c = M``): a kernel with several key tiles rounds ``exp(X - g_running)`` against
+    its running max instead, which moves which weights round up or down but not the size of the error. With
+    float32 or float64 inputs the rounding of ``P`` changes nothing and the result is plain attention in the
+    input dtype's arithmetic.
+
+    Args:
+        q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``, floating point (float16, bfloat16, float32,
+            float64). scale, causal, mask: as :func:`flashmath.attention.attention`.
+
+    Returns:
+        ``A (..., N, Dv)`` in the promoted input dtype. A fully masked row gives 0; NaN in a row's inputs gives
+        NaN in that row. Inputs are never modified.
+
+    Raises:
+        TypeError, ValueError: as :func:`flashmath.attention.attention`.
+
+    Sources: T. Dao, "FlashAttention-2" (2023), section 3.1.1 and Algorithm 1; Triton's
+    ``python/tutorials/06-fused-attention.py`` (``_attn_fwd_inner``: ``p = p.to(tl.float16)`` before
+    ``tl.dot(p, v, acc)``, ``l_ij = tl.sum(p, 1)`` before the cast).
+    """
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    stored = inp.dtype  # the matrix unit's operand dtype, and the output's
+    compute, q_scaled, k_c, v_c, _ = compute_operands(inp)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out, on purpose
+        # X = Q K^T * scale, in the compute dtype (float32 accumulation, never stored)
+        x = np.matmul(q_scaled, np.swapaxes(k_c, -1, -2))  # (..., N, M)
+        if inp.keep is not None:
+            x = np.where(inp.keep, x, -np.inf)  # masked scores are -inf
+        g = x.max(axis=-1, keepdims=True)  # (..., N, 1)
+        g_ref = np.where(g == -np.inf, 0, g)  # a row with no key: measure against 0, never -inf - (-inf)
+        # P = exp(X - g) in the compute dtype; s sums the unrounded weights
+        p = np.exp(x - g_ref)  # (..., N, M)
+        s = p.sum(axis=-1, keepdims=True)  # (..., N, 1)
+        # U = round(P) V: the weights rounded to the operand dtype, the product accumulated in the compute dtype
+        u = weighted_values(p.astype(stored).astype(compute), v_c, inp.keep)  # (..., N, Dv)
+        a = (u / np.where(s == 0, 1, s)).astype(stored)  # divided once, rounded once when stored
+    return np.broadcast_to(a, inp.batch_shape + (inp.N, inp.Dv)).copy()
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The slider benchmark covers every widget of the course and runs; it measures, it does not judge speed here."""
 
 import json
+import re
 import subprocess
 import sys
-import re
 from pathlib import Path
 
 import pytest

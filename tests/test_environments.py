@@ -204,7 +204,8 @@ def jupyterlab(tmp_path_factory):
            f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
     log = tmp / "jupyterlab.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
 
     def api(path, method="GET", body=None):
         request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from flashmath.hardware import GPUS, largest_query_tile, tile_bytes
+from flashmath.hardware import GPUS, largest_query_tile, register_limit, tile_bytes
 
 
 def test_tile_bytes_of_a_typical_flashattention2_configuration():
@@ -39,3 +39,18 @@ def test_bad_sizes_are_refused():
         tile_bytes(64.0, 16, 16)
     with pytest.raises(ValueError, match="dtype must be"):
         tile_bytes(64, 16, 16, dtype="half-ish")
+
+
+def test_255_registers_per_thread_cap_what_a_block_of_few_warps_can_hold():
+    a100 = GPUS["A100"]
+    assert register_limit(a100) == 256 * 1024  # the whole register file
+    assert register_limit(a100, 4) == 128 * 255 * 4  # 4 warps x 32 threads x 255 registers x 4 bytes
+    assert register_limit(a100, 16) == 256 * 1024  # 512 threads x 255 would exceed the file: the file caps it
+    # D = 256 with 4 warps: the float32 accumulator alone is B_r x 256 x 4 bytes, 128 KiB at B_r = 128 > 127.5 KiB
+    assert tile_bytes(256, 128, 64).accumulator == 128 * 1024
+    assert largest_query_tile(a100, 256, 32, stages=1) == 128
+    assert largest_query_tile(a100, 256, 32, stages=1, num_warps=4) == 64
+    assert largest_query_tile(a100, 256, 32, stages=1, num_warps=8) == 128
+    for bad, error in ((0, ValueError), (2.5, TypeError)):
+        with pytest.raises(error):
+            register_limit(a100, bad)

@@ -455,3 +455,46 @@ def test_the_widget_redraws_for_every_tile_size(study):
         widgets.precision_explorer(study, block=5)
     with pytest.raises(TypeError, match="study must come from"):
         widgets.precision_explorer([1, 2])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rounding_p_before_pv_leaves_the_floor_but_keeps_the_twice_naive_rule(dtype):
+    # A real kernel rounds the weights P to 16 bits before P V: many more of its outputs miss the correctly
+    # rounded value than the float32-P model's (which sits on the floor), fewer than naive attention's, and its
+    # error stays within FlashAttention's rule of twice the naive error.
+    q, k, v = real_inputs(dtype)
+    reference = fm.attention(q, k, v)
+    floor = fm.round_to(reference, dtype)
+    outputs = {"model": fm.flash_attention(q, k, v, block_q=8, block_k=8), "kernel": fm.rounded_p_attention(q, k, v),
+               "naive": naive_attention(q, k, v)}
+    missed = {name: float((out != floor).mean()) for name, out in outputs.items()}
+    mean_error = {name: float(np.abs(out.astype(np.float64) - reference).mean()) for name, out in outputs.items()}
+    assert missed["model"] < 0.005 and 0.1 < missed["kernel"] < missed["naive"], missed
+    assert mean_error["model"] < mean_error["kernel"] < mean_error["naive"], mean_error
+    assert max_abs_error(outputs["kernel"], reference) <= 2 * max_abs_error(outputs["naive"], reference)
+
+
+def test_rounded_p_attention_in_float32_is_plain_attention_and_keeps_the_conventions():
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 6, 4)).astype(np.float32) for _ in range(3))
+    out = fm.rounded_p_attention(q, k, v)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, fm.attention(q, k, v), rtol=1e-5, atol=1e-6)
+    # P rounded to float16: every weight within a unit roundoff of float16, so the output moves a little
+    q16, k16, v16 = (a.astype(np.float16) for a in (q, k, v))
+    out16 = fm.rounded_p_attention(q16, k16, v16)
+    assert out16.dtype == np.float16
+    assert 0 < fm.max_abs_error(out16, fm.attention(q16, k16, v16)) < 4 * fm.unit_roundoff("float16")
+    # a fully masked row gives 0, a NaN in a query gives NaN in its row only, inputs are never modified
+    keep = np.ones((6, 6), dtype=bool)
+    keep[2] = False
+    masked = fm.rounded_p_attention(q16, k16, v16, mask=keep)
+    assert np.all(masked[:, 2] == 0) and np.all(np.isfinite(masked))
+    q_nan = q16.copy()
+    q_nan[0, 1, 0] = np.nan
+    before = q_nan.copy()
+    out_nan = fm.rounded_p_attention(q_nan, k16, v16)
+    assert np.all(np.isnan(out_nan[0, 1])) and np.isfinite(np.delete(out_nan[0], 1, axis=0)).all()
+    np.testing.assert_array_equal(q_nan, before)
+    with pytest.raises(ValueError):
+        fm.rounded_p_attention(q16, k16[:, :, :3], v16)

@@ -224,7 +224,8 @@ def test_a_plots_png_is_its_pixels():
     assert (pixels[..., 3] == 255).all(), "opaque"
 
 
-@pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8), np.zeros((0, 4, 3), np.uint8),
+@pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8),
+                                 np.zeros((0, 4, 3), np.uint8),
                                  np.zeros((4, 4, 2), np.uint8)])
 def test_encode_png_refuses_what_is_not_an_rgb_picture(bad):
     with pytest.raises(ValueError, match=r"\(height, width, 3 or 4\) uint8"):

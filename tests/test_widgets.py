@@ -433,3 +433,39 @@ def test_the_picture_is_shown_at_its_css_size_with_two_pixels_per_css_pixel():
     move(ui, control(ui, "step"), 3)
     with Image.open(io.BytesIO(ui.image.value)) as image:
         assert image.size == (viz.PIXEL_RATIO * width, viz.PIXEL_RATIO * height)
+
+
+def test_tile_traffic_explorer_redraws_for_tile_size_and_head_dimension():
+    table = widgets.tile_traffic_table(256, dims=(32, 64), blocks=(8, 16, 32, 64))
+    # fa2 re-reads K and V N / B_r times: about 2 N M D / B_r elements against standard attention's 4 N M
+    for row, D in enumerate((32, 64)):  # X and Y written and read once each, plus Q, K, V read and A written
+        np.testing.assert_allclose(table["standard"][row], 4 + 4 * D / 256)
+    for row, D in enumerate((32, 64)):
+        for col, B in enumerate((8, 16, 32, 64)):
+            assert abs(table["fa2"][row, col] - (2 * D / B + 2 * D / 256)) < 0.05
+    ui = quiet(widgets.tile_traffic_explorer, table, block=16, D=32)
+    seen = {rendered(ui)}
+    seen.add(move(ui, control(ui, "B_r"), 64))
+    seen.add(move(ui, control(ui, "D"), 64))
+    assert len(seen) == 3
+    assert plot_of(ui).state == {"block": 64, "D": 64}
+    with pytest.raises(ValueError, match="block must be one of"):
+        widgets.tile_traffic_explorer(table, block=12)
+    with pytest.raises(ValueError, match="D must be one of"):
+        widgets.tile_traffic_explorer(table, D=128)
+
+
+def test_ops_explorer_redraws_for_every_tile_size():
+    q, k, v = small_head(N=16, M=16)
+    table = widgets.op_count_table(q, k, v, blocks=(2, 4, 8, 16))
+    # fa2: one exponential per score for P plus one rescale per row and key tile; fa1's loop: four rescales
+    np.testing.assert_allclose(table["fa2"]["exp"], [1 + 1 / b for b in (2, 4, 8, 16)])
+    assert np.all(table["fa1"]["non_matmul"] > table["fa2"]["non_matmul"])
+    ui = quiet(widgets.ops_explorer, table, block=4)
+    seen = {rendered(ui)}
+    for b in (2, 8, 16):
+        seen.add(move(ui, control(ui, "B_r"), b))
+    assert len(seen) == 4
+    assert plot_of(ui).state == {"block": 16}
+    with pytest.raises(ValueError, match="block must be one of"):
+        widgets.ops_explorer(table, block=3)

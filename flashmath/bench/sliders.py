@@ -50,6 +50,7 @@ def course_cases() -> list[Case]:
     from flashmath.precision import precision_study
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
+    from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
@@ -67,6 +68,15 @@ def course_cases() -> list[Case]:
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
     loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
+
+    @functools.cache
+    def traffic_table():  # chapter 6's traffic model over tile sizes and head dimensions
+        return widgets.tile_traffic_table()
+
+    @functools.cache
+    def ops_table():  # chapter 7's operation counts, on the notebook's random 64 x 32 inputs
+        ops_q, ops_k, ops_v = np.random.default_rng(7).standard_normal((3, 64, 32))
+        return widgets.op_count_table(ops_q, ops_k, ops_v, blocks=(4, 8, 16, 32, 64))
 
     @functools.cache
     def study():  # chapter 9's study of every real head, computed once and only when its widget is measured
@@ -91,6 +101,10 @@ def course_cases() -> list[Case]:
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
              lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
                                                    step=step, order=order)),
+        Case("06_tiling", "tile_traffic_explorer", lambda: widgets.tile_traffic_explorer(traffic_table()),
+             lambda block, D: TileTrafficPlot(traffic_table(), block=block, D=D)),
+        Case("07_flashattention2", "ops_explorer", lambda: widgets.ops_explorer(ops_table(), block=8),
+             lambda block: OpsPerScorePlot(ops_table(), block=block)),
         Case("08_masking", "tile_sweep_player",
              lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
              lambda step, order: viz.TileSweepPlot(window_traces, scores=window_scores,

@@ -10,14 +10,32 @@ Index convention: in the math, steps and keys count from 1 (``x_1..x_N``, keys `
 seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy index.
 """
 
-from flashmath.viz.attention import (LoopSwapPlot, OneLoopPlot, ScalePlot, plot_loop_swap_step, plot_one_loop_step,
-                                     plot_scale_step)
-from flashmath.viz.live import (DPI, HOLD, JUMP, PIXEL_RATIO, SEEN, UNSEEN, LivePlot, Picture, animate_steps,
-                                figure_signature, strip)
-from flashmath.viz.splitkv import SplitKVPlot
+from flashmath.viz.attention import (
+                                     LoopSwapPlot,
+                                     OneLoopPlot,
+                                     ScalePlot,
+                                     plot_loop_swap_step,
+                                     plot_one_loop_step,
+                                     plot_scale_step,
+)
+from flashmath.viz.live import (
+                                     DPI,
+                                     HOLD,
+                                     JUMP,
+                                     PIXEL_RATIO,
+                                     SEEN,
+                                     UNSEEN,
+                                     LivePlot,
+                                     Picture,
+                                     animate_steps,
+                                     figure_signature,
+                                     strip,
+)
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
+from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
+from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
 __all__ = [
     "DPI",
@@ -29,6 +47,7 @@ __all__ = [
     "LivePlot",
     "LoopSwapPlot",
     "OneLoopPlot",
+    "OpsPerScorePlot",
     "OnlineSoftmaxPlot",
     "OverflowPlot",
     "Picture",
@@ -36,6 +55,7 @@ __all__ = [
     "ScalePlot",
     "SplitKVPlot",
     "TileSweepPlot",
+    "TileTrafficPlot",
     "animate_steps",
     "figure_signature",
     "plot_accumulator_growth",

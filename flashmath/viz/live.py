@@ -46,10 +46,10 @@ Nothing here computes softmax or attention: the plots draw traces computed by :m
 from __future__ import annotations
 
 import io
-from collections.abc import Sized
-from typing import Any, cast
 import struct
 import zlib
+from collections.abc import Sized
+from typing import Any, cast
 
 import numpy as np
 from matplotlib import animation
@@ -127,7 +127,7 @@ class LivePlot:
             else:
                 self._live.append(artist)
 
-    def set_pixel_ratio(self, ratio: int) -> "LivePlot":
+    def set_pixel_ratio(self, ratio: int) -> LivePlot:
         """Render ``ratio`` device pixels per CSS pixel (2 for a high-density screen): the same picture, with
         ``ratio`` times the pixels in each direction (the figure's dpi is ``dpi * ratio``). Returns the plot.
 
@@ -179,7 +179,8 @@ class LivePlot:
 
     def _rgba(self) -> np.ndarray:
         """The canvas as it is, ``(height, width, 4)`` uint8 (a view: no copy)."""
-        return np.asarray(self.fig.canvas.buffer_rgba())
+        canvas: Any = self.fig.canvas  # Agg
+        return np.asarray(canvas.buffer_rgba())
 
     def _unblit(self) -> None:
         """Back to ordinary drawing (savefig and animations leave animated artists out)."""
@@ -223,7 +224,8 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL) -> bytes:
     np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])
     color_type = 2 if channels == 3 else 6  # RGB or RGBA
     header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)  # 8 bits, deflate, adaptive filters
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(rows, level))
+    data = zlib.compress(rows.tobytes(), level)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
             + _png_chunk(b"IEND", b""))
 
 

@@ -13,8 +13,7 @@ __all__ = ["PrecisionPlot", "plot_precision_study", "plot_accumulator_growth"]
 
 DTYPE_COLORS = {"float16": "#d62728", "bfloat16": "#ff7f0e", "float32": "#1f77b4", "float64": "#2ca02c"}
 BAR_VARIANTS = ("naive", "one_loop", "two_loop", "fa1", "fa2")  # the rounded reference differs from itself nowhere
-BAR_HATCH = {"naive": "", "one_loop": "..", "two_loop": "xx", "fa1": "//", "fa2": ""}
-BAR_ALPHA = {"naive": 0.35, "one_loop": 0.55, "two_loop": 0.55, "fa1": 0.8, "fa2": 1.0}
+DTYPE_MARKERS = {"float16": "o", "bfloat16": "^", "float32": "s", "float64": "D"}  # overlapping lines stay apart
 SHARE_FLOOR = 1e-4  # percent: the bottom of the log axis (a share of 0 draws nothing)
 
 
@@ -26,11 +25,13 @@ def _block_label(block) -> str:
 class PrecisionPlot(LivePlot):
     """A :class:`flashmath.precision.PrecisionStudy` at one tile size: errors by dtype and variant.
 
-    Left: the largest error of fa2 (solid) and fa1 (dashed) at every tile size, and of naive low-precision
-    attention (dotted), relative to the size of the output and in units of the dtype's unit roundoff ``u`` (so that
-    float16, bfloat16 and float32 share one axis); a dotted vertical line marks the tile size shown. Right: for
-    that tile size, the share of output elements that differ from the float64 reference rounded to the dtype, per
-    dtype and variant (log axis). ``update(block=i)``, an index into ``study.blocks``.
+    One code throughout: the colour (and marker) is the dtype. Left: the largest error of fa2 (solid, markers) at
+    every tile size and of naive low-precision attention (dotted), relative to the size of the output and in units
+    of the dtype's unit roundoff ``u`` (so that float16, bfloat16 and float32 share one axis; float16's and
+    bfloat16's fa2 lines lie on top of each other, on the floor, and their markers tell them apart); a dotted
+    vertical line marks the tile size shown. Right: for that tile size, the share of output elements that differ
+    from the float64 reference rounded to the dtype, grouped by variant, one bar per dtype (log axis).
+    ``update(block=i)``, an index into ``study.blocks``.
 
     Args:
         study: from :func:`flashmath.precision.precision_study`.
@@ -59,39 +60,36 @@ class PrecisionPlot(LivePlot):
         for i, dtype in enumerate(study.dtypes):
             color = DTYPE_COLORS.get(dtype, UNSEEN)
             in_u = finite_or_nan(study.rel_error[i] / self.u[i])  # (n_variants, n_blocks)
-            for variant, style in (("fa2", "o-"), ("fa1", "s--"), ("naive", ":")):
-                j = study.variants.index(variant)
-                ax_e.plot(xs, in_u[j], style, color=color, ms=4, mfc="none" if variant == "fa1" else color,
-                          lw=1.5 if variant == "naive" else 1.2)
+            ax_e.plot(xs, in_u[study.variants.index("fa2")], "-", marker=DTYPE_MARKERS.get(dtype, "o"), color=color,
+                      ms=6, mfc="none", mew=1.5, lw=1.5)
+            ax_e.plot(xs, in_u[study.variants.index("naive")], ":", color=color, lw=1.8)
         self.cursor = ax_e.axvline(0, color="k", ls=":", lw=1)
-        drawn = [study.variants.index(v) for v in ("fa2", "fa1", "naive")]
+        drawn = [study.variants.index(v) for v in ("fa2", "naive")]
         ax_e.set_ylim(0, 1.15 * np.nanmax(finite_or_nan(study.rel_error[:, drawn] / self.u[:, None, None])))
         ax_e.set_xticks(xs, [_block_label(b) for b in study.blocks])
         ax_e.set_xlim(-0.4, len(xs) - 0.6)
         ax_e.set_xlabel("tile size $B_r = B_c$")
         ax_e.set_ylabel("largest error, in units of u max|A|")
-        handles = [Line2D([], [], color=DTYPE_COLORS.get(d, UNSEEN), lw=3, label=d) for d in study.dtypes]
-        handles += [Line2D([], [], color="k", ls=style, marker=marker, ms=4, mfc=mfc, label=label)
-                    for style, marker, mfc, label in (("-", "o", "k", "fa2"), ("--", "s", "none", "fa1"),
-                                                      (":", "", "k", "naive"))]
-        ax_e.legend(handles=handles, ncol=3, **LEGEND_ABOVE)
+        handles = [Line2D([], [], color=DTYPE_COLORS.get(d, UNSEEN), marker=DTYPE_MARKERS.get(d, "o"), mfc="none",
+                          lw=2, label=d) for d in study.dtypes]
+        handles += [Line2D([], [], color="k", ls="-", lw=1.5, label="fa2"),
+                    Line2D([], [], color="k", ls=":", lw=1.8, label="naive")]
+        ax_e.legend(handles=handles, ncol=len(handles), handlelength=1.8, columnspacing=1.0, **LEGEND_ABOVE)
 
-        width = 0.8 / len(BAR_VARIANTS)
-        groups = np.arange(len(study.dtypes))
-        self.bars = {}
-        for v, variant in enumerate(BAR_VARIANTS):
-            colors = [DTYPE_COLORS.get(d, UNSEEN) for d in study.dtypes]
-            self.bars[variant] = ax_m.bar(groups + (v - (len(BAR_VARIANTS) - 1) / 2) * width,
-                                          np.full(len(groups), SHARE_FLOOR), width, bottom=0, color=colors,
-                                          alpha=BAR_ALPHA[variant], hatch=BAR_HATCH[variant], edgecolor="k",
-                                          lw=0.5)
+        width = 0.8 / len(study.dtypes)
+        groups = np.arange(len(BAR_VARIANTS))
+        offsets = (np.arange(len(study.dtypes)) - (len(study.dtypes) - 1) / 2) * width
+        colors = [DTYPE_COLORS.get(d, UNSEEN) for d in study.dtypes]
+        self.bars = {variant: ax_m.bar(v + offsets, np.full(len(study.dtypes), SHARE_FLOOR), width, bottom=0,
+                                       color=colors, edgecolor="k", lw=0.5)
+                     for v, variant in enumerate(BAR_VARIANTS)}
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
-        ax_m.set_xticks(groups, list(study.dtypes))
-        ax_m.set_ylabel("% of outputs not the rounded reference")
-        ax_m.legend(handles=[Patch(facecolor="0.45", alpha=BAR_ALPHA[v], hatch=BAR_HATCH[v], edgecolor="k", lw=0.5,
-                                   label=v) for v in BAR_VARIANTS],
-                    ncol=5, handlelength=1.2, columnspacing=0.8, **LEGEND_ABOVE)
+        ax_m.set_xticks(groups, list(BAR_VARIANTS))
+        ax_m.set_ylabel("% of outputs not correctly rounded")
+        ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
+                             for c, d in zip(colors, study.dtypes, strict=False)],
+                    ncol=len(study.dtypes), **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=10)
         self.live(self.cursor, self.bars["fa1"], self.bars["fa2"], self.title)
         for variant in BAR_VARIANTS[:3]:  # the same at every tile size: drawn once, in the background

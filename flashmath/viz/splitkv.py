@@ -76,8 +76,9 @@ class SplitKVPlot(LivePlot):
         self.edges = LineCollection([], colors="0.6", linewidths=1)
         ax_t.add_collection(self.edges)
         self.node_dots = ax_t.plot([], [], "o", color="0.3", ms=4)[0]
-        self.nodes = [ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=7, visible=False)
+        self.nodes = [ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=8, visible=False)
                       for _ in range(self.max_nodes)]
+        ax_t.set_title("each node: the logsumexp L of the keys below it", fontsize=8, loc="right")
 
         parts_all = [a for t in self.traces.values() for a, _ in t.parts]
         values = np.concatenate([np.ravel(np.asarray(a)[..., self.dims]) for a in parts_all]
@@ -116,13 +117,17 @@ class SplitKVPlot(LivePlot):
             spans.append(above)
         k, segments, points = 0, [], []
         for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
-            for (_, lse), (c0, c1) in zip(level, level_spans, strict=False):
+            crowded = len(level) > 6  # labels closer than about 7 keys: alternate them above and below the dots
+            for i, ((_, lse), (c0, c1)) in enumerate(zip(level, level_spans, strict=False)):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
                 points.append((x, depth))
-                node.set_position((x, depth - 0.12))
+                under = crowded and i % 2 == 1
+                node.set_position((x, depth + 0.14 if under else depth - 0.12))
+                node.set_verticalalignment("top" if under else "bottom")
                 lse = float(np.ravel(lse)[0])
-                node.set_text(f"L={lse:.2f}" if np.isfinite(lse) else f"L={lse}")
+                value = f"{lse:.2f}" if np.isfinite(lse) else f"{lse}"
+                node.set_text(value if crowded else f"L={value}")
                 node.set_visible(True)
                 k += 1
                 if depth:

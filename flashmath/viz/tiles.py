@@ -120,7 +120,11 @@ class TileSweepPlot(LivePlot):
             ax_v.set_xlim(*limits(values))
         ax_g.set_xlabel("running max $g_n$")
         ax_s.set_xlabel("running sum $s_n$")
-        ax_g.set_title("row states", fontsize=9, loc="left")
+        ax_g.legend(handles=[Line2D([], [], ls="none", marker="o", color=JUMP, ms=4, label="rows of the current tile"),
+                             Line2D([], [], ls="none", marker="o", color=SEEN, ms=3, label="other rows, so far"),
+                             Line2D([], [], ls="none", marker="|", color=UNSEEN, ms=8, mew=2,
+                                    label="final value of the row")],
+                    title="row states", title_fontsize=8, alignment="left", **LEGEND_ABOVE)
 
         steps = np.arange(0, T + 1)
         top_bytes = [self.standard_bytes or 0]
