@@ -233,7 +233,7 @@ def _stand_in(x):
 
 
 def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
-                           return_lse=False, num_warps=4, num_stages=2):
+                           return_lse=False, num_warps=4, num_stages=2, dq_mode="separate"):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
 
     Args:
@@ -248,6 +248,9 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         num_warps: warps (32 threads each) per program on a GPU: how many threads share one query tile.
         num_stages: key/value tiles in flight on a GPU (software pipelining of the loads). Both are ignored by
             the interpreter; neither changes the result.
+        dq_mode: how the backward accumulates ``dQ`` (chapter 12, :mod:`flashmath.triton_backward`):
+            ``"separate"`` (deterministic) or ``"atomic"``. Tensors that require grad make the result
+            differentiable: ``.backward()`` runs the backward kernels.
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
@@ -270,6 +273,12 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     if order != "fa2":
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+        from flashmath.triton_backward import differentiable_attention  # chapter 12: the backward kernels
+
+        return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
+                                        mask=mask, return_lse=return_lse, dq_mode=dq_mode, num_warps=num_warps,
+                                        num_stages=num_stages)
     block_m, block_n = _block(block_q, "block_q", DEFAULT_BLOCK_M), _block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
