@@ -72,7 +72,7 @@ from flashmath.triton_kernel import (DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, MAX_HEAD_
                                      _quiet_interpreter, _require_triton, _stand_in, interpreted)
 
 __all__ = ["DQ_MODES", "triton_attention_backward", "FlashAttentionFunction", "differentiable_attention",
-           "backward_kernel_source", "BACKWARD_RULES"]
+           "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
 
 DQ_MODES = ("separate", "atomic")
 """How ``dQ`` is accumulated: ``"separate"``, a second kernel with query tiles outside (deterministic), or
@@ -441,3 +441,41 @@ def backward_kernel_source(name: str = "_bwd_dkdv") -> str:
     start = text.index(f"    @triton.jit\n    def {name}(")
     end = text.index("\n\n", start)
     return "\n".join(line[4:] for line in text[start:end].splitlines())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The order in which the kernels visit the tiles (chapter 12's figure): pure Python, no Triton needed
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def backward_schedule(N: int, M: int, block_q: int, block_k: int, *, causal: bool = False,
+                      dq_mode: str = "separate") -> list[tuple[str, int, int]]:
+    """The tile pairs the backward kernels visit, in order, for one (batch, head) element.
+
+    Each step is ``(kernel, i, j)``: ``"dkdv"`` steps (the program of key tile ``j`` meets query tile ``i``; with
+    ``dq_mode="atomic"`` it also adds to ``dQ_i``), then, for ``dq_mode="separate"``, ``"dq"`` steps (the
+    program of query tile ``i`` meets key tile ``j``). On a GPU the programs run side by side; the list puts them
+    one after another, as the interpreter runs them. Tile pairs that a causal mask hides from every row are never
+    visited, exactly as the kernels skip them (the loops' bounds ``lo`` and ``hi``).
+
+    Raises:
+        ValueError: a negative size, a block size below 1, or an unknown ``dq_mode``.
+    """
+    for value, name in ((N, "N"), (M, "M")):
+        if int(value) != value or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    for value, name in ((block_q, "block_q"), (block_k, "block_k")):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    offset = M - N
+    steps = []
+    for j, c0 in enumerate(range(0, M, block_k)):  # _bwd_dkdv: key tiles outside
+        lo = (max(c0 - offset, 0) // block_q) * block_q if causal else 0
+        steps += [("dkdv", r0 // block_q, j) for r0 in range(lo, N, block_q)]
+    if dq_mode == "separate":
+        for i, r0 in enumerate(range(0, N, block_q)):  # _bwd_dq: query tiles outside
+            hi = min(M, r0 + block_q + offset) if causal else M
+            steps += [("dq", i, c0 // block_k) for c0 in range(0, hi, block_k)]
+    return steps

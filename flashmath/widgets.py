@@ -377,3 +377,18 @@ def course_map_explorer(*, chapter: int = 0):
 
     plot = CourseMapPlot(chapter=chapter)
     return live_widget(plot, chapter=step_slider(len(CHAPTERS) - 1, value=chapter, description="chapter"))
+
+
+def backward_sweep_player(N: int, M: int, *, block_q: int = 16, block_k: int = 16, causal: bool = False,
+                          dq_mode: str = "separate", value: int = 0, interval: int = PLAY_INTERVAL):
+    """Chapter 12: the backward kernels' tile sweep (:class:`flashmath.viz.backward.BackwardSweepPlot`) with Play
+    and a step slider, and a choice between the two ways of accumulating ``dQ``.
+
+    Raises:
+        ValueError: as :func:`flashmath.triton_backward.backward_schedule`, or ``value`` outside the steps.
+    """
+    from flashmath.viz.backward import BackwardSweepPlot
+
+    plot = BackwardSweepPlot(N, M, block_q=block_q, block_k=block_k, causal=causal, dq_mode=dq_mode, step=value)
+    mode = widgets.ToggleButtons(options=["separate", "atomic"], value=dq_mode, description="dQ")
+    return live_widget(plot, interval=interval, step=step_slider(len(plot) - 1, value=value), dq_mode=mode)
