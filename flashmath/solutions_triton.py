@@ -14,7 +14,7 @@ import numpy as np
 
 from flashmath.solutions import source_of
 
-__all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row"]
+__all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row", "backward_tiles"]
 
 from flashmath import triton_kernel  # without a GPU, importing it switches Triton to its interpreter
 
@@ -96,3 +96,24 @@ def show(name: str | None = None) -> None:
         kernel = "\n".join(line[4:] for line in module[start:module.index("\n\n\n", start)].splitlines())
         text = kernel + "\n\n\n" + text
     print(text)
+
+
+def backward_tiles(q, k, v, a, lse, grad_a, keep, block_k):
+    """Chapter 12 (12.1): the backward with key tiles outside, from the saved logsumexp; returns ``(dq, dk, dv)``."""
+    N, D = q.shape
+    scale = 1 / math.sqrt(D)
+    live = keep & ~np.isneginf(lse)[:, None]  # the attended pairs (a fully masked row attends none)
+    # D_n = rowsum(dA * A), once, before the key tiles
+    d_row = np.sum(grad_a * a, axis=1)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for c0 in range(0, k.shape[0], block_k):
+        c1 = min(c0 + block_k, k.shape[0])
+        keep_t = live[:, c0:c1]
+        x = scale * q @ k[c0:c1].T  # (N, B_c)
+        # Y = exp(X - L): the forward's probabilities, 0 for masked pairs
+        y = np.where(keep_t, np.exp(x - np.where(keep_t, lse[:, None], 0)), 0)
+        dv[c0:c1] = y.T @ grad_a  # dV_j = Y^T dA
+        dx = np.where(keep_t, y * (grad_a @ v[c0:c1].T - d_row[:, None]), 0)  # dX = Y * (dY - D)
+        dk[c0:c1] = scale * dx.T @ q  # dK_j = scale dX^T Q
+        dq += scale * dx @ k[c0:c1]  # dQ accumulates over the key tiles
+    return dq, dk, dv

@@ -28,6 +28,8 @@ from flashmath.exercises import chapter6_10
 from flashmath.exercises.chapter9 import check_flash_test_ratio
 from flashmath.exercises.chapter11_12 import (check_flash_row, check_recap_quiz, check_row_lse, check_where_it_lives,
                                               print_recap_quiz)
+from flashmath.exercises import chapter12
+from flashmath.exercises.chapter12 import check_backward_tiles
 from flashmath.exercises.chapter6_10 import (check_causal_mask, check_finish, check_masked_tile_step,
                                              check_merge_states, check_numerator_step, check_tile_step)
 
@@ -36,7 +38,7 @@ __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_
            "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
            "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
            "check_flash_test_ratio", "check_row_lse", "check_where_it_lives", "check_recap_quiz", "print_recap_quiz",
-           "check_flash_row"]
+           "check_flash_row", "check_backward_tiles"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {
@@ -55,4 +57,5 @@ MISTAKES = {
     "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
     "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
     "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
+    "check_backward_tiles": chapter12.BACKWARD_MISTAKES,
 }
