@@ -367,11 +367,11 @@ def kernel_memory_explorer(D: int = 64, *, dtype="float16", block_q: int = 64, b
 
 
 def course_map_explorer(*, chapter: int = 0):
-    """Chapter 12: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
-    chapters 0-12 (no Play button: each chapter's sentence is there to be read).
+    """Chapter 14: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
+    chapters 0-14 (no Play button: each chapter's sentence is there to be read).
 
     Raises:
-        ValueError: ``chapter`` outside 0-12. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
     """
     from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 

@@ -13,7 +13,7 @@ from matplotlib.colors import ListedColormap
 
 from flashmath.viz.live import DPI, LivePlot, index
 
-__all__ = ["BackwardSweepPlot"]
+__all__ = ["BackwardSweepPlot", "plot_loss_curves"]
 
 PAIR_COLORS = ListedColormap(["#f2f2f2", "#9ecae1", "#d62728", "#ffffff"])  # not yet, visited, now, never (causal)
 STATE_COLORS = ListedColormap(["#f2f2f2", "#fdae6b", "#2ca02c"])  # 0 / on chip or partial / final in HBM
@@ -107,5 +107,28 @@ class BackwardSweepPlot(LivePlot):
         self.keys.set_data(keys[None, :])
         self.queries.set_data(queries[:, None])
         name = "_bwd_dkdv" if kernel == "dkdv" else "_bwd_dq"
-        self.title.set_text(f"step {step + 1} of {len(self.steps)}: {name}, query tile {i + 1}, key tile {j + 1}: "
+        self.title.set_text(f"step {step + 1} of {len(self.steps)}: {name}, query tile {i + 1}, key tile {j + 1}\n"
                             f"{rule}")
+
+
+def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
+    """Training losses per step, one line per run (``{label: losses}``), and below them the difference of each
+    run from the first: the figure of chapter 12's training run. Returns the pyplot figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax_d) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+    labels = list(curves)
+    base = np.asarray(curves[labels[0]], dtype=np.float64)
+    for k, label in enumerate(labels):
+        losses = np.asarray(curves[label], dtype=np.float64)
+        ax.plot(np.arange(1, len(losses) + 1), losses, lw=2.5 if k == 0 else 1.2, ls="-" if k == 0 else "--",
+                label=label)
+        if k:
+            ax_d.plot(np.arange(1, len(losses) + 1), np.abs(losses - base), marker=".", label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+    ax_d.set_xlabel("step")
+    ax_d.set_title(f"|loss - {labels[0]}|", fontsize=9)
+    ax_d.set_yscale("symlog", linthresh=1e-8)
+    return fig
