@@ -516,10 +516,14 @@ def test_the_solutions_pass(checker):
 
 def test_every_named_mistake_has_a_wrong_solution_here():
     from test_exercises_6_10 import CHECKERS  # chapters 6-10 have their own file
+    from test_exercises_ch12 import WRONG as WRONG_12  # and chapter 12
 
-    assert set(WRONG) | set(CHECKERS) == set(exercises.MISTAKES)
+    assert set(WRONG) | set(CHECKERS) | set(WRONG_12) == set(exercises.MISTAKES)
     for checker, mistakes in exercises.MISTAKES.items():
         if checker in CHECKERS:
+            continue
+        if checker in WRONG_12:
+            assert set(WRONG_12[checker]) == {m.name for m in mistakes}, checker
             continue
         names = [m.name for m in mistakes]
         assert len(names) == len(set(names)), checker

@@ -45,18 +45,30 @@ def learner(*, forget_delta=False, overwrite_dq=False, no_mask=False, no_scale_d
     return fn
 
 
-@pytest.mark.parametrize("slip, name", [
-    ("forget_delta", "D forgotten"),
-    ("overwrite_dq", "dQ not accumulated across key tiles"),
-    ("no_mask", "gradients leaking into masked keys"),
-    ("no_scale_dk", "the scale missing from dK"),
-    ("tile_softmax", "Y not recomputed from the logsumexp"),
-])
-def test_learner_slips_are_named(slip, name):
-    assert check_backward_tiles(learner()).passed  # the same code without the slip is right
-    report = check_backward_tiles(learner(**{slip: True}))
+def scale_missing_from_dq(q, k, v, a, lse, grad_a, keep, block_k):
+    dq, dk, dv = solution(q, k, v, a, lse, grad_a, keep, block_k)
+    return dq * np.sqrt(q.shape[1]), dk, dv  # dQ without its factor 1/sqrt(D)
+
+
+WRONG = {"check_backward_tiles": {
+    "D forgotten": learner(forget_delta=True),
+    "Y not recomputed from the logsumexp": learner(tile_softmax=True),
+    "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
+    "the scale missing from dQ": scale_missing_from_dq,
+    "the scale missing from dK": learner(no_scale_dk=True),
+    "dQ not accumulated across key tiles": learner(overwrite_dq=True),
+    "gradients leaking into masked keys": learner(no_mask=True),
+    "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
+}}
+"""For each mistake the checker names, a wrong solution that makes it (test_exercises.py checks the catalogue)."""
+
+
+@pytest.mark.parametrize("mistake", list(WRONG["check_backward_tiles"]))
+def test_each_mistake_is_caught_and_named_alone(mistake):
+    report = check_backward_tiles(WRONG["check_backward_tiles"][mistake])
     assert not report.passed
-    assert any(name in message for _, ok, message in report.cases if not ok), repr(report)
+    found = {m.name for m in ex.BACKWARD_MISTAKES if m.name in repr(report)}
+    assert found == {mistake}, repr(report)
 
 
 def test_wrong_transpose_and_wrong_form_are_named():
