@@ -68,8 +68,18 @@ import numpy as np
 
 from flashmath import triton_kernel as _tk
 from flashmath.attention import prepare_attention_inputs
-from flashmath.triton_kernel import (DEFAULT_BLOCK_M, DEFAULT_BLOCK_N, MAX_HEAD_DIM, _as_tensor, _block, _padded,
-                                     _quiet_interpreter, _require_triton, _stand_in, interpreted)
+from flashmath.triton_kernel import (
+    DEFAULT_BLOCK_M,
+    DEFAULT_BLOCK_N,
+    MAX_HEAD_DIM,
+    _as_tensor,
+    _block,
+    _padded,
+    _quiet_interpreter,
+    _require_triton,
+    _stand_in,
+    interpreted,
+)
 
 __all__ = ["DQ_MODES", "triton_attention_backward", "FlashAttentionFunction", "differentiable_attention",
            "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
@@ -351,7 +361,7 @@ def _device(q, k, v, tensors):
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
                            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
                            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
-    device = next((x.device for x, is_t in zip((q, k, v), tensors) if is_t), None)
+    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=True) if is_t), None)
     if device is None or device.type == "cpu":
         if interpreted():
             return torch.device("cpu")

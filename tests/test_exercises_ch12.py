@@ -87,7 +87,7 @@ def test_schedule_visits_every_attended_pair_once_per_kernel():
         assert dkdv == dq and len(dkdv) == len(atomic)
         rows, cols = np.arange(N)[:, None], np.arange(M)[None, :]
         keep = (cols <= rows + M - N) if causal else np.ones((N, M), bool)
-        needed = {(n // 16, m // 16) for n, m in zip(*np.nonzero(keep))}
+        needed = {(n // 16, m // 16) for n, m in zip(*np.nonzero(keep), strict=True)}
         assert needed <= dkdv  # every pair with an attended element is visited
     assert len(backward_schedule(64, 64, 16, 16, causal=True)) < len(backward_schedule(64, 64, 16, 16))
     with pytest.raises(ValueError, match="dq_mode"):

@@ -71,7 +71,7 @@ def numpy_grads(q, k, v, grad_a, **kwargs):
 
 
 def assert_close(grads, refs, tol=TOL):
-    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs):
+    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs, strict=True):
         g = np.asarray(g.double() if isinstance(g, torch.Tensor) else g, np.float64)
         assert g.shape == ref.shape, f"{name}: shape {g.shape}, expected {ref.shape}"
         assert np.isfinite(g).all(), f"{name}: not finite"
@@ -189,7 +189,8 @@ def test_float16_error_at_most_twice_naive_float16(causal):
     if causal:
         x = x.masked_fill(~torch.from_numpy(causal_mask(48, 64)), float("-inf"))
     (torch.softmax(x, dim=-1) @ v16).backward(torch.tensor(grad_a, dtype=torch.float16))
-    for name, g, g_naive, ref in zip(("dq", "dk", "dv"), grads, (q16.grad, k16.grad, v16.grad), refs):
+    for name, g, g_naive, ref in zip(("dq", "dk", "dv"), grads, (q16.grad, k16.grad, v16.grad), refs,
+                                     strict=True):
         err = np.abs(g.double().numpy() - ref).max()
         err_naive = np.abs(g_naive.double().numpy() - ref).max()
         assert err <= 2 * err_naive, f"{name}: kernel error {err:.2e} > 2 x naive float16 error {err_naive:.2e}"

@@ -47,8 +47,6 @@ def _naive(q, k, v, causal=False, keep=None):
 
 
 def _grads(fn, q, k, v, grad_a):
-    import torch
-
     ts = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out = fn(*ts)
     out.backward(grad_a.to(out.dtype))
@@ -76,16 +74,21 @@ def check(report=print, *, device="cuda", size: int = 1024, heads=(2, 4)) -> boo
             keep = torch.zeros(M, dtype=torch.bool, device=device)
             keep[:valid] = True
             keep = keep[None, :].expand(N, M)
-        ref_a, ref_grads = _grads(lambda a, b, c: _naive(a, b, c, causal, keep), q, k, v, grad_a)
+        def naive(a, b, c, causal=causal, keep=keep):
+            return _naive(a, b, c, causal, keep)
+
+        ref_a, ref_grads = _grads(naive, q, k, v, grad_a)
         half = [t.half() for t in (q, k, v)]
-        naive_a, naive_grads = _grads(lambda a, b, c: _naive(a, b, c, causal, keep), *half, grad_a)
+        naive_a, naive_grads = _grads(naive, *half, grad_a)
         for dq_mode in ("separate", "atomic"):
-            kernel = lambda a, b, c: triton_flash_attention(a, b, c, causal=causal, mask=keep, dq_mode=dq_mode)
+            def kernel(a, b, c, causal=causal, keep=keep, dq_mode=dq_mode):
+                return triton_flash_attention(a, b, c, causal=causal, mask=keep, dq_mode=dq_mode)
+
             out, grads = _grads(kernel, *half, grad_a)
-            for what, got, naive, ref in zip(("A", "dQ", "dK", "dV"), (out, *grads), (naive_a, *naive_grads),
-                                             (ref_a, *ref_grads)):
+            for what, got, naive_got, ref in zip(("A", "dQ", "dK", "dV"), (out, *grads), (naive_a, *naive_grads),
+                                                 (ref_a, *ref_grads), strict=True):
                 err = (got.double() - ref).abs().max().item()
-                err_naive = (naive.double() - ref).abs().max().item()
+                err_naive = (naive_got.double() - ref).abs().max().item()
                 passed = err <= 2 * err_naive and math.isfinite(err)
                 ok &= passed
                 report(f"{'ok  ' if passed else 'FAIL'} {name}, dq_mode={dq_mode}, {what}: kernel error {err:.1e}, "
@@ -114,7 +117,7 @@ def time_all(sizes, *, heads: int = 8, dim: int = 64, report=print) -> dict:
         row = []
         for name, method in methods.items():
             for part in ("forward", "forward + backward"):
-                def run():
+                def run(method=method, part=part, q=q, k=k, v=v, grad_a=grad_a):
                     out = method(q, k, v)
                     if part != "forward":
                         torch.autograd.grad(out, (q, k, v), grad_a)

@@ -15,7 +15,7 @@ import numpy as np
 from flashmath.exercises._cases import check_function
 from flashmath.exercises._report import CheckReport, Mistake
 
-__all__ = ["BACKWARD_MISTAKES", "check_backward_tiles"]
+__all__ = ["BACKWARD_MISTAKES", "MISTAKES", "check_backward_tiles"]
 
 
 def _model(q, k, v, a, lse, grad_a, keep, block_k, *, delta=True, y="lse", transpose=False, scale_dq=True,
@@ -106,3 +106,6 @@ def check_backward_tiles(fn) -> CheckReport:
 
     return check_function("check_backward_tiles", fn, cases, reference, BACKWARD_MISTAKES, n_out=3,
                           names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1])
+
+MISTAKES = {"check_backward_tiles": BACKWARD_MISTAKES}
+"""For each checker of this chapter, the mistakes it names."""
