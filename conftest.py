@@ -1,4 +1,4 @@
-"""Chapter 11 needs the optional ``triton`` extra (PyTorch and Triton).
+"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton).
 
 Where it is not installed, the notebook's nbval items and its browser test are skipped with the reason, and the
 summary says so once, so that README's test command passes on a fresh machine without the extra. The notebook's
@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-NEEDS_TRITON = ("11_triton.ipynb",)
+NEEDS_TRITON = ("11_triton.ipynb", "12_backward.ipynb")
 collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
 
 

@@ -1,4 +1,4 @@
-"""Solutions to the exercises of chapters 11 and 12, kept apart from the notebooks.
+"""Solutions to the exercises of chapters 11, 12 and 14, kept apart from the notebooks.
 
 Try the exercise first. In a notebook: ``from flashmath import solutions_triton``, then
 ``solutions_triton.show("row_lse")``. The Triton solution needs the ``triton`` extra (PyTorch and Triton); the
@@ -15,7 +15,7 @@ import numpy as np
 
 from flashmath.solutions import source_of
 
-__all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row"]
+__all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row", "backward_tiles"]
 
 from flashmath import triton_kernel  # without a GPU, importing it switches Triton to its interpreter
 
@@ -66,11 +66,11 @@ where_it_lives = {
 """Chapter 11 (11.2)."""
 
 recap_quiz = {1: "b", 2: "b", 3: "a", 4: "b", 5: "b", 6: "a", 7: "c"}
-"""Chapter 12 (12.1)."""
+"""Chapter 14 (14.1)."""
 
 
 def flash_row(q_n, K, V, B_c):
-    """Chapter 12 (12.2): FlashAttention-2 for one query row; returns ``(a_n, lse_n)``."""
+    """Chapter 14 (14.2): FlashAttention-2 for one query row; returns ``(a_n, lse_n)``."""
     q_n, K, V = (np.asarray(a, dtype=np.float64) for a in (q_n, K, V))
     g, s, acc = -math.inf, 0.0, np.zeros(V.shape[1])  # g = -inf, s = 0, acc = s A' = 0
     for c0 in range(0, len(K), B_c):
@@ -97,3 +97,24 @@ def show(name: str | None = None) -> None:
         kernel = "\n".join(line[4:] for line in module[start:module.index("\n\n\n", start)].splitlines())
         text = kernel + "\n\n\n" + text
     print(text)
+
+
+def backward_tiles(q, k, v, a, lse, grad_a, keep, block_k):
+    """Chapter 12 (12.1): the backward with key tiles outside, from the saved logsumexp; returns ``(dq, dk, dv)``."""
+    N, D = q.shape
+    scale = 1 / math.sqrt(D)
+    live = keep & ~np.isneginf(lse)[:, None]  # the attended pairs (a fully masked row attends none)
+    # D_n = rowsum(dA * A), once, before the key tiles
+    d_row = np.sum(grad_a * a, axis=1)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for c0 in range(0, k.shape[0], block_k):
+        c1 = min(c0 + block_k, k.shape[0])
+        keep_t = live[:, c0:c1]
+        x = scale * q @ k[c0:c1].T  # (N, B_c)
+        # Y = exp(X - L): the forward's probabilities, 0 for masked pairs
+        y = np.where(keep_t, np.exp(x - np.where(keep_t, lse[:, None], 0)), 0)
+        dv[c0:c1] = y.T @ grad_a  # dV_j = Y^T dA
+        dx = np.where(keep_t, y * (grad_a @ v[c0:c1].T - d_row[:, None]), 0)  # dX = Y * (dY - D)
+        dk[c0:c1] = scale * dx.T @ q  # dK_j = scale dX^T Q
+        dq += scale * dx @ k[c0:c1]  # dQ accumulates over the key tiles
+    return dq, dk, dv

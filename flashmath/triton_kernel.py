@@ -137,7 +137,7 @@ class ExtraNotInstalled(ModuleNotFoundError):
         return str(self).splitlines()
 
 
-def _require_triton() -> None:
+def require_triton() -> None:
     if _IMPORT_ERROR is not None:
         raise ExtraNotInstalled(
             f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them {INSTALL_HINT}"
@@ -236,7 +236,7 @@ if _IMPORT_ERROR is None:
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
 
-def _block(value, name: str, default: int) -> int:
+def kernel_block(value, name: str, default: int) -> int:
     value = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
     if value < 16 or value > 256 or value & (value - 1):
         raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
@@ -244,7 +244,7 @@ def _block(value, name: str, default: int) -> int:
     return value
 
 
-def _padded(size: int) -> int:
+def padded_width(size: int) -> int:
     """The tile width of a head dimension: the next power of two, at least 16."""
     return max(16, 1 << max(0, size - 1).bit_length())
 
@@ -260,7 +260,7 @@ def _numpy_dtype(dtype) -> np.dtype:
         return np.dtype(object)  # complex, quantised...: refused by the checks with the argument's name
 
 
-def _stand_in(x):
+def stand_in(x):
     """A zero-byte numpy array with the shape and dtype of a tensor (or the array itself): the checks of
     :func:`flashmath.attention.prepare_attention_inputs` run on it without copying a GPU tensor to the host."""
     if torch is not None and isinstance(x, torch.Tensor):
@@ -269,7 +269,7 @@ def _stand_in(x):
 
 
 def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
-                           return_lse=False, num_warps=4, num_stages=2):
+                           return_lse=False, num_warps=4, num_stages=2, dq_mode="separate"):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
 
     Args:
@@ -284,6 +284,9 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         num_warps: warps (32 threads each) per program on a GPU: how many threads share one query tile.
         num_stages: key/value tiles in flight on a GPU (software pipelining of the loads). Both are ignored by
             the interpreter; neither changes the result.
+        dq_mode: how the backward accumulates ``dQ`` (chapter 12, :mod:`flashmath.triton_backward`):
+            ``"separate"`` (deterministic) or ``"atomic"``. Tensors that require grad make the result
+            differentiable: ``.backward()`` runs the backward kernels.
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
@@ -302,15 +305,22 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
 
     Sources: Dao (2023), Algorithm 1; see the module docstring.
     """
-    _require_triton()
+    require_triton()
     if order != "fa2":
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
-    block_m, block_n = _block(block_q, "block_q", DEFAULT_BLOCK_M), _block(block_k, "block_k", DEFAULT_BLOCK_N)
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+        from flashmath.triton_backward import differentiable_attention  # chapter 12: the backward kernels
+
+        return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
+                                        mask=mask, return_lse=return_lse, dq_mode=dq_mode, num_warps=num_warps,
+                                        num_stages=num_stages)
+    block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
+    block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
-    mask_stand_in = _stand_in(mask) if mask is not None else None
-    inp = prepare_attention_inputs(_stand_in(q), _stand_in(k), _stand_in(v), scale=scale, causal=causal,
+    mask_stand_in = stand_in(mask) if mask is not None else None
+    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
                                    mask=mask_stand_in, fold_causal=False)
     if inp.dtype == np.float64:
         raise TypeError("the Triton kernel takes float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
@@ -332,7 +342,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         else:
             raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
                                "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernel on the CPU")
-    q_t, k_t, v_t = (_as_tensor(x, device) for x in (q, k, v))
+    q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     scale = inp.scale
     tiny, huge = float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max)
@@ -352,7 +362,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     a = torch.empty((B, N, Dv), dtype=dtype, device=device)
     lse = torch.empty((B, N), dtype=torch.float32, device=device)
     if mask is not None:
-        keep = _as_tensor(mask, device).view(torch.uint8)  # bool as bytes, 1 = attend
+        keep = as_tensor(mask, device).view(torch.uint8)  # bool as bytes, 1 = attend
         keep = keep.reshape((1,) * (2 - keep.dim()) + tuple(keep.shape))  # at least (N or 1, M or 1)
         while keep.dim() > len(batch) + 2:  # leading axes of size 1 beyond the inputs' (larger ones are refused)
             keep = keep[0]
@@ -362,13 +372,13 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
     if B > 0 and N > 0:
         grid = (triton.cdiv(N, block_m), B)
-        with _quiet_interpreter():
+        with quiet_interpreter():
             _fa2_forward[grid](
                 q_b, k_b, v_b, keep, a, lse,
                 q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
                 a.stride(0), a.stride(1), *keep_strides,
                 N, M, D, Dv, scale, M - N,
-                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_padded(D), BLOCK_DV=_padded(Dv),
+                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=padded_width(D), BLOCK_DV=padded_width(Dv),
                 CAUSAL=bool(causal), HAS_KEEP=mask is not None,
                 num_warps=num_warps, num_stages=num_stages,
             )
@@ -379,7 +389,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
 
 
 @contextlib.contextmanager
-def _quiet_interpreter():
+def quiet_interpreter():
     """In the interpreter, numpy's warnings about NaN and inf in the inputs (``inf - inf`` in a product, an all-NaN
     row) are silenced: they are how the interpreter computes, not messages for the user (NaN in still gives NaN
     out). A compiled kernel has no such warnings."""
@@ -391,7 +401,7 @@ def _quiet_interpreter():
         yield
 
 
-def _as_tensor(x, device):
+def as_tensor(x, device):
     """``x`` (an array or a tensor) as a tensor on ``device``, without copying when it is already there."""
     if isinstance(x, torch.Tensor):
         return x.to(device)

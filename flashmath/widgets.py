@@ -371,11 +371,11 @@ def kernel_memory_explorer(D: int = 64, *, dtype="float16", block_q: int = 64, b
 
 
 def course_map_explorer(*, chapter: int = 0):
-    """Chapter 12: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
-    chapters 0-12 (no Play button: each chapter's sentence is there to be read).
+    """Chapter 14: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
+    chapters 0-14 (no Play button: each chapter's sentence is there to be read).
 
     Raises:
-        ValueError: ``chapter`` outside 0-12. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
     """
     from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 
@@ -478,3 +478,16 @@ def ops_explorer(table, *, block: int = 8, interval: int = PLAY_INTERVAL):
     return live_widget(plot, interval=interval,
                        block=widgets.SelectionSlider(options=list(table["blocks"]), value=block,
                                                      description="B_r = B_c"))
+def backward_sweep_player(N: int, M: int, *, block_q: int = 16, block_k: int = 16, causal: bool = False,
+                          dq_mode: str = "separate", value: int = 0, interval: int = PLAY_INTERVAL):
+    """Chapter 12: the backward kernels' tile sweep (:class:`flashmath.viz.backward.BackwardSweepPlot`) with Play
+    and a step slider, and a choice between the two ways of accumulating ``dQ``.
+
+    Raises:
+        ValueError: as :func:`flashmath.triton_backward.backward_schedule`, or ``value`` outside the steps.
+    """
+    from flashmath.viz.backward import BackwardSweepPlot
+
+    plot = BackwardSweepPlot(N, M, block_q=block_q, block_k=block_k, causal=causal, dq_mode=dq_mode, step=value)
+    mode = widgets.ToggleButtons(options=["separate", "atomic"], value=dq_mode, description="dQ")
+    return live_widget(plot, interval=interval, step=step_slider(len(plot) - 1, value=value), dq_mode=mode)

@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 README = (ROOT / "README.md").read_text()
-SYLLABUS_CHAPTERS = 13  # chapters 0-12 of the syllabus, each a row of README.md's chapter table
+SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md's chapter table
 
 
 def chapter_table() -> list[tuple[int, str, str | None, str]]:
@@ -52,7 +52,8 @@ def text_outputs(cell):
 
 def test_chapters_are_numbered_without_gaps():
     numbers = [int(p.name[:2]) for p in NOTEBOOKS]
-    assert numbers == list(range(len(NOTEBOOKS))), f"notebooks must be 00_, 01_, ... without gaps: {numbers}"
+    written = [number for number, _, path, _ in CHAPTERS if path]  # a gap only for a chapter still 'coming'
+    assert numbers == written, f"notebooks must be 00_, 01_, ... the README's linked chapters: {numbers}"
     assert all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", p.name) for p in NOTEBOOKS)
 
 

@@ -10,6 +10,8 @@ import sys
 BENCHMARKS = {
     "sliders": ("flashmath.bench.sliders", "milliseconds per update of every widget, against Jupyter's inline PNG"),
     "speed": ("flashmath.bench.speed", "time and peak memory of flash_attention against naive numpy and PyTorch"),
+    "gpu": ("flashmath.bench.gpu",
+            "check and time the Triton kernels (chapters 11-12) on a CUDA GPU; says so without one"),
 }
 
 

@@ -115,7 +115,7 @@ def course_cases() -> list[Case]:
              lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
         Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
              lambda **state: KernelMemoryPlot(64, **state)),
-        Case("12_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
+        Case("14_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
              lambda chapter: CourseMapPlot(chapter=chapter)),
     ]
 

@@ -20,7 +20,17 @@ convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """
 
-from flashmath.exercises import chapter0, chapter1, chapter2, chapter3, chapter4, chapter5, chapter6_10, chapter11_12
+from flashmath.exercises import (
+                                              chapter0,
+                                              chapter1,
+                                              chapter2,
+                                              chapter3,
+                                              chapter4,
+                                              chapter5,
+                                              chapter6_10,
+                                              chapter11_12,
+                                              chapter12,
+)
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter0 import check_score_row
 from flashmath.exercises.chapter1 import check_safe_softmax
@@ -44,6 +54,7 @@ from flashmath.exercises.chapter11_12 import (
                                               check_where_it_lives,
                                               print_recap_quiz,
 )
+from flashmath.exercises.chapter12 import check_backward_tiles
 from flashmath.exercises.predict import check_prediction
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
@@ -51,7 +62,7 @@ __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_
            "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
            "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
            "check_flash_test_ratio", "check_row_lse", "check_where_it_lives", "check_recap_quiz", "print_recap_quiz",
-           "check_flash_row"]
+           "check_flash_row", "check_backward_tiles"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {
@@ -71,4 +82,5 @@ MISTAKES = {
     "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
     "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
     **chapter11_12.MISTAKES,
+    **chapter12.MISTAKES,
 }

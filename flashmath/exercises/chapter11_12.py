@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapters 11 (the Triton kernel) and 12 (the recap).
+"""Checkers for the exercises of chapters 11 (the Triton kernel) and 14 (the recap).
 
 Like every checker of :mod:`flashmath.exercises`, each one runs the learner's answer on cases where the classic
 mistakes make a difference, never raises, and returns a :class:`flashmath.exercises.CheckReport`; a wrong answer
@@ -8,8 +8,8 @@ matches is named, with what to change.
 * :func:`check_row_lse` (11.1): a Triton kernel for the logsumexp of each row, streamed in blocks of columns:
   chapter 2's online normalizer written as a GPU program.
 * :func:`check_where_it_lives` (11.2): registers, shared memory or HBM for each quantity of the kernel.
-* :func:`check_recap_quiz` (12.1): the closing self-test, one question per big step of the course.
-* :func:`check_flash_row` (12.2): FlashAttention-2 for one query row, from memory.
+* :func:`check_recap_quiz` (14.1): the closing self-test, one question per big step of the course.
+* :func:`check_flash_row` (14.2): FlashAttention-2 for one query row, from memory.
 
 Solutions: :mod:`flashmath.solutions_triton`.
 """
@@ -242,7 +242,7 @@ def check_where_it_lives(answers) -> CheckReport:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# 12.1: the recap quiz
+# 14.1: the recap quiz
 # ------------------------------------------------------------------------------------------------------------------
 
 # (question, {letter: choice}, right letter, {wrong letter: why not})
@@ -295,7 +295,7 @@ def print_recap_quiz() -> None:
 
 
 def check_recap_quiz(answers) -> CheckReport:
-    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 12.1); a wrong letter
+    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1); a wrong letter
     is answered with why that choice is wrong, naming the chapter to revisit."""
     report = CheckReport("check_recap_quiz")
     if not isinstance(answers, dict):
@@ -317,7 +317,7 @@ def check_recap_quiz(answers) -> CheckReport:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# 12.2: FlashAttention-2 for one query row
+# 14.2: FlashAttention-2 for one query row
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -400,7 +400,7 @@ def _flash_row_cases():
 def check_flash_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K, V, B_c) -> (a_n, lse_n)``: attention of one query row ``q_n (D,)`` over keys
     ``K (M, D)`` and values ``V (M, Dv)``, computed as FlashAttention-2 does, key tiles of ``B_c`` at a time with a
-    running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 12.2).
+    running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 14.2).
 
     Cases: a shorter last tile, a max that rises from tile to tile, tiles of one key, one tile of all keys, a single
     key, scores near 2000 and of -1000 and below, a real head's row. Named mistakes: :data:`FLASH_ROW_MISTAKES`; a wrong

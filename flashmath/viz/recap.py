@@ -1,6 +1,6 @@
-"""Chapter 12: the course on one page.
+"""Chapter 14: the course on one page.
 
-:class:`CourseMapPlot` draws the thirteen chapters as a path, each with the formula it adds; the chapters whose
+:class:`CourseMapPlot` draws the fifteen chapters as a path, each with the formula it adds; the chapters whose
 intermediate result means something else than the final one (the one idea of the course) are outlined, and a
 step highlights one chapter and says, below the map, what its intermediate result is and when it becomes right.
 The chapter list is :data:`CHAPTERS` (the syllabus's order and titles).
@@ -49,13 +49,16 @@ CHAPTERS = (
             "a key range's state is attention over that range alone; merged with the others it is exact"),
     Chapter("A GPU kernel in Triton", r"m_i, l_i, acc in registers",
             "acc in registers is s A', divided by l_i once, when the last key tile is done"),
+    Chapter("The backward pass as Triton kernels", r"$dX = Y \odot (dY - D)$",
+            "dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
+    Chapter("One loop, many attentions", r"score_mod, mask_mod per tile"),
     Chapter("Recap", r"the final result is right"),
 )
 """The chapters in the syllabus's order (``shared/COURSE.md``)."""
 
 # (column, row) of each chapter's box: a path that reads left to right, back, and right again
 GRID = {0: (0, 0), 1: (1, 0), 2: (2, 0), 3: (3, 0), 4: (4, 0), 5: (4, 1), 6: (3, 1), 7: (2, 1), 8: (1, 1),
-        9: (1, 2), 10: (2, 2), 11: (3, 2), 12: (4, 2)}
+        9: (0, 1), 10: (0, 2), 11: (1, 2), 12: (2, 2), 13: (3, 2), 14: (4, 2)}
 BOX_W, BOX_H = 1.8, 0.9
 IDEA = "#ff7f0e"  # the outline of a chapter whose intermediate result changes meaning
 
@@ -67,21 +70,22 @@ def _position(chapter: int) -> tuple[float, float]:
 
 
 class CourseMapPlot(LivePlot):
-    """The course on one page: ``update(chapter=k)`` highlights chapter ``k`` (0-12) and explains it below.
+    """The course on one page: ``update(chapter=k)`` highlights chapter ``k`` (0-14) and explains it below.
 
     Boxes hold each chapter's number, title and formula; orange outlines mark the chapters that keep an
     intermediate result with another meaning than the final one (online softmax's ``s_i``, the one-loop ``A'_m``,
-    the tiles' row states, FlashAttention-2's ``U = s A'``, split-KV's partial states, the kernel's ``acc``).
+    the tiles' row states, FlashAttention-2's ``U = s A'``, split-KV's partial states, the kernel's ``acc``, the
+    backward's ``dQ``).
 
     Raises:
-        ValueError: ``chapter`` outside 0-12. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
     """
 
-    def __init__(self, *, chapter: int = 12, figsize=(10.0, 5.6), dpi: int = DPI, pyplot: bool = False):
+    def __init__(self, *, chapter: int = 14, figsize=(10.0, 5.6), dpi: int = DPI, pyplot: bool = False):
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, chapter=chapter)
 
     def __len__(self) -> int:
-        return len(CHAPTERS) - 1  # steps 0..12
+        return len(CHAPTERS) - 1  # steps 0..14
 
     def _build(self) -> None:
         self.fig.set_layout_engine("none")  # boxes at fixed places: no layout to compute
@@ -141,4 +145,6 @@ def _plain(entry: Chapter) -> str:
                                        "identical",
         "Masking": "a convention for rows with no key to attend to, and masked keys that are absent",
         "Floating point": "equal in exact arithmetic is not bitwise equal; the error is measured, not assumed",
+        "One loop, many attentions": "the score and the mask change element by element; the tiled loop stays the "
+                                     "same",
     }.get(entry.title, entry.title)

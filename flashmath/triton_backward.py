@@ -1,0 +1,497 @@
+"""FlashAttention-2's backward pass as Triton kernels (chapter 12): the gradients from the saved logsumexp.
+
+The forward kernel (:mod:`flashmath.triton_kernel`) keeps only ``A`` and the logsumexp ``L`` of each row. With
+``dA`` the gradient of the loss with respect to ``A``, the backward needs the probabilities ``Y`` again and gets
+them one tile at a time, ``Y_ij = exp(X_ij - L_i)`` (exact: ``L`` holds the row's max and sum), then
+
+    D_n = rowsum(dA * A)                 (one number per row, computed first: the preprocessing kernel)
+    dV_j = sum_i Y_ij^T dA_i             (the rows' output gradients, weighted by Y)
+    dY_ij = dA_i V_j^T
+    dX_ij = Y_ij * (dY_ij - D_i)         (the softmax Jacobian: D_n = sum_m Y_nm dY_nm)
+    dK_j = scale sum_i dX_ij^T Q_i,   dQ_i = scale sum_j dX_ij K_j
+
+as :func:`flashmath.backward.attention_backward` computes them in numpy. Three kernels, the course's names on the
+left, the Triton tutorial's (``06-fused-attention.py``) on the right:
+
+=====================  =================  ==========================================================================
+course                 kernel             what one program does
+=====================  =================  ==========================================================================
+``D``                  ``_bwd_delta``     a query tile's ``D_n = rowsum(dA * A)`` (``Delta`` in the tutorial)
+``dK_j``, ``dV_j``     ``_bwd_dkdv``      one key tile: ``dk``, ``dv`` in registers (float32) while every query tile
+                                          that sees the keys streams past; written to HBM once
+``dQ_i``               ``_bwd_dq``        one query tile: ``dq`` in registers while the key tiles stream past
+                                          (the deterministic way: a second sweep that recomputes ``Y``)
+``dQ_i`` (atomic)      ``_bwd_dkdv``      with ``ATOMIC_DQ``: each step adds its ``scale dX_ij K_j`` to ``dQ`` in HBM
+                                          (``tl.atomic_add``, float32): no second sweep, but the order of the
+                                          additions depends on which program gets there first
+=====================  =================  ==========================================================================
+
+Why two ways for ``dQ``: the dK/dV kernel has key tiles outside, so ``dQ_i`` gets one contribution from every key
+tile, made by different programs. Either each program adds its contribution to ``dQ`` in HBM with an atomic add
+(FlashAttention-2's choice: one sweep; on a GPU the additions arrive in a varying order, so ``dQ`` differs in its
+last bits from run to run, Dao-AILab/flash-attention#414), or a second kernel with query tiles outside recomputes
+``Y`` and ``dX`` and keeps ``dQ_i`` on chip (the Triton tutorial's choice: deterministic). Per pair of tiles the
+dK/dV kernel makes four matrix products (``Q K^T``, ``Y^T dA``, ``dA V^T``, ``dX^T Q``) and the atomic way one more
+(``dX K``); the separate pass makes three (``Q K^T`` and ``dA V^T`` again, then ``dX K``): seven products instead
+of five, against the forward's two.
+The interpreter runs programs one after another, so there both ways are reproducible.
+
+Conventions are those of the forward kernel: float16, bfloat16 (GPU only) or float32 in, float32 accumulation,
+gradients in the input dtype; bottom-right ``causal``; ``mask`` boolean with True = attend. A masked pair is
+absent: its ``Y`` and ``dX`` are selected to 0 (``tl.where``), so a key that no row attends gets exactly 0 in
+``dK`` and ``dV``, and a fully masked row (``L = -inf``) gets exactly 0 in ``dQ`` and gives nothing to any key;
+the ``q`` and ``dA`` rows of fully masked queries, and the ``k`` and ``v`` rows of keys that no row of a tile
+attends, are not even loaded (they read as 0: a NaN there reaches nothing). As in the forward, a key that some
+rows of a query tile attend and others do not has its ``k`` row in that tile's ``dX K`` product with weight 0 for
+the rows that mask it: finite values are exact, a NaN there reaches those rows' ``dQ``.
+
+GPU constraints, from Triton's documentation, kept although the interpreter would accept less: ``tl.dot`` operands
+of one dtype (float32 with float32, float16 with float16: the float32 ``Y`` and ``dX`` are cast to the input dtype
+before a product with a float16 tile, as FlashAttention-2 does) and every tile dimension at least 16 (``B_r``,
+``B_c`` and the padded ``D``, ``Dv``); block sizes are powers of two; atomic adds go to a float32 buffer.
+
+Requires the ``triton`` extra, like :mod:`flashmath.triton_kernel` (importing this module imports that one, which
+switches Triton to its interpreter on a machine without a CUDA GPU). ``import flashmath`` never imports it.
+
+Sources: T. Dao, "FlashAttention-2" (2023), section 3.1 and Algorithm 2 (``D = rowsum(dO * O)``, atomic ``dQ``);
+T. Dao et al., "FlashAttention" (2022), appendix B.2 (the softmax Jacobian, the recomputation); Triton's tutorial
+``06-fused-attention.py`` (``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+
+import numpy as np
+
+from flashmath import triton_kernel as _tk
+from flashmath.attention import prepare_attention_inputs
+from flashmath.triton_kernel import (
+    DEFAULT_BLOCK_M,
+    DEFAULT_BLOCK_N,
+    MAX_HEAD_DIM,
+    as_tensor,
+    interpreted,
+    kernel_block,
+    padded_width,
+    quiet_interpreter,
+    require_triton,
+    stand_in,
+)
+
+__all__ = ["DQ_MODES", "triton_attention_backward", "FlashAttentionFunction", "differentiable_attention",
+           "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
+
+DQ_MODES = ("separate", "atomic")
+"""How ``dQ`` is accumulated: ``"separate"``, a second kernel with query tiles outside (deterministic), or
+``"atomic"``, atomic adds from the dK/dV kernel (one sweep; not bitwise reproducible on a GPU)."""
+
+try:  # after flashmath.triton_kernel, which switches Triton to its interpreter where there is no GPU
+    import torch
+    import triton
+    import triton.language as tl
+except ImportError:  # the extra is not installed: the module imports, the functions explain
+    torch = triton = tl = None  # type: ignore[assignment]
+
+if _tk.available():
+
+    @triton.jit
+    def _bwd_delta(
+        A, dA, Delta,  # pointers to a, da (B, N, Dv) and delta (B, N)
+        sa_b, sa_n, sd_b, sd_n,  # strides, in elements
+        N, Dv,
+        BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+    ):
+        i = tl.program_id(0)
+        b = tl.program_id(1)
+        rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,)
+        dv = tl.arange(0, BLOCK_DV)
+        inside = (rows[:, None] < N) & (dv[None, :] < Dv)
+        a_tile = tl.load(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], mask=inside, other=0.0).to(tl.float32)
+        da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :], mask=inside, other=0.0).to(tl.float32)
+        # D_n = rowsum(dA * A)
+        delta = tl.sum(da_tile * a_tile, 1)  # (B_r,) float32
+        tl.store(Delta + b * N + rows, delta, mask=rows < N)
+
+    @triton.jit
+    def _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset,
+                    CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr):
+        """The attended pairs of a tile, (B_r, B_c): inside the arrays, not a fully masked row (L = -inf), on or
+        left of the causal diagonal, allowed by the user's mask."""
+        keep = (rows[:, None] < N) & (cols[None, :] < M) & (lse[:, None] != float("-inf"))
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + offset)
+        if HAS_KEEP:
+            keep = keep & (tl.load(Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
+                                   mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0)
+        return keep
+
+    @triton.jit
+    def _bwd_dkdv(
+        Q, K, V, dA, LSE, Delta, Keep, dK, dV, dQ,  # q (B, N, D), k, dk (B, M, D), v, dv (B, M, Dv), da (B, N, Dv),
+        # lse, delta (B, N), keep (B, N, M), dq (B, N, D) float32 (only with ATOMIC_DQ)
+        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
+        N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    ):
+        j = tl.program_id(0)  # this program's key tile
+        b = tl.program_id(1)  # and its (batch, head) element
+        cols = j * BLOCK_N + tl.arange(0, BLOCK_N)  # (B_c,) key indices m of the tile
+        d = tl.arange(0, BLOCK_D)
+        dv = tl.arange(0, BLOCK_DV)
+        # load K_j, V_j once: (B_c, D), (B_c, Dv)
+        k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
+                         mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
+        v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+                         mask=(cols[:, None] < M) & (dv[None, :] < Dv), other=0.0)
+        # dK_j = 0, dV_j = 0: on chip (float32) for the whole sweep over the query tiles
+        dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        dv_acc = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+        lo = 0
+        if CAUSAL:  # query rows above the first key's diagonal see none of the tile's keys: never visited
+            lo = (tl.maximum(j * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+        for r0 in range(lo, N, BLOCK_M):
+            rows = r0 + tl.arange(0, BLOCK_M)  # (B_r,) query indices n
+            lse = tl.load(LSE + b * N + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
+            delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+            keep = _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL, HAS_KEEP)
+            # load Q_i, dA_i: (B_r, D), (B_r, Dv); a row that attends none of the tile's keys is not loaded
+            row_used = tl.max(keep.to(tl.int32), 1) > 0  # (B_r,)
+            q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
+                             mask=row_used[:, None] & (d[None, :] < D), other=0.0)
+            da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :],
+                              mask=row_used[:, None] & (dv[None, :] < Dv), other=0.0)
+            # X_ij = Q_i K_j^T, recomputed  (times the scale): (B_r, B_c), float32
+            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale
+            # Y_ij = exp(X_ij - L_i): the probabilities, exact from the saved logsumexp (0 where masked)
+            y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0)
+            # dV_j += Y_ij^T dA_i
+            dv_acc += tl.dot(tl.trans(y_tile).to(da_tile.dtype), da_tile, input_precision="ieee")
+            # dY_ij = dA_i V_j^T
+            dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")
+            # dX_ij = Y_ij * (dY_ij - D_i)
+            dx_tile = tl.where(keep, y_tile * (dy_tile - delta[:, None]), 0.0)
+            # dK_j += dX_ij^T Q_i  (the scale once, at the end)
+            dk += tl.dot(tl.trans(dx_tile).to(q_tile.dtype), q_tile, input_precision="ieee")
+            if ATOMIC_DQ:
+                # dQ_i += scale dX_ij K_j, added to HBM: keys no row of the tile attends are left out (read as 0)
+                col_used = tl.max(keep.to(tl.int32), 0) > 0  # (B_c,)
+                k_used = tl.where(col_used[:, None], k_tile, 0.0).to(k_tile.dtype)
+                dq_part = tl.dot(dx_tile.to(k_tile.dtype), k_used, input_precision="ieee") * scale
+                tl.atomic_add(dQ + b * N * BLOCK_D + rows[:, None] * BLOCK_D + d[None, :], dq_part,
+                              mask=row_used[:, None] & (d[None, :] < D))
+        # dK_j = scale sum_i dX_ij^T Q_i
+        dk = dk * scale
+        tl.store(dK + b * sk_b + cols[:, None] * sk_m + d[None, :], dk.to(dK.dtype.element_ty),
+                 mask=(cols[:, None] < M) & (d[None, :] < D))
+        tl.store(dV + b * sv_b + cols[:, None] * sv_m + dv[None, :], dv_acc.to(dV.dtype.element_ty),
+                 mask=(cols[:, None] < M) & (dv[None, :] < Dv))
+
+    @triton.jit
+    def _bwd_dq(
+        Q, K, V, dA, LSE, Delta, Keep, dQ,  # as _bwd_dkdv; dq (B, N, D) in the input dtype
+        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,
+        N, M, D, Dv, scale, offset,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
+    ):
+        i = tl.program_id(0)  # this program's query tile
+        b = tl.program_id(1)
+        rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,)
+        d = tl.arange(0, BLOCK_D)
+        dv = tl.arange(0, BLOCK_DV)
+        lse = tl.load(LSE + b * N + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
+        delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+        # load Q_i, dA_i once: a fully masked row (L = -inf) is not loaded
+        row_ok = (rows < N) & (lse != float("-inf"))
+        q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
+                         mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+        da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :],
+                          mask=row_ok[:, None] & (dv[None, :] < Dv), other=0.0)
+        # dQ_i = 0: on chip (float32) for the whole sweep over the key tiles
+        dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        hi = M
+        if CAUSAL:  # key tiles right of the last row's diagonal: never visited
+            hi = tl.minimum(M, (i + 1) * BLOCK_M + offset)
+        for c0 in range(0, hi, BLOCK_N):
+            cols = c0 + tl.arange(0, BLOCK_N)  # (B_c,)
+            keep = _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL, HAS_KEEP)
+            # load K_j, V_j: a key that no row of the tile attends is not loaded (reads as 0)
+            col_used = tl.max(keep.to(tl.int32), 0) > 0  # (B_c,)
+            k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
+                             mask=col_used[:, None] & (d[None, :] < D), other=0.0)
+            v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+                             mask=col_used[:, None] & (dv[None, :] < Dv), other=0.0)
+            # X_ij = Q_i K_j^T, recomputed
+            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale
+            # Y_ij = exp(X_ij - L_i)
+            y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0)
+            # dY_ij = dA_i V_j^T
+            dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")
+            # dX_ij = Y_ij * (dY_ij - D_i)
+            dx_tile = tl.where(keep, y_tile * (dy_tile - delta[:, None]), 0.0)
+            # dQ_i += dX_ij K_j  (accumulated across the key tiles, on chip; the scale once, at the end)
+            dq += tl.dot(dx_tile.to(k_tile.dtype), k_tile, input_precision="ieee")
+        # dQ_i = scale sum_j dX_ij K_j
+        dq = dq * scale
+        tl.store(dQ + b * sq_b + rows[:, None] * sq_n + d[None, :], dq.to(dQ.dtype.element_ty),
+                 mask=(rows[:, None] < N) & (d[None, :] < D))
+
+
+def _keep_tensor(mask, batch, N, M, device):
+    """The mask as a ``(B, N, M)`` uint8 view (1 = attend), broadcast without copying, and its strides; as the
+    forward wrapper builds it."""
+    keep = as_tensor(mask, device).view(torch.uint8)
+    keep = keep.reshape((1,) * (2 - keep.dim()) + tuple(keep.shape))
+    while keep.dim() > len(batch) + 2:
+        keep = keep[0]
+    keep = keep.expand(*batch, N, M).reshape(math.prod(batch), N, M)
+    return keep, keep.stride()
+
+
+def _unbroadcast(grad, shape):
+    """Sum ``grad`` over the dimensions that were broadcast to reach it from a tensor of ``shape``."""
+    extra = grad.dim() - len(shape)
+    if extra:
+        grad = grad.sum(dim=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(dim=axes, keepdim=True) if axes else grad
+
+
+def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mask=None, block_q=None,
+                              block_k=None, dq_mode="separate", num_warps=4, num_stages=1):
+    """Gradients of attention with respect to ``q``, ``k``, ``v`` by the Triton backward kernels.
+
+    Args:
+        q ``(..., N, D)``, k ``(..., M, D)``, v ``(..., M, Dv)``: the forward's inputs, numpy arrays or PyTorch
+            tensors (float16, bfloat16 on a GPU, float32; ``D``, ``Dv`` at most 128); scale, causal, mask: exactly
+            as given to the forward (:func:`flashmath.triton_kernel.triton_flash_attention`).
+        a ``(..., N, Dv)``, lse ``(..., N)``: the forward's output and float32 logsumexp (``return_lse=True``).
+        grad_a: ``dA``, the gradient of the loss with respect to ``a``, ``(..., N, Dv)``.
+        block_q, block_k: ``B_r``, ``B_c``, powers of two from 16 to 256 (default 64).
+        dq_mode: ``"separate"`` (a second kernel, query tiles outside: deterministic) or ``"atomic"`` (atomic adds
+            from the dK/dV kernel into a float32 buffer: one sweep, not bitwise reproducible on a GPU).
+        num_warps, num_stages: as for the forward (ignored by the interpreter).
+
+    Returns:
+        ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (summed over broadcast dimensions) and
+        the inputs' promoted dtype: numpy arrays for numpy inputs, tensors on the inputs' device for tensors.
+
+    Raises:
+        as :func:`flashmath.triton_kernel.triton_flash_attention`; ValueError for ``a``, ``lse`` or ``grad_a`` of
+        other shapes than ``(..., N, Dv)``, ``(..., N)``, ``(..., N, Dv)``, a ``dq_mode`` other than those of
+        :data:`DQ_MODES`, or a scale that float32 cannot hold.
+
+    Sources: Dao (2023), Algorithm 2; see the module docstring.
+    """
+    require_triton()
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
+                         f"got {dq_mode!r}")
+    block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
+    block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
+    tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
+    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
+                                   mask=stand_in(mask) if mask is not None else None, fold_causal=False)
+    if inp.dtype == np.float64:
+        raise TypeError("the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
+                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
+    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
+        if size > MAX_HEAD_DIM:
+            raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
+    tiny, huge = np.finfo(np.float32).smallest_normal, np.finfo(np.float32).max
+    if abs(inp.scale) > huge or 0 < abs(inp.scale) < tiny:
+        raise ValueError(f"the backward kernels multiply float32 tiles by the scale: it must be 0 or between "
+                         f"{tiny:.1e} and {huge:.1e} in magnitude, got {inp.scale}")
+    batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
+    rows = batch + (N,)
+    for arr, name, shape in ((a, "a", rows + (Dv,)), (lse, "lse", rows), (grad_a, "grad_a", rows + (Dv,))):
+        if tuple(arr.shape) != shape:
+            raise ValueError(f"{name} must have shape (..., N{', Dv' if name != 'lse' else ''}) = {shape} "
+                             f"(from q, k, v), got {tuple(arr.shape)}")
+    device = _device(q, k, v, tensors)
+    q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
+    dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        raise TypeError("Triton's interpreter does not support bfloat16 matrix products (triton-lang/triton#11584); "
+                        "on a CPU use float16 or float32 inputs, bfloat16 runs compiled on a GPU")
+    B = math.prod(batch)
+    # (B, N, D), (B, M, D), (B, M, Dv), (B, N, Dv), (B, N), contiguous in the last dimension
+    q_b, k_b, v_b = (x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous()
+                     for x in (q_t, k_t, v_t))
+    a_b, da_b = (as_tensor(x, device).to(dtype).reshape(B, N, Dv).contiguous() for x in (a, grad_a))
+    lse_b = as_tensor(lse, device).to(torch.float32).reshape(B, N).contiguous()
+    dq = torch.zeros((B, N, D), dtype=dtype, device=device)
+    dk = torch.zeros((B, M, D), dtype=dtype, device=device)
+    dv = torch.zeros((B, M, Dv), dtype=dtype, device=device)
+    delta = torch.empty((B, N), dtype=torch.float32, device=device)
+    if mask is not None:
+        keep, keep_strides = _keep_tensor(mask, batch, N, M, device)
+    else:
+        keep, keep_strides = lse_b, (0, 0, 0)  # not read (HAS_KEEP is False)
+    block_d, block_dv = padded_width(D), padded_width(Dv)
+    atomic = dq_mode == "atomic"
+    if B > 0 and N > 0 and M > 0:
+        strides = (q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
+                   da_b.stride(0), da_b.stride(1), *keep_strides)
+        sizes = (N, M, D, Dv, float(inp.scale), M - N)
+        consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, CAUSAL=bool(causal),
+                      HAS_KEEP=mask is not None, num_warps=num_warps, num_stages=num_stages)
+        # the atomic adds go to a float32 buffer (B, N, BLOCK_D), cast to the input dtype at the end
+        dq_acc = torch.zeros((B, N, block_d), dtype=torch.float32, device=device) if atomic else dq
+        with quiet_interpreter():
+            _bwd_delta[(triton.cdiv(N, block_m), B)](
+                a_b, da_b, delta, a_b.stride(0), a_b.stride(1), da_b.stride(0), da_b.stride(1), N, Dv,
+                BLOCK_M=block_m, BLOCK_DV=block_dv, num_warps=num_warps)
+            _bwd_dkdv[(triton.cdiv(M, block_n), B)](
+                q_b, k_b, v_b, da_b, lse_b, delta, keep, dk, dv, dq_acc, *strides, *sizes, ATOMIC_DQ=atomic,
+                **consts)
+            if atomic:
+                dq = dq_acc[..., :D].to(dtype)
+            else:
+                _bwd_dq[(triton.cdiv(N, block_m), B)](
+                    q_b, k_b, v_b, da_b, lse_b, delta, keep, dq, *strides, *sizes, **consts)
+    grads = [_unbroadcast(g.reshape(*batch, *g.shape[-2:]), tuple(x.shape))
+             for g, x in ((dq, q_t), (dk, k_t), (dv, v_t))]
+    if not any(tensors):
+        grads = [g.cpu().numpy() for g in grads]
+    return tuple(grads)
+
+
+def _device(q, k, v, tensors):
+    """The device the kernels run on: the tensors' device, else the GPU, else the CPU under the interpreter."""
+    if _tk._TOO_LATE:
+        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
+                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
+                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
+    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=True) if is_t), None)
+    if device is None or device.type == "cpu":
+        if interpreted():
+            return torch.device("cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
+                           "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU")
+    return device
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Autograd: triton_flash_attention differentiable
+# ------------------------------------------------------------------------------------------------------------------
+
+if _tk.available():
+
+    class FlashAttentionFunction(torch.autograd.Function):
+        """``A = attention(q, k, v)`` by the forward kernel, with the backward kernels as its gradient.
+
+        ``forward`` saves ``q``, ``k``, ``v``, the output and the logsumexp (``N`` numbers per head, never the
+        ``N x M`` probabilities); ``backward`` recomputes ``Y`` tile by tile. Use :func:`differentiable_attention`
+        (or :func:`flashmath.triton_kernel.triton_flash_attention` on tensors that require grad) rather than
+        ``apply``.
+        """
+
+        @staticmethod
+        def forward(ctx, q, k, v, mask, options):
+            a, lse = _tk.triton_flash_attention(q, k, v, mask=mask, return_lse=True, **options["forward"])
+            ctx.save_for_backward(q, k, v, a, lse)
+            ctx.mask, ctx.options = mask, options
+            ctx.mark_non_differentiable(lse)
+            return a, lse
+
+        @staticmethod
+        def backward(ctx, grad_a, grad_lse):
+            q, k, v, a, lse = ctx.saved_tensors
+            grad_a = torch.zeros_like(a) if grad_a is None else grad_a.contiguous()
+            dq, dk, dv = triton_attention_backward(q, k, v, a, lse, grad_a, mask=ctx.mask, **ctx.options["backward"])
+            return dq, dk, dv, None, None
+
+
+def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None,
+                             return_lse=False, dq_mode="separate", num_warps=4, num_stages=2):
+    """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
+
+    Arguments and results as the forward's (tensors only); ``dq_mode`` as :func:`triton_attention_backward`.
+    ``.backward()`` on the output (or ``torch.autograd.grad``) runs the backward kernels. The logsumexp, if
+    returned, is not differentiable.
+
+    Raises:
+        TypeError: ``q``, ``k`` or ``v`` is not a tensor; otherwise as the forward and the backward.
+    """
+    require_triton()
+    if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
+        raise TypeError("differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
+                        f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
+                         f"got {dq_mode!r}")
+    shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
+    options = {"forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
+               "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1)}
+    a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)
+    return (a, lse) if return_lse else a
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The kernels' sources, for chapter 12
+# ------------------------------------------------------------------------------------------------------------------
+
+BACKWARD_RULES = ("D_n = rowsum(dA * A)", "X_ij = Q_i K_j^T", "Y_ij = exp(X_ij - L_i)", "dV_j += Y_ij^T dA_i",
+                  "dY_ij = dA_i V_j^T", "dX_ij = Y_ij * (dY_ij - D_i)", "dK_j += dX_ij^T Q_i", "dQ_i += dX_ij K_j")
+"""The backward's update rules, in the order the kernels apply them (the comments above their code)."""
+
+
+def backward_kernel_source(name: str = "_bwd_dkdv") -> str:
+    """The source of one backward kernel (``"_bwd_delta"``, ``"_bwd_dkdv"`` or ``"_bwd_dq"``), read from this
+    file (works without Triton installed).
+
+    Raises:
+        ValueError: another name.
+    """
+    names = ("_bwd_delta", "_bwd_dkdv", "_bwd_dq")
+    if name not in names:
+        raise ValueError(f"name must be one of {names}, got {name!r}")
+    text = inspect.getsource(sys.modules[__name__])
+    start = text.index(f"    @triton.jit\n    def {name}(")
+    end = text.index("\n\n", start)
+    return "\n".join(line[4:] for line in text[start:end].splitlines())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The order in which the kernels visit the tiles (chapter 12's figure): pure Python, no Triton needed
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def backward_schedule(N: int, M: int, block_q: int, block_k: int, *, causal: bool = False,
+                      dq_mode: str = "separate") -> list[tuple[str, int, int]]:
+    """The tile pairs the backward kernels visit, in order, for one (batch, head) element.
+
+    Each step is ``(kernel, i, j)``: ``"dkdv"`` steps (the program of key tile ``j`` meets query tile ``i``; with
+    ``dq_mode="atomic"`` it also adds to ``dQ_i``), then, for ``dq_mode="separate"``, ``"dq"`` steps (the
+    program of query tile ``i`` meets key tile ``j``). On a GPU the programs run side by side; the list puts them
+    one after another, as the interpreter runs them. Tile pairs that a causal mask hides from every row are never
+    visited, exactly as the kernels skip them (the loops' bounds ``lo`` and ``hi``).
+
+    Raises:
+        ValueError: a negative size, a block size below 1, or an unknown ``dq_mode``.
+    """
+    for value, name in ((N, "N"), (M, "M")):
+        if int(value) != value or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    for value, name in ((block_q, "block_q"), (block_k, "block_k")):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    offset = M - N
+    steps = []
+    for j, c0 in enumerate(range(0, M, block_k)):  # _bwd_dkdv: key tiles outside
+        lo = (max(c0 - offset, 0) // block_q) * block_q if causal else 0
+        steps += [("dkdv", r0 // block_q, j) for r0 in range(lo, N, block_q)]
+    if dq_mode == "separate":
+        for i, r0 in enumerate(range(0, N, block_q)):  # _bwd_dq: query tiles outside
+            hi = min(M, r0 + block_q + offset) if causal else M
+            steps += [("dq", i, c0 // block_k) for c0 in range(0, hi, block_k)]
+    return steps

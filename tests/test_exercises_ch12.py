@@ -1,0 +1,103 @@
+"""Chapter 12's checker (12.1, learner-style wrong solutions named), the backward tile schedule and its figure."""
+
+import numpy as np
+import pytest
+
+from flashmath.exercises import chapter12 as ex
+from flashmath.exercises import check_backward_tiles
+from flashmath.triton_backward import backward_schedule
+from flashmath.viz.backward import BackwardSweepPlot
+
+
+def solution(*args):
+    from flashmath import solutions_triton
+
+    return solutions_triton.backward_tiles(*args)
+
+
+def test_solution_passes():
+    assert check_backward_tiles(solution).passed
+
+
+def learner(*, forget_delta=False, overwrite_dq=False, no_mask=False, no_scale_dk=False, tile_softmax=False):
+    """A learner's tiled backward, written from scratch, with one slip switched on."""
+
+    def fn(q, k, v, a, lse, grad_a, keep, block_k):
+        scale = q.shape[1] ** -0.5
+        rows_ok = np.isfinite(lse)[:, None]
+        d = (grad_a * a).sum(1, keepdims=True) * (not forget_delta)
+        dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        for c in range(0, len(k), block_k):
+            sl = slice(c, c + block_k)
+            ok = rows_ok & (True if no_mask else keep[:, sl])
+            x = q @ k[sl].T * scale
+            if tile_softmax:
+                e = np.exp(x - x.max(1, keepdims=True)) * ok
+                y = e / np.maximum(e.sum(1, keepdims=True), 1e-300)
+            else:
+                y = np.where(ok, np.exp(np.where(ok, x - lse[:, None], 0)), 0)
+            dx = y * (grad_a @ v[sl].T - d)
+            dv[sl] = y.T @ grad_a
+            dk[sl] = dx.T @ q * (1 if no_scale_dk else scale)
+            dq = dq + dx @ k[sl] * scale if not overwrite_dq else dx @ k[sl] * scale
+        return dq, dk, dv
+
+    return fn
+
+
+def scale_missing_from_dq(q, k, v, a, lse, grad_a, keep, block_k):
+    dq, dk, dv = solution(q, k, v, a, lse, grad_a, keep, block_k)
+    return dq * np.sqrt(q.shape[1]), dk, dv  # dQ without its factor 1/sqrt(D)
+
+
+WRONG = {"check_backward_tiles": {
+    "D forgotten": learner(forget_delta=True),
+    "Y not recomputed from the logsumexp": learner(tile_softmax=True),
+    "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
+    "the scale missing from dQ": scale_missing_from_dq,
+    "the scale missing from dK": learner(no_scale_dk=True),
+    "dQ not accumulated across key tiles": learner(overwrite_dq=True),
+    "gradients leaking into masked keys": learner(no_mask=True),
+    "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
+}}
+"""For each mistake the checker names, a wrong solution that makes it (test_exercises.py checks the catalogue)."""
+
+
+@pytest.mark.parametrize("mistake", list(WRONG["check_backward_tiles"]))
+def test_each_mistake_is_caught_and_named_alone(mistake):
+    report = check_backward_tiles(WRONG["check_backward_tiles"][mistake])
+    assert not report.passed
+    found = {m.name for m in ex.BACKWARD_MISTAKES if m.name in repr(report)}
+    assert found == {mistake}, repr(report)
+
+
+def test_wrong_transpose_and_wrong_form_are_named():
+    report = check_backward_tiles(lambda *args: ex._model(*args, transpose=True))
+    assert "a transpose wrong" in repr(report)
+    report = check_backward_tiles(lambda *args: solution(*args)[:2])
+    assert "not (dq, dk, dv)" in repr(report)
+
+
+def test_schedule_visits_every_attended_pair_once_per_kernel():
+    for N, M, causal in ((64, 48, True), (40, 70, True), (33, 33, False)):
+        steps = backward_schedule(N, M, 16, 16, causal=causal)
+        atomic = backward_schedule(N, M, 16, 16, causal=causal, dq_mode="atomic")
+        dkdv = {(i, j) for kernel, i, j in steps if kernel == "dkdv"}
+        dq = {(i, j) for kernel, i, j in steps if kernel == "dq"}
+        assert dkdv == dq and len(dkdv) == len(atomic)
+        rows, cols = np.arange(N)[:, None], np.arange(M)[None, :]
+        keep = (cols <= rows + M - N) if causal else np.ones((N, M), bool)
+        needed = {(n // 16, m // 16) for n, m in zip(*np.nonzero(keep), strict=True)}
+        assert needed <= dkdv  # every pair with an attended element is visited
+    assert len(backward_schedule(64, 64, 16, 16, causal=True)) < len(backward_schedule(64, 64, 16, 16))
+    with pytest.raises(ValueError, match="dq_mode"):
+        backward_schedule(4, 4, 2, 2, dq_mode="fast")
+
+
+def test_sweep_plot_updates_and_checks_its_step():
+    plot = BackwardSweepPlot(64, 48, causal=True)
+    first = plot.rgb().copy()
+    assert not np.array_equal(first, plot.update(step=len(plot) - 1).rgb())
+    plot.update(step=len(plot) - 1, dq_mode="atomic")  # past the shorter atomic sweep: its last step
+    with pytest.raises(ValueError, match="step"):
+        plot.update(step=len(plot))

@@ -1,0 +1,261 @@
+"""flashmath.triton_backward: the backward kernels against PyTorch's autograd and against attention_backward.
+
+Without a GPU the kernels run in Triton's interpreter; the tests are skipped, saying so, without the ``triton``
+extra. Sizes stay small (the interpreter runs each program in Python). References: PyTorch's
+``scaled_dot_product_attention`` differentiated by autograd in float64 where every row attends some key (it gives
+NaN for a fully masked row), and :func:`flashmath.attention_backward` (numpy, float64) everywhere, fully masked rows
+included. float16 follows FlashAttention's relative rule (flash-attention/tests/test_flash_attn.py): the kernels'
+gradient error against float64 is at most twice that of naive attention computed and differentiated in float16.
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import flashmath as fm
+from flashmath.masks import causal_mask, padding_mask
+
+HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
+needs_triton = pytest.mark.skipif(
+    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"'
+)
+pytestmark = needs_triton
+if HAVE_TRITON:
+    import torch
+    import torch.nn.functional as F
+
+    from flashmath import triton_backward as tb
+    from flashmath.triton_kernel import triton_flash_attention
+
+TOL = 5e-6  # float32: |grad - grad_ref| <= TOL * (1 + max |grad_ref|); measured errors are below 1e-6
+
+
+def inputs(seed, N, M, D, Dv, batch=()):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(batch + shape) for shape in ((N, D), (M, D), (M, Dv)))
+    grad_a = rng.standard_normal(batch + (N, Dv))
+    return rng, q, k, v, grad_a
+
+
+def kernel_grads(q, k, v, grad_a, dtype=torch.float32 if HAVE_TRITON else None, **kwargs):
+    """The kernels' (a, dq, dk, dv) through autograd, for float64 numpy inputs cast to ``dtype``."""
+    qt, kt, vt = (torch.tensor(x, dtype=dtype, requires_grad=True) for x in (q, k, v))
+    a = triton_flash_attention(qt, kt, vt, **kwargs)
+    a.backward(torch.tensor(grad_a, dtype=dtype))
+    return a.detach(), qt.grad, kt.grad, vt.grad
+
+
+def sdpa_grads(q, k, v, grad_a, *, causal=False, mask=None, scale=None):
+    """PyTorch's scaled_dot_product_attention, differentiated by autograd, in float64 (masks as boolean tensors:
+    SDPA's own is_causal is top-left aligned, the course's causal is bottom-right)."""
+    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    N, M = q.shape[-2], k.shape[-2]
+    keep = None
+    if mask is not None:  # as (N, M), or (..., N, M) for a mask with more dimensions than the inputs allow
+        mask = np.asarray(mask)
+        while mask.ndim > max(q.ndim, 2) and mask.shape[0] == 1:
+            mask = mask[0]
+        keep = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(mask, mask.shape[:-2] + (N, M))))
+    if causal:
+        c = torch.from_numpy(causal_mask(N, M))
+        keep = c if keep is None else keep & c
+    a = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=keep, scale=scale)
+    a.backward(torch.from_numpy(grad_a))
+    return qt.grad.numpy(), kt.grad.numpy(), vt.grad.numpy()
+
+
+def numpy_grads(q, k, v, grad_a, **kwargs):
+    a, lse = fm.attention(q, k, v, return_lse=True, **kwargs)
+    return fm.attention_backward(q, k, v, a, lse, grad_a, **kwargs)
+
+
+def assert_close(grads, refs, tol=TOL):
+    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs, strict=True):
+        g = np.asarray(g.double() if isinstance(g, torch.Tensor) else g, np.float64)
+        assert g.shape == ref.shape, f"{name}: shape {g.shape}, expected {ref.shape}"
+        assert np.isfinite(g).all(), f"{name}: not finite"
+        err = np.abs(g - ref).max(initial=0)
+        assert err <= tol * (1 + np.abs(ref).max(initial=0)), f"{name}: max error {err:.2e}"
+
+
+# (id, N, M, D, Dv, block_q, block_k, keyword arguments); every row attends some key: SDPA is the reference
+SDPA_CASES = [
+    ("N != M", 40, 30, 16, 24, 16, 16, {}),
+    ("N < M, sizes not multiples of the tiles", 33, 70, 24, 40, 16, 32, {}),
+    ("N = 1 (decoding)", 1, 50, 16, 16, 16, 16, {}),
+    ("M = 1", 20, 1, 16, 16, 16, 16, {}),
+    ("D = 128, Dv = 8", 20, 24, 128, 8, 16, 16, {}),
+    ("causal, N < M (bottom-right)", 33, 70, 16, 16, 16, 16, {"causal": True}),
+    ("causal, N = M", 45, 45, 16, 16, 16, 32, {"causal": True}),
+    ("key padding", 30, 40, 16, 16, 16, 16, {"mask": padding_mask([27], 40)[0]}),
+    ("a scale of 0.3", 30, 20, 16, 16, 16, 16, {"scale": 0.3}),
+]
+
+
+@pytest.mark.parametrize("dq_mode", ["separate", "atomic"])
+@pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", SDPA_CASES, ids=[c[0] for c in SDPA_CASES])
+def test_float32_equals_sdpa_autograd(name, N, M, D, Dv, block_q, block_k, kwargs, dq_mode):
+    _, q, k, v, grad_a = inputs(N * 100 + M, N, M, D, Dv)
+    a, *grads = kernel_grads(q, k, v, grad_a, block_q=block_q, block_k=block_k, dq_mode=dq_mode, **kwargs)
+    assert a.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
+    assert_close(grads, sdpa_grads(q, k, v, grad_a, **kwargs))
+
+
+# cases with fully masked rows (SDPA gives NaN there): attention_backward is the reference
+MASKED_CASES = [
+    ("causal, N > M: the first rows are fully masked", 50, 30, 16, 16, 16, 16, {"causal": True}),
+    ("a random mask with fully masked rows and keys", 40, 50, 16, 16, 16, 16, {"mask": "random"}),
+    ("key padding and causal", 40, 40, 16, 16, 16, 32, {"mask": padding_mask([29], 40)[0], "causal": True}),
+    ("top-left causal as a mask", 30, 45, 16, 16, 16, 16, {"mask": causal_mask(30, 45, align="top-left")}),
+    ("every key masked", 20, 30, 16, 16, 16, 16, {"mask": np.zeros((20, 30), bool)}),
+]
+
+
+@pytest.mark.parametrize("dq_mode", ["separate", "atomic"])
+@pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", MASKED_CASES,
+                         ids=[c[0] for c in MASKED_CASES])
+def test_masked_equals_attention_backward(name, N, M, D, Dv, block_q, block_k, kwargs, dq_mode):
+    rng, q, k, v, grad_a = inputs(N * 100 + M + 1, N, M, D, Dv)
+    if isinstance(kwargs.get("mask"), str):
+        keep = rng.random((N, M)) < 0.3
+        keep[::7] = False  # fully masked rows
+        keep[:, 5] = False  # a key no row attends
+        kwargs = {**kwargs, "mask": keep}
+    q32, k32, v32 = (x.astype(np.float32).astype(np.float64) for x in (q, k, v))
+    refs = numpy_grads(q32, k32, v32, grad_a, **kwargs)
+    a, *grads = kernel_grads(q, k, v, grad_a, block_q=block_q, block_k=block_k, dq_mode=dq_mode, **kwargs)
+    assert_close(grads, refs)
+    keep = np.asarray(kwargs.get("mask", True))
+    keep = np.broadcast_to(keep.reshape(keep.shape[-2:]) if keep.ndim > 2 else keep, (N, M))
+    if kwargs.get("causal"):
+        keep = keep & causal_mask(N, M)
+    empty_rows, empty_keys = ~keep.any(axis=1), ~keep.any(axis=0)
+    assert empty_rows.any() or empty_keys.any()
+    assert (grads[0][empty_rows] == 0).all(), "a fully masked row gets exactly 0 in dq"
+    assert (a[empty_rows] == 0).all()
+    assert (grads[1][empty_keys] == 0).all() and (grads[2][empty_keys] == 0).all(), "a masked key gets exactly 0"
+
+
+@pytest.mark.parametrize("dq_mode", ["separate", "atomic"])
+def test_masked_keys_holding_nan_get_zero_and_leak_nothing(dq_mode):
+    _, q, k, v, grad_a = inputs(7, 30, 40, 16, 16)
+    keep = padding_mask([25], 40)[0]  # the last 15 keys are padding
+    refs = sdpa_grads(q, k, v, grad_a, mask=keep)
+    k_nan, v_nan = k.copy(), v.copy()
+    k_nan[25:], v_nan[25:] = np.nan, np.nan
+    _, *grads = kernel_grads(q, k_nan, v_nan, grad_a, block_q=16, block_k=16, mask=keep, dq_mode=dq_mode)
+    assert (grads[1][25:] == 0).all() and (grads[2][25:] == 0).all()
+    assert_close([grads[0], grads[1][:25], grads[2][:25]], [refs[0], refs[1][:25], refs[2][:25]])
+
+
+def test_fully_masked_rows_holding_nan_reach_no_key():
+    _, q, k, v, grad_a = inputs(8, 40, 25, 16, 16)
+    q_nan, grad_nan = q.copy(), grad_a.copy()
+    q_nan[:15], grad_nan[:15] = np.nan, np.nan  # causal with N - M = 15: the first 15 rows see no key
+    refs = numpy_grads(q.astype(np.float32).astype(np.float64), k.astype(np.float32).astype(np.float64),
+                       v.astype(np.float32).astype(np.float64), grad_a, causal=True)
+    _, dq, dk, dv = kernel_grads(q_nan, k, v, grad_nan, block_q=16, block_k=16, causal=True)
+    assert (dq[:15] == 0).all()
+    assert_close([dq[15:], dk, dv], [refs[0][15:], refs[1], refs[2]])
+
+
+def test_nan_in_an_attended_key_gives_nan_gradients():
+    _, q, k, v, grad_a = inputs(9, 20, 20, 16, 16)
+    k[3, 0] = np.nan
+    _, dq, dk, dv = kernel_grads(q, k, v, grad_a, block_q=16, block_k=16)
+    assert torch.isnan(dq).all() and torch.isnan(dk[3]).all()  # every row attends key 3
+
+
+def test_batch_heads_and_broadcast_leading_dimensions():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 3, 20, 16))
+    k, v = rng.standard_normal((1, 3, 30, 16)), rng.standard_normal((2, 1, 30, 16))  # broadcast over batch, heads
+    grad_a = rng.standard_normal((2, 3, 20, 16))
+    _, *grads = kernel_grads(q, k, v, grad_a, block_q=16, block_k=16, causal=True)
+    assert [tuple(g.shape) for g in grads] == [q.shape, k.shape, v.shape]
+    assert_close(grads, sdpa_grads(q, k, v, grad_a, causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_float16_error_at_most_twice_naive_float16(causal):
+    _, q, k, v, grad_a = inputs(16, 48, 64, 32, 32)  # N <= M: no fully masked row
+    refs = sdpa_grads(q, k, v, grad_a, causal=True) if causal else sdpa_grads(q, k, v, grad_a)
+    a, *grads = kernel_grads(q, k, v, grad_a, dtype=torch.float16, block_q=16, block_k=32, causal=causal)
+    assert a.dtype == torch.float16 and all(g.dtype == torch.float16 for g in grads)
+    # naive attention in float16, differentiated by autograd in float16 (as PyTorch would train it)
+    q16, k16, v16 = (torch.tensor(x, dtype=torch.float16, requires_grad=True) for x in (q, k, v))
+    x = (q16 @ k16.transpose(-1, -2)) * 32 ** -0.5
+    if causal:
+        x = x.masked_fill(~torch.from_numpy(causal_mask(48, 64)), float("-inf"))
+    (torch.softmax(x, dim=-1) @ v16).backward(torch.tensor(grad_a, dtype=torch.float16))
+    for name, g, g_naive, ref in zip(("dq", "dk", "dv"), grads, (q16.grad, k16.grad, v16.grad), refs,
+                                     strict=True):
+        err = np.abs(g.double().numpy() - ref).max()
+        err_naive = np.abs(g_naive.double().numpy() - ref).max()
+        assert err <= 2 * err_naive, f"{name}: kernel error {err:.2e} > 2 x naive float16 error {err_naive:.2e}"
+
+
+def test_the_two_dq_modes_agree_and_separate_is_reproducible():
+    _, q, k, v, grad_a = inputs(5, 40, 50, 16, 16)
+    separate = [kernel_grads(q, k, v, grad_a, block_q=16, block_k=16, causal=True)[1] for _ in range(2)]
+    atomic = kernel_grads(q, k, v, grad_a, block_q=16, block_k=16, causal=True, dq_mode="atomic")[1]
+    assert torch.equal(separate[0], separate[1])
+    np.testing.assert_allclose(atomic.numpy(), separate[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_inputs_give_numpy_gradients_equal_to_attention_backward():
+    _, q, k, v, grad_a = inputs(4, 30, 20, 16, 8)
+    q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, return_lse=True)
+    grads = tb.triton_attention_backward(q, k, v, a, lse, grad_a.astype(np.float32), block_q=16, block_k=16)
+    assert all(isinstance(g, np.ndarray) and g.dtype == np.float32 for g in grads)
+    assert_close(grads, fm.attention_backward(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                              a, lse, grad_a))
+
+
+def test_empty_sizes_and_inputs_untouched():
+    _, q, k, v, grad_a = inputs(2, 20, 0, 16, 16)
+    _, dq, dk, dv = kernel_grads(q, k, v, grad_a, block_q=16, block_k=16)
+    assert (dq == 0).all() and dk.shape == (0, 16) and dv.shape == (0, 16)
+    _, q, k, v, grad_a = inputs(2, 20, 20, 16, 16)
+    q32 = q.astype(np.float32)
+    before = q32.copy()
+    a, lse = triton_flash_attention(q32, k.astype(np.float32), v.astype(np.float32), return_lse=True)
+    tb.triton_attention_backward(q32, k.astype(np.float32), v.astype(np.float32), a, lse,
+                                 grad_a.astype(np.float32))
+    np.testing.assert_array_equal(q32, before)
+
+
+def test_no_grad_gives_a_plain_tensor():
+    q = torch.randn(20, 16, requires_grad=True)
+    with torch.no_grad():
+        a = triton_flash_attention(q, q, q, block_q=16, block_k=16)
+    assert not a.requires_grad
+    a, lse = triton_flash_attention(q, q, q, block_q=16, block_k=16, return_lse=True)
+    assert a.requires_grad and not lse.requires_grad
+
+
+def test_bad_arguments_are_named():
+    q = torch.randn(20, 16, requires_grad=True)
+    with pytest.raises(ValueError, match="dq_mode"):
+        triton_flash_attention(q, q, q, dq_mode="fast")
+    with pytest.raises(TypeError, match="PyTorch tensors"):
+        tb.differentiable_attention(np.zeros((4, 16), np.float32), q, q)
+    a, lse = triton_flash_attention(q.detach(), q.detach(), q.detach(), return_lse=True)
+    with pytest.raises(ValueError, match="grad_a must have shape"):
+        tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a[:3])
+    with pytest.raises(TypeError, match="float64"):
+        tb.triton_attention_backward(*(np.zeros((4, 16)) for _ in range(3)), np.zeros((4, 16)), np.zeros(4),
+                                     np.zeros((4, 16)))
+    with pytest.raises(ValueError, match="block_k"):
+        tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a, block_k=8)
+
+
+def test_kernel_sources_carry_the_rules():
+    sources = "\n".join(tb.backward_kernel_source(name) for name in ("_bwd_delta", "_bwd_dkdv", "_bwd_dq"))
+    for rule in tb.BACKWARD_RULES:
+        assert f"# {rule}" in sources, rule
+    assert "tl.atomic_add" in tb.backward_kernel_source("_bwd_dkdv")
+    with pytest.raises(ValueError, match="_bwd_dq"):
+        tb.backward_kernel_source("dq")
