@@ -64,21 +64,18 @@ import inspect
 import math
 import sys
 
-import numpy as np
-
 from flashmath import triton_kernel as _tk
-from flashmath.attention import prepare_attention_inputs
 from flashmath.triton_kernel import (
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
-    MAX_HEAD_DIM,
+    FLOAT32_SCALES,
     as_tensor,
+    check_kernel_inputs,
     interpreted,
     kernel_block,
     padded_width,
     quiet_interpreter,
     require_triton,
-    stand_in,
 )
 
 __all__ = ["DQ_MODES", "triton_attention_backward", "FlashAttentionFunction", "differentiable_attention",
@@ -294,15 +291,8 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
     block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
-    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
-                                   mask=stand_in(mask) if mask is not None else None, fold_causal=False)
-    if inp.dtype == np.float64:
-        raise TypeError("the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
-                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
-    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
-        if size > MAX_HEAD_DIM:
-            raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
-    tiny, huge = np.finfo(np.float32).smallest_normal, np.finfo(np.float32).max
+    inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    tiny, huge = FLOAT32_SCALES
     if abs(inp.scale) > huge or 0 < abs(inp.scale) < tiny:
         raise ValueError(f"the backward kernels multiply float32 tiles by the scale: it must be 0 or between "
                          f"{tiny:.1e} and {huge:.1e} in magnitude, got {inp.scale}")

@@ -206,9 +206,10 @@ if _IMPORT_ERROR is None:
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
-            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf, measured against 0; so does a row
-            # with a +inf score: exp(x - 0) makes its sum +inf (its logsumexp), where exp(inf - inf) would be NaN
+            # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf
             m_new = tl.maximum(m_i, tl.max(x_tile, 1))
+            # measured against 0 where g_new is -inf (no key yet) or +inf (a +inf score: exp(x - 0) makes the sum
+            # +inf, the row's logsumexp, where exp(inf - inf) would make it NaN)
             m_ref = tl.where((m_new == float("-inf")) | (m_new == float("inf")), 0.0, m_new)
             # alpha = exp(g - g_new): the rescale of everything summed so far
             alpha = tl.exp(m_i - m_ref)
@@ -268,6 +269,33 @@ def stand_in(x):
     return x
 
 
+FLOAT32_SCALES = (float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max))
+"""The magnitudes of a scale that a float32 score tile can be multiplied by (0 aside)."""
+
+
+def check_kernel_inputs(q, k, v, *, scale=None, causal=False, mask=None):
+    """The checks every kernel wrapper runs (forward and backward): those of
+    :func:`flashmath.inputs.prepare_attention_inputs` on zero-byte stand-ins (a GPU tensor is never copied to the
+    host for them), then float64 refused and ``D``, ``Dv`` at most :data:`MAX_HEAD_DIM`.
+
+    Returns:
+        the :class:`flashmath.inputs.AttentionInputs` of the stand-ins (shapes, scale, dtype; not the data).
+
+    Raises:
+        TypeError, ValueError: as :func:`flashmath.inputs.prepare_attention_inputs`; TypeError for float64 inputs;
+        ValueError for a head dimension above :data:`MAX_HEAD_DIM`.
+    """
+    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
+                                   mask=stand_in(mask) if mask is not None else None, fold_causal=False)
+    if inp.dtype == np.float64:
+        raise TypeError("the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
+                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
+    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
+        if size > MAX_HEAD_DIM:
+            raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
+    return inp
+
+
 def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
                            return_lse=False, num_warps=4, num_stages=2, dq_mode="separate"):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
@@ -319,15 +347,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
-    mask_stand_in = stand_in(mask) if mask is not None else None
-    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
-                                   mask=mask_stand_in, fold_causal=False)
-    if inp.dtype == np.float64:
-        raise TypeError("the Triton kernel takes float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
-                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
-    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
-        if size > MAX_HEAD_DIM:
-            raise ValueError(f"the Triton kernel handles head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
+    inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
 
     if _TOO_LATE:
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
@@ -345,7 +365,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     scale = inp.scale
-    tiny, huge = float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max)
+    tiny, huge = FLOAT32_SCALES
     if abs(scale) > huge or 0 < abs(scale) < tiny:
         # a scale that float32 cannot hold (the kernel multiplies the float32 score tile by it): folded into q in
         # float64 here instead, as the numpy loops always do, so that q * scale is right wherever it fits

@@ -250,8 +250,9 @@ def test_the_install_commands_are_readmes():
     assert f"pip install torch=={TORCH_VERSION} && {INSTALL_COMMANDS[1]}" in ci, ".ci/run installs the same torch"
 
 
-def test_chapter_11_without_the_extra_stops_at_its_check_cell_with_the_commands(tmp_path):
-    """Run All of chapter 11 in a kernel where torch and triton cannot be imported (whether or not they are
+@pytest.mark.parametrize("chapter, name", [(11, "11_triton.ipynb"), (12, "12_backward.ipynb")])
+def test_a_chapter_without_the_extra_stops_at_its_check_cell_with_the_commands(tmp_path, chapter, name):
+    """Run All of chapters 11 and 12 in a kernel where torch and triton cannot be imported (whether or not they are
     installed here): the check cell fails with the install commands as its whole traceback, and nothing after it
     runs."""
     nbformat = pytest.importorskip("nbformat")
@@ -260,7 +261,7 @@ def test_chapter_11_without_the_extra_stops_at_its_check_cell_with_the_commands(
 
     from flashmath.triton_kernel import INSTALL_COMMANDS
 
-    path = Path(__file__).resolve().parents[1] / "notebooks" / "11_triton.ipynb"
+    path = Path(__file__).resolve().parents[1] / "notebooks" / name
     nb = nbformat.read(path, as_version=4)
     markdown = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert all(command in markdown for command in INSTALL_COMMANDS), "the title cell shows the commands too"
@@ -276,7 +277,7 @@ def test_chapter_11_without_the_extra_stops_at_its_check_cell_with_the_commands(
     cell = nb.cells[check + 1]
     (error,) = [o for o in cell.outputs if o.output_type == "error"]
     assert error.ename == "ExtraNotInstalled"
-    assert error.traceback[0].startswith("Chapter 11 needs the triton extra, PyTorch and Triton")
+    assert error.traceback[0].startswith(f"Chapter {chapter} needs the triton extra, PyTorch and Triton")
     assert len(error.traceback) <= 10 and not any('File "' in line or "---->" in line for line in error.traceback)
     assert all(f"    {command}" in error.traceback for command in INSTALL_COMMANDS)
     ran = [c.execution_count for c in nb.cells[check + 2:] if c.cell_type == "code"]
