@@ -64,35 +64,33 @@ import inspect
 import math
 import sys
 
-from flashmath import triton_kernel as _tk
-from flashmath.triton_kernel import (
+from flashmath.triton_setup import (
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
     FLOAT32_SCALES,
     as_tensor,
+    available,
     check_kernel_inputs,
     interpreted,
     kernel_block,
     padded_width,
     quiet_interpreter,
     require_triton,
+    tl,
+    too_late,
+    torch,
+    triton,
 )
 
-__all__ = ["DQ_MODES", "triton_attention_backward", "FlashAttentionFunction", "differentiable_attention",
+__all__ = ["DQ_MODES", "triton_attention_backward",
            "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
 
 DQ_MODES = ("separate", "atomic")
 """How ``dQ`` is accumulated: ``"separate"``, a second kernel with query tiles outside (deterministic), or
 ``"atomic"``, atomic adds from the dK/dV kernel (one sweep; not bitwise reproducible on a GPU)."""
 
-try:  # after flashmath.triton_kernel, which switches Triton to its interpreter where there is no GPU
-    import torch
-    import triton
-    import triton.language as tl
-except ImportError:  # the extra is not installed: the module imports, the functions explain
-    torch = triton = tl = None  # type: ignore[assignment]
 
-if _tk.available():
+if available():
 
     @triton.jit
     def _bwd_delta(
@@ -353,7 +351,7 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
 
 def _device(q, k, v, tensors):
     """The device the kernels run on: the tensors' device, else the GPU, else the CPU under the interpreter."""
-    if _tk._TOO_LATE:
+    if too_late():
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
                            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
                            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
@@ -366,62 +364,6 @@ def _device(q, k, v, tensors):
         raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
                            "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU")
     return device
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Autograd: triton_flash_attention differentiable
-# ------------------------------------------------------------------------------------------------------------------
-
-if _tk.available():
-
-    class FlashAttentionFunction(torch.autograd.Function):
-        """``A = attention(q, k, v)`` by the forward kernel, with the backward kernels as its gradient.
-
-        ``forward`` saves ``q``, ``k``, ``v``, the output and the logsumexp (``N`` numbers per head, never the
-        ``N x M`` probabilities); ``backward`` recomputes ``Y`` tile by tile. Use :func:`differentiable_attention`
-        (or :func:`flashmath.triton_kernel.triton_flash_attention` on tensors that require grad) rather than
-        ``apply``.
-        """
-
-        @staticmethod
-        def forward(ctx, q, k, v, mask, options):
-            a, lse = _tk.triton_flash_attention(q, k, v, mask=mask, return_lse=True, **options["forward"])
-            ctx.save_for_backward(q, k, v, a, lse)
-            ctx.mask, ctx.options = mask, options
-            ctx.mark_non_differentiable(lse)
-            return a, lse
-
-        @staticmethod
-        def backward(ctx, grad_a, grad_lse):
-            q, k, v, a, lse = ctx.saved_tensors
-            grad_a = torch.zeros_like(a) if grad_a is None else grad_a.contiguous()
-            dq, dk, dv = triton_attention_backward(q, k, v, a, lse, grad_a, mask=ctx.mask, **ctx.options["backward"])
-            return dq, dk, dv, None, None
-
-
-def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None,
-                             return_lse=False, dq_mode="separate", num_warps=4, num_stages=2):
-    """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
-
-    Arguments and results as the forward's (tensors only); ``dq_mode`` as :func:`triton_attention_backward`.
-    ``.backward()`` on the output (or ``torch.autograd.grad``) runs the backward kernels. The logsumexp, if
-    returned, is not differentiable.
-
-    Raises:
-        TypeError: ``q``, ``k`` or ``v`` is not a tensor; otherwise as the forward and the backward.
-    """
-    require_triton()
-    if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
-        raise TypeError("differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
-                        f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)")
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
-                         f"got {dq_mode!r}")
-    shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
-    options = {"forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
-               "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1)}
-    a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)
-    return (a, lse) if return_lse else a
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -64,109 +64,44 @@ language and compiler for tiled neural network computations" (MAPL 2019); Triton
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
-import os
 import re
 import sys
-import warnings
-
-import numpy as np
 
 from flashmath._checks import integer
-from flashmath.inputs import prepare_attention_inputs
 
 __all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available", "require_extra", "interpreted",
-           "triton_flash_attention", "line_for_line", "kernel_source", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N"]
+           "triton_flash_attention", "differentiable_attention", "FlashAttentionFunction", "line_for_line",
+           "kernel_source", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM", "TORCH_VERSION", "require_triton",
+           "too_late", "DQ_MODES"]
 
-TORCH_VERSION = "2.13.0"
-"""The PyTorch release the stored outputs of chapter 11 were made with (README.md's command pins it too)."""
-INSTALL_COMMANDS = (
-    f"pip install torch=={TORCH_VERSION} --index-url https://download.pytorch.org/whl/cpu",
-    'pip install -e ".[triton]" -c constraints.txt',
+from flashmath.triton_backward import DQ_MODES, triton_attention_backward
+from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests use them through this module
+    DEFAULT_BLOCK_M,
+    DEFAULT_BLOCK_N,
+    FLOAT32_SCALES,
+    INSTALL_COMMANDS,
+    INSTALL_HINT,
+    MAX_HEAD_DIM,
+    TORCH_VERSION,
+    ExtraNotInstalled,
+    as_tensor,
+    available,
+    check_kernel_inputs,
+    interpreted,
+    kernel_block,
+    padded_width,
+    quiet_interpreter,
+    require_extra,
+    require_triton,
+    tl,
+    too_late,
+    torch,
+    triton,
 )
-"""The triton extra from the course's folder (the clone), in its activated environment: PyTorch's CPU build first
-(a plain ``torch`` requirement resolves to a multi-GB CUDA build), then the extra. The package is not on PyPI."""
-INSTALL_HINT = (
-    "in the course's folder, with its environment activated: " + " && ".join(INSTALL_COMMANDS)
-    + f" (with a GPU, or where download.pytorch.org cannot be reached: pip install torch=={TORCH_VERSION} instead of"
-    " the first command)"
-)
-DEFAULT_BLOCK_M = 64
-"""Default ``B_r`` (``BLOCK_M``): the query rows of one program."""
-DEFAULT_BLOCK_N = 64
-"""Default ``B_c`` (``BLOCK_N``): the keys of one step."""
-MAX_HEAD_DIM = 128
 
-_TOO_LATE = False  # True: no GPU, but Triton was imported (compiled mode) before this module could switch it
-try:
-    import torch
-
-    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
-        # No GPU: run the kernels in Triton's interpreter. Triton reads the variable when a function is decorated
-        # with @triton.jit, its own library functions included, so it must be set before triton is first imported.
-        if "triton" in sys.modules:
-            _TOO_LATE = True
-        else:
-            os.environ["TRITON_INTERPRET"] = "1"
-    import triton
-    import triton.language as tl
-except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
-    torch = triton = tl = None  # type: ignore[assignment]
-    _IMPORT_ERROR: ImportError | None = error
-else:
-    _IMPORT_ERROR = None
-
-
-def available() -> bool:
-    """True when PyTorch and Triton are installed (the ``triton`` extra)."""
-    return _IMPORT_ERROR is None
-
-
-def interpreted() -> bool:
-    """True when the kernel runs in Triton's interpreter on the CPU, False when it is compiled for a GPU."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-class ExtraNotInstalled(ModuleNotFoundError):
-    """PyTorch or Triton is missing. In a notebook it shows as its message alone, without a traceback (IPython
-    prints what ``_render_traceback_`` returns), and, being an error, it stops *Run All* at that cell."""
-
-    def _render_traceback_(self) -> list[str]:
-        return str(self).splitlines()
-
-
-def require_triton() -> None:
-    if _IMPORT_ERROR is not None:
-        raise ExtraNotInstalled(
-            f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them {INSTALL_HINT}"
-        ) from _IMPORT_ERROR
-
-
-def require_extra(chapter: str = "This chapter") -> None:
-    """Stop with the install commands unless PyTorch and Triton are installed (the first code cell of chapter 11).
-
-    Prints one line when they are. Raises:
-        ExtraNotInstalled: (a ModuleNotFoundError) naming what is missing and the commands that install it.
-    """
-    if _IMPORT_ERROR is None:
-        print(f"{chapter} needs PyTorch and Triton (the triton extra): both are installed.")
-        return
-    commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
-    raise ExtraNotInstalled(
-        f"{chapter} needs the triton extra, PyTorch and Triton ({_IMPORT_ERROR}).\n"
-        "Install it in a terminal, in the course's folder, with its environment activated:\n"
-        f"{commands}\n"
-        f"(with a GPU, or without access to download.pytorch.org: pip install torch=={TORCH_VERSION} as the first;\n"
-        "on macOS and Windows, open this chapter in Colab: README, \"The triton extra\"),\n"
-        "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-        "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
-        "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
-    ) from None
-
-
-if _IMPORT_ERROR is None:
+if available():
 
     @triton.jit
     def _fa2_forward(
@@ -237,65 +172,6 @@ if _IMPORT_ERROR is None:
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
 
-def kernel_block(value, name: str, default: int) -> int:
-    value = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
-    if value < 16 or value > 256 or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
-                         f"got {value}")
-    return value
-
-
-def padded_width(size: int) -> int:
-    """The tile width of a head dimension: the next power of two, at least 16."""
-    return max(16, 1 << max(0, size - 1).bit_length())
-
-
-def _numpy_dtype(dtype) -> np.dtype:
-    """A numpy stand-in for a torch dtype, for the shared argument checks (bfloat16 checks as float32)."""
-    name = str(dtype).removeprefix("torch.")
-    if name == "bfloat16":
-        return np.dtype(np.float32)
-    try:
-        return np.dtype(name)
-    except TypeError:
-        return np.dtype(object)  # complex, quantised...: refused by the checks with the argument's name
-
-
-def stand_in(x):
-    """A zero-byte numpy array with the shape and dtype of a tensor (or the array itself): the checks of
-    :func:`flashmath.attention.prepare_attention_inputs` run on it without copying a GPU tensor to the host."""
-    if torch is not None and isinstance(x, torch.Tensor):
-        return np.broadcast_to(np.zeros((), _numpy_dtype(x.dtype)), tuple(x.shape))
-    return x
-
-
-FLOAT32_SCALES = (float(np.finfo(np.float32).smallest_normal), float(np.finfo(np.float32).max))
-"""The magnitudes of a scale that a float32 score tile can be multiplied by (0 aside)."""
-
-
-def check_kernel_inputs(q, k, v, *, scale=None, causal=False, mask=None):
-    """The checks every kernel wrapper runs (forward and backward): those of
-    :func:`flashmath.inputs.prepare_attention_inputs` on zero-byte stand-ins (a GPU tensor is never copied to the
-    host for them), then float64 refused and ``D``, ``Dv`` at most :data:`MAX_HEAD_DIM`.
-
-    Returns:
-        the :class:`flashmath.inputs.AttentionInputs` of the stand-ins (shapes, scale, dtype; not the data).
-
-    Raises:
-        TypeError, ValueError: as :func:`flashmath.inputs.prepare_attention_inputs`; TypeError for float64 inputs;
-        ValueError for a head dimension above :data:`MAX_HEAD_DIM`.
-    """
-    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
-                                   mask=stand_in(mask) if mask is not None else None, fold_causal=False)
-    if inp.dtype == np.float64:
-        raise TypeError("the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
-                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
-    for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
-        if size > MAX_HEAD_DIM:
-            raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
-    return inp
-
-
 def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
                            return_lse=False, num_warps=4, num_stages=2, dq_mode="separate"):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
@@ -338,7 +214,6 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
-        from flashmath.triton_backward import differentiable_attention  # chapter 12: the backward kernels
 
         return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
                                         mask=mask, return_lse=return_lse, dq_mode=dq_mode, num_warps=num_warps,
@@ -349,7 +224,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
 
-    if _TOO_LATE:
+    if too_late():
         raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
                            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
                            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
@@ -408,27 +283,60 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     return (a, lse) if return_lse else a
 
 
-@contextlib.contextmanager
-def quiet_interpreter():
-    """In the interpreter, numpy's warnings about NaN and inf in the inputs (``inf - inf`` in a product, an all-NaN
-    row) are silenced: they are how the interpreter computes, not messages for the user (NaN in still gives NaN
-    out). A compiled kernel has no such warnings."""
-    if not interpreted():
-        yield
-        return
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
+# ------------------------------------------------------------------------------------------------------------------
+# Autograd: triton_flash_attention differentiable
+# ------------------------------------------------------------------------------------------------------------------
+
+if available():
+
+    class FlashAttentionFunction(torch.autograd.Function):
+        """``A = attention(q, k, v)`` by the forward kernel, with the backward kernels as its gradient.
+
+        ``forward`` saves ``q``, ``k``, ``v``, the output and the logsumexp (``N`` numbers per head, never the
+        ``N x M`` probabilities); ``backward`` recomputes ``Y`` tile by tile. Use :func:`differentiable_attention`
+        (or :func:`flashmath.triton_kernel.triton_flash_attention` on tensors that require grad) rather than
+        ``apply``.
+        """
+
+        @staticmethod
+        def forward(ctx, q, k, v, mask, options):
+            a, lse = triton_flash_attention(q, k, v, mask=mask, return_lse=True, **options["forward"])
+            ctx.save_for_backward(q, k, v, a, lse)
+            ctx.mask, ctx.options = mask, options
+            ctx.mark_non_differentiable(lse)
+            return a, lse
+
+        @staticmethod
+        def backward(ctx, grad_a, grad_lse):
+            q, k, v, a, lse = ctx.saved_tensors
+            grad_a = torch.zeros_like(a) if grad_a is None else grad_a.contiguous()
+            dq, dk, dv = triton_attention_backward(q, k, v, a, lse, grad_a, mask=ctx.mask, **ctx.options["backward"])
+            return dq, dk, dv, None, None
 
 
-def as_tensor(x, device):
-    """``x`` (an array or a tensor) as a tensor on ``device``, without copying when it is already there."""
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    x = np.ascontiguousarray(x)
-    if not x.flags.writeable:  # torch wants writable memory (read-only arrays, e.g. the shipped heads): a copy
-        x = x.copy()
-    return torch.from_numpy(x).to(device)
+def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None,
+                             return_lse=False, dq_mode="separate", num_warps=4, num_stages=2):
+    """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
+
+    Arguments and results as the forward's (tensors only); ``dq_mode`` as :func:`triton_attention_backward`.
+    ``.backward()`` on the output (or ``torch.autograd.grad``) runs the backward kernels. The logsumexp, if
+    returned, is not differentiable.
+
+    Raises:
+        TypeError: ``q``, ``k`` or ``v`` is not a tensor; otherwise as the forward and the backward.
+    """
+    require_triton()
+    if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
+        raise TypeError("differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
+                        f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
+                         f"got {dq_mode!r}")
+    shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
+    options = {"forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
+               "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1)}
+    a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)
+    return (a, lse) if return_lse else a
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ if HAVE_TRITON:
     import torch.nn.functional as F
 
     from flashmath import triton_backward as tb
+    from flashmath import triton_kernel as tk
     from flashmath.triton_kernel import triton_flash_attention
 
 TOL = 5e-6  # float32: |grad - grad_ref| <= TOL * (1 + max |grad_ref|); measured errors are below 1e-6
@@ -241,7 +242,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="dq_mode"):
         triton_flash_attention(q, q, q, dq_mode="fast")
     with pytest.raises(TypeError, match="PyTorch tensors"):
-        tb.differentiable_attention(np.zeros((4, 16), np.float32), q, q)
+        tk.differentiable_attention(np.zeros((4, 16), np.float32), q, q)
     a, lse = triton_flash_attention(q.detach(), q.detach(), q.detach(), return_lse=True)
     with pytest.raises(ValueError, match="grad_a must have shape"):
         tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a[:3])
