@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.network  # the pretrained model is downloaded (or found where the message below says)
+
 NEEDS = "the model check needs torch, transformers, safetensors and tokenizers (pip install them in a separate venv)"
 torch = pytest.importorskip("torch", reason=NEEDS)
 transformers = pytest.importorskip("transformers", reason=NEEDS)

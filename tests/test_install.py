@@ -22,6 +22,8 @@ import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
 from packaging.utils import canonicalize_name
 
+pytestmark = pytest.mark.network  # pip installs from the package index (a local mirror in CI)
+
 ROOT = Path(__file__).resolve().parents[1]
 COLAB_IPYWIDGETS = "7.7.1"
 
