@@ -52,7 +52,7 @@ HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch
 if HAVE_TRITON:
     from flashmath.triton_kernel import triton_flash_attention
 KERNEL = [pytest.param(kernel, marks=pytest.mark.skipif(not HAVE_TRITON, reason=(
-    'the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"')))]
+    'the triton extra is not installed (PyTorch and Triton): see README, \"The triton extra\"')))]
 
 VARIANTS = [fm.one_loop_attention, fm.two_loop_attention, flash("fa2", 2, 3), flash("fa1", 3, 2),
             flash("fa2", 1, 1), flash("fa1", 64, 64), split(3)]

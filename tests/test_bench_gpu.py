@@ -28,7 +28,7 @@ def test_the_reason_names_what_is_missing(monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
-                    reason='the triton extra is not installed: pip install -e ".[triton]"')
+                    reason='the triton extra is not installed: see README, \"The triton extra\"')
 def test_the_gpu_checks_pass_in_the_interpreter_at_a_small_size():
     lines = []
     assert gpu.check(lines.append, device="cpu", size=32, heads=(1,))

@@ -15,9 +15,9 @@ from flashmath.exercises import chapter11_12 as ex
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: pip install -e ".[triton]"')
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: see README, \"The triton extra\"')
 needs_triton = pytest.mark.skipif(not HAVE_TRITON,
-                                  reason='the triton extra is not installed: pip install -e ".[triton]"')
+                                  reason='the triton extra is not installed: see README, \"The triton extra\"')
 
 
 def messages(report) -> str:

@@ -18,7 +18,7 @@ from flashmath.masks import causal_mask, padding_mask
 
 HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
 needs_triton = pytest.mark.skipif(
-    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): pip install -e ".[triton]"'
+    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): see README, \"The triton extra\"'
 )
 pytestmark = needs_triton
 if HAVE_TRITON:

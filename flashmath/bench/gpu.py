@@ -23,7 +23,9 @@ def _available() -> str | None:
     """None when a CUDA GPU, PyTorch and Triton are here; else why not."""
     missing = [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]
     if missing:
-        return (f"the triton extra is not installed ({' and '.join(missing)} missing): pip install -e \".[triton]\"; "
+        from flashmath.triton_setup import INSTALL_HINT
+
+        return (f"the triton extra is not installed ({' and '.join(missing)} missing): {INSTALL_HINT}; "
                 "nothing to check or time here")
     import torch
 

@@ -144,7 +144,9 @@ def check_row_lse(fn) -> CheckReport:
     try:
         import torch
     except ImportError:
-        report.add("PyTorch", False, "this exercise needs PyTorch and Triton: pip install -e \".[triton]\"")
+        from flashmath.triton_setup import INSTALL_HINT  # here: importing it tries to import torch
+
+        report.add("PyTorch", False, "this exercise needs PyTorch and Triton (the triton extra): " + INSTALL_HINT)
         return report
     cases, answers = _row_lse_cases(), []
     for name, x in cases:
