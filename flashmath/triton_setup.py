@@ -58,7 +58,7 @@ try:
     import triton
     import triton.language as tl
 except ImportError as error:  # the extra is not installed: the module imports, the wrapper explains
-    torch = triton = tl = None  # type: ignore[assignment]
+    torch = triton = tl = None  # type: ignore[assignment, unused-ignore]  # (unused where torch is not installed)
     _IMPORT_ERROR: ImportError | None = error
 else:
     _IMPORT_ERROR = None
