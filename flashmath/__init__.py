@@ -25,8 +25,8 @@ from flashmath.attention import (
     two_loop_trace,
 )
 from flashmath.backward import attention_backward
-from flashmath.counting import counted_attention
-from flashmath.flash import FlashTrace, flash_attention, flash_trace
+from flashmath.counting import FlashTrace, counted_attention, flash_trace
+from flashmath.flash import flash_attention
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
 from flashmath.precision import (

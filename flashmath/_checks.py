@@ -38,12 +38,13 @@ def integer(value: object, name: str, kind: str = "an integer") -> int:
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}") from None
 
 
-def size(value: object, name: str, minimum: int = 0, kind: str | None = None) -> int:
+def size(value: object, name: str, minimum: int = 0, kind: str | None = None, why: str = "") -> int:
     """``value`` as a Python int ``>= minimum``: TypeError for a non-integer (:func:`integer`), ValueError below
-    ``minimum``. The one home of the "integer >= k" check (sizes, block sizes, counts)."""
+    ``minimum`` (``why``, e.g. ``" (rows per tile)"``, follows the bound in its message). The one home of the
+    "integer >= k" check (sizes, block sizes, counts, steps, intervals)."""
     number = integer(value, name, kind or "an integer")
     if number < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {number}")
+        raise ValueError(f"{name} must be >= {minimum}{why}, got {number}")
     return number
 
 

@@ -17,7 +17,8 @@ Both run the same update on a score tile; with one query tile of all ``N`` rows 
 fa2 is :func:`flashmath.attention.one_loop_attention` (chapter 5) with its division deferred. The loops
 read and write their arrays through a memory passed in (:mod:`flashmath.memory`): :func:`flash_attention`
 passes a plain one that counts nothing, :func:`flashmath.counting.counted_attention` a counted one, and
-:func:`flash_trace` a counted one too, to record the state and the traffic after every tile step. The tile
+:func:`flashmath.counting.flash_trace` a counted one to :func:`trace_steps`, reading the traffic between the tile
+steps (the trace of the tile sweep). The tile
 steps themselves are public (:func:`fa2_tile_step`, :func:`fa1_tile_step`); tiles and their keep masks come
 from :mod:`flashmath.tiling`. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``,
 ``k``...
@@ -37,7 +38,6 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from flashmath._checks import float_dtype
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
-from flashmath.memory import CountedMemory, Memory, PlainMemory, TrafficCount
+from flashmath.memory import Memory, PlainMemory
 from flashmath.rowstate import finish, logsumexp_of, merge_rows, weighted_values
 
 # Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
@@ -57,16 +57,15 @@ __all__ = [
     "DEFAULT_BLOCK_K",
     "DEFAULT_BLOCK_Q",
     "ORDERS",
-    "FlashTrace",
     "fa1_loop",
     "fa1_tile_step",
     "fa2_loop",
     "fa2_tile_step",
     "fa2_write",
     "flash_attention",
-    "flash_trace",
     "tile_arrays",
     "tile_result",
+    "trace_steps",
 ]
 
 
@@ -302,148 +301,25 @@ def flash_attention(
     return tile_result(memory, inp, order, return_lse)
 
 
-@dataclass(frozen=True)
-class FlashTrace:
-    """The state after every tile step of :func:`flash_attention`, for the tile-sweep plots.
+def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:
+    """Run the tile loop of ``order`` on the arrays in ``memory`` (:func:`tile_arrays`) and yield, after every
+    tile step, ``(i, j, skipped, (r0, r1), (c0, c1), g, s, a)``: the step's tiles and every row's state so far
+    (new arrays, the caller keeps them): ``g``, ``s`` ``(..., N)``, ``a`` ``(..., N, Dv)`` the output over the
+    keys seen, normalised (``A'``; fa2's on-chip ``acc`` divided by ``s`` for the record only).
 
-    Step ``t`` processed query tile ``tiles[t, 0]`` (rows ``rows[t, 0]:rows[t, 1]``) against key tile
-    ``tiles[t, 1]`` (keys ``cols[t, 0]:cols[t, 1]``), in the loop order: key tile fastest for fa2, query tile
-    fastest for fa1. Skipped tiles (every pair masked) are steps too, with ``skipped[t]`` True; nothing is
-    loaded or computed for them.
-
-    Attributes (compute dtype unless noted; ``...`` are the broadcast leading dimensions):
-        order: ``"fa1"`` or ``"fa2"``. block_q, block_k: ``B_r``, ``B_c``.
-        grid: ``(T_r, T_c)``, the number of query tiles and of key tiles.
-        tiles: ``(T, 2)`` int, ``(i, j)`` = (query tile, key tile) of each step.
-        rows: ``(T, 2)`` int, the query rows ``[r0, r1)`` of the step. cols: ``(T, 2)`` int, the keys ``[c0, c1)``.
-        skipped: ``(T,)`` bool.
-        g: ``(T, ..., N)`` every row's running max after the step (``-inf`` for a row that has seen no key).
-        s: ``(T, ..., N)`` every row's running sum after the step.
-        a: ``(T, ..., N, Dv)`` every row's output over the keys it has seen, normalised (``A'``; 0 before any
-            key). fa1 holds exactly this in memory; fa2 holds ``acc = s A'`` on chip (:attr:`acc`) and divides
-            once when the query tile is done.
-        loaded_bytes, stored_bytes: ``(T,)`` int, bytes moved from and to memory so far (fa1's initialisation
-            of ``A``, ``g``, ``s`` included in the first step).
-        bytes_by_array: ``{name: (T, 2) int}``, the same per array (``Q``, ``K``, ``V``, ``A``, and ``lse`` or
-            ``g``, ``s``): column 0 loaded, column 1 stored, so far.
-        traffic: the :class:`flashmath.traffic.TrafficCount` of the whole run (per array).
-        output: ``(..., N, Dv)`` and lse: ``(..., N)``, the result of :func:`flash_attention`.
-    """
-
-    order: str
-    block_q: int
-    block_k: int
-    grid: tuple
-    tiles: np.ndarray
-    rows: np.ndarray
-    cols: np.ndarray
-    skipped: np.ndarray
-    g: np.ndarray
-    s: np.ndarray
-    a: np.ndarray
-    loaded_bytes: np.ndarray
-    stored_bytes: np.ndarray
-    bytes_by_array: dict
-    traffic: TrafficCount
-    output: np.ndarray
-    lse: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.tiles)
-
-    @property
-    def acc(self) -> np.ndarray:
-        """``(T, ..., N, Dv)`` the unnormalised accumulator ``s A'`` of every row (what fa2 keeps on chip)."""
-        return self.s[..., None] * self.a
-
-    @property
-    def hbm_bytes(self) -> np.ndarray:
-        """``(T,)`` bytes moved between memory and the chip so far, both directions."""
-        return self.loaded_bytes + self.stored_bytes
-
-    @property
-    def n_skipped(self) -> int:
-        """The number of tiles skipped because every pair in them is masked."""
-        return int(self.skipped.sum())
-
-
-def flash_trace(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
-    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-    bytes_per_element: int | None = None,
-) -> FlashTrace:
-    """Run :func:`flash_attention` and keep the state of every row after every tile step (for the tile sweep).
-
-    Args:
-        q, k, v, block_q, block_k, order, scale, causal, mask: as :func:`flash_attention`.
-        bytes_per_element: element size for the byte counts; default: the itemsize of the inputs.
-
-    Returns:
-        :class:`FlashTrace`. It stores ``T_r * T_c`` copies of the row states: meant for small inputs (a real
-        head of a few dozen tokens), not for benchmarks.
-
-    Raises:
-        as :func:`flash_attention`; also ValueError when ``N`` or ``M`` is 0 (no tile steps to trace).
-    """
-    block_q, block_k = check_tiling(block_q, block_k, order)
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
-    if inp.N == 0 or inp.M == 0:
-        raise ValueError(
-            f"flash_trace needs at least one query and one key to have tile steps, got N = {inp.N}, M = {inp.M}"
-        )
-    # the trace records the traffic of every step: the loop runs on a counted memory
-    if bytes_per_element is None:
-        bytes_per_element = inp.dtype.itemsize
-    hbm = CountedMemory(tile_arrays(inp, order), bytes_per_element=bytes_per_element)
-    steps = LOOPS[order](hbm, inp, block_q, block_k)
-    dtype = hbm.array("A").dtype
+    The memory is the caller's: :func:`flashmath.counting.flash_trace` passes a counted one and reads its count
+    between the steps (counting wraps the loop from outside). ``inp`` must have ``N, M >= 1`` and its causal
+    mask not folded (``fold_causal=False``)."""
+    dtype = memory.array("A").dtype
     rows_shape = inp.batch_shape + (inp.N,)
     g_now = np.full(rows_shape, -np.inf, dtype)  # every row's state so far
     s_now = np.zeros(rows_shape, dtype)
     a_now = np.zeros(rows_shape + (inp.Dv,), dtype)
-    names = ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")
-    record: dict[str, list] = {name: [] for name in names}
     cols = tiles(inp.M, block_k)
-    for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in steps:
+    for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in LOOPS[order](memory, inp, block_q, block_k):
         if not skipped:
             g_now[..., r0:r1], s_now[..., r0:r1] = g_tile, s_tile
             if order == "fa2":  # A' = acc / s, for the record only: fa2 itself divides once at the end
                 a_tile = finish(a_tile, s_tile)
             a_now[..., r0:r1, :] = a_tile
-        count = hbm.count
-        for name, value in (
-            ("tiles", (i, j)),
-            ("rows", (r0, r1)),
-            ("cols", cols[j]),
-            ("skipped", skipped),
-            ("g", g_now.copy()),
-            ("s", s_now.copy()),
-            ("a", a_now.copy()),
-            ("loaded", count.loads * count.bytes_per_element),
-            ("stored", count.stores * count.bytes_per_element),
-            ("arrays", dict(count.arrays)),
-        ):
-            record[name].append(value)
-    output, lse = tile_result(hbm, inp, order, return_lse=True)
-    return FlashTrace(
-        order=order,
-        block_q=block_q,
-        block_k=block_k,
-        grid=(len(tiles(inp.N, block_q)), len(cols)),
-        tiles=np.array(record["tiles"], dtype=np.intp),
-        rows=np.array(record["rows"], dtype=np.intp),
-        cols=np.array(record["cols"], dtype=np.intp),
-        skipped=np.array(record["skipped"], dtype=bool),
-        g=np.stack(record["g"]),
-        s=np.stack(record["s"]),
-        a=np.stack(record["a"]),
-        loaded_bytes=np.array(record["loaded"], dtype=np.int64),
-        stored_bytes=np.array(record["stored"], dtype=np.int64),
-        bytes_by_array={
-            name: np.array([step[name] for step in record["arrays"]], dtype=np.int64) * hbm.count.bytes_per_element
-            for name in hbm.count.arrays
-        },
-        traffic=hbm.count,
-        output=output,
-        lse=lse,
-    )
+        yield i, j, skipped, (r0, r1), cols[j], g_now.copy(), s_now.copy(), a_now.copy()

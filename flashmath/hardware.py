@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import DTypeLike
 
-from flashmath._checks import integer
+from flashmath._checks import size
 
 __all__ = ["GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile", "register_limit"]
 
@@ -93,13 +93,6 @@ class TileBytes:
         return self.scores + self.accumulator + self.row_states
 
 
-def _positive(value: object, name: str) -> int:
-    value = integer(value, name)
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
-    return value
-
-
 def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float16", Dv: int | None = None,
                stages: int = 2) -> TileBytes:
     """The on-chip bytes of FlashAttention-2's forward working set for one query tile.
@@ -116,9 +109,9 @@ def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float1
     Raises:
         TypeError: sizes that are not integers; ValueError: sizes below 1 or an unknown dtype.
     """
-    D, block_q, block_k, stages = (_positive(x, n) for x, n in ((D, "D"), (block_q, "block_q"),
-                                                                  (block_k, "block_k"), (stages, "stages")))
-    Dv = D if Dv is None else _positive(Dv, "Dv")
+    D, block_q, block_k, stages = (size(x, n, 1) for x, n in ((D, "D"), (block_q, "block_q"),
+                                                                     (block_k, "block_k"), (stages, "stages")))
+    Dv = D if Dv is None else size(Dv, "Dv", 1)
     try:
         element = np.dtype(dtype).itemsize
     except TypeError:
@@ -148,7 +141,7 @@ def register_limit(gpu: GPU, num_warps: int | None = None) -> int:
     """
     if num_warps is None:
         return gpu.register_bytes
-    num_warps = _positive(num_warps, "num_warps")
+    num_warps = size(num_warps, "num_warps", 1)
     return min(gpu.register_bytes, 32 * num_warps * gpu.max_registers_per_thread * 4)
 
 

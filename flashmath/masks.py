@@ -20,18 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from flashmath._checks import integer
+from flashmath._checks import size
 
 __all__ = ["causal_mask", "sliding_window_mask", "padding_mask"]
 
 _ALIGNMENTS = ("bottom-right", "top-left")
-
-
-def _size(value: object, name: str) -> int:
-    size = integer(value, name)
-    if size < 0:
-        raise ValueError(f"{name} must be >= 0, got {size}")
-    return size
 
 
 def _offset(N: int, M: int, align: str) -> int:
@@ -57,7 +50,7 @@ def causal_mask(N: int, M: int, *, align: str = "bottom-right") -> np.ndarray:
         TypeError: ``N`` or ``M`` is not an integer (a bool is not). ValueError: a negative size or an unknown
         ``align``.
     """
-    N, M = _size(N, "N"), _size(M, "M")
+    N, M = size(N, "N"), size(M, "M")
     offset = _offset(N, M, align)
     n = np.arange(N)[:, None]  # (N, 1)
     m = np.arange(M)[None, :]  # (1, M)
@@ -87,19 +80,17 @@ def sliding_window_mask(N: int, M: int, window: int | None = None, *, left: int 
         TypeError: a size or extent is not an integer (a bool is not). ValueError: a negative size or extent,
         ``window < 1``, both ``window`` and an extent, neither, or an unknown ``align``.
     """
-    N, M = _size(N, "N"), _size(M, "M")
+    N, M = size(N, "N"), size(M, "M")
     if window is not None:
         if left is not None or right is not None:
             raise ValueError("give either window or left/right, not both")
-        window = _size(window, "window")
-        if window < 1:
-            raise ValueError(f"window must be >= 1 (each query sees at least its own key), got {window}")
+        window = size(window, "window", 1, why=" (each query sees at least its own key)")
         left, right = window - 1, 0
     elif left is None and right is None:
         raise ValueError("give window (the last keys each query sees) or the extents left and right")
     else:
-        left = None if left is None else _size(left, "left")
-        right = None if right is None else _size(right, "right")
+        left = None if left is None else size(left, "left")
+        right = None if right is None else size(right, "right")
     offset = _offset(N, M, align)
     p = np.arange(N)[:, None] + offset  # (N, 1): the key aligned with each query
     m = np.arange(M)[None, :]  # (1, M)
@@ -127,7 +118,7 @@ def padding_mask(lengths: ArrayLike, M: int) -> np.ndarray:
         TypeError: ``lengths`` is not integers (bools are not), or ``M`` is not an integer. ValueError:
         ``lengths`` is not 1-D or a length is outside ``[0, M]``.
     """
-    M = _size(M, "M")
+    M = size(M, "M")
     lengths = np.asarray(lengths)
     if lengths.size == 0 and lengths.dtype.kind == "f":  # an empty list is a batch of no sequences
         lengths = lengths.astype(np.intp)

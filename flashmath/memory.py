@@ -8,7 +8,7 @@ to, a *memory* passed in by its caller: ``memory["K"]`` is an array, ``memory["K
   (:func:`flashmath.flash_attention`, :func:`flashmath.two_loop_attention`...) run on it, so a run that nobody
   counts costs nothing.
 * :class:`CountedMemory` tallies every element loaded and stored, per array and per named pass, in a
-  :class:`TrafficCount`. :mod:`flashmath.counting` and :func:`flashmath.flash_trace` pass one in; the
+  :class:`TrafficCount`. :mod:`flashmath.counting` (:func:`flashmath.flash_trace` included) passes one in; the
   algorithms never import this module's counters, so counting wraps them from outside.
 
 Whatever an algorithm keeps between accesses (a running max, a query tile, a row of partial sums) is on chip

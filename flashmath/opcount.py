@@ -9,18 +9,25 @@ Source: T. Dao, "FlashAttention-2" (2023), section 3.1.1 (fewer non-matmul FLOPs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from flashmath._checks import size
 from flashmath.flash import LOOPS, tile_arrays
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.memory import PlainMemory
 from flashmath.tiling import check_tiling
 
-__all__ = ["OpCount", "count_ops"]
+__all__ = ["OPS", "OPS_BLOCKS", "OpCount", "count_ops", "op_count_table"]
+
+OPS = ("exp", "multiply", "divide", "add", "subtract", "maximum")
+"""The element operations besides the matrix products that chapter 7 compares (numpy ufunc names)."""
+OPS_BLOCKS = (2, 4, 8, 16, 32, 64, 128)
+"""``B = B_r = B_c`` of chapter 7's operations slider (:func:`op_count_table`)."""
 
 
 @dataclass
@@ -122,3 +129,27 @@ def count_ops(algorithm: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block
     for _ in LOOPS[algorithm](PlainMemory(arrays), inp, block_q, block_k):
         pass
     return OpCount(ops=ops, scores=int(np.prod(inp.batch_shape, dtype=np.int64)) * inp.N * inp.M)
+
+
+def op_count_table(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, blocks: Sequence[int] = OPS_BLOCKS) -> dict:
+    """Operations per score of the package's fa1 and fa2 tile loops, for square tiles (chapter 7; what
+    :class:`flashmath.viz.traffic.OpsPerScorePlot` draws).
+
+    Args:
+        q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)``. blocks: tile sizes ``B = B_r = B_c``.
+
+    Returns:
+        ``{"N", "D", "blocks", "fa1", "fa2"}``: for each order a dict of operation name (:data:`OPS`, and
+        ``"non_matmul"``, all of them but the matrix products) -> array over ``blocks`` of :func:`count_ops`
+        counts per score.
+
+    Raises:
+        TypeError, ValueError: as :func:`count_ops`.
+    """
+    blocks = tuple(size(b, "each of blocks", 1) for b in blocks)
+    table: dict = {"N": int(np.shape(q)[-2]), "D": int(np.shape(q)[-1]), "blocks": blocks}
+    for order in ("fa1", "fa2"):
+        counts = [count_ops(order, q, k, v, block_q=b, block_k=b) for b in blocks]
+        table[order] = {name: np.array([c.per_score(name) for c in counts]) for name in OPS}
+        table[order]["non_matmul"] = np.array([c.non_matmul / c.scores for c in counts])
+    return table

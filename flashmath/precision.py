@@ -36,7 +36,7 @@ import ml_dtypes
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from flashmath._checks import DTYPES, as_float_array, float_dtype, integer
+from flashmath._checks import DTYPES, as_float_array, float_dtype, size
 from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
 from flashmath.inputs import compute_operands, prepare_attention_inputs
@@ -295,10 +295,7 @@ def _blocks(blocks: Any) -> tuple:
         pair = (item, item) if np.ndim(item) == 0 else tuple(item)
         if len(pair) != 2:
             raise ValueError(f"each tile size must be B or (B_r, B_c), got {item!r}")
-        sizes = tuple(integer(b, "each tile size", "a positive integer") for b in pair)
-        if min(sizes) < 1:
-            raise ValueError(f"tile sizes must be at least 1, got {item!r}")
-        out.append(sizes)
+        out.append(tuple(size(b, "each tile size", 1, "a positive integer", why=f" (in {item!r})") for b in pair))
     return tuple(out)
 
 

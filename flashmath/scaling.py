@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from flashmath._checks import integer
+from flashmath._checks import size
 from flashmath.softmax import safe_softmax
 
 __all__ = ["ScaleSweep", "scale_sweep", "softmax_entropy"]
@@ -70,14 +70,6 @@ class ScaleSweep:
         return self.raw.std(axis=1), self.scaled.std(axis=1)
 
 
-def _count(value: object, name: str, least: int) -> int:
-    """``value`` as a Python int ``>= least``; TypeError for a non-integer (bools, floats and strings included)."""
-    count = integer(value, name)
-    if count < least:
-        raise ValueError(f"{name} must be at least {least}, got {count}")
-    return count
-
-
 def scale_sweep(dims: ArrayLike, *, rng: np.random.Generator, n_queries: int = 200, n_keys: int = 64) -> ScaleSweep:
     """Draw unit-variance queries and keys for each head dimension in ``dims`` and measure their scores.
 
@@ -101,8 +93,8 @@ def scale_sweep(dims: ArrayLike, *, rng: np.random.Generator, n_queries: int = 2
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator: pass np.random.default_rng(SEED), got {type(rng).__name__} "
                         f"{rng!r}")
-    n_queries = _count(n_queries, "n_queries", 1)
-    n_keys = _count(n_keys, "n_keys", 2)
+    n_queries = size(n_queries, "n_queries", 1)
+    n_keys = size(n_keys, "n_keys", 2)
     given = dims
     try:
         dims = np.asarray(dims)

@@ -27,7 +27,6 @@ algorithms 1-3.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from numpy.typing import ArrayLike, DTypeLike
 # The floating-point checks live in flashmath._checks; these names stay importable from here, where the course
 # introduced them.
 from flashmath._checks import ML_DTYPES_FLOATS as ML_DTYPES_FLOATS
-from flashmath._checks import NonFloatInputError, as_float_array, compute_dtype
+from flashmath._checks import NonFloatInputError, as_float_array, compute_dtype, integer
 from flashmath._checks import float_dtype as float_dtype
 from flashmath.rowstate import merge_rows
 
@@ -57,10 +56,7 @@ __all__ = [
 
 
 def _check_axis(arr: np.ndarray, axis: int) -> int:
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"axis must be an integer (one axis to normalise over), got {axis!r}") from None
+    axis = integer(axis, "axis", "an integer (one axis to normalise over)")
     if arr.ndim == 0:
         raise ValueError("softmax needs at least a 1-D array; got a scalar (shape ())")
     if not -arr.ndim <= axis < arr.ndim:

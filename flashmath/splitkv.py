@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from flashmath._checks import integer
+from flashmath._checks import size
 from flashmath.attention import attention
 from flashmath.inputs import prepare_attention_inputs
 
@@ -48,12 +48,7 @@ def split_ranges(M: int, num_splits: int) -> list[tuple[int, int]]:
     Raises:
         TypeError: non-integers. ValueError: ``M < 0`` or ``num_splits < 1``.
     """
-    M = integer(M, "M")
-    num_splits = integer(num_splits, "num_splits")
-    if M < 0:
-        raise ValueError(f"M must be >= 0, got {M}")
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be at least 1, got {num_splits}")
+    M, num_splits = size(M, "M"), size(num_splits, "num_splits", 1)
     edges = [(p * M) // num_splits for p in range(num_splits + 1)]
     return list(zip(edges[:-1], edges[1:], strict=False))
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from flashmath._checks import integer
+from flashmath._checks import size
 from flashmath.inputs import AttentionInputs
 
 __all__ = [
@@ -49,10 +49,7 @@ ORDERS = ("fa1", "fa2")
 
 def check_block(value: object, name: str) -> int:
     """A tile size: a positive integer. TypeError for a non-integer (a bool is not), ValueError below 1."""
-    value = integer(value, name, "a positive integer (rows per tile)")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive number of rows per tile, got {value}")
-    return value
+    return size(value, name, 1, "a positive integer (rows per tile)", why=" (rows per tile)")
 
 
 def check_order(order: object) -> str:

@@ -62,6 +62,7 @@ section 3.2 (Theorem 2) and Figure 2; T. Dao, "FlashAttention-2" (2023), Algorit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,9 @@ __all__ = [
     "check_bytes_per_element",
     "gpt2_medium_traffic",
     "sram_sweep",
+    "tile_traffic_table",
+    "TRAFFIC_BLOCKS",
+    "TRAFFIC_DIMS",
 ]
 
 ALGORITHMS = ("standard", "two_loop", "one_loop", "fa1", "fa2")
@@ -319,3 +323,34 @@ def gpt2_medium_traffic(*, sram_bytes: int = A100_SRAM_BYTES, bytes_per_element:
     out["paper_standard"] = FIGURE2_PAPER_GB["standard"]
     out["paper_flash"] = FIGURE2_PAPER_GB["flash"]
     return out
+
+
+TRAFFIC_BLOCKS = (8, 16, 32, 64, 128, 256)
+"""``B = B_r = B_c`` of chapter 6's traffic slider (:func:`tile_traffic_table`)."""
+TRAFFIC_DIMS = (32, 64, 128, 256)
+"""The head dimensions of that slider."""
+
+
+def tile_traffic_table(N: int = 4096, *, dims: Sequence[int] = TRAFFIC_DIMS,
+                       blocks: Sequence[int] = TRAFFIC_BLOCKS) -> dict:
+    """Elements moved per score by fa2, fa1 and standard attention, for square tiles and several ``D`` (chapter 6;
+    what :class:`flashmath.viz.traffic.TileTrafficPlot` draws).
+
+    Args:
+        N: queries = keys. dims: head dimensions. blocks: tile sizes ``B = B_r = B_c``.
+
+    Returns:
+        ``{"N", "dims", "blocks", "fa2", "fa1", "standard"}``: each algorithm an array ``(len(dims), len(blocks))``
+        of :func:`attention_traffic`'s elements (``bytes_per_element=1``) divided by ``N * N``.
+
+    Raises:
+        TypeError, ValueError: as :func:`attention_traffic` (e.g. a non-positive size).
+    """
+    N = size(N, "N", 1)
+    dims, blocks = tuple(size(d, "each of dims", 1) for d in dims), tuple(size(b, "each of blocks", 1) for b in blocks)
+    table: dict = {"N": N, "dims": dims, "blocks": blocks}
+    for algorithm in ("fa2", "fa1", "standard"):
+        table[algorithm] = np.array([[attention_traffic(algorithm, N, N, d, block_q=b, block_k=b,
+                                                        bytes_per_element=1).bytes / (N * N) for b in blocks]
+                                     for d in dims])
+    return table

@@ -64,6 +64,7 @@ import inspect
 import math
 import sys
 
+from flashmath._checks import size
 from flashmath.triton_setup import (
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
@@ -407,14 +408,11 @@ def backward_schedule(N: int, M: int, block_q: int, block_k: int, *, causal: boo
     visited, exactly as the kernels skip them (the loops' bounds ``lo`` and ``hi``).
 
     Raises:
-        ValueError: a negative size, a block size below 1, or an unknown ``dq_mode``.
+        ValueError: a negative size, a block size below 1, or an unknown ``dq_mode``. TypeError: a size that is
+        not an integer.
     """
-    for value, name in ((N, "N"), (M, "M")):
-        if int(value) != value or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    for value, name in ((block_q, "block_q"), (block_k, "block_k")):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    N, M = size(N, "N"), size(M, "M")
+    block_q, block_k = size(block_q, "block_q", 1), size(block_k, "block_k", 1)
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
     offset = M - N

@@ -23,16 +23,15 @@ import ipywidgets as widgets
 import numpy as np
 
 from flashmath import viz
-from flashmath._checks import integer
+from flashmath._checks import integer, size
 from flashmath.attention import loop_swap_trace, one_loop_trace, scores_of
-from flashmath.flash import flash_trace
+from flashmath.counting import flash_trace
 from flashmath.inputs import prepare_attention_inputs
-from flashmath.opcount import count_ops
 from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
-from flashmath.traffic import attention_traffic
+from flashmath.traffic import attention_traffic, tile_traffic_table
 from flashmath.viz.live import check_dims, check_labels, index
-from flashmath.viz.softmax import DTYPES, dtype_name
+from flashmath.viz.softmax import OVERFLOW_DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
            "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer",
@@ -48,9 +47,7 @@ def step_slider(n_steps: int, *, value: int = 0, description: str = "step", low:
     Raises:
         ValueError: ``n_steps < max(low, 1)`` or ``value`` outside ``low..n_steps``. TypeError: not integers.
     """
-    n_steps = integer(n_steps, name)
-    if n_steps < max(low, 1):
-        raise ValueError(f"{name} must be at least {max(low, 1)}, got {n_steps}")
+    n_steps = size(n_steps, name, max(low, 1))
     value = integer(value, f"value ({what})")
     if not low <= value <= n_steps:
         raise ValueError(f"value ({what}) must be in {low}..{n_steps}, got {value}")
@@ -92,9 +89,7 @@ def live_widget(plot, *, interval: int | None = None, **controls):
     ui = widgets.interactive(callback, **controls)
     first, rest = ui.children[0], tuple(ui.children[1:-1])
     if interval is not None:
-        interval = integer(interval, "interval (milliseconds between Play frames)")
-        if interval < 1:
-            raise ValueError(f"interval (milliseconds between Play frames) must be at least 1, got {interval}")
+        interval = size(interval, "interval (milliseconds between Play frames)", 1)
         by_index = isinstance(first, widgets.SelectionSlider)
         frames = len(first.options) - 1 if by_index else first.max - first.min
         play = widgets.Play(value=first.index if by_index else first.value, min=0 if by_index else first.min,
@@ -151,7 +146,7 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
     scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
                                           continuous_update=False)
-    dtype_buttons = widgets.ToggleButtons(options=list(DTYPES), value=dtype, description="dtype")
+    dtype_buttons = widgets.ToggleButtons(options=list(OVERFLOW_DTYPES), value=dtype, description="dtype")
     plot = viz.OverflowPlot(x, scale=scale_slider.value, dtype=dtype)
     return live_widget(plot, scale=scale_slider, dtype=dtype_buttons)
 
@@ -383,38 +378,13 @@ def course_map_explorer(*, chapter: int = 0):
     return live_widget(plot, chapter=step_slider(len(CHAPTERS) - 1, value=chapter, description="chapter"))
 
 
-TRAFFIC_BLOCKS = (8, 16, 32, 64, 128, 256)  # B = B_r = B_c of chapter 6's traffic slider
-TRAFFIC_DIMS = (32, 64, 128, 256)  # head dimensions of that slider
-
-
-def tile_traffic_table(N: int = 4096, *, dims=TRAFFIC_DIMS, blocks=TRAFFIC_BLOCKS) -> dict:
-    """Elements moved per score by fa2, fa1 and standard attention, for square tiles and several ``D`` (chapter 6).
-
-    Args:
-        N: queries = keys. dims: head dimensions. blocks: tile sizes ``B = B_r = B_c``.
-
-    Returns:
-        ``{"N", "dims", "blocks", "fa2", "fa1", "standard"}``: each algorithm an array ``(len(dims), len(blocks))``
-        of :func:`flashmath.traffic.attention_traffic`'s elements (``bytes_per_element=1``) divided by ``N * N``.
-
-    Raises:
-        TypeError, ValueError: as :func:`flashmath.traffic.attention_traffic` (e.g. a non-positive size).
-    """
-    dims, blocks = tuple(int(d) for d in dims), tuple(int(b) for b in blocks)
-    table = {"N": int(N), "dims": dims, "blocks": blocks}
-    for algorithm in ("fa2", "fa1", "standard"):
-        table[algorithm] = np.array([[attention_traffic(algorithm, N, N, d, block_q=b, block_k=b,
-                                                        bytes_per_element=1).bytes / (N * N) for b in blocks]
-                                     for d in dims])
-    return table
-
-
 def tile_traffic_explorer(table=None, *, block: int = 64, D: int = 64):
     """Chapter 6: slide the tile size and the head dimension; see fa2's traffic ``~ 2 N M D / B_r`` cross standard
     attention's ``~ 4 N M`` at ``B_r = D / 2`` (:class:`flashmath.viz.traffic.TileTrafficPlot`).
 
     Args:
-        table: from :func:`tile_traffic_table` (None: computed with its defaults). block, D: the state shown first.
+        table: from :func:`flashmath.traffic.tile_traffic_table` (None: computed with its defaults). block, D: the
+            state shown first.
 
     Returns:
         :func:`live_widget` with a ``B_r = B_c`` selection slider and a ``D`` selection slider.
@@ -424,39 +394,11 @@ def tile_traffic_explorer(table=None, *, block: int = 64, D: int = 64):
     """
     from flashmath.viz.traffic import TileTrafficPlot
 
-    table = tile_traffic_table() if table is None else table
+    table = tile_traffic_table() if table is None else table  # the model's numbers: flashmath.traffic
     plot = TileTrafficPlot(table, block=block, D=D)  # checks the state before any control exists
     return live_widget(plot, block=widgets.SelectionSlider(options=list(table["blocks"]), value=block,
                                                            description="B_r = B_c"),
                        D=widgets.SelectionSlider(options=list(table["dims"]), value=D, description="D"))
-
-
-OPS_BLOCKS = (2, 4, 8, 16, 32, 64, 128)  # B = B_r = B_c of chapter 7's operations slider
-
-
-def op_count_table(q, k, v, *, blocks=OPS_BLOCKS) -> dict:
-    """Operations per score of the package's fa1 and fa2 tile loops, for square tiles (chapter 7).
-
-    Args:
-        q: ``(N, D)``, k: ``(M, D)``, v: ``(M, Dv)``. blocks: tile sizes ``B = B_r = B_c``.
-
-    Returns:
-        ``{"N", "D", "blocks", "fa1", "fa2"}``: for each order a dict of operation name (``"exp"``,
-        ``"multiply"``, ``"divide"``, ``"add"``, ``"subtract"``, ``"maximum"``, ``"non_matmul"``) -> array over
-        ``blocks`` of :func:`flashmath.opcount.count_ops` counts per score.
-
-    Raises:
-        TypeError, ValueError: as :func:`flashmath.opcount.count_ops`.
-    """
-    from flashmath.viz.traffic import OPS
-
-    blocks = tuple(int(b) for b in blocks)
-    table = {"N": int(np.shape(q)[-2]), "D": int(np.shape(q)[-1]), "blocks": blocks}
-    for order in ("fa1", "fa2"):
-        counts = [count_ops(order, q, k, v, block_q=b, block_k=b) for b in blocks]
-        table[order] = {name: np.array([c.per_score(name) for c in counts]) for name in OPS}
-        table[order]["non_matmul"] = np.array([c.non_matmul / c.scores for c in counts])
-    return table
 
 
 def ops_explorer(table, *, block: int = 8, interval: int = PLAY_INTERVAL):
@@ -464,7 +406,8 @@ def ops_explorer(table, *, block: int = 8, interval: int = PLAY_INTERVAL):
     (:class:`flashmath.viz.traffic.OpsPerScorePlot`).
 
     Args:
-        table: from :func:`op_count_table`. block: the tile size shown first. interval: Play's milliseconds.
+        table: from :func:`flashmath.opcount.op_count_table`. block: the tile size shown first. interval: Play's
+            milliseconds.
 
     Returns:
         :func:`live_widget` with a ``B_r = B_c`` selection slider and a Play button.

@@ -277,7 +277,8 @@ def test_bad_input_raises_an_error_that_names_the_argument(f, bad, error, match)
 
 
 @pytest.mark.parametrize("block, error, match", [
-    (0, ValueError, "block_q must be a positive"), (-3, ValueError, "block_q must be a positive"),
+    (0, ValueError, r"block_q must be >= 1 \(rows per tile\), got 0"),
+    (-3, ValueError, r"block_q must be >= 1 \(rows per tile\), got -3"),
     (True, TypeError, "block_q must be a positive integer.*bool"), (2.0, TypeError, "block_q must be a positive"),
     ("8", TypeError, "block_q must be a positive"),
 ])

@@ -149,3 +149,14 @@ def test_algorithms_import_neither_drawing_widgets_nor_counters(module):
     third_party |= {(node.module or "").split(".")[0] for node in ast.walk(trees[name])
                     if isinstance(node, ast.ImportFrom) and not node.level}
     assert not forbidden and not third_party & {"matplotlib", "ipywidgets"}, (forbidden, third_party)
+
+
+@pytest.mark.parametrize("module", ALGORITHMS)
+def test_algorithms_take_their_memory_from_outside(module):
+    """Counting wraps the algorithms: an algorithm runs on the memory it is given and never builds a counted one
+    (only flashmath.counting and flashmath.opcount do)."""
+    trees = modules()
+    name = f"flashmath.{module}"
+    counters = {(target, imported) for target, imported, _ in imports(name, trees[name], set(trees))
+                if target == "flashmath.memory" and imported in ("CountedMemory", "CountedArray", "TrafficCount")}
+    assert not counters, f"{name} imports the counters of flashmath.memory: {sorted(counters)}"

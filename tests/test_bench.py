@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flashmath import widgets
-from flashmath.bench import sliders
+from flashmath.bench import plain_text, sliders
 from flashmath.bench.__main__ import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +44,10 @@ def test_the_benchmark_runs_and_prints_a_row_per_widget(capsys):
     for row in rows:
         assert re.search(r"\|\s+[\d.]+\s+[\d.]+ \|\s+[\d.]+x \|", row), row  # baseline, max, speed-up
     assert "targets: median <= 100 ms" in out
+    # progress as it goes: one line per widget, printed before the table
+    lines = out.splitlines()
+    progress = [i for i, line in enumerate(lines) if re.match(r"\s+\[\d+/\d+\] \d\d_\w+ \w+: \d+ moves", line)]
+    assert len(progress) == len(rows) and max(progress) < lines.index(rows[0])
 
 
 def test_sweep_moves_cover_the_range_and_come_back():
@@ -71,6 +75,22 @@ def test_help_after_a_name_lists_that_benchmarks_options(name, option):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: python -m flashmath.bench {name} ") and option in out.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["sliders", "--help"], ["gpu", "--help"], ["speed", "--help"]],
+                         ids=["top", "sliders", "gpu", "speed"])
+def test_help_is_plain_text(args):
+    # the descriptions come from docstrings: their reST markup (``code``, :func:`name`) must not reach the terminal
+    out = subprocess.run([sys.executable, "-m", "flashmath.bench", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "`" not in out.stdout and not re.search(r":(func|mod|class|data|meth):", out.stdout), out.stdout
+    assert len(out.stdout.splitlines()) > 3  # the description is still there
+
+
+def test_plain_text_keeps_the_words():
+    assert plain_text("run ``python -m x`` (:func:`flashmath.flash_attention`, `D`)") == (
+        "run python -m x (flashmath.flash_attention, D)")
 
 
 def test_help_without_a_name_lists_the_benchmarks(capsys):

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashmath.attention import attention
-from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention, flash_trace
+from flashmath.counting import flash_trace
+from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention
 from flashmath.masks import causal_mask
 
 # The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
@@ -221,8 +222,8 @@ Q, K, V = np.zeros((3, 4)), np.zeros((5, 4)), np.zeros((5, 2))
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"block_q": 0}, ValueError, "block_q must be a positive number of rows per tile, got 0"),
-        ({"block_k": -4}, ValueError, "block_k must be a positive number of rows per tile, got -4"),
+        ({"block_q": 0}, ValueError, r"block_q must be >= 1 \(rows per tile\), got 0"),
+        ({"block_k": -4}, ValueError, r"block_k must be >= 1 \(rows per tile\), got -4"),
         ({"block_q": 2.5}, TypeError, "block_q must be a positive integer"),
         ({"block_k": True}, TypeError, "block_k must be a positive integer"),
         ({"block_k": "64"}, TypeError, "block_k must be a positive integer"),

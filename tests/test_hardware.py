@@ -33,7 +33,7 @@ def test_a_larger_head_dimension_leaves_room_for_smaller_query_tiles():
 
 
 def test_bad_sizes_are_refused():
-    with pytest.raises(ValueError, match="block_q must be at least 1"):
+    with pytest.raises(ValueError, match="block_q must be >= 1"):
         tile_bytes(64, 0, 64)
     with pytest.raises(TypeError, match="D must be an integer"):
         tile_bytes(64.0, 16, 16)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flashmath as fm
-from flashmath.opcount import count_ops
+from flashmath.opcount import OPS, count_ops, op_count_table
 
 
 @pytest.mark.parametrize("N, M, D, Dv, B_r, B_c",
@@ -56,3 +56,14 @@ def test_count_ops_only_counts_tile_loops():
         assert type(a) is np.ndarray
         np.testing.assert_array_equal(a, b)
     assert type(fm.flash_attention(q, k, v, block_q=2, block_k=2)) is np.ndarray
+
+
+def test_op_count_table_counts_per_score_for_each_tile_size():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((16, 4)), rng.standard_normal((16, 4)), rng.standard_normal((16, 3))
+    table = op_count_table(q, k, v, blocks=(2, 4, 8, 16))
+    assert (table["N"], table["D"], table["blocks"]) == (16, 4, (2, 4, 8, 16))
+    # fa2: one exponential per score for P plus one rescale per row and key tile; fa1's loop: four rescales
+    np.testing.assert_allclose(table["fa2"]["exp"], [1 + 1 / b for b in (2, 4, 8, 16)])
+    assert np.all(table["fa1"]["non_matmul"] > table["fa2"]["non_matmul"])
+    assert set(table["fa1"]) == set(OPS) | {"non_matmul"}

@@ -396,7 +396,7 @@ def test_study_arguments_are_checked():
         precision_study(q, k, v, dtypes=("float16", "int8"))
     with pytest.raises(ValueError, match="dtypes must list at least one dtype"):
         precision_study(q, k, v, dtypes=())
-    with pytest.raises(ValueError, match="tile sizes must be at least 1"):
+    with pytest.raises(ValueError, match="each tile size must be >= 1"):
         precision_study(q, k, v, blocks=(0,))
     with pytest.raises(ValueError, match="each tile size must be B or"):
         precision_study(q, k, v, blocks=((1, 2, 3),))

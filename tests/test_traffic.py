@@ -53,6 +53,7 @@ from flashmath.traffic import (  # noqa: E402
     block_sizes_for_sram,
     gpt2_medium_traffic,
     sram_sweep,
+    tile_traffic_table,
 )
 
 
@@ -210,3 +211,17 @@ def test_counted_memory_counts_slices_per_array_and_pass():
     assert mem.count.passes == [("read", 5, 0)]
     assert mem.count.bytes == 8 * 8 and mem.count.bytes_of("b") == (0, 24) and mem.count.bytes_of("zz") == (0, 0)
     np.testing.assert_array_equal(mem.array("b"), [0, 7, 7, 7, 0])
+
+
+def test_tile_traffic_table_is_the_model_per_score():
+    table = tile_traffic_table(256, dims=(32, 64), blocks=(8, 16, 32, 64))
+    assert (table["N"], table["dims"], table["blocks"]) == (256, (32, 64), (8, 16, 32, 64))
+    # fa2 re-reads K and V N / B_r times: about 2 N M D / B_r elements against standard attention's 4 N M
+    for row, D in enumerate((32, 64)):  # X and Y written and read once each, plus Q, K, V read and A written
+        np.testing.assert_allclose(table["standard"][row], 4 + 4 * D / 256)
+    for row, D in enumerate((32, 64)):
+        for col, B in enumerate((8, 16, 32, 64)):
+            assert abs(table["fa2"][row, col] - (2 * D / B + 2 * D / 256)) < 0.05
+    assert np.all(table["fa1"] > table["fa2"])  # fa1 also reads and writes A, g, s once per key tile
+    with pytest.raises(ValueError, match="each of blocks must be >= 1"):
+        tile_traffic_table(256, blocks=(0,))

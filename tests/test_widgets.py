@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from flashmath import viz, widgets
+from flashmath.opcount import op_count_table
+from flashmath.traffic import tile_traffic_table
 
 
 @pytest.fixture(autouse=True)
@@ -253,7 +255,7 @@ def loop_swap(**kwargs):
     (loop_swap(row=-1), ValueError, "row must be in 0..2"),
     (one_loop(value=7), ValueError, r"value \(the step shown first\) must be in 0..6"),
     (loop_swap(value=1.5), TypeError, "value .* must be an integer"),
-    (one_loop(interval=0), ValueError, "interval .* must be at least 1"),
+    (one_loop(interval=0), ValueError, "interval .* must be >= 1"),
     (one_loop(interval=0.5), TypeError, "interval .* must be an integer"),
     (lambda: widgets.online_softmax_player([1.0, 2.0], value=2.0), TypeError, "must be an integer"),
     (lambda: widgets.overflow_explorer([1.0, 2.0], scale="10"), TypeError, "scale must be a number"),
@@ -436,13 +438,7 @@ def test_the_picture_is_shown_at_its_css_size_with_two_pixels_per_css_pixel():
 
 
 def test_tile_traffic_explorer_redraws_for_tile_size_and_head_dimension():
-    table = widgets.tile_traffic_table(256, dims=(32, 64), blocks=(8, 16, 32, 64))
-    # fa2 re-reads K and V N / B_r times: about 2 N M D / B_r elements against standard attention's 4 N M
-    for row, D in enumerate((32, 64)):  # X and Y written and read once each, plus Q, K, V read and A written
-        np.testing.assert_allclose(table["standard"][row], 4 + 4 * D / 256)
-    for row, D in enumerate((32, 64)):
-        for col, B in enumerate((8, 16, 32, 64)):
-            assert abs(table["fa2"][row, col] - (2 * D / B + 2 * D / 256)) < 0.05
+    table = tile_traffic_table(256, dims=(32, 64), blocks=(8, 16, 32, 64))  # its numbers: tests/test_traffic.py
     ui = quiet(widgets.tile_traffic_explorer, table, block=16, D=32)
     seen = {rendered(ui)}
     seen.add(move(ui, control(ui, "B_r"), 64))
@@ -457,10 +453,7 @@ def test_tile_traffic_explorer_redraws_for_tile_size_and_head_dimension():
 
 def test_ops_explorer_redraws_for_every_tile_size():
     q, k, v = small_head(N=16, M=16)
-    table = widgets.op_count_table(q, k, v, blocks=(2, 4, 8, 16))
-    # fa2: one exponential per score for P plus one rescale per row and key tile; fa1's loop: four rescales
-    np.testing.assert_allclose(table["fa2"]["exp"], [1 + 1 / b for b in (2, 4, 8, 16)])
-    assert np.all(table["fa1"]["non_matmul"] > table["fa2"]["non_matmul"])
+    table = op_count_table(q, k, v, blocks=(2, 4, 8, 16))  # its numbers: tests/test_opcount.py
     ui = quiet(widgets.ops_explorer, table, block=4)
     seen = {rendered(ui)}
     for b in (2, 8, 16):

@@ -7,6 +7,8 @@ import argparse
 import importlib
 import sys
 
+from flashmath.bench import plain_text
+
 BENCHMARKS = {
     "sliders": ("flashmath.bench.sliders", "milliseconds per update of every widget, against Jupyter's inline PNG"),
     "speed": ("flashmath.bench.speed", "time and peak memory of flash_attention against naive numpy and PyTorch"),
@@ -19,7 +21,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # -h belongs to the benchmark once one is named (`speed --help` lists the speed benchmark's options), so the
     # top-level parser does not take it: it only picks the benchmark.
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=__doc__, add_help=False,
+    parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=plain_text(__doc__), add_help=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-h", "--help", action="store_true", help="show this help (or, after a name, its options)")
     parser.add_argument("name", nargs="?", choices=sorted(BENCHMARKS),

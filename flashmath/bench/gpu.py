@@ -18,6 +18,8 @@ import argparse
 import importlib.util
 import math
 
+from flashmath.bench import plain_text
+
 
 def _available() -> str | None:
     """None when a CUDA GPU, PyTorch and Triton are here; else why not."""
@@ -137,7 +139,8 @@ def time_all(sizes, *, heads: int = 8, dim: int = 64, report=print) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m flashmath.bench gpu",
+                                     description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384],
                         help="sequence lengths N = M to time (default: 1024 ... 16384)")
     parser.add_argument("--check-only", action="store_true", help="run the checks, not the timings")

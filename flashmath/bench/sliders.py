@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flashmath.bench import plain_text
+
 TARGET_MEDIAN_MS = 100.0
 TARGET_MAX_MS = 250.0
 PLAY_MAX_MS = 250
@@ -47,7 +49,9 @@ def course_cases() -> list[Case]:
     import flashmath as fm
     from flashmath import viz, widgets
     from flashmath.data import load_heads
+    from flashmath.opcount import op_count_table
     from flashmath.precision import precision_study
+    from flashmath.traffic import tile_traffic_table
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
@@ -71,12 +75,12 @@ def course_cases() -> list[Case]:
 
     @functools.cache
     def traffic_table():  # chapter 6's traffic model over tile sizes and head dimensions
-        return widgets.tile_traffic_table()
+        return tile_traffic_table()
 
     @functools.cache
     def ops_table():  # chapter 7's operation counts, on the notebook's random 64 x 32 inputs
         ops_q, ops_k, ops_v = np.random.default_rng(7).standard_normal((3, 64, 32))
-        return widgets.op_count_table(ops_q, ops_k, ops_v, blocks=(4, 8, 16, 32, 64))
+        return op_count_table(ops_q, ops_k, ops_v, blocks=(4, 8, 16, 32, 64))
 
     @functools.cache
     def study():  # chapter 9's study of every real head, computed once and only when its widget is measured
@@ -248,7 +252,7 @@ def report(results: list[Result], out=None) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench sliders", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m flashmath.bench sliders", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="only the widgets whose notebook stem contains this text")
     parser.add_argument("--baseline-samples", type=int, default=8, help="states timed the old way per widget")
@@ -258,10 +262,18 @@ def main(argv=None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")  # no window; the inline backend's export is what the baseline times
-    results = [measure(case, baseline_samples=args.baseline_samples, max_moves=args.max_moves)
-               for case in course_cases() if args.only in case.notebook]
-    if not results:
+    cases = [case for case in course_cases() if args.only in case.notebook]
+    if not cases:
         print(f"no widget's notebook matches {args.only!r}", file=sys.stderr)
         return 2
+    # each widget takes seconds (chapter 9's study tens of seconds): say what is being measured as it goes
+    print(f"Moving every control of {len(cases)} widgets across its range (the table follows) ...", flush=True)
+    results = []
+    for number, case in enumerate(cases, 1):
+        t0 = time.perf_counter()
+        result = measure(case, baseline_samples=args.baseline_samples, max_moves=args.max_moves)
+        results.append(result)
+        print(f"  [{number}/{len(cases)}] {case.notebook} {case.builder}: {len(result.live_ms)} moves, median "
+              f"{result.median:.1f} ms ({time.perf_counter() - t0:.0f} s)", flush=True)
     report(results)
     return 0

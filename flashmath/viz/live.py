@@ -57,7 +57,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
-from flashmath._checks import integer
+from flashmath._checks import integer, size
 
 __all__ = ["LivePlot", "Picture", "animate_steps", "strip", "figure_signature", "encode_png", "DPI", "PIXEL_RATIO"]
 
@@ -296,9 +296,7 @@ def strip(plot: LivePlot, states, *, columns: int | None = None) -> Picture:
     states = list(states)
     if not states:
         raise ValueError("states must list at least one state")
-    columns = len(states) if columns is None else integer(columns, "columns")
-    if columns < 1:
-        raise ValueError(f"columns must be at least 1, got {columns}")
+    columns = len(states) if columns is None else size(columns, "columns", 1)
     frames = [Image.fromarray(np.ascontiguousarray(plot.update(**state).rgb())) for state in states]
     width, height = frames[0].size
     rows = -(-len(frames) // columns)

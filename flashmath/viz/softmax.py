@@ -6,6 +6,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from flashmath._checks import DTYPES
 from flashmath.softmax import OnlineSoftmaxTrace, overflow_study
 from flashmath.viz.live import (
     DPI,
@@ -26,18 +27,19 @@ from flashmath.viz.live import (
 
 __all__ = ["OnlineSoftmaxPlot", "OverflowPlot", "plot_online_softmax_step", "plot_overflow"]
 
-DTYPES = ("float16", "float32", "float64")
+OVERFLOW_DTYPES = tuple(name for name, dtype in DTYPES.items() if dtype.kind == "f")
+"""The dtypes of the overflow explorer: the numpy ones among the course's :data:`flashmath._checks.DTYPES`."""
 ZERO = "#ff7f0e"  # the direct softmax's silent zeros
 
 
 def dtype_name(dtype) -> str:
-    """``dtype`` (a name or a numpy dtype) as one of :data:`DTYPES`; ValueError for any other."""
+    """``dtype`` (a name or a numpy dtype) as one of :data:`OVERFLOW_DTYPES`; ValueError for any other."""
     try:
         name = np.dtype(dtype).name
     except TypeError:
         name = dtype
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if name not in OVERFLOW_DTYPES:
+        raise ValueError(f"dtype must be one of {list(OVERFLOW_DTYPES)}, got {dtype!r}")
     return name
 
 

@@ -1,15 +1,16 @@
 """Live figures of the tile-size trade-offs: memory traffic against the head dimension (chapter 6) and the
 operations besides the matrix products against the tile size (chapter 7).
 
-Both plots draw tables computed by :mod:`flashmath` (:func:`flashmath.widgets.tile_traffic_table` from
-:func:`flashmath.traffic.attention_traffic`, :func:`flashmath.widgets.op_count_table` from
-:func:`flashmath.traffic.count_ops`); nothing here computes attention.
+Both plots draw tables computed by :mod:`flashmath` (:func:`flashmath.traffic.tile_traffic_table` from
+:func:`flashmath.traffic.attention_traffic`, :func:`flashmath.opcount.op_count_table` from
+:func:`flashmath.opcount.count_ops`); nothing here computes attention.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from flashmath.opcount import OPS
 from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, set_heights
 
 __all__ = ["TileTrafficPlot", "OpsPerScorePlot"]
@@ -34,7 +35,7 @@ class TileTrafficPlot(LivePlot):
     passes over ``X`` and ``Y``. The title gives the ratio fa2 / standard at the chosen ``B``.
 
     Args:
-        table: from :func:`flashmath.widgets.tile_traffic_table`: ``blocks``, ``dims``, ``N`` and, for each of
+        table: from :func:`flashmath.traffic.tile_traffic_table`: ``blocks``, ``dims``, ``N`` and, for each of
             ``"fa2"``, ``"fa1"``, ``"standard"``, an array ``(len(dims), len(blocks))`` of elements per score.
         block: the tile size shown first (one of ``table["blocks"]``). D: the head dimension shown first (one of
             ``table["dims"]``).
@@ -86,9 +87,6 @@ class TileTrafficPlot(LivePlot):
         self.title.set_text(f"N = M = {t['N']}, D = {D}, B = {block}: fa2 moves {ratio:.2f}x standard's traffic")
 
 
-OPS = ("exp", "multiply", "divide", "add", "subtract", "maximum")
-
-
 class OpsPerScorePlot(LivePlot):
     """Chapter 7: the operations besides the matrix products, per score, of fa1 and fa2 against the tile size.
 
@@ -96,7 +94,7 @@ class OpsPerScorePlot(LivePlot):
     chosen ``B``. Right: for that ``B``, the operations per score by kind, fa1 and fa2 side by side.
 
     Args:
-        table: from :func:`flashmath.widgets.op_count_table`: ``blocks``, ``N``, ``D`` and, for ``"fa1"`` and
+        table: from :func:`flashmath.opcount.op_count_table`: ``blocks``, ``N``, ``D`` and, for ``"fa1"`` and
             ``"fa2"``, a dict of operation name -> array over ``blocks`` (per score), with ``"non_matmul"``.
         block: the tile size shown first (one of ``table["blocks"]``).
 
