@@ -275,6 +275,16 @@ def browser_json(value):
     return json.loads(json.dumps(value), parse_float=number)
 
 
+def test_jupyterlab_starts_without_a_warning(jupyterlab):
+    # the course's save hook once set the ContentsManager.pre_save_hook trait, which jupyter_server validates again
+    # at every config reload (and jupytext's second contents manager): "UserWarning: Overriding existing
+    # pre_save_hook" at every start. The server answered, so its start-up is in the log.
+    _, log, _, _ = jupyterlab
+    text = log.read_text()
+    assert "Overriding existing pre_save_hook" not in text and "Warning:" not in text, text[-3000:]
+    assert "flashmath: notebooks are saved as JupyterLab writes them" not in text  # the hook was installed
+
+
 def test_saving_a_chapter_in_jupyterlab_leaves_the_stored_file_as_it_was(jupyterlab):
     # What JupyterLab 4.6 sends when it autosaves a chapter that was only opened (seen in headless Chromium,
     # flashmath/_notebook_format.py): the kernel's Python version, and the numbers as the browser writes them.
