@@ -65,6 +65,7 @@ import math
 import sys
 
 from flashmath._checks import size
+from flashmath.backward import DQ_MODES, check_dq_mode
 from flashmath.triton_setup import (
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
@@ -86,9 +87,6 @@ from flashmath.triton_setup import (
 __all__ = ["DQ_MODES", "triton_attention_backward",
            "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
 
-DQ_MODES = ("separate", "atomic")
-"""How ``dQ`` is accumulated: ``"separate"``, a second kernel with query tiles outside (deterministic), or
-``"atomic"``, atomic adds from the dK/dV kernel (one sweep; not bitwise reproducible on a GPU)."""
 
 
 if available():
@@ -284,9 +282,7 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     Sources: Dao (2023), Algorithm 2; see the module docstring.
     """
     require_triton()
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
-                         f"got {dq_mode!r}")
+    dq_mode = check_dq_mode(dq_mode)
     block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
     block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
@@ -413,8 +409,7 @@ def backward_schedule(N: int, M: int, block_q: int, block_k: int, *, causal: boo
     """
     N, M = size(N, "N"), size(M, "M")
     block_q, block_k = size(block_q, "block_q", 1), size(block_k, "block_k", 1)
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {dq_mode!r}")
+    dq_mode = check_dq_mode(dq_mode)
     offset = M - N
     steps = []
     for j, c0 in enumerate(range(0, M, block_k)):  # _bwd_dkdv: key tiles outside

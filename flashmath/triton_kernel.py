@@ -76,7 +76,8 @@ __all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available",
            "kernel_source", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM", "TORCH_VERSION", "require_triton",
            "too_late", "DQ_MODES"]
 
-from flashmath.triton_backward import DQ_MODES, triton_attention_backward
+from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.triton_backward import triton_attention_backward
 from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests use them through this module
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
@@ -329,9 +330,7 @@ def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None,
     if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
         raise TypeError("differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
                         f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)")
-    if dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
-                         f"got {dq_mode!r}")
+    dq_mode = check_dq_mode(dq_mode)
     shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
     options = {"forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
                "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1)}

@@ -25,6 +25,7 @@ import numpy as np
 from flashmath import viz
 from flashmath._checks import integer, size
 from flashmath.attention import loop_swap_trace, one_loop_trace, scores_of
+from flashmath.backward import DQ_MODES
 from flashmath.counting import flash_trace
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.softmax import as_float_array, online_softmax_trace
@@ -35,7 +36,8 @@ from flashmath.viz.softmax import OVERFLOW_DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
            "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer",
-           "kernel_memory_explorer", "course_map_explorer", "tile_traffic_explorer", "ops_explorer"]
+           "kernel_memory_explorer", "course_map_explorer", "tile_traffic_explorer", "ops_explorer",
+           "backward_sweep_player"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -432,5 +434,5 @@ def backward_sweep_player(N: int, M: int, *, block_q: int = 16, block_k: int = 1
     from flashmath.viz.backward import BackwardSweepPlot
 
     plot = BackwardSweepPlot(N, M, block_q=block_q, block_k=block_k, causal=causal, dq_mode=dq_mode, step=value)
-    mode = widgets.ToggleButtons(options=["separate", "atomic"], value=dq_mode, description="dQ")
+    mode = widgets.ToggleButtons(options=list(DQ_MODES), value=dq_mode, description="dQ")
     return live_widget(plot, interval=interval, step=step_slider(len(plot) - 1, value=value), dq_mode=mode)

@@ -193,3 +193,18 @@ def test_backward_checks_its_arguments():
         attention_backward(q, k, v, a, lse, a, block_k=0)
     with pytest.raises(TypeError, match="block_q must be a positive integer"):
         attention_backward(q, k, v, a, lse, a, block_q=2.5)
+
+
+def test_both_dq_modes_give_the_same_gradients_and_a_bad_one_is_named():
+    rng = np.random.default_rng(19)
+    q, k, v = rng.standard_normal((7, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 3))
+    a, lse = fm.attention(q, k, v, causal=True, return_lse=True)
+    grad_a = rng.standard_normal(a.shape)
+    separate = attention_backward(q, k, v, a, lse, grad_a, causal=True, block_q=2, block_k=3)
+    atomic = attention_backward(q, k, v, a, lse, grad_a, causal=True, block_q=2, block_k=3, dq_mode="atomic")
+    for s, t in zip(separate, atomic, strict=True):
+        np.testing.assert_allclose(s, t, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(separate[1], atomic[1])  # dK and dV come from the same sweep in both
+    for bad in ("fast", None, 1):
+        with pytest.raises(ValueError, match=r"dq_mode must be one of \('separate', 'atomic'\)"):
+            attention_backward(q, k, v, a, lse, grad_a, dq_mode=bad)

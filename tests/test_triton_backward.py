@@ -253,6 +253,20 @@ def test_bad_arguments_are_named():
         tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a, block_k=8)
 
 
+def test_a_bad_dq_mode_is_refused_wherever_it_is_accepted():
+    # the message names the allowed values, on every path that takes dq_mode (not only the differentiable one)
+    q = torch.randn(20, 16, requires_grad=True)
+    d = q.detach()
+    a, lse = triton_flash_attention(d, d, d, return_lse=True)
+    allowed = r"dq_mode must be one of \('separate', 'atomic'\).*got 'fast'"
+    for call in (lambda: triton_flash_attention(q, q, q, dq_mode="fast"),
+                 lambda: tk.differentiable_attention(q, q, q, dq_mode="fast"),
+                 lambda: tb.triton_attention_backward(d, d, d, a, lse, a, dq_mode="fast"),
+                 lambda: tb.backward_schedule(20, 20, 16, 16, dq_mode="fast")):
+        with pytest.raises(ValueError, match=allowed):
+            call()
+
+
 def test_kernel_sources_carry_the_rules():
     sources = "\n".join(tb.backward_kernel_source(name) for name in ("_bwd_delta", "_bwd_dkdv", "_bwd_dq"))
     for rule in tb.BACKWARD_RULES:

@@ -52,6 +52,7 @@ def course_cases() -> list[Case]:
     from flashmath.opcount import op_count_table
     from flashmath.precision import precision_study
     from flashmath.traffic import tile_traffic_table
+    from flashmath.viz.backward import BackwardSweepPlot
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
@@ -119,6 +120,10 @@ def course_cases() -> list[Case]:
              lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
         Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
              lambda **state: KernelMemoryPlot(64, **state)),
+        Case("12_backward", "backward_sweep_player",
+             lambda: widgets.backward_sweep_player(64, 64, block_q=16, block_k=16, causal=True),
+             lambda step, dq_mode: BackwardSweepPlot(64, 64, block_q=16, block_k=16, causal=True, step=step,
+                                                     dq_mode=dq_mode)),
         Case("14_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
              lambda chapter: CourseMapPlot(chapter=chapter)),
     ]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.colors import ListedColormap
 
+from flashmath.backward import DQ_MODES, check_dq_mode
 from flashmath.viz.live import DPI, LivePlot, index
 
 __all__ = ["BackwardSweepPlot", "plot_loss_curves"]
@@ -38,9 +39,8 @@ class BackwardSweepPlot(LivePlot):
         from flashmath.triton_backward import backward_schedule
 
         self.schedules = {mode: backward_schedule(N, M, block_q, block_k, causal=causal, dq_mode=mode)
-                          for mode in ("separate", "atomic")}
-        if dq_mode not in self.schedules:
-            raise ValueError(f"dq_mode must be 'separate' or 'atomic', got {dq_mode!r}")
+                          for mode in DQ_MODES}
+        check_dq_mode(dq_mode)
         self.n_q, self.n_k = -(-N // block_q), -(-M // block_k)
         visited = np.zeros((self.n_q, self.n_k), bool)
         for _, i, j in self.schedules["separate"]:
@@ -78,8 +78,7 @@ class BackwardSweepPlot(LivePlot):
         self.live(self.pairs, self.keys, self.queries, self.title)
 
     def _update(self, step, dq_mode="separate") -> None:
-        if dq_mode not in self.schedules:
-            raise ValueError(f"dq_mode must be 'separate' or 'atomic', got {dq_mode!r}")
+        check_dq_mode(dq_mode)
         self.dq_mode, self.steps = dq_mode, self.schedules[dq_mode]
         step = min(index(step, "step", len(self)), len(self.steps) - 1)  # the atomic sweep is shorter: its last step
         kernel, i, j = self.steps[step]
