@@ -95,7 +95,7 @@ def _keep_pairs(lse_tile: np.ndarray, keep_tile: np.ndarray | None, c0: int, c1:
 def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, lse: ArrayLike, grad_a: ArrayLike,
                        *, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
                        block_q: int = 64, block_k: int = 64,
-                       dq_mode: str = "separate") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       dq_mode: str = "atomic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of attention with respect to ``q``, ``k``, ``v``, from the forward's output and logsumexp.
 
     Args:
@@ -106,8 +106,9 @@ def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, l
         grad_a: ``dA``, the gradient of the loss with respect to ``a``, ``(..., N, Dv)``.
         block_q, block_k: tile sizes ``B_r``, ``B_c`` of the recomputation (any positive integers).
         dq_mode: how ``dQ`` is accumulated across the key tiles, as the kernels do it (:data:`DQ_MODES`):
-            ``"separate"`` (a second sweep, query tiles outside) or ``"atomic"`` (added to memory during the
-            sweep of the key tiles). Both give the same gradients up to rounding.
+            ``"atomic"`` (default: added to ``dQ`` in memory during the one sweep of the key tiles, chapter 10's
+            loop; FlashAttention-2's atomic adds) or ``"separate"`` (a second sweep with query tiles outside,
+            ``dQ_i`` on chip: the kernels' default). Both give the same gradients up to rounding.
 
     Returns:
         ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (summed over broadcast leading
@@ -146,7 +147,8 @@ def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, l
     grad_v = np.zeros(v_.shape, dtype)
     query_tiles, key_tiles = tiles(inp.N, block_q), tiles(inp.M, block_k)
 
-    # _bwd_delta: D_n = rowsum(dA * A), once per row, before any tile (a fully masked row's A is not read)
+    # _bwd_delta: one number per row, before any tile
+    # D_n = rowsum(dA * A)  (a fully masked row's A is not read)
     with np.errstate(invalid="ignore", over="ignore"):
         delta_row = np.sum(grad_a * np.where(np.isneginf(lse)[..., None], 0, a), axis=-1)  # (..., N)
 

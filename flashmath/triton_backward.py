@@ -78,6 +78,7 @@ from flashmath.triton_setup import (
     padded_width,
     quiet_interpreter,
     require_triton,
+    rule_blocks,
     tl,
     too_late,
     torch,
@@ -85,7 +86,7 @@ from flashmath.triton_setup import (
 )
 
 __all__ = ["DQ_MODES", "triton_attention_backward",
-           "backward_kernel_source", "BACKWARD_RULES", "backward_schedule"]
+           "backward_kernel_source", "BACKWARD_RULES", "backward_line_for_line", "backward_schedule"]
 
 
 
@@ -386,6 +387,31 @@ def backward_kernel_source(name: str = "_bwd_dkdv") -> str:
     start = text.index(f"    @triton.jit\n    def {name}(")
     end = text.index("\n\n", start)
     return "\n".join(line[4:] for line in text[start:end].splitlines())
+
+
+def backward_line_for_line() -> list[tuple[str, list[str], list[str]]]:
+    """The numpy backward of :mod:`flashmath.backward` beside the three kernels, one update rule at a time (chapter
+    12, as :func:`flashmath.triton_kernel.line_for_line` does for the forward in chapter 11).
+
+    Returns:
+        ``[(rule, numpy lines, triton lines)]`` for each of :data:`BACKWARD_RULES`, in the kernels' order, read from
+        the two sources (the first code under each rule's comment: the dK/dV sweep's, then the dQ sweep's
+        ``dQ_i += dX_ij K_j``). Works without Triton installed.
+
+    Raises:
+        LookupError: a rule is missing from one of the sources (a comment was reworded).
+    """
+    from flashmath import backward
+
+    numpy_source = "\n".join(inspect.getsource(f) for f in (backward.attention_backward, backward.backward_tile))
+    kernels = "\n".join(backward_kernel_source(name) for name in ("_bwd_delta", "_bwd_dkdv", "_bwd_dq"))
+    numpy_blocks, triton_blocks = rule_blocks(numpy_source, BACKWARD_RULES), rule_blocks(kernels, BACKWARD_RULES)
+    missing = [(rule, where) for rule in BACKWARD_RULES for where, blocks in (("flashmath.backward", numpy_blocks),
+                                                                              ("the kernels", triton_blocks))
+               if not blocks.get(rule)]
+    if missing:
+        raise LookupError(f"no code under these rule comments: {missing}")
+    return [(rule, numpy_blocks[rule], triton_blocks[rule]) for rule in BACKWARD_RULES]
 
 
 # ------------------------------------------------------------------------------------------------------------------

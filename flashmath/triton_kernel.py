@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import sys
 
 from flashmath._checks import integer
@@ -96,6 +95,7 @@ from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests us
     quiet_interpreter,
     require_extra,
     require_triton,
+    rule_blocks,
     tl,
     too_late,
     torch,
@@ -356,32 +356,6 @@ def kernel_source() -> str:
     return "\n".join(line[4:] for line in lines)  # one level less indented: as if at module level
 
 
-def _rule_blocks(source: str) -> dict:
-    """``{rule: [code lines]}``: for each comment line that starts with one of :data:`RULES`, the code lines right
-    under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
-    with their extra indentation), comments removed."""
-    blocks: dict[str, list[str]] = {}
-    lines = source.splitlines()
-    for i, line in enumerate(lines):
-        comment = line.strip()
-        if not comment.startswith("# "):
-            continue
-        head = next((rule for rule in RULES if comment[2:].startswith(rule)), None)
-        if head is None:
-            continue
-        indent = len(line) - len(line.lstrip())
-        code = []
-        for following in lines[i + 1:]:
-            stripped = following.strip()
-            deeper = len(following) - len(following.lstrip()) - indent  # > 0: a continuation or a block's body
-            if not stripped or deeper < 0 or (deeper == 0 and stripped.startswith("#")):
-                break
-            if not stripped.startswith("#"):
-                code.append(" " * deeper + re.sub(r"\s+#.*$", "", stripped))
-        blocks.setdefault(head, code)
-    return blocks
-
-
 def line_for_line() -> list[tuple[str, list[str], list[str]]]:
     """The FlashAttention-2 loop of :mod:`flashmath.flash` beside the Triton kernel, one update rule at a time.
 
@@ -394,7 +368,7 @@ def line_for_line() -> list[tuple[str, list[str], list[str]]]:
     from flashmath import flash, tiling
 
     numpy_source = "\n".join(inspect.getsource(f) for f in (tiling.tile_scores, flash.fa2_tile_step, flash.fa2_write))
-    numpy_blocks, triton_blocks = _rule_blocks(numpy_source), _rule_blocks(kernel_source())
+    numpy_blocks, triton_blocks = rule_blocks(numpy_source, RULES), rule_blocks(kernel_source(), RULES)
     missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
                                                                      ("the kernel", triton_blocks))
                if not blocks.get(rule)]

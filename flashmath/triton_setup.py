@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import warnings
 
@@ -23,7 +24,7 @@ from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 __all__ = ["TORCH_VERSION", "INSTALL_COMMANDS", "INSTALL_HINT", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM",
            "FLOAT32_SCALES", "ExtraNotInstalled", "available", "interpreted", "too_late", "require_triton",
            "require_extra", "kernel_block", "padded_width", "stand_in", "check_kernel_inputs", "quiet_interpreter",
-           "as_tensor"]
+           "as_tensor", "rule_blocks"]
 
 TORCH_VERSION = "2.13.0"
 """The PyTorch release the stored outputs of chapter 11 were made with (README.md's command pins it too)."""
@@ -197,3 +198,30 @@ def as_tensor(x, device):
     if not x.flags.writeable:  # torch wants writable memory (read-only arrays, e.g. the shipped heads): a copy
         x = x.copy()
     return torch.from_numpy(x).to(device)
+
+
+def rule_blocks(source: str, rules: tuple[str, ...]) -> dict:
+    """``{rule: [code lines]}``: for each comment line that starts with one of ``rules``, the code lines right
+    under it (up to the next blank line, comment line or dedent; deeper lines, continuations and bodies, are kept
+    with their extra indentation), comments removed; the first such comment of a rule counts. Chapters 11 and 12
+    print a loop of the package beside a kernel with it (``line_for_line``, ``backward_line_for_line``)."""
+    blocks: dict[str, list[str]] = {}
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        comment = line.strip()
+        if not comment.startswith("# "):
+            continue
+        head = next((rule for rule in rules if comment[2:].startswith(rule)), None)
+        if head is None:
+            continue
+        indent = len(line) - len(line.lstrip())
+        code = []
+        for following in lines[i + 1:]:
+            stripped = following.strip()
+            deeper = len(following) - len(following.lstrip()) - indent  # > 0: a continuation or a block's body
+            if not stripped or deeper < 0 or (deeper == 0 and stripped.startswith("#")):
+                break
+            if not stripped.startswith("#"):
+                code.append(" " * deeper + re.sub(r"\s+#.*$", "", stripped))
+        blocks.setdefault(head, code)
+    return blocks

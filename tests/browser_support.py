@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from helpers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -50,12 +51,6 @@ SETTING_OVERRIDES = {
     # The extension manager would query PyPI.
     "@jupyterlab/extensionmanager-extension:plugin": {"enabled": False},
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class JupyterLabServer:

@@ -31,6 +31,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
 
 
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def close_figures():
+    """Close every matplotlib figure after the test (modules that draw use it for all their tests:
+    ``pytestmark = pytest.mark.usefixtures("close_figures")``)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 # The fast tier (`python -m pytest tests -m fast`): the package's unit tests, without notebooks, kernels, installs,
 # benchmarks, widgets or the browser. CONTRIBUTING.md: run it before every commit; the full suite before a merge.
 FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",

@@ -2,19 +2,59 @@
 
 from __future__ import annotations
 
+import importlib.util
+import socket
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from flashmath.masks import causal_mask
 
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root."""
 TOL = 1e-12
 MASKS = ["none", "causal", "top-left", "random"]
 
+HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
+"""Whether the triton extra (PyTorch and Triton) is installed."""
+needs_triton = pytest.mark.skipif(
+    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): see README, "The triton extra"'
+)
 
-def make(rng, N, M, D, Dv, batch=()):
-    """Random float64 ``q (..., N, D)``, ``k (..., M, D)``, ``v (..., M, Dv)``."""
+
+def make(rng, N, M, D, Dv, batch=(), dtype=np.float64):
+    """Random ``q (..., N, D)``, ``k (..., M, D)``, ``v (..., M, Dv)`` (standard normal, rounded to ``dtype``)."""
     shapes = (batch + (N, D), batch + (M, D), batch + (M, Dv))  # q, k, v
-    return tuple(rng.standard_normal(shape) for shape in shapes)
+    return tuple(rng.standard_normal(shape).astype(dtype, copy=False) for shape in shapes)
+
+
+def max_error(actual, expected) -> float:
+    """The largest absolute difference where the reference is finite, after checking that the infinities
+    (the logsumexp of fully masked rows) are in the same places."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    assert np.isfinite(actual[finite]).all()
+    return float(np.abs(actual[finite] - expected[finite]).max(initial=0.0))
+
+
+def named(report) -> set:
+    """The names of the checker's catalogue of mistakes (``flashmath.exercises.MISTAKES``) that the report's failed
+    cases name."""
+    from flashmath import exercises
+
+    texts = [msg for _, ok, msg in report.cases if not ok]
+    return {m.name for m in exercises.MISTAKES[report.title] if any(m.name in text for text in texts)}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def mask_kwargs(kind, N, M, rng):

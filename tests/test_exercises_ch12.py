@@ -101,3 +101,20 @@ def test_sweep_plot_updates_and_checks_its_step():
     plot.update(step=len(plot) - 1, dq_mode="atomic")  # past the shorter atomic sweep: its last step
     with pytest.raises(ValueError, match="step"):
         plot.update(step=len(plot))
+
+
+def test_the_numpy_backward_reads_line_for_line_beside_the_kernels():
+    from flashmath.triton_backward import BACKWARD_RULES, backward_line_for_line
+
+    rows = backward_line_for_line()
+    assert [rule for rule, _, _ in rows] == list(BACKWARD_RULES)
+    for rule, numpy_lines, triton_lines in rows:
+        assert numpy_lines and triton_lines, rule
+        assert any("np." in line or "weighted_values" in line for line in numpy_lines), (rule, numpy_lines)
+        assert any("tl." in line for line in triton_lines), (rule, triton_lines)
+        # the same names on both sides: the tile or accumulator the rule updates
+        name = {"X_ij": "x_tile", "Y_ij": "y_tile", "dV_j": "dv_acc", "dY_ij": "dy_tile", "dX_ij": "dx_tile",
+                "dK_j": "dk", "dQ_i": "dq"}.get(rule.split()[0])
+        if name is not None:
+            assert numpy_lines[0].startswith(name) and triton_lines[0].startswith(name), (rule, numpy_lines,
+                                                                                        triton_lines)

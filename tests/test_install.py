@@ -16,15 +16,14 @@ import re
 import subprocess
 import sys
 import venv
-from pathlib import Path
 
 import pins  # scripts/pins.py (tests/conftest.py puts scripts/ on sys.path)
 import pytest
+from helpers import ROOT
 from packaging.utils import canonicalize_name
 
 pytestmark = pytest.mark.network  # pip installs from the package index (a local mirror in CI)
 
-ROOT = Path(__file__).resolve().parents[1]
 COLAB_IPYWIDGETS = "7.7.1"
 
 

@@ -2,11 +2,10 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 README = (ROOT / "README.md").read_text()
 SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md's chapter table

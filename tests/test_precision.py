@@ -32,10 +32,7 @@ ORDERS = ["fa1", "fa2"]
 BLOCKS = [(1, 1), (5, 7), (16, 16), (64, 32)]
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
 
 def random_inputs(dtype, N=37, M=53, D=32, Dv=16, spread=2.0, seed=0):

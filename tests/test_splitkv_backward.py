@@ -200,7 +200,7 @@ def test_both_dq_modes_give_the_same_gradients_and_a_bad_one_is_named():
     q, k, v = rng.standard_normal((7, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 3))
     a, lse = fm.attention(q, k, v, causal=True, return_lse=True)
     grad_a = rng.standard_normal(a.shape)
-    separate = attention_backward(q, k, v, a, lse, grad_a, causal=True, block_q=2, block_k=3)
+    separate = attention_backward(q, k, v, a, lse, grad_a, causal=True, block_q=2, block_k=3, dq_mode="separate")
     atomic = attention_backward(q, k, v, a, lse, grad_a, causal=True, block_q=2, block_k=3, dq_mode="atomic")
     for s, t in zip(separate, atomic, strict=True):
         np.testing.assert_allclose(s, t, rtol=1e-12, atol=1e-14)

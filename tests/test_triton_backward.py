@@ -8,18 +8,14 @@ included. float16 follows FlashAttention's relative rule (flash-attention/tests/
 gradient error against float64 is at most twice that of naive attention computed and differentiated in float16.
 """
 
-import importlib.util
 
 import numpy as np
 import pytest
+from helpers import HAVE_TRITON, needs_triton
 
 import flashmath as fm
 from flashmath.masks import causal_mask, padding_mask
 
-HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
-needs_triton = pytest.mark.skipif(
-    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): see README, \"The triton extra\"'
-)
 pytestmark = needs_triton
 if HAVE_TRITON:
     import torch
@@ -71,7 +67,7 @@ def numpy_grads(q, k, v, grad_a, **kwargs):
     return fm.attention_backward(q, k, v, a, lse, grad_a, **kwargs)
 
 
-def assert_close(grads, refs, tol=TOL):
+def assert_grads_close(grads, refs, tol=TOL):
     for name, g, ref in zip(("dq", "dk", "dv"), grads, refs, strict=True):
         g = np.asarray(g.double() if isinstance(g, torch.Tensor) else g, np.float64)
         assert g.shape == ref.shape, f"{name}: shape {g.shape}, expected {ref.shape}"
@@ -100,7 +96,7 @@ def test_float32_equals_sdpa_autograd(name, N, M, D, Dv, block_q, block_k, kwarg
     _, q, k, v, grad_a = inputs(N * 100 + M, N, M, D, Dv)
     a, *grads = kernel_grads(q, k, v, grad_a, block_q=block_q, block_k=block_k, dq_mode=dq_mode, **kwargs)
     assert a.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
-    assert_close(grads, sdpa_grads(q, k, v, grad_a, **kwargs))
+    assert_grads_close(grads, sdpa_grads(q, k, v, grad_a, **kwargs))
 
 
 # cases with fully masked rows (SDPA gives NaN there): attention_backward is the reference
@@ -126,7 +122,7 @@ def test_masked_equals_attention_backward(name, N, M, D, Dv, block_q, block_k, k
     q32, k32, v32 = (x.astype(np.float32).astype(np.float64) for x in (q, k, v))
     refs = numpy_grads(q32, k32, v32, grad_a, **kwargs)
     a, *grads = kernel_grads(q, k, v, grad_a, block_q=block_q, block_k=block_k, dq_mode=dq_mode, **kwargs)
-    assert_close(grads, refs)
+    assert_grads_close(grads, refs)
     keep = np.asarray(kwargs.get("mask", True))
     keep = np.broadcast_to(keep.reshape(keep.shape[-2:]) if keep.ndim > 2 else keep, (N, M))
     if kwargs.get("causal"):
@@ -147,7 +143,7 @@ def test_masked_keys_holding_nan_get_zero_and_leak_nothing(dq_mode):
     k_nan[25:], v_nan[25:] = np.nan, np.nan
     _, *grads = kernel_grads(q, k_nan, v_nan, grad_a, block_q=16, block_k=16, mask=keep, dq_mode=dq_mode)
     assert (grads[1][25:] == 0).all() and (grads[2][25:] == 0).all()
-    assert_close([grads[0], grads[1][:25], grads[2][:25]], [refs[0], refs[1][:25], refs[2][:25]])
+    assert_grads_close([grads[0], grads[1][:25], grads[2][:25]], [refs[0], refs[1][:25], refs[2][:25]])
 
 
 def test_fully_masked_rows_holding_nan_reach_no_key():
@@ -158,7 +154,7 @@ def test_fully_masked_rows_holding_nan_reach_no_key():
                        v.astype(np.float32).astype(np.float64), grad_a, causal=True)
     _, dq, dk, dv = kernel_grads(q_nan, k, v, grad_nan, block_q=16, block_k=16, causal=True)
     assert (dq[:15] == 0).all()
-    assert_close([dq[15:], dk, dv], [refs[0][15:], refs[1], refs[2]])
+    assert_grads_close([dq[15:], dk, dv], [refs[0][15:], refs[1], refs[2]])
 
 
 def test_nan_in_an_attended_key_gives_nan_gradients():
@@ -175,7 +171,7 @@ def test_batch_heads_and_broadcast_leading_dimensions():
     grad_a = rng.standard_normal((2, 3, 20, 16))
     _, *grads = kernel_grads(q, k, v, grad_a, block_q=16, block_k=16, causal=True)
     assert [tuple(g.shape) for g in grads] == [q.shape, k.shape, v.shape]
-    assert_close(grads, sdpa_grads(q, k, v, grad_a, causal=True))
+    assert_grads_close(grads, sdpa_grads(q, k, v, grad_a, causal=True))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -211,7 +207,7 @@ def test_numpy_inputs_give_numpy_gradients_equal_to_attention_backward():
     a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, return_lse=True)
     grads = tb.triton_attention_backward(q, k, v, a, lse, grad_a.astype(np.float32), block_q=16, block_k=16)
     assert all(isinstance(g, np.ndarray) and g.dtype == np.float32 for g in grads)
-    assert_close(grads, fm.attention_backward(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+    assert_grads_close(grads, fm.attention_backward(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                                               a, lse, grad_a))
 
 

@@ -8,42 +8,23 @@ The error rule for float16 is FlashAttention's (its tests, flash-attention/tests
 largest error against a float64 reference may be at most twice that of naive attention computed in float16.
 """
 
-import importlib.util
 import subprocess
 import sys
 import warnings
 
 import numpy as np
 import pytest
+from helpers import HAVE_TRITON, make, max_error, needs_triton
 
 from flashmath.attention import attention
 from flashmath.masks import causal_mask, padding_mask
 
-HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("torch", "triton"))
-needs_triton = pytest.mark.skipif(
-    not HAVE_TRITON, reason='the triton extra is not installed (PyTorch and Triton): README, "The triton extra"'
-)
 if HAVE_TRITON:
     import torch
 
     from flashmath.triton_kernel import triton_flash_attention
 
 FLOAT32_TOL = 2e-6  # |A - A_ref| <= tol (1 + |A_ref|); measured errors are below 1e-6
-
-
-def make(rng, N, M, D, Dv, batch=(), dtype=np.float32):
-    return tuple(rng.standard_normal(batch + shape).astype(dtype) for shape in ((N, D), (M, D), (M, Dv)))
-
-
-def max_error(actual, expected) -> float:
-    """The largest absolute difference where the reference is finite, after checking that the infinities
-    (the logsumexp of fully masked rows) are in the same places."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    assert actual.shape == expected.shape
-    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
-    finite = np.isfinite(expected)
-    assert np.isfinite(actual[finite]).all()
-    return float(np.abs(actual[finite] - expected[finite]).max(initial=0.0))
 
 
 def assert_matches(a, lse, a_ref, lse_ref, tol=FLOAT32_TOL):
@@ -88,7 +69,7 @@ def _kwargs(kwargs, N, M, rng):
 @pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", CASES, ids=[c[0] for c in CASES])
 def test_float32_equals_reference(name, N, M, D, Dv, block_q, block_k, kwargs):
     rng = np.random.default_rng(N * 1000 + M)
-    q, k, v = make(rng, N, M, D, Dv)
+    q, k, v = make(rng, N, M, D, Dv, dtype=np.float32)
     kwargs = _kwargs(kwargs, N, M, rng)
     a, lse = triton_flash_attention(q, k, v, block_q=block_q, block_k=block_k, return_lse=True, **kwargs)
     a_ref, lse_ref = attention(q, k, v, return_lse=True, **kwargs)
@@ -132,7 +113,7 @@ def test_batch_and_heads_broadcast():
 @pytest.mark.parametrize("poison", [np.nan, np.inf])
 def test_padded_keys_are_absent_whatever_their_rows_hold(poison):
     rng = np.random.default_rng(6)
-    q, k, v = make(rng, 30, 45, 16, 16)
+    q, k, v = make(rng, 30, 45, 16, 16, dtype=np.float32)
     lengths = np.arange(45) < 29
     k[~lengths], v[~lengths] = poison, poison
     with warnings.catch_warnings():
@@ -145,7 +126,7 @@ def test_padded_keys_are_absent_whatever_their_rows_hold(poison):
 def test_future_keys_of_a_causal_tile_are_absent_even_when_nan():
     # keys right of the last row's diagonal are never loaded: NaN there cannot leak
     rng = np.random.default_rng(7)
-    q, k, v = make(rng, 32, 64, 16, 16)
+    q, k, v = make(rng, 32, 64, 16, 16, dtype=np.float32)
     k[48:], v[48:] = np.nan, np.nan  # the first 16 query rows see keys up to 32 + 15 = 47
     a = triton_flash_attention(q, k, v, block_q=16, block_k=16, causal=True)
     a_ref = attention(q[:16], k[:48], v[:48], mask=causal_mask(32, 64)[:16, :48])
@@ -156,7 +137,7 @@ def test_future_keys_of_a_causal_tile_are_absent_even_when_nan():
 @needs_triton
 def test_nan_in_a_query_row_gives_nan_there_only():
     rng = np.random.default_rng(8)
-    q, k, v = make(rng, 20, 30, 16, 16)
+    q, k, v = make(rng, 20, 30, 16, 16, dtype=np.float32)
     q[3, 5] = np.nan
     a = triton_flash_attention(q, k, v, block_q=16, block_k=16)
     assert np.isnan(a[3]).all() and not np.isnan(np.delete(a, 3, axis=0)).any()
@@ -165,7 +146,7 @@ def test_nan_in_a_query_row_gives_nan_there_only():
 @needs_triton
 def test_tensors_in_tensors_out_and_inputs_untouched():
     rng = np.random.default_rng(9)
-    q, k, v = make(rng, 25, 35, 16, 16)
+    q, k, v = make(rng, 25, 35, 16, 16, dtype=np.float32)
     copies = [x.copy() for x in (q, k, v)]
     qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
     a, lse = triton_flash_attention(qt, kt, vt, block_q=16, block_k=16, return_lse=True)
@@ -178,7 +159,7 @@ def test_tensors_in_tensors_out_and_inputs_untouched():
 @needs_triton
 def test_num_warps_and_num_stages_do_not_change_the_result():
     rng = np.random.default_rng(10)
-    q, k, v = make(rng, 40, 40, 16, 16)
+    q, k, v = make(rng, 40, 40, 16, 16, dtype=np.float32)
     a1 = triton_flash_attention(q, k, v, block_q=16, block_k=16, num_warps=4, num_stages=2)
     a2 = triton_flash_attention(q, k, v, block_q=16, block_k=16, num_warps=8, num_stages=3)
     np.testing.assert_allclose(a1, a2, rtol=1e-6, atol=1e-7)

@@ -7,11 +7,7 @@ import pytest
 import flashmath as fm
 from flashmath import viz
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
 
 PLOT_IDS = ["splitkv", "online", "tiles", "overflow", "scale", "swap", "one_loop"]

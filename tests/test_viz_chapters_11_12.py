@@ -7,7 +7,6 @@ every control must change the picture. None of this needs Triton.
 import io
 from contextlib import redirect_stdout
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -18,11 +17,7 @@ from flashmath.viz import figure_signature
 from flashmath.viz.kernel import BLOCK_SIZES, STAGES, WARPS, KernelMemoryPlot, plot_kernel_timings
 from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
 
 def move(ui, control, value):

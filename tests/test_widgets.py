@@ -18,11 +18,7 @@ from flashmath import viz, widgets
 from flashmath.opcount import op_count_table
 from flashmath.traffic import tile_traffic_table
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
 
 def quiet(fn, *args, **kwargs):
