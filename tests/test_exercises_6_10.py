@@ -198,7 +198,8 @@ MASKED = {
     "a per-column mask": lambda g, s, a, x, v, keep: solutions.masked_tile_step(
         g, s, a, x, v, np.broadcast_to(keep.all(axis=0), keep.shape)),
     "the input modified in place": lambda g, s, a, x, v, keep: masked_in_place(g, s, a, x, v, keep),
-    "an answer of the wrong shape": lambda *args: tuple(np.atleast_2d(part) for part in solutions.masked_tile_step(*args)),
+    "an answer of the wrong shape": lambda *args: tuple(np.atleast_2d(part)
+                                                         for part in solutions.masked_tile_step(*args)),
 }
 
 
@@ -266,8 +267,9 @@ MERGE = {
                                       + np.exp(l1 - L)[:, None] * a2),
     "the weights inverted (e^{L - L_p})": merge_with(lambda a1, l1, a2, l2, L: np.exp(L - l1)[:, None] * a1
                                                      + np.exp(L - l2)[:, None] * a2),
-    "a base-2 merge": merge_with(lambda a1, l1, a2, l2, L: np.where(np.isneginf(l1)[:, None], 0, 2.0 ** (l1 - L)[:, None] * a1)
-                                 + np.where(np.isneginf(l2)[:, None], 0, 2.0 ** (l2 - L)[:, None] * a2), np.logaddexp2),
+    "a base-2 merge": merge_with(lambda a1, l1, a2, l2, L: (
+        np.where(np.isneginf(l1)[:, None], 0, 2.0 ** (l1 - L)[:, None] * a1)
+        + np.where(np.isneginf(l2)[:, None], 0, 2.0 ** (l2 - L)[:, None] * a2)), np.logaddexp2),
     "the logsumexp without the shift": merge_with(shares, lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
     "the input modified in place": lambda a1, l1, a2, l2: merge_in_place(a1, l1, a2, l2),
     "an answer of the wrong shape": lambda *args: (solutions.merge_states(*args)[0],

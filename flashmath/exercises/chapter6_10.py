@@ -8,9 +8,9 @@ models are written vectorised, as a learner would write the exercise; the catalo
 
 from __future__ import annotations
 
-import numpy as np
-
 import re
+
+import numpy as np
 
 from flashmath.exercises._cases import check_function
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified, quiet
@@ -535,7 +535,7 @@ MERGE_STATES_MISTAKES = (
     Mistake("both parts empty: -inf - (-inf)", "when both parts are empty L = -inf and e^{L_p - L} = e^{-inf + inf} "
             "is NaN: the merged row has no key, so A = 0 and L = -inf (measure against 0 where L is -inf)",
             (_merge_model(lambda a1, l1, a2, l2, L: np.where(
-                np.isneginf(L)[..., None], np.nan, _mix(a1, l1, a2, l2, L))),)),
+                np.expand_dims(np.isneginf(L), -1), np.nan, _mix(a1, l1, a2, l2, L))),)),
     Mistake("the weights swapped", "part p is weighted by its own share e^{L_p - L}: a1 by e^{L_1 - L}, a2 by "
             "e^{L_2 - L}", (_merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l2, a2, l1, L)),
                             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a1
@@ -551,8 +551,8 @@ MERGE_STATES_MISTAKES = (
                           lse_of=np.logaddexp2),
              _merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2),
              _merge_model(lambda a1, l1, a2, l2, L: np.where(
-                 np.isneginf(l1)[..., None], 0, np.exp2(l1 - L)[..., None] * a1) + np.where(
-                 np.isneginf(l2)[..., None], 0, np.exp2(l2 - L)[..., None] * a2), lse_of=np.logaddexp2))),
+                 np.expand_dims(np.isneginf(l1), -1), 0, np.exp2(l1 - L)[..., None] * a1) + np.where(
+                 np.expand_dims(np.isneginf(l2), -1), 0, np.exp2(l2 - L)[..., None] * a2), lse_of=np.logaddexp2))),
     Mistake("the logsumexp without the shift", "log(e^{L_1} + e^{L_2}) overflows once L > 709: use "
             "np.logaddexp(L_1, L_2), which subtracts the larger first",
             _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2)))),
@@ -593,6 +593,7 @@ def check_merge_states(fn) -> CheckReport:
         ("both ranges empty (row 0), then one (row 1)", (np.full((2, 2), np.nan), np.array([-np.inf, -np.inf]), a2,
                                                         np.array([-np.inf, 0.7]))),
     ]
-    report = check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2, names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint)
+    report = check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2,
+                            names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint)
     inputs_unchanged(report, fn, "the two states given are left unchanged", cases[0][1], which=(0, 1, 2, 3))
     return report
