@@ -12,7 +12,8 @@ from flashmath.viz.live import DPI, LEGEND_ABOVE, UNSEEN, LivePlot, finite_or_na
 __all__ = ["PrecisionPlot", "plot_precision_study", "plot_accumulator_growth"]
 
 DTYPE_COLORS = {"float16": "#d62728", "bfloat16": "#ff7f0e", "float32": "#1f77b4", "float64": "#2ca02c"}
-BAR_VARIANTS = ("naive", "rounded P", "one_loop", "two_loop", "fa1", "fa2")  # the rounded reference differs from itself nowhere
+# the rounded reference differs from itself nowhere: no bar
+BAR_VARIANTS = ("naive", "rounded P", "one_loop", "two_loop", "fa1", "fa2")
 DTYPE_MARKERS = {"float16": "o", "bfloat16": "^", "float32": "s", "float64": "D"}  # overlapping lines stay apart
 SHARE_FLOOR = 1e-4  # percent: the bottom of the log axis (a share of 0 draws nothing)
 
