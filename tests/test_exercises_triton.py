@@ -232,6 +232,15 @@ def test_flash_row_float32_is_named():
     assert not report.passed and "looks like float32 instead of float64" in messages(report), report
 
 
+def test_flash_row_a_shape_error_is_explained():
+    def transposed(q_n, K, V, B_c):
+        x = K.T @ q_n  # (D, M) @ (D,): the inner sizes differ
+        return x, 0.0
+
+    text = messages(ex.check_flash_row(transposed))
+    assert "raised ValueError" in text and ".T" in text, text
+
+
 def test_flash_row_logsumexp_without_g_is_named():
     report = ex.check_flash_row(learner_flash_row(lse_g=False))
     assert not report.passed and "g left out of the logsumexp" in messages(report)

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
+from flashmath.exercises.chapter6_10 import shape_hint
 
 __all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives", "check_recap_quiz",
            "check_flash_row", "print_recap_quiz"]
@@ -418,7 +419,7 @@ def _flash_row_hint(exc) -> str | None:
         return (f"s = 0 after every key: {by_name['the running max started at 0'].message()}")
     if isinstance(exc, OverflowError):
         return by_name["the max not subtracted"].message()
-    return None
+    return shape_hint(exc)
 
 
 def _flash_row_cases():
