@@ -46,7 +46,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from flashmath._checks import float_dtype
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
 from flashmath.memory import Memory, PlainMemory
-from flashmath.rowstate import finish, logsumexp_of, merge_rows, weighted_values
+from flashmath.rowstate import finish, logsumexp_of, weighted_values
 
 # Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
 # (flashmath.triton_kernel.line_for_line): the guard keeps the name those lines show.
@@ -130,7 +130,7 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
 
     Returns:
         ``(g_new, s_new, a_new)`` as new arrays (the tile alone has state ``(rowmax X, rowsum P)``, merged with
-        the old one by chapter 2's rule).
+        the old one by chapter 2's rule, its two rescale exponentials computed once per row).
 
     Source: Dao et al. (2022), Algorithm 1, lines 9-13.
     """
@@ -139,13 +139,15 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
         g_loc = x_tile.max(axis=-1)  # (..., B_r)
         p_tile = np.exp(np.subtract(x_tile, _nonempty(g_loc)[..., None], out=x_tile), out=x_tile)
         s_loc = p_tile.sum(axis=-1)
-        # g_new = max(g, g~);  s_new = s exp(g - g_new) + s~ exp(g~ - g_new)   (chapter 2's merge)
-        g_new, s_new = merge_rows(g_tile, s_tile, g_loc, s_loc)
+        # g_new = max(g, g~);  alpha = exp(g - g_new), beta = exp(g~ - g_new): two exponentials per row
+        g_new = np.maximum(g_tile, g_loc)  # (..., B_r)
         g_ref = _nonempty(g_new)
-        old = s_tile * np.exp(g_tile - g_ref)  # (..., B_r)
-        new = np.exp(g_loc - g_ref)
-        # A_new = (s exp(g - g_new) A + exp(g~ - g_new) P~ V_j) / s_new   (normalised at every step)
-        a_new = old[..., None] * a_tile + new[..., None] * weighted_values(p_tile, v_tile, keep_tile)
+        alpha, beta = np.exp(g_tile - g_ref), np.exp(g_loc - g_ref)
+        # s_new = s alpha + s~ beta   (chapter 2's merge)
+        old = s_tile * alpha
+        s_new = old + s_loc * beta
+        # A_new = (s alpha A + beta P~ V_j) / s_new   (normalised at every step)
+        a_new = old[..., None] * a_tile + beta[..., None] * weighted_values(p_tile, v_tile, keep_tile)
         a_new /= np.where(s_new == 0, 1, s_new)[..., None]
     return g_new, s_new, a_new
 

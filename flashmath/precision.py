@@ -55,7 +55,7 @@ __all__ = [
     "PrecisionStudy",
 ]
 
-VARIANTS = ("rounded reference", "naive", "one_loop", "two_loop", "fa1", "fa2")
+VARIANTS = ("rounded reference", "naive", "one_loop", "two_loop", "fa1", "fa2", "rounded P")
 """The rows of a :class:`PrecisionStudy`: the float64 reference rounded to the dtype (the floor), naive
 low-precision attention, :func:`flashmath.one_loop_attention`, :func:`flashmath.two_loop_attention`, and
 :func:`flashmath.flash_attention` in both loop orders."""
@@ -308,8 +308,9 @@ def precision_study(
     For each dtype: the inputs are rounded to it (:func:`round_to`), the reference is
     :func:`flashmath.attention.attention` of the rounded inputs (float64), and each of :data:`VARIANTS` runs on
     the rounded inputs: the reference rounded to the dtype (the floor), :func:`naive_attention`,
-    :func:`flashmath.one_loop_attention`, :func:`flashmath.two_loop_attention`, and
-    :func:`flashmath.flash_attention` with ``order="fa1"`` and ``"fa2"`` at every tile size.
+    :func:`flashmath.one_loop_attention`, :func:`flashmath.two_loop_attention`,
+    :func:`flashmath.flash_attention` with ``order="fa1"`` and ``"fa2"`` at every tile size, and
+    :func:`rounded_p_attention` (``"rounded P"``: the weights rounded to 16 bits before ``P V``, as real kernels do).
 
     Args:
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)`` in any float dtype (usually float32 or float64).
@@ -340,6 +341,7 @@ def precision_study(
             "naive": naive_attention(q_d, k_d, v_d, **kwargs),
             "one_loop": one_loop_attention(q_d, k_d, v_d, **kwargs),
             "two_loop": two_loop_attention(q_d, k_d, v_d, **kwargs),
+            "rounded P": rounded_p_attention(q_d, k_d, v_d, **kwargs),  # P rounded before P V, as real kernels do
         }
         for j, variant in enumerate(VARIANTS):
             for b, (block_q, block_k) in enumerate(blocks):

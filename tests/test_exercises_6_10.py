@@ -48,6 +48,39 @@ TILE = {
 }
 
 
+def inverted_rescale_step(g, s, a, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    r = np.exp(g_new - g)  # the factor upside down
+    p = np.exp(x_tile - np.where(g_new == -np.inf, 0.0, g_new)[:, None])
+    s_new = s * r + p.sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+
+
+def max_from_zero_step(g, s, a, x_tile, v_tile):
+    g = np.where(g == -np.inf, 0.0, g)  # "no -inf please": the max starts at 0
+    return solutions.tile_step(g, s, a, x_tile, v_tile)
+
+
+def in_place_step(g, s, a, x_tile, v_tile):
+    g_new, s_new, a_new = solutions.tile_step(g, s, a, x_tile, v_tile)
+    a *= 0  # reuses the caller's array
+    a += a_new
+    return g_new, s_new, a
+
+
+def keepdims_step(g, s, a, x_tile, v_tile):
+    g_new, s_new, a_new = solutions.tile_step(g, s, a, x_tile, v_tile)
+    return g_new[:, None], s_new, a_new
+
+
+TILE.update({
+    "the rescale inverted (e^{g_new - g})": inverted_rescale_step,
+    "the max started at 0": max_from_zero_step,
+    "the input modified in place": in_place_step,
+    "an answer of the wrong shape": keepdims_step,
+})
+
+
 def numerator_step(rescale=True, divide=False, invert=False, s_rescaled=True, base=np.exp):
     def step(g, s, u, x_tile, v_tile):
         g_new = np.maximum(g, x_tile.max(axis=1))
@@ -71,12 +104,42 @@ NUMERATOR = {
 }
 
 
+def numerator_inverted_raw(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    p = np.exp(x_tile - ref[:, None])
+    r = np.exp(g_new - g)
+    return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ v_tile
+
+
+def numerator_in_place(g, s, u, x_tile, v_tile):
+    g_new, s_new, u_new = solutions.numerator_step(g, s, u, x_tile, v_tile)
+    s[:] = s_new  # the caller's state overwritten
+    return g_new, s, u_new
+
+
+NUMERATOR.update({
+    "the rescale inverted": numerator_inverted_raw,
+    "the max started at 0": lambda g, s, u, x, v: solutions.numerator_step(np.maximum(g, 0.0), s, u, x, v),
+    "the input modified in place": numerator_in_place,
+    "an answer of the wrong shape": lambda *args: tuple(part.reshape(part.shape[0], -1)
+                                                         for part in solutions.numerator_step(*args)),
+})
+
+
 def finish_with(a_rule=None, lse_rule=None):
     def fin(g, s, u):
         a, lse = solutions.finish(g, s, u)
         with np.errstate(divide="ignore", invalid="ignore"):
             return (a if a_rule is None else a_rule(g, s, u)), (lse if lse_rule is None else lse_rule(g, s, u))
     return fin
+
+
+def finish_in_place(g, s, u):
+    empty = s == 0
+    u /= np.where(empty, 1.0, s)[:, None]  # divides the caller's U
+    with np.errstate(divide="ignore"):
+        return u, np.where(empty, -np.inf, g + np.log(np.where(empty, 1.0, s)))
 
 
 FINISH = {
@@ -86,6 +149,12 @@ FINISH = {
     "not divided": finish_with(a_rule=lambda g, s, u: u),
     "0 / 0 on a row with no key": finish_with(a_rule=lambda g, s, u: u / s[:, None]),
     "not a pair": lambda g, s, u: solutions.finish(g, s, u)[0],
+    "the logsumexp without the shift": finish_with(lse_rule=lambda g, s, u: np.log(np.exp(g) * s)),
+    "FlashAttention-2's +inf convention": finish_with(lse_rule=lambda g, s, u: np.where(
+        s == 0, np.inf, g + np.log(np.where(s == 0, 1.0, s)))),
+    "the input modified in place": lambda g, s, u: finish_in_place(g, s, u),
+    "an answer of the wrong shape": lambda g, s, u: (solutions.finish(g, s, u)[0],
+                                                     solutions.finish(g, s, u)[1][:, None]),
 }
 
 CAUSAL = {
@@ -93,6 +162,10 @@ CAUSAL = {
     "the offset N - M instead of M - N": lambda N, M: np.arange(M)[None, :] <= np.arange(N)[:, None] + N - M,
     "the diagonal excluded (< instead of <=)": lambda N, M: np.arange(M)[None, :] < np.arange(N)[:, None] + M - N,
     "transposed": lambda N, M: np.tril(np.ones((N, M), bool), k=M - N)[::-1, ::-1],
+    "the diagonal shifted by one (m <= n + M - N + 1)": lambda N, M: np.tril(np.ones((N, M), bool), k=M - N + 1),
+    "an inverted mask (True = masked)": lambda N, M: np.arange(M)[None, :] > np.arange(N)[:, None] + M - N,
+    "a 0/-inf additive mask": lambda N, M: np.where(np.tril(np.ones((N, M), bool), k=M - N), 0.0, -np.inf),
+    "an integer 0/1 mask": lambda N, M: np.tril(np.ones((N, M), dtype=int), k=M - N),
 }
 
 
@@ -116,6 +189,46 @@ MASKED = {
     "-inf - (-inf) on a masked prefix": masked_step(multiply=False, guard=False),
     "a finite fill value instead of -inf": masked_step(fill=-1e9, multiply=False),
     "not a triple": lambda *args: solutions.masked_tile_step(*args)[1:],
+    "the mask added to the scores (NaN + -inf)": lambda g, s, a, x, v, keep: biased_step(g, s, a, x, v, keep),
+    "a per-column mask": lambda g, s, a, x, v, keep: solutions.masked_tile_step(
+        g, s, a, x, v, np.broadcast_to(keep.all(axis=0), keep.shape)),
+    "the input modified in place": lambda g, s, a, x, v, keep: masked_in_place(g, s, a, x, v, keep),
+    "an answer of the wrong shape": lambda *args: tuple(np.atleast_2d(part)
+                                                         for part in solutions.masked_tile_step(*args)),
+}
+
+
+def biased_step(g, s, a, x_tile, v_tile, keep):
+    x = x_tile + np.where(keep, 0.0, -np.inf)  # the mask as a bias, as in PyTorch's attn_mask
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0).sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+
+
+def masked_in_place(g, s, a, x_tile, v_tile, keep):
+    g_new, s_new, a_new = solutions.masked_tile_step(g, s, a, x_tile, v_tile, keep)
+    g[...] = g_new  # the caller's g overwritten
+    return g, s_new, a_new
+
+
+def finite_fill_step(fill):
+    def step(g, s, a, x_tile, v_tile, keep):
+        x = np.where(keep, x_tile, fill)
+        g_new = np.maximum(g, x.max(axis=1))
+        r, p = np.exp(g - g_new), np.exp(x - g_new[:, None]) * keep
+        s_new = s * r + p.sum(axis=1)
+        pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0).sum(axis=1)
+        return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+    return step
+
+
+MASKED_MORE = {  # more learner-style variants of some mistakes above
+    "a finite fill value instead of -inf": [finite_fill_step(-1e30), finite_fill_step(np.finfo(np.float64).min / 2)],
+    "a per-column mask": [lambda g, s, a, x, v, keep: solutions.masked_tile_step(
+        g, s, a, x, v, np.broadcast_to(keep.any(axis=0), keep.shape))],
 }
 
 
@@ -142,6 +255,34 @@ MERGE = {
     "an empty part's output read (0 * NaN)": merge_with(
         lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2),
     "not a pair": lambda *args: solutions.merge_states(*args)[0],
+    "both parts empty: -inf - (-inf)": merge_with(lambda a1, l1, a2, l2, L: np.where(  # weight 0: skip the part
+        np.exp(l1 - L)[:, None] == 0, 0, np.exp(l1 - L)[:, None] * a1) + np.where(
+        np.exp(l2 - L)[:, None] == 0, 0, np.exp(l2 - L)[:, None] * a2)),
+    "the weights swapped": merge_with(lambda a1, l1, a2, l2, L: np.exp(l2 - L)[:, None] * a1
+                                      + np.exp(l1 - L)[:, None] * a2),
+    "the weights inverted (e^{L - L_p})": merge_with(lambda a1, l1, a2, l2, L: np.exp(L - l1)[:, None] * a1
+                                                     + np.exp(L - l2)[:, None] * a2),
+    "a base-2 merge": merge_with(lambda a1, l1, a2, l2, L: (
+        np.where(np.isneginf(l1)[:, None], 0, 2.0 ** (l1 - L)[:, None] * a1)
+        + np.where(np.isneginf(l2)[:, None], 0, 2.0 ** (l2 - L)[:, None] * a2)), np.logaddexp2),
+    "the logsumexp without the shift": merge_with(shares, lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
+    "the input modified in place": lambda a1, l1, a2, l2: merge_in_place(a1, l1, a2, l2),
+    "an answer of the wrong shape": lambda *args: (solutions.merge_states(*args)[0],
+                                                   solutions.merge_states(*args)[1][:, None]),
+}
+
+
+def merge_in_place(a1, l1, a2, l2):
+    a, lse = solutions.merge_states(a1, l1, a2, l2)
+    a1[...] = a  # the first state overwritten
+    return a1, lse
+
+
+MERGE_MORE = {
+    "an empty part's output read (0 * NaN)": [merge_with(lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1
+                                                         + np.where(np.isneginf(l2)[:, None], 0,
+                                                                    np.exp(l2 - L)[:, None] * a2))],
+    "the weights swapped": [merge_with(lambda a1, l1, a2, l2, L: solutions.merge_states(a1, l2, a2, l1)[0])],
 }
 
 CHECKERS = {
@@ -153,6 +294,9 @@ CHECKERS = {
     "check_merge_states": (solutions.merge_states, MERGE),
 }
 CASES = [(checker, mistake) for checker, (_, wrong) in CHECKERS.items() for mistake in wrong]
+MORE = [("check_masked_tile_step", name, k) for name, fns in MASKED_MORE.items() for k in range(len(fns))] + [
+    ("check_merge_states", name, k) for name, fns in MERGE_MORE.items() for k in range(len(fns))]
+MORE_FNS = {"check_masked_tile_step": MASKED_MORE, "check_merge_states": MERGE_MORE}
 
 
 @pytest.mark.parametrize("checker", CHECKERS)
@@ -180,3 +324,75 @@ def test_an_unfinished_exercise_is_reported_not_raised(checker):
 
     report = getattr(exercises, checker)(todo)
     assert not report.passed and "not implemented yet" in repr(report)
+
+
+@pytest.mark.parametrize("checker, mistake, k", MORE, ids=[f"{c}: {m} ({k})" for c, m, k in MORE])
+def test_other_forms_of_a_mistake_are_named_too(checker, mistake, k):
+    report = getattr(exercises, checker)(MORE_FNS[checker][mistake][k])
+    assert not report.passed, report
+    assert named(report) == {mistake}, report
+
+
+def tile_step_algorithm_1(g, s, a, x_tile, v_tile):
+    """FlashAttention's Algorithm 1 as written: the tile's own (max, sum), then two exponentials per row."""
+    m_tile = x_tile.max(axis=1)
+    p = np.exp(x_tile - m_tile[:, None])
+    l_tile = p.sum(axis=1)
+    g_new = np.maximum(g, m_tile)
+    alpha = np.exp(g - g_new)
+    beta = np.exp(m_tile - g_new)
+    s_new = alpha * s + beta * l_tile
+    return g_new, s_new, ((alpha * s)[:, None] * a + beta[:, None] * (p @ v_tile)) / s_new[:, None]
+
+
+def finish_with_divide_where(g, s, u):
+    a = np.divide(u, s[:, None], out=np.zeros_like(u), where=s[:, None] != 0)
+    lse = np.full_like(g, -np.inf)
+    np.add(g, np.log(s, out=np.full_like(s, -np.inf), where=s != 0), out=lse, where=s != 0)
+    return a, lse
+
+
+def merge_with_max_shift(a1, l1, a2, l2):
+    m = np.maximum(l1, l2)
+    m = np.where(np.isneginf(m), 0.0, m)
+    e1, e2 = np.exp(l1 - m), np.exp(l2 - m)
+    total = e1 + e2
+    with np.errstate(divide="ignore"):
+        lse = m + np.log(total)
+    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    return np.where(w1 > 0, w1 * a1, 0.0) + np.where(w2 > 0, w2 * a2, 0.0), lse
+
+
+@pytest.mark.parametrize("checker, fn", [
+    ("check_tile_step", tile_step_algorithm_1),
+    ("check_finish", finish_with_divide_where),
+    ("check_merge_states", merge_with_max_shift),
+    ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=M - N)),
+])
+def test_correct_solutions_written_differently_pass(checker, fn):
+    report = getattr(exercises, checker)(fn)
+    assert report.passed, report
+
+
+def test_a_broadcast_error_is_explained():
+    def step(g, s, a, x_tile, v_tile):  # the per-row factor without [:, None]
+        g_new = np.maximum(g, x_tile.max(axis=1))
+        r = np.exp(g - np.where(g_new == -np.inf, 0.0, g_new))
+        p = np.exp(x_tile - np.where(g_new == -np.inf, 0.0, g_new)[:, None])
+        s_new = s * r + p.sum(axis=1)
+        return g_new, s_new, (a * (s * r) + p @ v_tile) / s_new
+
+    text = repr(exercises.check_tile_step(step))
+    assert "raised ValueError" in text and "[:, None]" in text, text
+
+
+def test_a_matmul_shape_error_is_explained():
+    def step(g, s, u, x_tile, v_tile):
+        g_new = np.maximum(g, x_tile.max(axis=1))
+        ref = np.where(g_new == -np.inf, 0.0, g_new)
+        p = np.exp(x_tile - ref[:, None])
+        return g_new, s * np.exp(g - ref) + p.sum(axis=1), u * np.exp(g - ref)[:, None] + p.T @ v_tile
+
+    text = repr(exercises.check_numerator_step(step))
+    assert "raised ValueError" in text and ".T" in text, text

@@ -59,7 +59,25 @@ WRONG = {"check_backward_tiles": {
     "dQ not accumulated across key tiles": learner(overwrite_dq=True),
     "gradients leaking into masked keys": learner(no_mask=True),
     "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
+    "the input modified in place": lambda *args: in_place(*args),
+    "an answer of the wrong shape": lambda *args: tuple(g[None] for g in solution(*args)),
 }}
+
+
+def in_place(q, k, v, a, lse, grad_a, keep, block_k):
+    grads = solution(q, k, v, a, lse, grad_a, keep, block_k)
+    grad_a *= 0  # "done with it": the caller's dA cleared
+    return grads
+
+
+def test_a_broadcast_error_is_explained():
+    def no_keepdims(q, k, v, a, lse, grad_a, keep, block_k):
+        d = (grad_a * a).sum(1)  # (N,), not (N, 1)
+        y = np.exp(q @ k.T / np.sqrt(q.shape[1]) - lse[:, None])
+        return y * (grad_a @ v.T - d), None, None
+
+    text = repr(check_backward_tiles(no_keepdims))
+    assert "raised ValueError" in text and "[:, None]" in text, text
 """For each mistake the checker names, a wrong solution that makes it (test_exercises.py checks the catalogue)."""
 
 

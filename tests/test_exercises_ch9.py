@@ -22,7 +22,22 @@ def learner(mistake=None):
         if mistake == "low-precision reference":
             reference = reference.astype(dtype).astype(np.float64)
         q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
-        if mistake == "input dtype":  # every step on arrays of the input dtype
+        if mistake == "float32 reference":  # a right variant: the reference in float32
+            x32 = q.astype(np.float32) @ k.astype(np.float32).T / np.float32(math.sqrt(D))
+            e32 = np.exp(x32 - x32.max(axis=-1, keepdims=True))
+            reference = ((e32 / e32.sum(axis=-1, keepdims=True)) @ v.astype(np.float32)).astype(np.float64)
+        if mistake in ("never rounded", "float64 naive", "Y unrounded", "X unrounded"):
+            x = q32 @ k32.T / np.float32(math.sqrt(D)) if mistake != "float64 naive" else q64 @ k64.T / math.sqrt(D)
+            if mistake == "Y unrounded":
+                x = x.astype(dtype).astype(np.float32)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            y = e / e.sum(axis=-1, keepdims=True)
+            if mistake == "X unrounded":
+                y = y.astype(dtype).astype(np.float32)
+            naive = y @ (v64 if mistake == "float64 naive" else v32)
+            if mistake in ("Y unrounded", "X unrounded"):
+                naive = naive.astype(dtype)
+        elif mistake == "input dtype":  # every step on arrays of the input dtype
             x = (q @ k.T / dtype.type(math.sqrt(D))).astype(dtype)
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             naive = (e / e.sum(axis=-1, keepdims=True)) @ v
@@ -39,6 +54,8 @@ def learner(mistake=None):
         error_naive = np.abs(naive.astype(np.float64) - reference)
         if mistake == "mean":
             return error_out.mean() / error_naive.mean()
+        if mistake == "relative":
+            return (error_out / np.abs(reference)).max() / (error_naive / np.abs(reference)).max()
         if mistake == "upside down":
             return error_naive.max() / error_out.max()
         return error_out.max() / error_naive.max()
@@ -54,6 +71,8 @@ def test_the_solution_and_another_right_answer_pass():
     assert check_flash_test_ratio(solutions.flash_test_ratio).passed
     report = check_flash_test_ratio(learner())
     assert report.passed, repr(report)
+    report = check_flash_test_ratio(learner("float32 reference"))  # FlashAttention's tests use one
+    assert report.passed, repr(report)
     assert "All good." in repr(report)
 
 
@@ -63,6 +82,11 @@ def test_the_solution_and_another_right_answer_pass():
     ("low-precision reference", "measured against a reference stored in"),
     ("mean", "ratio of the mean errors"),
     ("upside down", "upside down"),
+    ("never rounded", "seems never rounded"),
+    ("float64 naive", "naive error seems to be 0"),
+    ("Y unrounded", "probabilities Y unrounded"),
+    ("X unrounded", "scores X unrounded"),
+    ("relative", "relative errors"),
 ])
 def test_each_classic_mistake_is_named(mistake, named):
     report = check_flash_test_ratio(learner(mistake))

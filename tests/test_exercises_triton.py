@@ -72,6 +72,48 @@ def test_row_lse_mistakes_are_named(fn, name):
     assert f"looks like {name}" in messages(report)
 
 
+def stride_ignoring_kernel(x):
+    """A learner's kernel that steps rows by n_cols: it reads the storage as if x were contiguous."""
+    import torch
+
+    R, C = x.shape
+    storage = torch.as_strided(x, (R * C,), (1,))  # what x_ptr + r * C + c reads
+    return emulated_kernel()(storage.reshape(R, C).clone())
+
+
+def plus_inf_kernel(x):
+    """FlashAttention-2's convention: +inf for a row with no key."""
+    import torch
+
+    out = emulated_kernel()(x)
+    return torch.where(torch.isneginf(out), torch.tensor(float("inf")), out)
+
+
+def viewing_wrapper(x):
+    """A wrapper that flattens with .view, which a non-contiguous tensor refuses."""
+    flat = x.view(-1)
+    return emulated_kernel()(flat.reshape(x.shape))
+
+
+@needs_torch
+@pytest.mark.parametrize("fn, name", [(stride_ignoring_kernel, "the row stride ignored"),
+                                      (plus_inf_kernel, "FlashAttention-2's +inf convention")])
+def test_row_lse_strides_and_the_plus_inf_convention_are_named(fn, name):
+    report = ex.check_row_lse(fn)
+    assert not report.passed
+    assert f"looks like {name}" in messages(report), report
+    assert sum(not ok for _, ok, _ in report.cases) == 1, report  # only the case that shows it
+
+
+@needs_torch
+def test_row_lse_a_view_error_is_explained_and_torch_logsumexp_passes():
+    import torch
+
+    text = messages(ex.check_row_lse(viewing_wrapper))
+    assert "non-contiguous" in text and "stride" in text, text
+    assert ex.check_row_lse(lambda x: torch.logsumexp(x, dim=1)).passed
+
+
 @needs_torch
 def test_row_lse_nan_on_a_fully_masked_row_is_named():
     report = ex.check_row_lse(emulated_kernel(guard_empty=False))
@@ -177,6 +219,26 @@ def test_flash_row_mistakes_are_named(kwargs, name):
     report = ex.check_flash_row(learner_flash_row(**kwargs))
     assert not report.passed
     assert f"looks like {name}" in messages(report)
+
+
+def test_flash_row_float32_is_named():
+    right = learner_flash_row()
+
+    def in_float32(q_n, K, V, B_c):
+        a, lse = right(*(np.asarray(arr, np.float32) for arr in (q_n, K, V)), B_c)
+        return a.astype(np.float32), lse
+
+    report = ex.check_flash_row(in_float32)
+    assert not report.passed and "looks like float32 instead of float64" in messages(report), report
+
+
+def test_flash_row_a_shape_error_is_explained():
+    def transposed(q_n, K, V, B_c):
+        x = K.T @ q_n  # (D, M) @ (D,): the inner sizes differ
+        return x, 0.0
+
+    text = messages(ex.check_flash_row(transposed))
+    assert "raised ValueError" in text and ".T" in text, text
 
 
 def test_flash_row_logsumexp_without_g_is_named():

@@ -19,14 +19,14 @@ def test_fa2_divides_once_per_output_element_and_fa1_once_per_key_tile(N, M, D, 
     fa1 = count_ops("fa1", q, k, v, block_q=B_r, block_k=B_c)
     assert fa2.ops["divide"] == N * Dv  # A = acc / s, once, at the end (FlashAttention-2, section 3.1.1)
     assert fa1.ops["divide"] == T_c * N * Dv  # A' normalised after every key tile (Algorithm 1, line 12)
-    # exp: one per score, plus per row and key tile the rescale factor(s): 1 for fa2; 4 for fa1, which
-    # merges the tile's own (max, sum) into the row's and rescales both terms of the output
+    # exp: one per score, plus per row and key tile the rescale factor(s): 1 for fa2 (alpha); 2 for fa1
+    # (alpha and beta of Algorithm 1, line 11), which merges the tile's own (max, sum) into the row's
     assert fa2.ops["exp"] == N * M + T_c * N
-    assert fa1.ops["exp"] == N * M + 4 * T_c * N
+    assert fa1.ops["exp"] == N * M + 2 * T_c * N
     # the output rescale: fa2 multiplies acc once per key tile, fa1 both terms of its update
     assert fa2.ops["multiply"] == T_c * N * Dv + T_c * N
-    # (and per row: s1 e^.., s2 e^.. and 0 * (s1 + s2) in the merge, s e^{g - g_new} for the old term)
-    assert fa1.ops["multiply"] == 2 * T_c * N * Dv + 4 * T_c * N
+    # (and per row: s alpha and s~ beta, the two terms of s_new)
+    assert fa1.ops["multiply"] == 2 * T_c * N * Dv + 2 * T_c * N
     for count in (fa1, fa2):  # the matrix products are the same: X = Q K^T and P V
         assert count.ops["matmul"] == N * M * (D + Dv)
         assert count.scores == N * M

@@ -383,8 +383,15 @@ def test_the_study_holds_the_errors_measured_directly(study):
     np.testing.assert_allclose(study.ratio("bfloat16", "fa2"),
                                study.error("bfloat16", "fa2") / study.error("bfloat16", "naive"))
     assert np.all(study.ratio("float16") <= 2) and np.all(study.ratio("bfloat16", "fa1") <= 2)
-    for untiled in ("rounded reference", "naive", "one_loop", "two_loop"):  # one value at every tile size
+    for untiled in ("rounded reference", "naive", "one_loop", "two_loop", "rounded P"):  # one value for all tiles
         assert len(set(study.error("float32", untiled))) == 1
+    # P rounded to 16 bits before P V: the error of that one rounding, measured here with P rounded by hand
+    x = (q16.astype(np.float32) / np.float32(np.sqrt(8))) @ k16.astype(np.float32).T
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    by_hand = ((p.astype(np.float16).astype(np.float32) @ v16.astype(np.float32)) / p.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(study.error("float16", "rounded P")[0],
+                               np.abs(by_hand.astype(np.float16).astype(np.float64) - ref).max(), rtol=0.05)
+    assert study.error("float16", "rounded P")[0] >= study.error("float16", "rounded reference")[0]
 
 
 def test_study_arguments_are_checked():

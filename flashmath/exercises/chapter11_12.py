@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
+from flashmath.exercises.chapter6_10 import shape_hint
 
 __all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives", "check_recap_quiz",
            "check_flash_row", "print_recap_quiz"]
@@ -96,6 +97,19 @@ def _without_g(x):
     return _lse(x) - np.asarray(x, np.float64).max(axis=1)
 
 
+def _stride_ignored(x, wide=None):
+    """A kernel that steps from row to row by the number of columns, ignoring the tensor's row stride
+    (``x.stride(0)``): on a slice of a wider array it reads the first ``R * C`` numbers of the storage."""
+    if wide is None:
+        return None
+    return _lse(np.asarray(wide, np.float32).ravel()[:x.size].reshape(x.shape))
+
+
+def _plus_inf_empty(x):
+    lse = _lse(x)
+    return np.where(np.isneginf(lse), np.inf, lse)
+
+
 ROW_LSE_MISTAKES = (
     Mistake("the padding read as 0", "the columns past the end of the row were loaded with other=0.0, so each adds "
             "exp(0 - g) to the sum; load them with other=float('-inf') (weight exp(-inf) = 0)",
@@ -110,7 +124,22 @@ ROW_LSE_MISTAKES = (
     Mistake("g left out of the result", "the logsumexp is g + log(s): s is relative to the max g", (_without_g,)),
     Mistake("base 2 instead of e", "tl.exp2 and tl.log2 need the scores multiplied by log2(e) and the result divided "
             "by it; use tl.exp and tl.log", tuple(_blockwise(b, base2=True) for b in BLOCKS)),
+    Mistake("the row stride ignored", "a tensor that is a slice or a transpose of another is not contiguous: row r "
+            "starts at x_ptr + r * x.stride(0), not r * n_cols. Pass x.stride(0) (and x.stride(1)) to the kernel, "
+            "or call x = x.contiguous() first", (_stride_ignored,)),
+    Mistake("FlashAttention-2's +inf convention", "FlashAttention-2's kernels store +inf for a row with no key (so "
+            "that exp(x - L) = 0 in their backward); this exercise, like the course, wants -inf, the log of an "
+            "empty sum", (_plus_inf_empty,)),
 )
+
+
+def _kernel_hint(exc) -> str | None:
+    """What a stride or shape error raised by the learner's wrapper probably means."""
+    text = str(exc)
+    if "stride" in text or "contiguous" in text:
+        return ("the input is a non-contiguous view (a slice of a wider tensor): .view() needs contiguous memory; "
+                "use x.stride(0) in the kernel, or x.contiguous()")
+    return None
 
 
 def _row_lse_cases():
@@ -128,7 +157,12 @@ def _row_lse_cases():
         ("rows of -1000 (a running max started at 0 underflows)", -1000.0 + rng.standard_normal((2, 64))),
         ("-inf entries (masked), and a fully masked row: its logsumexp is -inf, not NaN", masked),
         ("one column", rng.standard_normal((4, 1))),
+        ("a slice of a wider tensor (x[:, :40] of a (3, 64) tensor: row stride 64, not 40)",
+         rng.standard_normal((3, 64))),
     ]
+
+
+STRIDED = 40  # the case whose name starts "a slice" passes x[:, :STRIDED] of its array
 
 
 def check_row_lse(fn) -> CheckReport:
@@ -149,16 +183,22 @@ def check_row_lse(fn) -> CheckReport:
         report.add("PyTorch", False, "this exercise needs PyTorch and Triton (the triton extra): " + INSTALL_HINT)
         return report
     cases, answers = _row_lse_cases(), []
+    inputs: list[tuple] = []
     for name, x in cases:
-        x32 = x.astype(np.float32)
-        out, _ = run(report, name, fn, torch.from_numpy(x32.copy()))
+        wide = x.astype(np.float32)
+        tensor = torch.from_numpy(wide.copy())
+        if name.startswith("a slice"):  # a view: row stride 64, 40 columns
+            tensor = tensor[:, :STRIDED]
+            inputs.append((wide[:, :STRIDED].copy(), wide))
+        else:
+            inputs.append((wide,))
+        out, _ = run(report, name, fn, tensor, hint=_kernel_hint)
         if out is None and not any(case[0] == name for case in report.cases):
             report.add(name, False, "returned None: return the tensor of logsumexps")
         answers.append(None if out is None else
                        np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out, np.float64))
-    inputs = [(x.astype(np.float32),) for _, x in cases]
     diagnosis = _diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
-    for i, ((name, _), (x32,), got) in enumerate(zip(cases, inputs, answers, strict=False)):
+    for i, ((name, _), (x32, *_), got) in enumerate(zip(cases, inputs, answers, strict=False)):
         if got is None:
             continue
         expected = _lse(x32)
@@ -346,6 +386,11 @@ def _model(**mistake):
     return lambda q_n, K, V, B_c: _flash_row(q_n, K, V, B_c, **mistake)[0]
 
 
+def _close_in_float32(answer, right) -> bool:
+    """The answer agrees with the right one to float32's precision (1e-5 relative) but not to 1e-9."""
+    return _same(answer, right, 1e-5) and not _same(answer, right, 1e-9)
+
+
 FLASH_ROW_MISTAKES = (
     Mistake("acc not divided by s at the end", "A = acc / s: acc = s A' is the unnormalised numerator",
             (_model(divide=False),)),
@@ -360,6 +405,10 @@ FLASH_ROW_MISTAKES = (
             "s = 0 and 0 / 0", (_model(g0=0.0),)),
     Mistake("the max not subtracted", "exp(x) overflows for scores above 709 (float64): subtract the running max",
             (_model(subtract_max=False),)),
+    Mistake("float32 instead of float64", "the answer agrees to about 1e-7 relative, float32's precision: this "
+            "exercise is checked against float64 to 1e-9, so compute in float64 (np.zeros(..., np.float64), no "
+            ".astype(np.float32), torch tensors of dtype float64). A real kernel computes in float32 and is tested "
+            "with a tolerance instead (chapter 9)", (_model(),), compare=_close_in_float32),
 )
 
 
@@ -370,7 +419,7 @@ def _flash_row_hint(exc) -> str | None:
         return (f"s = 0 after every key: {by_name['the running max started at 0'].message()}")
     if isinstance(exc, OverflowError):
         return by_name["the max not subtracted"].message()
-    return None
+    return shape_hint(exc)
 
 
 def _flash_row_cases():

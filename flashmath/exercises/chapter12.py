@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function
-from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
+from flashmath.exercises.chapter6_10 import inputs_unchanged, shape_hint, shape_mistake
 
 __all__ = ["BACKWARD_MISTAKES", "MISTAKES", "check_backward_tiles"]
 
@@ -68,8 +69,16 @@ BACKWARD_MISTAKES = (
             "(the result was the last key tile's part only)", (_mistake(accumulate_dq=False),)),
     Mistake("gradients leaking into masked keys", "a masked pair is absent: select Y and dX to 0 where keep is False "
             "(np.where), so that a masked key gets dK = dV = 0", (_mistake(mask=False),)),
+    INPUT_MODIFIED,
+    shape_mistake(lambda *args: _reference(*args)),
     Mistake("not (dq, dk, dv)", "return the three gradients as a tuple (dq, dk, dv)"),
 )
+
+
+def _reference(q, k, v, a, lse, grad_a, keep, block_k):
+    from flashmath.backward import attention_backward
+
+    return attention_backward(q, k, v, a, lse, grad_a, mask=keep, block_k=block_k)
 
 
 def _case(rng, N, M, D, keep=None):
@@ -87,8 +96,6 @@ def check_backward_tiles(fn) -> CheckReport:
     (True = attend), key tiles of ``block_k``; the scale is ``1 / sqrt(D)``. Cases: several key tiles, the last one
     shorter; one key tile with ``N = M``; padded keys; a fully masked row. Named mistakes:
     :data:`BACKWARD_MISTAKES`."""
-    from flashmath.backward import attention_backward
-
     rng = np.random.default_rng(12)
     pad = np.ones((5, 9), bool)
     pad[:, 6:] = False
@@ -101,11 +108,11 @@ def check_backward_tiles(fn) -> CheckReport:
         ("row 3 attends no key (L = -inf)", _case(rng, 6, 7, 4, empty) + (3,)),
     ]
 
-    def reference(q, k, v, a, lse, grad_a, keep, block_k):
-        return attention_backward(q, k, v, a, lse, grad_a, mask=keep, block_k=block_k)
-
-    return check_function("check_backward_tiles", fn, cases, reference, BACKWARD_MISTAKES, n_out=3,
-                          names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1])
+    report = check_function("check_backward_tiles", fn, cases, _reference, BACKWARD_MISTAKES, n_out=3,
+                            names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1], hint=shape_hint)
+    inputs_unchanged(report, fn, "the inputs (q, k, v, a, lse, grad_a, keep) are left unchanged", cases[3][1],
+                     which=range(7))
+    return report
 
 MISTAKES = {"check_backward_tiles": BACKWARD_MISTAKES}
 """For each checker of this chapter, the mistakes it names."""

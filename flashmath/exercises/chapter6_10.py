@@ -8,12 +8,74 @@ models are written vectorised, as a learner would write the exercise; the catalo
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from flashmath.exercises._cases import check_function
-from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified, quiet
 from flashmath.flash import fa1_tile_step, fa2_tile_step
 from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
+
+# ------------------------------------------------------------------------------------------------------------------
+# What every checker of chapters 6-12 shares: raw shape errors explained, an answer of the wrong shape named, the
+# inputs checked for changes in place
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def shape_hint(exc) -> str | None:
+    """What a broadcast or shape error raised by the learner's numpy code probably means (``run``'s ``hint``)."""
+    text = str(exc)
+    if "broadcast" in text:
+        shapes = re.findall(r"\(([\d, ]*)\)", text)
+        dims = [tuple(int(d) for d in s.replace(" ", "").split(",") if d) for s in shapes]
+        vector = next((d for d in dims if len(d) == 1), None)
+        matrix = next((d for d in dims if len(d) == 2), None)
+        if vector and matrix and vector[0] == matrix[0] != matrix[1]:
+            return (f"a per-row vector of shape {vector} meets a {matrix} array: numpy lines up the last axes, so "
+                    f"give the vector a column axis, v[:, None] (shape ({vector[0]}, 1)), to scale each row")
+        return ("two arrays whose shapes do not line up: numpy matches shapes from the last axis; a per-row "
+                "quantity (B_r,) needs [:, None] to act on a (B_r, Dv) array, and X is (B_r, B_c), V is (B_c, Dv)")
+    if "matmul" in text or "shapes" in text and "not aligned" in text:
+        return ("a matrix product whose inner sizes differ: X (B_r, B_c) @ V (B_c, Dv) and Q (N, D) @ K^T (D, M); "
+                "check which array needs .T")
+    if "index" in text and "out of bounds" in text:
+        return "an index past the end of an axis: check which axis holds rows (queries) and which columns (keys)"
+    return None
+
+
+def _reshaped_equal(answer, wrong) -> bool:
+    """The answer holds the right numbers in another shape (keepdims, a missing [:, None], a flattened array)."""
+    a, b = (x if isinstance(x, tuple) else (x,) for x in (answer, wrong))
+    if len(a) != len(b):
+        return False
+    differs = False
+    for x, y in zip(a, b, strict=False):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.size != y.size or not np.allclose(x.ravel(), y.ravel(), rtol=1e-9, atol=1e-12, equal_nan=True):
+            return False
+        differs |= x.shape != y.shape
+    return differs
+
+
+def shape_mistake(reference) -> Mistake:
+    """The mistake of right numbers in a wrong shape, for a checker whose right answer is ``reference(*args)``."""
+    return Mistake("an answer of the wrong shape", "the numbers are right but an array has another shape: keep "
+                   "per-row quantities 1-D (B_r,) (no keepdims=True, or .ravel() them) and outputs (B_r, Dv)",
+                   (reference,), compare=_reshaped_equal)
+
+
+def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2)) -> None:
+    """Run ``fn`` once more on copies of ``args`` and fail the case ``name`` when it changed one of the arguments
+    ``which`` (the state: a tile step may overwrite its score tile, as the package's does) in place."""
+    copies = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+    if quiet(fn, *copies) is None:
+        return  # it raised or returned nothing: the cases above already say so
+    changed = [i for i, (a, b) in enumerate(zip(args, copies, strict=False))
+               if i in which and isinstance(a, np.ndarray) and modified(a, b)]
+    report.add(name, not changed, "" if not changed else f"argument {changed[0] + 1} was changed: "
+                                                        f"{INPUT_MODIFIED.message()}")
+
 
 # ------------------------------------------------------------------------------------------------------------------
 # The tile step (6.1) and the masked tile step (8.2): (g, s, A') of B_r rows, a score tile X (B_r, B_c) and V (B_c, Dv)
@@ -34,10 +96,11 @@ def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
     return fa1_tile_step(g, s, a, x.copy(), V, keep)
 
 
-def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
+def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=None):
     """A wrong tile step: the right one except for the parts given.
 
-    ``g_of(g, x)`` the new max; ``s_update(s, r, p, s_old_g...)``; ``a_update(a, s, r, pv, s_new, x, g, g_new, V)``.
+    ``g_of(g, x)`` the new max; ``s_update(s, r, p, s_old_g...)``; ``a_update(a, s, r, pv, s_new, x, g, g_new, V)``;
+    ``rescale(g, g_new)`` the factor of the old state.
     """
     def model(g, s, a, x_tile, v_tile, keep=None):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
@@ -45,7 +108,7 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp):
         if keep is not None:
             x = np.where(keep, x, -np.inf)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
-        r = base(g - nonempty(g_new))
+        r = base(g - nonempty(g_new)) if rescale is None else rescale(g, g_new)
         p = base(x - nonempty(g_new)[:, None])
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
         pv = p @ V
@@ -80,6 +143,17 @@ TILE_MISTAKES = (
     Mistake("the tile's max only (the old max forgotten)", "the new max is over the old max and the tile: "
             "g_new = max(g, rowmax X)", (_tile_model(g_of=lambda g, x: x.max(axis=1)),)),
     Mistake("a wrong base (2) instead of e", "use the natural exponential np.exp", (_tile_model(base=np.exp2),)),
+    Mistake("the rescale inverted (e^{g_new - g})", "the old state is measured against the old max g; against the "
+            "larger g_new it shrinks by e^{g - g_new} <= 1, not e^{g_new - g} (which is inf for a row that has "
+            "seen no key yet)", (_tile_model(rescale=lambda g, gn: np.exp(gn - g)),
+                                 _tile_model(rescale=lambda g, gn: np.exp(nonempty(gn) - g)),
+                                 _tile_model(rescale=lambda g, gn: np.exp(gn - nonempty(g))))),
+    Mistake("the max started at 0", "a row that has seen no key has g = -inf, and its new max is the tile's row max "
+            "even when that is negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is "
+            "subtracted", (_tile_model(g_of=lambda g, x: np.maximum(nonempty(g), x.max(axis=1))),
+                           _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
+    INPUT_MODIFIED,
+    shape_mistake(tile_step_reference),
     NOT_A_STATE,
 )
 
@@ -97,6 +171,8 @@ def _tile_cases(rng):
          (np.array([0.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]), a, X + np.array([[0.0], [1000.0], [0.0]]), V)),
         ("a square tile (B_r = B_c = 4)", (np.array([0.5, 3.0, -1.0, 0.0]), np.array([1.5, 2.0, 1.0, 1.0]),
                                           rng.standard_normal((4, 2)), rng.standard_normal((4, 4)), V)),
+        ("the first tile, every score negative (row maxima below 0)",
+         (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X - 6.0, V)),
     ]
 
 
@@ -131,8 +207,10 @@ def check_tile_step(fn) -> CheckReport:
     The output is normalised after the tile (chapter 6). Named mistakes: :data:`TILE_MISTAKES`.
     """
     rng = np.random.default_rng(6)
-    report = check_function("check_tile_step", fn, _tile_cases(rng), tile_step_reference, TILE_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE)
+    cases = _tile_cases(rng)
+    report = check_function("check_tile_step", fn, cases, tile_step_reference, TILE_MISTAKES, n_out=3,
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint)
+    inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[2][1])
     _fold_tiles(report, fn, "a real query tile folded over 5 key tiles gives the attention output")
     return report
 
@@ -142,12 +220,13 @@ def _absent_terms(p, keep, V):
     return np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
 
 
-def _masked_model(score=None, term=None, guard=True, fill=None):
-    """A wrong masked tile step."""
+def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
+    """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied."""
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
-        x = np.where(keep, x, -np.inf if fill is None else fill)
+        keep = keep if mask_of is None else np.broadcast_to(mask_of(keep), keep.shape)
+        x = np.where(keep, x, -np.inf if fill is None else fill) if score is None else score(x, keep)
         g_new = np.maximum(g, x.max(axis=1))
         ref = nonempty(g_new) if guard else g_new
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
@@ -165,11 +244,36 @@ MASKED_MISTAKES = (
             "e^{-inf + inf} is NaN: subtract 0 instead of -inf (np.where(g_new == -np.inf, 0, g_new))",
             (_masked_model(term=_absent_terms, guard=False),)),
     Mistake("a finite fill value instead of -inf", "a masked score is -inf, not a large negative number: with a fill "
-            "a fully masked row averages the masked keys' values",
+            "a fully masked row averages the masked keys' values (and keeps a finite max)",
             tuple(_masked_model(fill=fill, term=term) for fill in (-1e9, -1e4)
-                  for term in (lambda p, keep, V: p @ V, _absent_terms))),
+                  for term in (lambda p, keep, V: p @ V, _absent_terms))
+            + (tile_step_reference,), compare=lambda answer, right: _finite_fill(answer, right)),
+    Mistake("the mask added to the scores (NaN + -inf)", "adding a 0/-inf bias keeps what a masked score holds: "
+            "NaN + (-inf) is NaN and inf + (-inf) is NaN. Select masked scores away: np.where(keep, X, -np.inf)",
+            tuple(_masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
+                  for term in (None, _absent_terms, lambda p, keep, V: p @ V))),
+    Mistake("a per-column mask", "keep is (B_r, B_c), one entry per (query, key) pair: a causal or per-row mask "
+            "differs from row to row, so mask each pair, not whole columns",
+            tuple(_masked_model(mask_of=mask_of, term=term) for mask_of in (lambda k: k.all(axis=0),
+                                                                           lambda k: k.any(axis=0), lambda k: k[0])
+                  for term in (None, _absent_terms))),
+    INPUT_MODIFIED,
+    shape_mistake(tile_step_reference),
     NOT_A_STATE,
 )
+
+
+def _finite_fill(answer, right) -> bool:
+    """The answer gives a row with no key a finite, very negative max where the right one is -inf."""
+    if answer is None or not isinstance(answer, tuple) or not isinstance(right, tuple):
+        return False
+    try:
+        g, g_right = np.asarray(answer[0], np.float64), np.asarray(right[0], np.float64)
+        empty = np.isneginf(g_right)
+        return bool(g.shape == g_right.shape and empty.any() and np.all(np.isfinite(g[empty]))
+                    and np.all(g[empty] <= -50))
+    except Exception:
+        return False
 
 
 def check_masked_tile_step(fn) -> CheckReport:
@@ -185,15 +289,23 @@ def check_masked_tile_step(fn) -> CheckReport:
     keep = np.array([[True, True, False, False], [True, False, True, False], [True, True, True, False]])
     empty = np.array([[False] * 4, [True, False, True, False], [False] * 4])
     a = rng.standard_normal((3, 2))
+    V_inf = V.copy()
+    V_inf[3] = np.inf
+    X_bad = X.copy()
+    X_bad[0, 2], X_bad[1, 1], X_bad[2, 3] = np.nan, np.inf, np.nan  # masked pairs only
+    g0, s0 = np.array([0.5, 1.0, -1.0]), np.array([1.0, 2.0, 1.0])
     cases = [
-        ("a mask, every key finite", (np.array([0.5, 1.0, -1.0]), np.array([1.0, 2.0, 1.0]), a, X, V, keep)),
-        ("NaN in the value row of a key masked for every row", (np.array([0.5, 1.0, -1.0]), np.array([1.0, 2.0, 1.0]),
-                                                                a, X, V_nan, keep)),
+        ("a mask, every key finite", (g0, s0, a, X, V, keep)),
+        ("NaN in the value row of a key masked for every row", (g0, s0, a, X, V_nan, keep)),
+        ("+inf in the value row of a key masked for every row", (g0, s0, a, X, V_inf, keep)),
+        ("NaN and +inf in masked scores", (g0, s0, a, X_bad, V, keep)),
         ("rows that have seen no key and still see none (a masked prefix)",
          (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V, empty)),
     ]
-    return check_function("check_masked_tile_step", fn, cases, tile_step_reference, MASKED_MISTAKES, n_out=3,
-                          names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE)
+    report = check_function("check_masked_tile_step", fn, cases, tile_step_reference, MASKED_MISTAKES, n_out=3,
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint)
+    inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[3][1])
+    return report
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -209,12 +321,14 @@ def numerator_step_reference(g, s, u, x_tile, v_tile):
     return fa2_tile_step(g, s, u.copy(), x.copy(), V, None)
 
 
-def _numerator_model(u_update=None, s_update=None, base=np.exp):
+def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_of=None):
     def model(g, s, u, x_tile, v_tile):
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
-        g_new = np.maximum(g, x.max(axis=1))
+        g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
         r, p = base(g - nonempty(g_new)), base(x - nonempty(g_new)[:, None])
+        if rescale is not None:
+            r = rescale(g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
         return g_new, s_new, u_update(u, s, r, p @ V, s_new)
     return model
@@ -228,13 +342,24 @@ NUMERATOR_MISTAKES = (
              _numerator_model(lambda u, s, r, pv, sn: (u * (s * r)[:, None] + pv) / sn[:, None]))),
     Mistake("no rescale when the max changes", "U and s are measured against the running max: when it moves, multiply "
             "the old U by e^{g - g_new}", (_numerator_model(lambda u, s, r, pv, sn: u + pv),)),
-    Mistake("the rescale inverted", "the factor is e^{g - g_new} <= 1: the old numerator shrinks",
-            (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),)),
+    Mistake("the rescale inverted", "the factor is e^{g - g_new} <= 1: the old numerator shrinks (e^{g_new - g} "
+            "grows it, and is inf for a row that has seen no key yet)",
+            (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),
+             *(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, rescale=inverted)
+               for inverted in (lambda g, gn: np.exp(gn - g), lambda g, gn: np.exp(nonempty(gn) - g),
+                                lambda g, gn: np.exp(gn - nonempty(g)))))),
     Mistake("the rescale of s missing", "s_new = s e^{g - g_new} + rowsum P",
             (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv,
                               s_update=lambda s, r, p: s + p.sum(axis=1)),)),
     Mistake("a wrong base (2) instead of e", "use np.exp",
             (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, base=np.exp2),)),
+    Mistake("the max started at 0", "a row that has seen no key has g = -inf, and its new max is the tile's row max "
+            "even when that is negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is "
+            "subtracted", tuple(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, g_of=g_of)
+                                for g_of in (lambda g, x: np.maximum(nonempty(g), x.max(axis=1)),
+                                             lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
+    INPUT_MODIFIED,
+    shape_mistake(numerator_step_reference),
     NOT_A_NUMERATOR,
 )
 
@@ -247,8 +372,10 @@ def check_numerator_step(fn) -> CheckReport:
     """
     rng = np.random.default_rng(7)
     cases = [(name.replace("(g, s, A')", "(g, s, U)"), args) for name, args in _tile_cases(rng)]
-    return check_function("check_numerator_step", fn, cases, numerator_step_reference, NUMERATOR_MISTAKES, n_out=3,
-                          names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR)
+    report = check_function("check_numerator_step", fn, cases, numerator_step_reference, NUMERATOR_MISTAKES, n_out=3,
+                            names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR, hint=shape_hint)
+    inputs_unchanged(report, fn, "the state given (g, s, U) is left unchanged", cases[2][1])
+    return report
 
 
 def finish_reference(g, s, u):
@@ -279,6 +406,14 @@ FINISH_MISTAKES = (
             (_finish_model(a_of=lambda g, s, u: u),)),
     Mistake("0 / 0 on a row with no key", "a row that saw no key has s = 0 and U = 0: give it A = 0 (and L = -inf), "
             "not NaN", (_finish_model(a_of=lambda g, s, u: u / s[:, None]),)),
+    Mistake("the logsumexp without the shift", "log(e^g s) overflows once g > 709 (e^g is inf in float64): keep "
+            "the shift, L = g + log(s)", (_finish_model(lse_of=lambda g, s, u: np.log(np.exp(g) * s)),)),
+    Mistake("FlashAttention-2's +inf convention", "FlashAttention-2's kernels store L = +inf for a row with no key "
+            "(so that exp(X - L) = 0 in their backward); this course uses L = -inf, the log of an empty sum "
+            "(chapter 8's conventions table)", (_finish_model(lse_of=lambda g, s, u: np.where(
+                s == 0, np.inf, g + np.log(np.where(s == 0, 1, s)))),)),
+    INPUT_MODIFIED,
+    shape_mistake(finish_reference),
     NOT_A_PAIR,
 )
 
@@ -292,9 +427,13 @@ def check_finish(fn) -> CheckReport:
         ("three rows", (np.array([0.5, 2.0, -1.0]), np.array([3.0, 1.5, 7.0]), u)),
         ("a row that saw no key (g = -inf, s = 0, U = 0)", (np.array([0.5, -np.inf, 1.0]), np.array([3.0, 0.0, 2.0]),
                                                            u * np.array([[1.0], [0.0], [1.0]]))),
+        ("large maxima (g = 800: e^g overflows float64)", (np.array([800.0, -2.0, 750.0]), np.array([3.0, 1.5, 7.0]),
+                                                          u)),
     ]
-    return check_function("check_finish", fn, cases, finish_reference, FINISH_MISTAKES, n_out=2, names=("A", "lse"),
-                          not_answer=NOT_A_PAIR)
+    report = check_function("check_finish", fn, cases, finish_reference, FINISH_MISTAKES, n_out=2,
+                            names=("A", "lse"), not_answer=NOT_A_PAIR, hint=shape_hint)
+    inputs_unchanged(report, fn, "the state given (g, s, U) is left unchanged", cases[1][1])
+    return report
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -313,9 +452,18 @@ CAUSAL_MISTAKES = (
             "m <= n + (M - N)", (_tril(lambda N, M: N - M),)),
     Mistake("the diagonal excluded (< instead of <=)", "a query sees its own aligned key: m <= n + M - N",
             (_tril(lambda N, M: M - N - 1),)),
+    Mistake("the diagonal shifted by one (m <= n + M - N + 1)", "each query sees one key too many, the next one: "
+            "query n sees key m when m <= n + M - N (np.tril(..., k=M - N))", (_tril(lambda N, M: M - N + 1),)),
     Mistake("transposed", "the mask is (N, M): rows are queries, columns keys",
             (lambda N, M: np.tril(np.ones((M, N), dtype=bool), k=M - N).T,
              lambda N, M: np.triu(np.ones((N, M), dtype=bool), k=M - N))),
+    Mistake("an inverted mask (True = masked)", "in this course True means attend (flashmath.inputs): query n sees "
+            "key m when m <= n + M - N, so that pair is True", (lambda N, M: ~_tril(lambda N, M: M - N)(N, M),)),
+    Mistake("a 0/-inf additive mask", "the exercise asks for a boolean mask (True = attend), not the bias added to "
+            "the scores (0 where attended, -inf elsewhere): return m <= n + M - N",
+            (lambda N, M: np.where(_tril(lambda N, M: M - N)(N, M), 0.0, -np.inf),)),
+    Mistake("an integer 0/1 mask", "return a boolean array (dtype=bool): np.tril(np.ones((N, M))) holds 0/1 numbers, "
+            "and x[mask] or ~mask do something else with them (~1 is -2, an index array picks rows 0 and 1)"),
 )
 
 
@@ -326,7 +474,17 @@ def check_causal_mask(fn) -> CheckReport:
 
     cases = [("N = M = 4", (4, 4)), ("N = 2 < M = 5", (2, 5)), ("N = 5 > M = 2 (the first rows see nothing)", (5, 2)),
              ("decoding: N = 1, M = 6 (the query sees the whole cache)", (1, 6))]
-    return check_function("check_causal_mask", fn, cases, causal_mask, CAUSAL_MISTAKES, n_out=1, names=("the mask",))
+    report = check_function("check_causal_mask", fn, cases, causal_mask, CAUSAL_MISTAKES, n_out=1,
+                            names=("the mask",), hint=shape_hint)
+    answer = quiet(fn, 4, 4)
+    if isinstance(answer, np.ndarray) and answer.dtype != bool:
+        values = np.unique(answer)
+        if np.isin(values, (0, 1)).all():
+            report.add("the mask is boolean (True = attend)", False,
+                       f"got dtype {answer.dtype}: {CAUSAL_MISTAKES[-1].message()}")
+        elif report.passed:  # else the values are wrong too, and the cases above name the mistake
+            report.add("the mask is boolean (True = attend)", False, f"got dtype {answer.dtype}: return dtype=bool")
+    return report
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -367,10 +525,47 @@ MERGE_STATES_MISTAKES = (
                 lambda a1, l1, a2, l2, L: (np.exp(l1)[..., None] * a1 + np.exp(l2)[..., None] * a2)
                 / (np.exp(l1) + np.exp(l2))[..., None]),)),
     Mistake("an empty part's output read (0 * NaN)", "a part with L = -inf has no keys and contributes nothing, "
-            "whatever its output holds: select it away with np.where instead of multiplying by its weight 0",
-            (_merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1 + _weights(l1, l2, L)[1] * a2),)),
+            "whatever its output holds (NaN or inf: 0 * inf is NaN too): select it away with np.where instead of "
+            "multiplying by its weight 0",
+            (_merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1 + _weights(l1, l2, L)[1] * a2),
+             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1
+                          + np.where(l2[..., None] == -np.inf, 0, _weights(l1, l2, L)[1] * a2)),
+             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a2
+                          + np.where(l1[..., None] == -np.inf, 0, _weights(l1, l2, L)[0] * a1)))),
+    Mistake("both parts empty: -inf - (-inf)", "when both parts are empty L = -inf and e^{L_p - L} = e^{-inf + inf} "
+            "is NaN: the merged row has no key, so A = 0 and L = -inf (measure against 0 where L is -inf)",
+            (_merge_model(lambda a1, l1, a2, l2, L: np.where(
+                np.expand_dims(np.isneginf(L), -1), np.nan, _mix(a1, l1, a2, l2, L))),)),
+    Mistake("the weights swapped", "part p is weighted by its own share e^{L_p - L}: a1 by e^{L_1 - L}, a2 by "
+            "e^{L_2 - L}", (_merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l2, a2, l1, L)),
+                            _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a1
+                                         + _weights(l1, l2, L)[0] * a2))),
+    Mistake("the weights inverted (e^{L - L_p})", "a part's share of the sum is e^{L_p} / e^{L} = e^{L_p - L} <= 1, "
+            "not its inverse", (_merge_model(lambda a1, l1, a2, l2, L: np.exp(L - l1)[..., None] * a1
+                                             + np.exp(L - l2)[..., None] * a2),
+                                _merge_model(lambda a1, l1, a2, l2, L: (np.exp(L - l1)[..., None] * a1
+                                             + np.exp(L - l2)[..., None] * a2)
+                                             / (np.exp(L - l1) + np.exp(L - l2))[..., None]))),
+    Mistake("a base-2 merge", "the logsumexps are natural logarithms: weight by np.exp(L_p - L), not 2 ** (L_p - L)",
+            (_merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2,
+                          lse_of=np.logaddexp2),
+             _merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2),
+             _merge_model(lambda a1, l1, a2, l2, L: np.where(
+                 np.expand_dims(np.isneginf(l1), -1), 0, np.exp2(l1 - L)[..., None] * a1) + np.where(
+                 np.expand_dims(np.isneginf(l2), -1), 0, np.exp2(l2 - L)[..., None] * a2), lse_of=np.logaddexp2))),
+    Mistake("the logsumexp without the shift", "log(e^{L_1} + e^{L_2}) overflows once L > 709: use "
+            "np.logaddexp(L_1, L_2), which subtracts the larger first",
+            _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2)))),
+    INPUT_MODIFIED,
+    shape_mistake(lambda *args: _merge_reference(*args)),
     Mistake("not a pair", "return (A, lse)", ()),
 )
+
+
+def _merge_reference(a1, lse1, a2, lse2):
+    from flashmath.splitkv import merge_states
+
+    return merge_states(a1, lse1, a2, lse2)
 
 
 def _mix(a1, l1, a2, l2, L):
@@ -393,6 +588,12 @@ def check_merge_states(fn) -> CheckReport:
                                                                 np.array([999.0, 1000.0]))),
         ("an empty range (L = -inf) whose output holds NaN", (a1, np.array([0.3, 1.2]), np.full((2, 2), np.nan),
                                                              np.array([-np.inf, -np.inf]))),
+        ("the first range empty, its output +inf", (np.full((2, 2), np.inf), np.array([-np.inf, -np.inf]), a2,
+                                                    np.array([0.3, 1.2]))),
+        ("both ranges empty (row 0), then one (row 1)", (np.full((2, 2), np.nan), np.array([-np.inf, -np.inf]), a2,
+                                                        np.array([-np.inf, 0.7]))),
     ]
-    return check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2,
-                          names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1])
+    report = check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2,
+                            names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint)
+    inputs_unchanged(report, fn, "the two states given are left unchanged", cases[0][1], which=(0, 1, 2, 3))
+    return report

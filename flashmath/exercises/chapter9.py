@@ -7,8 +7,9 @@ require the ratio to be at most 2.
 
 The checker runs ``fn`` on float16 and bfloat16 inputs with outputs of known quality, and names the classic
 mistakes by the ratio they give: the naive attention computed entirely in the input dtype (its matrix products and
-sums accumulated there), only its output rounded, a reference stored in the input dtype, the mean error instead of
-the largest, and the ratio upside down. Like every checker it never raises (see :mod:`flashmath.exercises`).
+sums accumulated there), only its output rounded, never rounded at all (or computed in float64), the scores or the
+probabilities left unrounded, a reference stored in the input dtype, the mean or the relative error instead of the
+largest absolute one, and the ratio upside down. Like every checker it never raises (see :mod:`flashmath.exercises`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ def _naive_in_input_dtype(q, k, v):
     return np.matmul(y, v).astype(dtype)
 
 
+def _naive_rounding(q, k, v, *, x=True, y=True, a=True):
+    """Naive attention computed in float32 with only some of X, Y, A rounded to the input dtype (the classic
+    half-done naive attentions; all three rounded is :func:`flashmath.precision.naive_attention`)."""
+    dtype = q.dtype
+    q32, k32, v32 = (arr.astype(np.float32) for arr in (q, k, v))
+    scores = q32 @ k32.T / np.float32(math.sqrt(q.shape[-1]))
+    if x:
+        scores = round_to(scores, dtype).astype(np.float32)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = e / e.sum(axis=-1, keepdims=True)
+    if y:
+        probs = round_to(probs, dtype).astype(np.float32)
+    out = probs @ v32
+    return round_to(out, dtype) if a else out
+
+
+def _relative_error(out, ref) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.max(np.abs(np.asarray(out, np.float64) - ref) / np.abs(ref)))
+
+
 def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
     """The right ratio and the ratio each classic mistake gives, ``(ratio, [(wrong ratio, message)])``."""
     dtype = q.dtype.name
@@ -71,6 +93,19 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
              "max |A - A_ref| over all elements"),
             (max_abs_error(naive, ref) / max_abs_error(out, ref),
              "the ratio is upside down: error of out divided by error of the naive attention"),
+            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False, y=False, a=False), ref),
+             f"your naive attention seems never rounded to {dtype}: computed in float32 and kept there, its error "
+             "is float32's (about 1e-7), so the ratio is thousands. The naive attention FlashAttention compares with "
+             f"stores X, Y and A in {dtype}: round each to {dtype} when it is stored"),
+            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, y=False), ref),
+             f"your naive attention seems to leave the probabilities Y unrounded: a framework stores "
+             f"Y = softmax(X) in {dtype} before Y V, so round Y too"),
+            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False), ref),
+             f"your naive attention seems to leave the scores X unrounded: a framework stores X = Q K^T / sqrt(D) in "
+             f"{dtype} before the softmax, so round X too"),
+            (_relative_error(out, ref) / _relative_error(naive, ref),
+             "this is the ratio of the largest relative errors. FlashAttention's rule compares the largest absolute "
+             "errors, max |A - A_ref| (an output element near 0 makes a relative error meaningless)"),
         ]
     return right, mistakes
 
@@ -133,6 +168,12 @@ def check_flash_test_ratio(fn) -> CheckReport:
             continue
         named = next((message for wrong, message in mistakes
                       if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)), None)
+        if named is None and not np.isfinite(value):
+            named = ("the naive error seems to be 0 (a ratio of inf or NaN): your naive attention equals the float64 "
+                     f"reference, so it was never rounded to {q.dtype.name}. Store X, Y and A in the inputs' dtype")
+        elif named is None and value > 20 * max(right, 1.0):
+            named = ("a ratio this large means your naive error is tiny: is your naive attention rounded to "
+                     f"{q.dtype.name} where a framework stores X, Y and A?")
         hint = named or ("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs "
                          "and naive the attention that stores X, Y and A in the inputs' dtype, computing each in "
                          "float32")

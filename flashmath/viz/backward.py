@@ -64,17 +64,17 @@ class BackwardSweepPlot(LivePlot):
         self.queries = ax_q.imshow(np.zeros((self.n_q, 1)), cmap=STATE_COLORS, vmax=2, **kw)
         ax.set_xlabel("key tile j")
         ax_q.set_ylabel("query tile i")
-        ax_k.set_title("dK_j, dV_j: grey 0, orange on chip, green written", fontsize=8, loc="left")
+        ax_k.set_title("dK_j, dV_j: grey 0, orange on chip, green written", fontsize=9, loc="left")
         ax_q.set_xticks([])
         ax_k.set_yticks([])
-        ax_q.set_xlabel("dQ_i", fontsize=8)
+        ax_q.set_xlabel("dQ_i", fontsize=9)
         for a in (ax, ax_k, ax_q):
-            a.tick_params(labelsize=7)
+            a.tick_params(labelsize=9)
         ax.set_xticks(range(self.n_k), [str(j + 1) for j in range(self.n_k)])
         ax_q.set_yticks(range(self.n_q), [str(i + 1) for i in range(self.n_q)])
         ax.tick_params(labelleft=False)
         ax_k.tick_params(labelbottom=False)
-        self.title = self.fig.suptitle("", fontsize=9)
+        self.title = self.fig.suptitle("", fontsize=10)
         self.live(self.pairs, self.keys, self.queries, self.title)
 
     def _update(self, step, dq_mode="separate") -> None:

@@ -49,7 +49,7 @@ class KernelMemoryPlot(LivePlot):
     """
 
     def __init__(self, D: int = 64, *, dtype="float16", block_q: int = 64, block_k: int = 64, num_stages: int = 2,
-                 num_warps: int = 4, figsize=(10.0, 3.4), dpi: int = DPI, pyplot: bool = False):
+                 num_warps: int = 4, figsize=(10.0, 3.8), dpi: int = DPI, pyplot: bool = False):
         self.D, self.dtype = int(D), dtype
         # fixed axis limits: the largest of every state the controls can reach
         biggest = tile_bytes(self.D, max(BLOCK_SIZES), max(BLOCK_SIZES), dtype=dtype, stages=max(STAGES))
@@ -77,25 +77,25 @@ class KernelMemoryPlot(LivePlot):
         register_file = GPUS["H100"].register_bytes / KiB
         legend.append(ax_chip.axvline(register_file, ymax=0.5, color=JUMP, ls="--", lw=1.2,
                                       label=f"register file of one SM, {register_file:.0f} KiB"))
-        ax_chip.set_yticks([0, 1], ["shared\nmemory", "registers"], fontsize=8)
+        ax_chip.set_yticks([0, 1], ["shared\nmemory", "registers"], fontsize=9)
         ax_chip.set_ylim(1.6, -0.6)
         ax_chip.set_xlim(0, max(self.shared_max, self.registers_max) * 1.05)
-        ax_chip.set_xlabel("KiB per program (one query tile)", fontsize=8)
-        ax_chip.tick_params(labelsize=7)
-        ax_chip.legend(handles=legend, fontsize=6.5, loc="lower right", ncols=2, frameon=False)
-        self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=8, va="center") for row in (0, 1)]
+        ax_chip.set_xlabel("KiB per program (one query tile)", fontsize=9)
+        ax_chip.tick_params(labelsize=8)
+        ax_chip.legend(handles=legend, fontsize=8, loc="lower right", ncols=2, framealpha=1, edgecolor="none")
+        self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=9, va="center") for row in (0, 1)]
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
-        ax_thread.text(0.35, 255 * 1.1, "255 per thread:\nmore spill\noff chip", color=JUMP, fontsize=7,
+        ax_thread.text(0.35, 255 * 1.1, "255 per thread:\nmore spill\noff chip", color=JUMP, fontsize=8,
                        va="bottom")
         ax_thread.set_yscale("log")
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)
         ax_thread.set_xticks([])
-        ax_thread.set_ylabel("32-bit registers per thread", fontsize=8)
-        ax_thread.tick_params(labelsize=7)
+        ax_thread.set_ylabel("32-bit registers per thread", fontsize=9)
+        ax_thread.tick_params(labelsize=8)
         self.thread_text = ax_thread.text(0, 1.3, "", ha="center", fontsize=8, color="white", fontweight="bold")
-        self.title = self.fig.suptitle("", fontsize=9)
+        self.title = self.fig.suptitle("", fontsize=10)
         self.live(*self.segments, *self.totals, self.thread_bar, self.thread_text, self.title)
 
     def _update(self, block_q: int, block_k: int, num_stages: int, num_warps: int) -> None:

@@ -12,7 +12,9 @@ from flashmath.viz.live import DPI, LEGEND_ABOVE, UNSEEN, LivePlot, finite_or_na
 __all__ = ["PrecisionPlot", "plot_precision_study", "plot_accumulator_growth"]
 
 DTYPE_COLORS = {"float16": "#d62728", "bfloat16": "#ff7f0e", "float32": "#1f77b4", "float64": "#2ca02c"}
-BAR_VARIANTS = ("naive", "one_loop", "two_loop", "fa1", "fa2")  # the rounded reference differs from itself nowhere
+# the rounded reference differs from itself nowhere: no bar
+BAR_VARIANTS = ("naive", "rounded P", "one_loop", "two_loop", "fa1", "fa2")
+BAR_LABELS = {"rounded P": "P\nrounded", "one_loop": "one\nloop", "two_loop": "two\nloop"}  # no collisions
 DTYPE_MARKERS = {"float16": "o", "bfloat16": "^", "float32": "s", "float64": "D"}  # overlapping lines stay apart
 SHARE_FLOOR = 1e-4  # percent: the bottom of the log axis (a share of 0 draws nothing)
 
@@ -85,14 +87,14 @@ class PrecisionPlot(LivePlot):
                      for v, variant in enumerate(BAR_VARIANTS)}
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
-        ax_m.set_xticks(groups, list(BAR_VARIANTS))
+        ax_m.set_xticks(groups, [BAR_LABELS.get(v, v) for v in BAR_VARIANTS])
         ax_m.set_ylabel("% of outputs not correctly rounded")
         ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
                              for c, d in zip(colors, study.dtypes, strict=False)],
                     ncol=len(study.dtypes), **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=10)
         self.live(self.cursor, self.bars["fa1"], self.bars["fa2"], self.title)
-        for variant in BAR_VARIANTS[:3]:  # the same at every tile size: drawn once, in the background
+        for variant in BAR_VARIANTS[:4]:  # the same at every tile size: drawn once, in the background
             j = study.variants.index(variant)
             set_heights(self.bars[variant], np.maximum(100 * study.misrounded[:, j, 0], SHARE_FLOOR))
 
