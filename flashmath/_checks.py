@@ -1,8 +1,8 @@
 """Argument checks shared by the package's modules (one home for each; messages name the argument).
 
-Integers and sizes (:func:`integer`, :func:`size`), thread counts (:func:`thread_count`), floating-point arrays and dtypes (:func:`as_float_array`,
-:func:`float_dtype`, :func:`compute_dtype`, :data:`DTYPES`). Every module checks its arguments through these, so a
-message reads the same wherever the mistake is made.
+Integers and sizes (:func:`integer`, :func:`size`), thread counts (:func:`thread_count`), floating-point
+arrays and dtypes (:func:`as_float_array`, :func:`float_dtype`, :func:`compute_dtype`, :data:`DTYPES`). Every
+module checks its arguments through these, so a message reads the same wherever the mistake is made.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 CASES = ("naive", "flash", "torch")
 SWEEP_BLOCKS_Q = (64, 128, 256, 512, 1024)
@@ -408,7 +409,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.worker:
         job = json.loads(args.worker)
-        functions = {"measure": measure, "sweep": sweep, "breakdown": breakdown}
+        functions: dict[str, Callable[..., dict]] = {"measure": measure, "sweep": sweep, "breakdown": breakdown}
         print(json.dumps(functions[job[0]](*job[1:])))
         return 0
     if args.dim is not None:
