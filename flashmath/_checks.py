@@ -1,13 +1,14 @@
 """Argument checks shared by the package's modules (one home for each; messages name the argument).
 
-Integers and sizes (:func:`integer`, :func:`size`), floating-point arrays and dtypes (:func:`as_float_array`,
-:func:`float_dtype`, :func:`compute_dtype`, :data:`DTYPES`). Every module checks its arguments through these, so a
-message reads the same wherever the mistake is made.
+Integers and sizes (:func:`integer`, :func:`size`), thread counts (:func:`thread_count`), floating-point
+arrays and dtypes (:func:`as_float_array`, :func:`float_dtype`, :func:`compute_dtype`, :data:`DTYPES`). Every
+module checks its arguments through these, so a message reads the same wherever the mistake is made.
 """
 
 from __future__ import annotations
 
 import operator
+import os
 
 import ml_dtypes
 import numpy as np
@@ -18,10 +19,12 @@ __all__ = [
     "ML_DTYPES_FLOATS",
     "NonFloatInputError",
     "as_float_array",
+    "available_cores",
     "compute_dtype",
     "float_dtype",
     "integer",
     "size",
+    "thread_count",
 ]
 
 
@@ -36,6 +39,25 @@ def integer(value: object, name: str, kind: str = "an integer") -> int:
         return operator.index(value)  # type: ignore[arg-type]  # TypeError is caught below
     except TypeError:
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}") from None
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on: ``os.sched_getaffinity`` where it exists (Linux: it honours
+    ``taskset`` and container CPU sets), else ``os.cpu_count()``, else 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
+def thread_count(value: object, name: str) -> int:
+    """A number of threads: a positive int, or None for :func:`available_cores`. TypeError for a non-integer
+    (a bool is not), ValueError below 1."""
+    if value is None:
+        return available_cores()
+    number = integer(value, name, "a positive integer (threads) or None (the cores available)")
+    if number < 1:
+        raise ValueError(f"{name} must be a positive number of threads or None (the cores available), got {number}")
+    return number
 
 
 def size(value: object, name: str, minimum: int = 0, kind: str | None = None, why: str = "") -> int:

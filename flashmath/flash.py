@@ -37,13 +37,15 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from flashmath._checks import float_dtype
+from flashmath._checks import float_dtype, thread_count
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
 from flashmath.memory import Memory, PlainMemory
 from flashmath.rowstate import finish, logsumexp_of, weighted_values
@@ -158,16 +160,21 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
+def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int,
+             query_tiles: Collection[int] | None = None) -> Iterator[tuple]:
     """FlashAttention-2 order: query tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
 
     ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``lse`` written here
-    (:func:`tile_arrays`)."""
+    (:func:`tile_arrays`). ``query_tiles``: the indices ``i`` of the query tiles to run (default all); each query
+    tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse``, so loops over disjoint
+    sets of query tiles can run at the same time (:func:`flash_attention`'s ``workers``)."""
     q, k, v, a, lse = (memory[name] for name in ("Q", "K", "V", "A", "lse"))
     batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
     key_tiles = tiles(inp.M, block_k)
     for i, (r0, r1) in enumerate(tiles(inp.N, block_q)):
+        if query_tiles is not None and i not in query_tiles:
+            continue
         q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
         g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
         s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
@@ -193,7 +200,12 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
     """FlashAttention order (Algorithm 1): key tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, a_tile)``, the state of query tile ``i`` as written back.
 
-    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``g``, ``s`` written here."""
+    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``g``, ``s`` written here.
+
+    It stays sequential (``flash_attention`` ignores ``workers`` for it): every key tile ``j`` reads and writes
+    ``A_i``, ``g_i``, ``s_i`` of every query tile ``i``, so two key tiles in flight at once would both update
+    the same rows (a write conflict), and the query tiles of one key tile, though independent, would need a
+    barrier after every key tile (``T_c`` of them) before the next may read those rows back."""
     q, k, v, a, g, s = (memory[name] for name in ("Q", "K", "V", "A", "g", "s"))
     # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory
     a[...] = 0
@@ -255,9 +267,10 @@ def tile_result(memory: Memory, inp: AttentionInputs, order: str, return_lse: bo
 def flash_attention(
     q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
     order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-    return_lse: bool = False, acc_dtype: DTypeLike | None = None,
+    return_lse: bool = False, acc_dtype: DTypeLike | None = None, workers: int | None = None,
 ) -> Any:
-    """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile.
+    """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile
+    per worker.
 
     Args:
         q: queries ``(..., N, D)``.
@@ -277,6 +290,16 @@ def flash_attention(
             ``s`` stay in the compute dtype. Default None: the compute dtype (float32 for float16 and bfloat16
             inputs, else the input dtype), as real kernels do. With ``np.float16``, fa2's ``acc`` grows with
             ``s`` (up to ``M`` times the size of ``V``) and overflows past 65504, where fa1's ``A'`` stays finite.
+        workers: threads that run fa2's query tiles at the same time (FlashAttention-2's parallelism over the
+            sequence, section 3.2: a query tile reads ``Q``, ``K``, ``V`` and writes only its own rows of ``A``
+            and ``lse``). Default None: the cores this process may use (``os.sched_getaffinity`` where it
+            exists, else ``os.cpu_count()``); 1: one loop in this thread; at most one worker per query tile.
+            numpy's BLAS is limited to one thread for the duration of the call (threadpoolctl; the limit is
+            process-wide), so that workers and BLAS threads do not oversubscribe the cores, and for every
+            value, 1 included, since OpenBLAS's multi-threaded products round differently from its one-thread
+            ones. So the result is bitwise the same for every value: each row sees the same tiles in the same
+            order, each product is computed alike. ``order="fa1"`` ignores it and runs sequentially
+            (:func:`fa1_loop` says why).
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype (computed in float32 for float16 input), and if
@@ -284,8 +307,9 @@ def flash_attention(
         attend to gives 0 and logsumexp ``-inf``. Inputs are never modified.
 
     Raises:
-        ValueError: an unknown ``order``, a block size below 1. TypeError: a block size that is not an integer,
-        an ``acc_dtype`` that is not a floating-point dtype. Otherwise as :func:`flashmath.attention.attention`
+        ValueError: an unknown ``order``, a block size or ``workers`` below 1. TypeError: a block size or
+        ``workers`` that is not an integer (``workers`` may be None), an ``acc_dtype`` that is not a
+        floating-point dtype. Otherwise as :func:`flashmath.attention.attention`
         (same checks, same messages).
 
     Extra memory: one score tile ``(..., B_r, B_c)``, the scaled copy of ``Q``, the output, and ``O(B_r Dv)``
@@ -296,11 +320,49 @@ def flash_attention(
     """
     block_q, block_k = check_tiling(block_q, block_k, order)
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
+    workers = thread_count(workers, "workers")
     inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
     memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
-    for _ in LOOPS[order](memory, inp, block_q, block_k):
-        pass
+    if order == "fa2":
+        _fa2_in_parallel(memory, inp, block_q, block_k, workers)
+    else:
+        for _ in LOOPS[order](memory, inp, block_q, block_k):
+            pass
     return tile_result(memory, inp, order, return_lse)
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the BLAS and OpenMP libraries loaded now (numpy's BLAS is loaded with numpy),
+    made once: looking them up costs milliseconds, a limit through it a fraction of one."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _fa2_in_parallel(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int, workers: int) -> None:
+    """Run fa2's query tiles on ``workers`` threads (one task per query tile), numpy's BLAS on one thread.
+
+    numpy's matrix products and ufuncs release the GIL, so the threads compute at the same time; each task writes
+    only its own rows of ``A`` and ``lse``, so no two tasks write the same element. BLAS is on one thread for
+    every ``workers``, 1 included: OpenBLAS's multi-threaded products round differently from its one-thread ones
+    (measured), so this keeps the result bitwise the same whatever ``workers`` and the BLAS thread settings."""
+    n_query_tiles = len(tiles(inp.N, block_q))
+    workers = min(workers, n_query_tiles)
+
+    def run(i: int | None) -> None:
+        for _ in fa2_loop(memory, inp, block_q, block_k, query_tiles=None if i is None else (i,)):
+            pass
+
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        if workers <= 1:
+            run(None)  # the plain loop, in this thread
+            return
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            # the longest tiles first (causal: later query tiles see more keys), so that none is left to run alone
+            tile_order = range(n_query_tiles - 1, -1, -1) if inp.causal else range(n_query_tiles)
+            for _ in pool.map(run, tile_order):  # re-raises a worker's exception here
+                pass
 
 
 def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:
