@@ -52,8 +52,10 @@ from numpy.typing import ArrayLike
 from flashmath._checks import integer
 
 __all__ = [
+    "MASK_KINDS",
     "BlockMask",
     "GroupedHeads",
+    "MaskExample",
     "Variant",
     "alibi_slopes_for",
     "block_mask",
@@ -62,7 +64,10 @@ __all__ = [
     "document_mask_mod",
     "group_heads",
     "make_variant",
+    "mask_example",
+    "packed_documents",
     "prefix_lm_mask_mod",
+    "strided_mask_mod",
 ]
 
 Window = tuple[int | None, int | None]
@@ -458,3 +463,89 @@ def packed_documents(cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike | None, N:
         raise ValueError(f"the packed lengths must add up to the totals: cu_seqlens_q ends at {cu_q[-1]} for "
                          f"{N} queries, cu_seqlens_k at {cu_k[-1]} for {M} keys")
     return doc_q, cu_q[:-1], np.diff(cu_q), doc_k, cu_k[:-1], np.diff(cu_k)
+
+
+MASK_KINDS = ("causal", "window", "document", "prefix-LM", "ALiBi", "softcap", "custom")
+"""The kinds :func:`mask_example` knows (the mask explorer's choices)."""
+
+
+def strided_mask_mod(stride: int) -> MaskMod:
+    """A ``mask_mod`` for a custom example: causal, and only every ``stride``-th key beyond the last ``stride``
+    (a dilated, "strided" sparse pattern)."""
+    stride = integer(stride, "stride")
+
+    def mask_mod(b: Any, h: Any, q_idx: np.ndarray, kv_idx: np.ndarray) -> np.ndarray:
+        return (kv_idx <= q_idx) & ((q_idx - kv_idx < stride) | (kv_idx % stride == 0))
+
+    return mask_mod
+
+
+@dataclass(frozen=True)
+class MaskExample:
+    """One mask explorer state: what each score becomes, and the tiles it visits.
+
+    Attributes:
+        kind, param, block: the choice (``param``: window size, documents, prefix, ALiBi slope exponent, softcap,
+            custom stride). keep: ``(N, N)`` bool, True = attend. change: ``(N, N)`` float, the element-wise change
+            of the scores (ALiBi's bias ``-slope |n - m|``; softcap's ``c tanh(x / c) - x`` on sample scores), zero
+            elsewhere. blocks: the :class:`BlockMask`. note: one line saying what the mask is.
+    """
+
+    kind: str
+    param: int
+    block: int
+    keep: np.ndarray
+    change: np.ndarray
+    blocks: BlockMask
+    note: str
+
+
+def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: MaskMod | None = None) -> MaskExample:
+    """The keep grid, score change and block mask of one kind of mask on an ``N x N`` grid (causal throughout,
+    except ``"window"`` which is Mistral's causal window, and ``"prefix-LM"``).
+
+    Args:
+        kind: one of :data:`MASK_KINDS`. param: its parameter (``>= 1``): the window's keys, the number of equal
+            documents, the prefix length, ALiBi's slope ``2^-param``, the softcap ``c = param / 4``, or the custom
+            mask's argument. block: the tile size (square tiles). N: the grid. mask_mod: for ``"custom"``, a function
+            ``param -> mask_mod`` (default :func:`strided_mask_mod`).
+
+    Raises:
+        ValueError: an unknown kind, ``param`` or ``block`` below 1. TypeError: not integers.
+    """
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+    param, block, N = integer(param, "param"), integer(block, "block"), integer(N, "N")
+    if param < 1 or block < 1 or N < 1:
+        raise ValueError(f"param, block and N must be >= 1, got {param}, {block}, {N}")
+    n, m = np.arange(N)[:, None], np.arange(N)[None, :]
+    change = np.zeros((N, N))
+    causal, window, mod, cu = True, None, None, None
+    if kind == "causal":
+        note = "causal: query n sees keys m <= n (param unused)"
+    elif kind == "window":
+        causal, window = False, param
+        note = f"sliding window: the last {param} keys (window=({param - 1}, 0))"
+    elif kind == "document":
+        cu = np.linspace(0, N, min(param, N) + 1).astype(np.intp)
+        note = f"{len(cu) - 1} documents packed, causal inside each"
+    elif kind == "prefix-LM":
+        causal, mod = False, prefix_lm_mask_mod(param)
+        note = f"prefix-LM: the first {param} keys seen by every query, causal after"
+    elif kind == "ALiBi":
+        change = -(2.0 ** -param) * np.abs(n - m)
+        note = f"ALiBi: bias -{2.0 ** -param:g} |n - m| on the causal scores (same tiles as causal)"
+    elif kind == "softcap":
+        cap = param / 4
+        x = np.random.default_rng(0).standard_normal((N, N)) * 3  # sample scaled scores
+        change = cap * np.tanh(x / cap) - x
+        note = f"softcap c = {cap:g}: c tanh(x / c) - x on sample scores (same tiles as causal)"
+    else:
+        mod = (mask_mod or strided_mask_mod)(param)
+        note = f"custom mask_mod (param = {param})"
+    blocks = block_mask(N, N, block_q=block, block_k=block, causal=causal, window=window, mask_mod=mod,
+                        cu_seqlens_q=cu)
+    docs = packed_documents(cu, cu, N, N) if cu is not None else None
+    keep = make_variant(N, N, (), causal=causal, window=window, mask_mod=mod, docs=docs).tile_keep(0, N, 0, N)
+    keep_grid = np.full((N, N), keep is None) if keep is None or keep is False else np.broadcast_to(keep, (N, N))
+    return MaskExample(kind, param, block, np.array(keep_grid), np.where(keep_grid, change, 0.0), blocks, note)
