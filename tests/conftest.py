@@ -35,7 +35,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # benchmarks, widgets or the browser. CONTRIBUTING.md: run it before every commit; the full suite before a merge.
 FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",
                 "test_opcount", "test_splitkv_backward", "test_hardware", "test_scaling", "test_any_input",
-                "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_variants"}
+                "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_variants",
+                "test_exercises_ch13"}
 
 
 def pytest_collection_modifyitems(config, items):
