@@ -50,6 +50,7 @@ def course_cases() -> list[Case]:
     from flashmath.precision import precision_study
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
+    from flashmath.variants import mask_example
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
     heads = load_heads()
@@ -115,6 +116,8 @@ def course_cases() -> list[Case]:
              lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
         Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
              lambda **state: KernelMemoryPlot(64, **state)),
+        Case("13_variants", "mask_explorer", lambda: widgets.mask_explorer(kind="document", param=3, block=8),
+             lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block)),
         Case("14_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
              lambda chapter: CourseMapPlot(chapter=chapter)),
     ]

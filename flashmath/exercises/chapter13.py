@@ -131,7 +131,7 @@ def check_softcap(fn) -> CheckReport:
     """Check ``fn(qk, scale, cap)``: the softcapped scaled score ``cap tanh(qk scale / cap)`` of raw dot products
     ``qk``. Named mistakes: :data:`SOFTCAP_MISTAKES`."""
     qk = np.array([[-40.0, -3.0, 0.0, 0.5, 8.0, 120.0]])
-    cases = [("scale 1/8, cap 5", (qk, 0.125, 5.0)), ("scale 1, cap 30 (Gemma 2's attention cap was 50)",
+    cases = [("scale 1/8, cap 5", (qk, 0.125, 5.0)), ("scale 1, cap 30",
                                                       (qk, 1.0, 30.0)), ("scale 1/2, cap 1", (qk, 0.5, 1.0))]
     return check_function("check_softcap", fn, cases, softcap_reference, SOFTCAP_MISTAKES, n_out=1,
                           names=("the scores",))

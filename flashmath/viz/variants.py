@@ -39,7 +39,7 @@ class MaskExplorerPlot(LivePlot):
     """
 
     def __init__(self, example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64,
-                 figsize=(8.0, 4.2), dpi: int = DPI, pyplot: bool = False):
+                 figsize=(7.0, 3.6), dpi: int = DPI, pyplot: bool = False):
         self.example, self.N = example, N
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, kind=kind, param=param, block=block)
 
@@ -76,9 +76,8 @@ class MaskExplorerPlot(LivePlot):
             grid.set_segments(_grid_segments(self.N, block))
         counts = ex.blocks.counts
         self.title.set_text(
-            f"{ex.note}\n{block} x {block} tiles: {counts['empty']} skipped, {counts['partial']} partial, "
-            f"{counts['full']} full; {ex.blocks.computed_share:.0%} of N x N computed, "
-            f"{ex.blocks.masked_share:.0%} with mask work")
+            f"{ex.note}\n{counts['empty']} skipped, {counts['partial']} partial, {counts['full']} full; "
+            f"{ex.blocks.computed_share:.0%} computed, {ex.blocks.masked_share:.0%} masked")
 
 
 def plot_mask_example(example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64):
