@@ -58,8 +58,8 @@ from flashmath.tiling import (
     check_tiling,
     tile_keep,
     tile_score_mod,
-    tile_scores,
     tiles,
+    variant_tile_scores,
 )
 from flashmath.variants import group_heads, make_variant
 
@@ -188,7 +188,7 @@ def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
                     q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
                 k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
                 with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                    x_tile = tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
+                    x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
                 g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
                 del x_tile  # the score tile is dropped before the next one is made
             if j == len(key_tiles) - 1:
@@ -223,7 +223,7 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
             # load Q_i, A_i, g_i, s_i: (..., B_r, D), (..., B_r, Dv), (..., B_r), (..., B_r)
             q_tile, a_tile, g_tile, s_tile = q[..., r0:r1, :], a[..., r0:r1, :], g[..., r0:r1], s[..., r0:r1]
             with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                x_tile = tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
+                x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
             g_new, s_new, a_new = fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile)
             del x_tile
             # write A_i, g_i, s_i back to memory

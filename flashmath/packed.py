@@ -32,7 +32,7 @@ from flashmath.flash import LOOPS, fa2_tile_step, tile_arrays, tile_result
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.memory import PlainMemory
 from flashmath.rowstate import finish, logsumexp_of, merge_states
-from flashmath.tiling import check_tiling, tile_scores
+from flashmath.tiling import check_tiling, variant_tile_scores
 from flashmath.variants import GroupedHeads, group_heads, make_variant, packed_documents
 
 __all__ = ["flash_attention_varlen", "gather_pages", "paged_attention"]
@@ -194,8 +194,8 @@ def paged_attention(
                 k_tile = kp[page, :, : c1 - c0, None].swapaxes(1, 2).astype(dtype)  # (H_kv, 1, c1 - c0, D)
                 v_tile = vp[page, :, : c1 - c0, None].swapaxes(1, 2).astype(dtype)
                 with np.errstate(invalid="ignore", over="ignore"):
-                    x_tile = tile_scores(q_scaled[b], k_tile, keep, batch, partial(variant.scores, r0=0, r1=N, c0=c0,
-                                                                                    c1=c1))
+                    change = partial(variant.scores, r0=0, r1=N, c0=c0, c1=c1)
+                    x_tile = variant_tile_scores(q_scaled[b], k_tile, keep, batch, change)
                 g_tile, s_tile, acc = fa2_tile_step(g_tile, s_tile, acc, x_tile, v_tile, keep)
             part_a, part_lse = finish(acc, s_tile), logsumexp_of(g_tile, s_tile)
             out[b], lse[b] = merge_states(out[b], lse[b], part_a, part_lse)  # split-KV: merge the partial states

@@ -33,6 +33,7 @@ __all__ = [
     "tile_score_mod",
     "tile_scores",
     "tiles",
+    "variant_tile_scores",
 ]
 
 DEFAULT_BLOCK_Q = 512
@@ -125,19 +126,26 @@ def tile_score_mod(inp: AttentionInputs, r0: int, r1: int, c0: int,
     return lambda x_tile: variant.scores(x_tile, r0, r1, c0, c1)
 
 
-def tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple,
-                score_mod: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """``X_ij = Q_i K_j^T`` with masked pairs set to ``-inf`` by selection: a new array ``(*batch, B_r, B_c)``.
-
-    ``score_mod`` (chapter 13, from :func:`tile_score_mod`) changes the scaled scores element-wise before the mask
-    selects the masked ones away (softcap, ALiBi, FlexAttention's ``score_mod``)."""
+def tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple) -> np.ndarray:
+    """``X_ij = Q_i K_j^T`` with masked pairs set to ``-inf`` by selection: a new array ``(*batch, B_r, B_c)``."""
     # X_ij = Q_i K_j^T  (the scale is already folded into Q)
     x_tile = np.matmul(q_tile, np.swapaxes(k_tile, -1, -2))  # (..., B_r, D) @ (..., D, B_c) -> (..., B_r, B_c)
-    if score_mod is not None:
-        x_tile = score_mod(x_tile)  # the variant's one element-wise line (chapter 13)
     if keep_tile is not None:
         # a masked pair scores -inf whatever q and k hold: selected, so NaN in a masked k row cannot leak
         x_tile = np.where(keep_tile, x_tile, -np.inf)
     if x_tile.shape[:-2] != batch:  # v or the mask has more leading dimensions than q and k
         x_tile = np.broadcast_to(x_tile, batch + x_tile.shape[-2:]).copy()
+    return x_tile
+
+
+def variant_tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple,
+                        score_mod: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+    """:func:`tile_scores` with a variant's element-wise change of the scaled scores (chapter 13: softcap, ALiBi,
+    FlexAttention's ``score_mod``; ``score_mod`` from :func:`tile_score_mod`), applied before the mask selects the
+    masked pairs away. Without a change, exactly :func:`tile_scores`."""
+    if score_mod is None:
+        return tile_scores(q_tile, k_tile, keep_tile, batch)
+    x_tile = score_mod(tile_scores(q_tile, k_tile, None, batch))  # x -> f(x, b, h, n, m), every pair of the tile
+    if keep_tile is not None:
+        x_tile = np.where(keep_tile, x_tile, -np.inf)  # then the mask, as tile_scores does
     return x_tile

@@ -240,7 +240,7 @@ class Variant:
     """What changes in the tile loop: the tiles it visits and the element-wise change of the scores.
 
     Built by :func:`make_variant`; read by :func:`flashmath.tiling.tile_keep` and
-    :func:`flashmath.tiling.tile_scores`. Sizes ``N``, ``M`` are those of the loop; ``b``, ``h`` and ``slopes``
+    :func:`flashmath.tiling.variant_tile_scores`. Sizes ``N``, ``M`` are those of the loop; ``b``, ``h`` and ``slopes``
     have shape ``batch_shape + (1, 1)``; ``docs`` (packed sequences) holds the document id, start and length of
     every query and key: ``(doc_q, start_q, len_q, doc_k, start_k, len_k)``.
     """

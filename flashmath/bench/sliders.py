@@ -48,9 +48,9 @@ def course_cases() -> list[Case]:
     from flashmath import viz, widgets
     from flashmath.data import load_heads
     from flashmath.precision import precision_study
+    from flashmath.variants import mask_example
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
-    from flashmath.variants import mask_example
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
     heads = load_heads()
