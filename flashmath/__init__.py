@@ -29,6 +29,7 @@ from flashmath.counting import FlashTrace, counted_attention, flash_trace
 from flashmath.flash import flash_attention
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
+from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
 from flashmath.precision import (
     PrecisionStudy,
     max_abs_error,
@@ -58,10 +59,12 @@ from flashmath.traffic import (
     gpt2_medium_traffic,
     sram_sweep,
 )
+from flashmath.variants import BlockMask, block_mask, document_mask_mod, prefix_lm_mask_mod
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlockMask",
     "FlashTrace",
     "LoopSwapTrace",
     "OneLoopTrace",
@@ -79,8 +82,12 @@ __all__ = [
     "causal_mask",
     "count_ops",
     "counted_attention",
+    "block_mask",
+    "document_mask_mod",
     "flash_attention",
+    "flash_attention_varlen",
     "flash_trace",
+    "gather_pages",
     "gpt2_medium_traffic",
     "loop_swap_trace",
     "matmul_ndm",
@@ -97,6 +104,8 @@ __all__ = [
     "online_softmax",
     "online_softmax_trace",
     "padding_mask",
+    "paged_attention",
+    "prefix_lm_mask_mod",
     "precision_study",
     "round_to",
     "safe_softmax",

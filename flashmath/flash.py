@@ -38,7 +38,7 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -53,7 +53,17 @@ from flashmath.rowstate import finish, logsumexp_of, weighted_values
 # Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
 # (flashmath.triton_kernel.line_for_line): the guard keeps the name those lines show.
 from flashmath.rowstate import nonempty as _nonempty
-from flashmath.tiling import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, ORDERS, check_tiling, tile_keep, tile_scores, tiles
+from flashmath.tiling import (
+    DEFAULT_BLOCK_K,
+    DEFAULT_BLOCK_Q,
+    ORDERS,
+    check_tiling,
+    tile_keep,
+    tile_score_mod,
+    tiles,
+    variant_tile_scores,
+)
+from flashmath.variants import group_heads, make_variant
 
 __all__ = [
     "DEFAULT_BLOCK_K",
@@ -186,7 +196,7 @@ def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int,
                     q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
                 k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
                 with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                    x_tile = tile_scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
+                    x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
                 g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
                 del x_tile  # the score tile is dropped before the next one is made
             if j == len(key_tiles) - 1:
@@ -226,7 +236,7 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
             # load Q_i, A_i, g_i, s_i: (..., B_r, D), (..., B_r, Dv), (..., B_r), (..., B_r)
             q_tile, a_tile, g_tile, s_tile = q[..., r0:r1, :], a[..., r0:r1, :], g[..., r0:r1], s[..., r0:r1]
             with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                x_tile = tile_scores(q_tile, k_tile, keep_tile, batch)  # (..., B_r, B_c)
+                x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
             g_new, s_new, a_new = fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile)
             del x_tile
             # write A_i, g_i, s_i back to memory
@@ -268,6 +278,9 @@ def flash_attention(
     q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
     order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
     return_lse: bool = False, acc_dtype: DTypeLike | None = None, workers: int | None = None,
+    enable_gqa: bool = False, window: Any = None, softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None, score_mod: Callable[..., Any] | None = None,
+    mask_mod: Callable[..., Any] | None = None,
 ) -> Any:
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile
     per worker.
@@ -300,6 +313,13 @@ def flash_attention(
             ones. So the result is bitwise the same for every value: each row sees the same tiles in the same
             order, each product is computed alike. ``order="fa1"`` ignores it and runs sequentially
             (:func:`fa1_loop` says why).
+        enable_gqa, window, softcap, alibi_slopes, score_mod, mask_mod: the variants of chapter 13, conventions and
+            sources in :mod:`flashmath.variants`. ``enable_gqa``: ``k``, ``v`` with ``H_kv`` heads, query head ``h``
+            reads kv head ``h // G`` (PyTorch SDPA). ``window=(left, right)``: FlashAttention's ``window_size``,
+            bottom-right aligned (None = unbounded); tiles outside it are skipped. ``softcap=c``: ``c tanh(x / c)``
+            on the scaled score. ``alibi_slopes`` ``(H,)`` or ``(B, H)``: ``-slope |m - (n + M - N)|`` added to the
+            scaled score. ``score_mod(score, b, h, q_idx, kv_idx)`` and ``mask_mod(b, h, q_idx, kv_idx)``:
+            FlexAttention's, called once per tile on index arrays (broadcasting); empty tiles skipped.
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype (computed in float32 for float16 input), and if
@@ -321,14 +341,20 @@ def flash_attention(
     block_q, block_k = check_tiling(block_q, block_k, order)
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     workers = thread_count(workers, "workers")
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
+    heads = group_heads(q, k, v, mask, enable_gqa)  # grouped-query heads: (..., H_kv, G, N, D), nothing copied
+    inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask,
+                                   fold_causal=False)
+    if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
+        inp = inp._replace(variant=make_variant(inp.N, inp.M, inp.batch_shape, groups=heads, window=window,
+                                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod,
+                                                mask_mod=mask_mod))
     memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
     if order == "fa2":
         _fa2_in_parallel(memory, inp, block_q, block_k, workers)
     else:
         for _ in LOOPS[order](memory, inp, block_q, block_k):
             pass
-    return tile_result(memory, inp, order, return_lse)
+    return heads.restore(tile_result(memory, inp, order, return_lse))
 
 
 @functools.cache

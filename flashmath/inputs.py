@@ -43,7 +43,7 @@ version 2.1 (the bottom-right causal alignment).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -69,6 +69,8 @@ class AttentionInputs(NamedTuple):
         causal: whether the bottom-right causal mask applies. It is already part of ``keep`` unless
             :func:`prepare_attention_inputs` was called with ``fold_causal=False`` (the tiled loops of
             :mod:`flashmath.flash` build it tile by tile instead of as a whole ``(N, M)`` array).
+        variant: None, or a :class:`flashmath.variants.Variant` (chapter 13: window, softcap, ALiBi, score_mod,
+            mask_mod, documents) that :mod:`flashmath.tiling` consults for each tile.
     """
 
     q: np.ndarray
@@ -83,6 +85,7 @@ class AttentionInputs(NamedTuple):
     Dv: int
     dtype: np.dtype
     causal: bool = False
+    variant: Any = None
 
 
 def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None = None,

@@ -14,7 +14,8 @@ import numpy as np
 
 __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
            "one_loop_step", "block_step", "tile_step", "numerator_step", "finish", "causal_mask", "masked_tile_step",
-           "merge_states", "flash_test_ratio"]
+           "merge_states", "flash_test_ratio", "window_mask", "document_mask", "softcap", "alibi", "tile_kind",
+           "page_gather"]
 
 
 def score_row(q_n, K):
@@ -225,6 +226,45 @@ def flash_test_ratio(out, q, k, v):
     error_out = np.max(np.abs(np.asarray(out).astype(np.float64) - reference))
     error_naive = np.max(np.abs(naive.astype(np.float64) - reference))
     return float(error_out / error_naive)
+
+
+def window_mask(q_idx, kv_idx, N, M, left, right):
+    """Chapter 13: FlashAttention's sliding window as a mask_mod on index arrays (bottom-right aligned)."""
+    p = q_idx + M - N  # the key aligned with each query
+    return (kv_idx >= p - left) & (kv_idx <= p + right)  # both extents inclusive
+
+
+def document_mask(q_idx, kv_idx, doc):
+    """Chapter 13: packed documents, causal inside each."""
+    return (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)
+
+
+def softcap(qk, scale, cap):
+    """Chapter 13: softcap on the scaled score."""
+    x = qk * scale  # scale first
+    return cap * np.tanh(x / cap)
+
+
+def alibi(score, slope, q_idx, kv_idx, N, M):
+    """Chapter 13: ALiBi's bias, a penalty growing with the distance to the bottom-right aligned key."""
+    return score - slope * np.abs(q_idx + M - N - kv_idx)
+
+
+def tile_kind(r0, r1, c0, c1, N, M):
+    """Chapter 13: 0 empty, 1 partial, 2 full for a tile of the bottom-right causal mask, from two corners."""
+    offset = M - N
+    if c0 > (r1 - 1) + offset:  # even the last row does not see the first key
+        return 0
+    if c1 - 1 <= r0 + offset:  # even the first row sees the last key
+        return 2
+    return 1
+
+
+def page_gather(pages, block_table, b, t):
+    """Chapter 13: token t of sequence b, through the block table."""
+    page_size = pages.shape[1]
+    physical = block_table[b, t // page_size]  # logical page t // page_size -> physical page
+    return pages[physical, t % page_size]  # its row inside the page
 
 
 def show(name: str | None = None) -> None:

@@ -14,6 +14,7 @@ blocks above the diagonal are skipped).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -29,8 +30,10 @@ __all__ = [
     "check_order",
     "check_tiling",
     "tile_keep",
+    "tile_score_mod",
     "tile_scores",
     "tiles",
+    "variant_tile_scores",
 ]
 
 DEFAULT_BLOCK_Q = 512
@@ -83,15 +86,22 @@ def tiles(size: int, block: int) -> list[tuple[int, int]]:
 def tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int) -> np.ndarray | Literal[False] | None:
     """What tile ``(r0:r1, c0:c1)`` attends to, classified: ``False`` = no pair (*empty*: skip the tile),
     ``None`` = every pair (*full*: no mask to apply), or a boolean array ``(..., B_r, B_c)``, True = attend
-    (*partial*). The causal mask (``inp.causal``, not folded into ``inp.keep``) is built for the tile alone."""
+    (*partial*). The causal mask (``inp.causal``, not folded into ``inp.keep``) is built for the tile alone, and so
+    is a variant's mask (``inp.variant``, chapter 13: window, documents, ``mask_mod``;
+    :meth:`flashmath.variants.Variant.tile_keep`)."""
     keep = None
+    if inp.variant is not None:
+        keep = inp.variant.tile_keep(r0, r1, c0, c1)
+        if keep is False:
+            return False  # outside the window, another document, or mask_mod false everywhere: skipped
     if inp.causal:
         # query n sees key m <= n + M - N (bottom-right alignment, as flashmath.masks.causal_mask)
         offset = inp.M - inp.N
         if c0 > r1 - 1 + offset:
             return False  # even the last row of the tile sees none of its keys
         if c1 - 1 > r0 + offset:  # the diagonal crosses the tile
-            keep = np.arange(c0, c1) <= np.arange(r0, r1)[:, None] + offset  # (B_r, B_c)
+            causal = np.arange(c0, c1) <= np.arange(r0, r1)[:, None] + offset  # (B_r, B_c)
+            keep = causal if keep is None else keep & causal
     if inp.keep is not None:
         tile = inp.keep[..., r0:r1, c0:c1]  # (..., B_r, B_c), a view
         keep = tile if keep is None else tile & keep
@@ -103,6 +113,16 @@ def tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int) -> np.nd
     return keep
 
 
+def tile_score_mod(inp: AttentionInputs, r0: int, r1: int, c0: int,
+                   c1: int) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The element-wise change of tile ``(r0:r1, c0:c1)``'s scores for :func:`tile_scores`: None without a variant
+    (:meth:`flashmath.variants.Variant.scores`)."""
+    variant = inp.variant
+    if variant is None or (variant.softcap is None and variant.slopes is None and variant.score_mod is None):
+        return None
+    return lambda x_tile: variant.scores(x_tile, r0, r1, c0, c1)
+
+
 def tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple) -> np.ndarray:
     """``X_ij = Q_i K_j^T`` with masked pairs set to ``-inf`` by selection: a new array ``(*batch, B_r, B_c)``."""
     # X_ij = Q_i K_j^T  (the scale is already folded into Q)
@@ -112,4 +132,17 @@ def tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | 
         x_tile = np.where(keep_tile, x_tile, -np.inf)
     if x_tile.shape[:-2] != batch:  # v or the mask has more leading dimensions than q and k
         x_tile = np.broadcast_to(x_tile, batch + x_tile.shape[-2:]).copy()
+    return x_tile
+
+
+def variant_tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple,
+                        score_mod: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+    """:func:`tile_scores` with a variant's element-wise change of the scaled scores (chapter 13: softcap, ALiBi,
+    FlexAttention's ``score_mod``; ``score_mod`` from :func:`tile_score_mod`), applied before the mask selects the
+    masked pairs away. Without a change, exactly :func:`tile_scores`."""
+    if score_mod is None:
+        return tile_scores(q_tile, k_tile, keep_tile, batch)
+    x_tile = score_mod(tile_scores(q_tile, k_tile, None, batch))  # x -> f(x, b, h, n, m), every pair of the tile
+    if keep_tile is not None:
+        x_tile = np.where(keep_tile, x_tile, -np.inf)  # then the mask, as tile_scores does
     return x_tile

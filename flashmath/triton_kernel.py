@@ -101,6 +101,7 @@ from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests us
     torch,
     triton,
 )
+from flashmath.variants import check_window, make_variant
 
 if available():
 
@@ -111,9 +112,12 @@ if available():
         N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
         CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
+        G=1, left=0, right=0, cap=1.0,  # chapter 13: query heads per kv head, the window's extents, the softcap
+        WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
     ):
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)  # and its (batch, head) element
+        kv = b // G  # grouped-query heads (chapter 13): the key/value head this query head reads (G = 1: its own)
         rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,) query indices n of the tile
         d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) head dimensions, padded to a power of two
         dv = tl.arange(0, BLOCK_DV)
@@ -124,24 +128,36 @@ if available():
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+        lo = 0
         hi = M
         if CAUSAL:  # key tiles right of the last row's diagonal are masked for every row: never visited
             hi = tl.minimum(M, (i + 1) * BLOCK_M + offset)
-        for c0 in range(0, hi, BLOCK_N):
+        if WINDOW:  # key tiles outside every row's window (chapter 13) are never visited either
+            hi = tl.minimum(hi, (i + 1) * BLOCK_M + offset + right)
+            lo = tl.maximum(0, i * BLOCK_M + offset - left) // BLOCK_N * BLOCK_N
+        for c0 in range(lo, hi, BLOCK_N):
             cols = c0 + tl.arange(0, BLOCK_N)  # (B_c,) key indices m of the tile
             # keep_tile: True = attend, (B_r, B_c): keys past M, the causal triangle, the user's mask
             keep_tile = cols[None, :] < M  # (1, B_c), broadcast over the rows
             if CAUSAL:
                 keep_tile = keep_tile & (cols[None, :] <= rows[:, None] + offset)
+            if WINDOW:  # p - left <= m <= p + right, p = n + M - N (FlashAttention's window_size)
+                keep_tile = keep_tile & (cols[None, :] >= rows[:, None] + offset - left)
+                keep_tile = keep_tile & (cols[None, :] <= rows[:, None] + offset + right)
             if HAS_KEEP:
                 keep_tile = keep_tile & (tl.load(Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
                                                  mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0)
             # load K_j: (B_c, D)
-            k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
+            k_tile = tl.load(K + kv * sk_b + cols[:, None] * sk_m + d[None, :],
                              mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
+            # chapter 13: softcap c tanh(x / c) on the scaled score (tanh from exp(-2|y|), which never overflows)
+            if SOFTCAP:
+                t = tl.exp(-2.0 * tl.abs(x_tile / cap))
+                capped = cap * (1.0 - t) / (1.0 + t)
+                x_tile = tl.where(keep_tile, tl.where(x_tile < 0, -capped, capped), float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf
             m_new = tl.maximum(m_i, tl.max(x_tile, 1))
             # measured against 0 where g_new is -inf (no key yet) or +inf (a +inf score: exp(x - 0) makes the sum
@@ -155,7 +171,7 @@ if available():
             l_i = l_i * alpha + tl.sum(p_tile, 1)
             # load V_j: (B_c, Dv); a key that every row of the tile masks is not loaded (reads as 0)
             used = tl.max(keep_tile.to(tl.int32), 0) > 0  # (B_c,)
-            v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+            v_tile = tl.load(V + kv * sv_b + cols[:, None] * sv_m + dv[None, :],
                              mask=used[:, None] & (dv[None, :] < Dv), other=0.0)
             # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
             acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
@@ -174,7 +190,8 @@ if available():
 
 
 def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
-                           return_lse=False, num_warps=4, num_stages=2, dq_mode="separate"):
+                           return_lse=False, num_warps=4, num_stages=2, dq_mode="separate", enable_gqa=False,
+                           window=None, softcap=None):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
 
     Args:
@@ -192,6 +209,11 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         dq_mode: how the backward accumulates ``dQ`` (chapter 12, :mod:`flashmath.triton_backward`):
             ``"separate"`` (deterministic) or ``"atomic"``. Tensors that require grad make the result
             differentiable: ``.backward()`` runs the backward kernels.
+        enable_gqa, window, softcap: chapter 13's variants, as :func:`flashmath.flash.flash_attention` (conventions
+            and sources: :mod:`flashmath.variants`): ``k``, ``v`` with ``H_kv`` heads read by groups of query heads
+            (the kernel reads kv head ``b // G``, nothing repeated), FlashAttention's ``window_size`` (key tiles
+            outside every row's window are not visited), ``c tanh(x / c)`` on the scaled score. Compile-time
+            switches (``WINDOW``, ``SOFTCAP``); forward only (the backward kernels do not take them yet).
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
@@ -214,6 +236,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     if order != "fa2":
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
+    variant = enable_gqa is not False or window is not None or softcap is not None
+    if variant and torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+        raise NotImplementedError("enable_gqa, window and softcap are forward-only in the Triton kernels: the backward "
+                                  "kernels do not take them yet (flashmath.flash_attention computes them in numpy)")
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
 
         return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
@@ -223,6 +249,11 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
+    extents = check_window(window)  # chapter 13: (left, right) or None
+    cap = make_variant(0, 0, (), softcap=softcap).softcap
+    G = 1
+    if enable_gqa is not False:
+        q, k, v, mask, G = _grouped_views(q, k, v, mask, enable_gqa)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
 
     if too_late():
@@ -254,7 +285,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     B = math.prod(batch)
     # (B, N, D), (B, M, D), (B, M, Dv), contiguous in the last dimension (copies only where needed)
     q_b, k_b, v_b = (x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous()
-                     for x in (q_t, k_t, v_t))
+                     for x in (q_t, k_t, v_t)) if G == 1 else (q_t.to(dtype).reshape(B, N, D).contiguous(), None, None)
+    if G > 1:  # grouped-query heads: (B / G, M, D), one kv head per group of G programs, nothing repeated
+        k_b, v_b = (x.to(dtype).expand(*batch[:-1], 1, *x.shape[-2:]).reshape(B // G, *x.shape[-2:]).contiguous()
+                    for x in (k_t, v_t))
     a = torch.empty((B, N, Dv), dtype=dtype, device=device)
     lse = torch.empty((B, N), dtype=torch.float32, device=device)
     if mask is not None:
@@ -276,12 +310,43 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                 N, M, D, Dv, scale, M - N,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=padded_width(D), BLOCK_DV=padded_width(Dv),
                 CAUSAL=bool(causal), HAS_KEEP=mask is not None,
+                G=G, left=M + N if extents is None or extents[0] is None else extents[0],
+                right=M + N if extents is None or extents[1] is None else extents[1], cap=cap or 1.0,
+                WINDOW=extents is not None, SOFTCAP=cap is not None,
                 num_warps=num_warps, num_stages=num_stages,
             )
     a, lse = a.reshape(*batch, N, Dv), lse.reshape(*batch, N)
+    if G > 1:  # (..., H_kv, G, N) back to (..., H, N)
+        a, lse = a.reshape(*batch[:-2], -1, N, Dv), lse.reshape(*batch[:-2], -1, N)
     if not any(tensors):
         a, lse = a.cpu().numpy(), lse.cpu().numpy()
     return (a, lse) if return_lse else a
+
+
+def _grouped_views(q, k, v, mask, enable_gqa):
+    """Grouped-query heads for the kernel: ``q`` viewed as ``(..., H_kv, G, N, D)``, ``k``, ``v`` as ``(..., H_kv, 1,
+    M, D)`` and the mask likewise (as :func:`flashmath.variants.group_heads`, on tensors too, nothing copied), and
+    ``G``. TypeError / ValueError as that function."""
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    shapes = [tuple(x.shape) for x in (q, k, v)]
+    if min(len(sh) for sh in shapes) < 3:
+        raise ValueError(f"enable_gqa needs a heads axis: q, k, v must be (..., H, L, D), got shapes {shapes}")
+    H, H_kv = shapes[0][-3], shapes[1][-3]
+    if shapes[2][-3] != H_kv or H_kv == 0 or H % H_kv:
+        raise ValueError(f"enable_gqa: the query heads H = {H} must be a multiple of the key/value heads (k has "
+                         f"{H_kv}, v has {shapes[2][-3]}); query head h reads kv head h // (H / H_kv)")
+    G = H // H_kv
+    q = q.reshape(*shapes[0][:-3], H_kv, G, *shapes[0][-2:])
+    k, v = k[..., None, :, :], v[..., None, :, :]
+    if mask is not None and len(mask.shape) >= 3:
+        if mask.shape[-3] == H:
+            mask = mask.reshape(*mask.shape[:-3], H_kv, G, *mask.shape[-2:])
+        elif mask.shape[-3] == 1:
+            mask = mask[..., None, :, :]
+        else:
+            raise ValueError(f"mask of shape {tuple(mask.shape)}: its head axis must be 1 or H = {H} with enable_gqa")
+    return q, k, v, mask, G
 
 
 # ------------------------------------------------------------------------------------------------------------------

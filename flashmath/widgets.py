@@ -37,7 +37,7 @@ from flashmath.viz.softmax import OVERFLOW_DTYPES, dtype_name
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
            "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer",
            "kernel_memory_explorer", "course_map_explorer", "tile_traffic_explorer", "ops_explorer",
-           "backward_sweep_player"]
+           "backward_sweep_player", "mask_explorer"]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
@@ -436,3 +436,40 @@ def backward_sweep_player(N: int, M: int, *, block_q: int = 16, block_k: int = 1
     plot = BackwardSweepPlot(N, M, block_q=block_q, block_k=block_k, causal=causal, dq_mode=dq_mode, step=value)
     mode = widgets.ToggleButtons(options=list(DQ_MODES), value=dq_mode, description="dQ")
     return live_widget(plot, interval=interval, step=step_slider(len(plot) - 1, value=value), dq_mode=mode)
+
+
+def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64, mask_mod=None):
+    """Choose a mask (causal, window, document, prefix-LM, ALiBi, softcap, custom) and its parameter: the scores it
+    keeps, each tile classified empty / partial / full, and the work saved (chapter 13).
+
+    Args:
+        kind: one of :data:`flashmath.variants.MASK_KINDS`. param: the kind's parameter (1..N; see
+            :func:`flashmath.variants.mask_example`). block: the square tile size, one of 4, 8, 16, 32 (at most N).
+        N: the grid. mask_mod: for ``"custom"``, a function ``param -> mask_mod`` (FlexAttention's signature).
+
+    Returns:
+        :func:`live_widget` with a ``mask`` dropdown, a ``param`` slider and a ``tile`` selection slider.
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.variants.mask_example`; a block that is not offered.
+    """
+    from flashmath.variants import MASK_KINDS, mask_example
+
+    N = integer(N, "N")
+    blocks = [b for b in (4, 8, 16, 32) if b <= N]
+    if block not in blocks:
+        raise ValueError(f"block must be one of {blocks} for N = {N}, got {block!r}")
+    mask_example(kind, param, block, N=N, mask_mod=mask_mod)  # checks the arguments before building anything
+    cache: dict = {}
+
+    def example(kind, param, block):
+        key = (kind, param, block)
+        if key not in cache:
+            cache[key] = mask_example(kind, param, block, N=N, mask_mod=mask_mod)
+        return cache[key]
+
+    plot = viz.MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N)
+    kinds = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description="mask")
+    slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description="param", continuous_update=True)
+    tile = widgets.SelectionSlider(options=blocks, value=block, description="tile", continuous_update=True)
+    return live_widget(plot, kind=kinds, param=slider, block=tile)

@@ -48,7 +48,8 @@ def close_figures():
 # benchmarks, widgets or the browser. CONTRIBUTING.md: run it before every commit; the full suite before a merge.
 FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",
                 "test_opcount", "test_splitkv_backward", "test_hardware", "test_scaling", "test_any_input",
-                "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_flash_parallel"}
+                "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_flash_parallel", "test_variants",
+                "test_exercises_ch13"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -326,3 +326,41 @@ def test_a_poisoned_state_stays_poisoned_when_merged_and_differentiated(name):
         assert np.isnan(lse_m[0]) if np.isnan(lse[0]) else lse_m[0] == INF
         assert np.isnan(a_m).all()
         assert np.isnan(grads[0]).all()  # dq of the poisoned row
+
+
+# -- chapter 13: grouped-query heads, sliding window, softcap as compile-time switches of the same kernel -----------
+
+@needs_triton
+@pytest.mark.parametrize("N, M", [(40, 40), (17, 50), (50, 17), (1, 33)])
+@pytest.mark.parametrize("variant", [{"enable_gqa": True}, {"window": (5, 0)}, {"window": (3, 7)},
+                                     {"window": (None, 2), "causal": True}, {"softcap": 1.5},
+                                     {"softcap": 2.0, "window": 9, "enable_gqa": True, "causal": True}])
+def test_kernel_variants_match_the_numpy_loop(N, M, variant):
+    from flashmath.flash import flash_attention
+
+    rng = np.random.default_rng(N + 3 * M)
+    q = (3 * rng.standard_normal((2, 4, N, 16))).astype(np.float32)
+    heads = 2 if variant.get("enable_gqa") else 4
+    k, v = (rng.standard_normal((2, heads, M, 16)).astype(np.float32) for _ in range(2))
+    got, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, return_lse=True, **variant)
+    want, want_lse = flash_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                     return_lse=True, **variant)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert max_error(got, want) < 2e-5
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(want_lse))  # rows the window empties
+    finite = np.isfinite(want_lse)
+    assert np.abs(lse[finite] - want_lse[finite]).max() < 2e-5
+
+
+@needs_triton
+def test_kernel_variants_refuse_what_they_do_not_support():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((3, 16, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 16, 16)).astype(np.float32)
+    with pytest.raises(ValueError, match="multiple of the key/value heads"):
+        triton_flash_attention(q, k, k, enable_gqa=True)
+    with pytest.raises(ValueError, match="softcap"):
+        triton_flash_attention(q, q, q, softcap=-1.0)
+    with pytest.raises(NotImplementedError, match="forward-only"):
+        t = torch.from_numpy(q).requires_grad_()
+        triton_flash_attention(t, t, t, window=(2, 0))

@@ -458,3 +458,25 @@ def test_ops_explorer_redraws_for_every_tile_size():
     assert plot_of(ui).state == {"block": 16}
     with pytest.raises(ValueError, match="block must be one of"):
         widgets.ops_explorer(table, block=3)
+
+
+def test_mask_explorer_redraws_for_every_kind_parameter_and_tile():
+    from flashmath.variants import MASK_KINDS
+
+    ui = quiet(widgets.mask_explorer, kind="causal", param=8, block=8, N=32)
+    seen = {rendered(ui)}
+    for kind in MASK_KINDS[1:]:
+        seen.add(move(ui, control(ui, "mask"), kind))
+    move(ui, control(ui, "mask"), "window")
+    seen.add(move(ui, control(ui, "param"), 3))
+    seen.add(move(ui, control(ui, "tile"), 4))
+    assert len(seen) == len(MASK_KINDS) + 2
+    title = plot_of(ui).title.get_text()
+    assert "skipped" in title and "window" in title
+
+
+def test_mask_explorer_checks_its_arguments_first():
+    for kwargs, error in (({"kind": "diagonal"}, ValueError), ({"block": 5}, ValueError), ({"param": 0}, ValueError),
+                          ({"param": 1.5}, TypeError)):
+        with pytest.raises(error):
+            widgets.mask_explorer(**kwargs)

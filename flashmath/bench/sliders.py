@@ -52,6 +52,7 @@ def course_cases() -> list[Case]:
     from flashmath.opcount import op_count_table
     from flashmath.precision import precision_study
     from flashmath.traffic import tile_traffic_table
+    from flashmath.variants import mask_example
     from flashmath.viz.backward import BackwardSweepPlot
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
@@ -124,6 +125,8 @@ def course_cases() -> list[Case]:
              lambda: widgets.backward_sweep_player(64, 64, block_q=16, block_k=16, causal=True),
              lambda step, dq_mode: BackwardSweepPlot(64, 64, block_q=16, block_k=16, causal=True, step=step,
                                                      dq_mode=dq_mode)),
+        Case("13_variants", "mask_explorer", lambda: widgets.mask_explorer(kind="document", param=3, block=8),
+             lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block)),
         Case("14_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
              lambda chapter: CourseMapPlot(chapter=chapter)),
     ]

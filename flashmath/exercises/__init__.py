@@ -13,9 +13,9 @@ cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole 
 exercises whose answer is a tuple of arrays.
 
 One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
-``chapter11_12``), and :mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Index
-convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``, ``A'_m`` after the first
-``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
+``chapter11_12``, ``chapter12``, ``chapter13``), and :mod:`~flashmath.exercises.predict` for the 'predict, then
+check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
+``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
 
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """
@@ -30,6 +30,7 @@ from flashmath.exercises import (
                                               chapter6_10,
                                               chapter11_12,
                                               chapter12,
+                                              chapter13,
 )
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter0 import check_score_row
@@ -55,6 +56,14 @@ from flashmath.exercises.chapter11_12 import (
                                               print_recap_quiz,
 )
 from flashmath.exercises.chapter12 import check_backward_tiles
+from flashmath.exercises.chapter13 import (
+                                              check_alibi,
+                                              check_document_mask,
+                                              check_page_gather,
+                                              check_softcap,
+                                              check_tile_kind,
+                                              check_window_mask,
+)
 from flashmath.exercises.predict import check_prediction
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
@@ -62,7 +71,8 @@ __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_
            "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
            "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
            "check_flash_test_ratio", "check_row_lse", "check_where_it_lives", "check_recap_quiz", "print_recap_quiz",
-           "check_flash_row", "check_backward_tiles"]
+           "check_flash_row", "check_backward_tiles", "check_window_mask", "check_document_mask", "check_softcap",
+           "check_alibi", "check_tile_kind", "check_page_gather"]
 
 #: For each checker, the mistakes it names, in the order it tries them.
 MISTAKES = {
@@ -83,4 +93,5 @@ MISTAKES = {
     "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
     **chapter11_12.MISTAKES,
     **chapter12.MISTAKES,
+    **chapter13.MISTAKES,
 }

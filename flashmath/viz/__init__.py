@@ -36,6 +36,7 @@ from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_s
 from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
+from flashmath.viz.variants import MaskExplorerPlot, plot_gqa_heads, plot_mask_example, plot_paged_cache
 
 __all__ = [
     "DPI",
@@ -46,6 +47,7 @@ __all__ = [
     "UNSEEN",
     "LivePlot",
     "LoopSwapPlot",
+    "MaskExplorerPlot",
     "OneLoopPlot",
     "OpsPerScorePlot",
     "OnlineSoftmaxPlot",
@@ -58,6 +60,9 @@ __all__ = [
     "TileTrafficPlot",
     "animate_steps",
     "figure_signature",
+    "plot_gqa_heads",
+    "plot_mask_example",
+    "plot_paged_cache",
     "plot_accumulator_growth",
     "plot_loop_swap_step",
     "plot_masks",

@@ -1,0 +1,271 @@
+"""Chapter 13 exercises: a window ``mask_mod``, a document ``mask_mod``, softcap and ALiBi ``score_mod``s, a tile
+classified, a key gathered from a paged cache. Each checker names the classic mistakes of its exercise.
+
+The learner's functions receive index *arrays*, as the package's ``mask_mod`` and ``score_mod`` do
+(:mod:`flashmath.variants`): ``q_idx`` of shape ``(N, 1)`` and ``kv_idx`` of shape ``(1, M)``, so one call answers
+for the whole grid by broadcasting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashmath.exercises._cases import check_function
+from flashmath.exercises._report import CheckReport, Mistake
+
+__all__ = ["check_window_mask", "check_document_mask", "check_softcap", "check_alibi", "check_tile_kind",
+           "check_page_gather", "MISTAKES", "EMPTY", "PARTIAL", "FULL"]
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+
+def _grid(N: int, M: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(N)[:, None], np.arange(M)[None, :]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.1 a sliding-window mask_mod (FlashAttention's window_size, bottom-right aligned)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def window_reference(q_idx, kv_idx, N, M, left, right):
+    from flashmath.masks import sliding_window_mask
+
+    return sliding_window_mask(N, M, left=left, right=right)[q_idx, kv_idx]
+
+
+def _window_model(offset=lambda N, M: M - N, lo_strict=False, hi_strict=False, swap=False):
+    def model(q_idx, kv_idx, N, M, left, right):
+        if swap:
+            left, right = right, left
+        p = q_idx + offset(N, M)
+        low = kv_idx > p - left if lo_strict else kv_idx >= p - left
+        high = kv_idx < p + right if hi_strict else kv_idx <= p + right
+        return low & high
+    return model
+
+
+WINDOW_MISTAKES = (
+    Mistake("the top-left alignment when N != M", "FlashAttention aligns the window bottom-right: query n sits at "
+            "key p = n + M - N, and sees keys p - left .. p + right", (_window_model(offset=lambda N, M: 0),)),
+    Mistake("the offset N - M instead of M - N", "the key aligned with query n is n + M - N (the last query with the "
+            "last key)", (_window_model(offset=lambda N, M: N - M),)),
+    Mistake("an edge off by one (< instead of <=)", "both extents are inclusive: p - left <= m <= p + right, so a "
+            "window (left, 0) holds left + 1 keys", (_window_model(lo_strict=True), _window_model(hi_strict=True),
+                                                     _window_model(lo_strict=True, hi_strict=True))),
+    Mistake("left and right swapped", "left is how far back (keys before p), right how far ahead",
+            (_window_model(swap=True),)),
+)
+
+
+def check_window_mask(fn) -> CheckReport:
+    """Check ``fn(q_idx, kv_idx, N, M, left, right) -> bool`` of shape ``(N, M)``: query ``n`` sees key ``m`` when
+    ``p - left <= m <= p + right`` with ``p = n + M - N``. Named mistakes: :data:`WINDOW_MISTAKES`."""
+    cases = [(title, (*_grid(N, M), N, M, left, right)) for title, N, M, left, right in (
+        ("N = M = 6, window (2, 0)", 6, 6, 2, 0),
+        ("N = M = 6, window (1, 2)", 6, 6, 1, 2),
+        ("N = 3 < M = 8, window (2, 0)", 3, 8, 2, 0),
+        ("N = 7 > M = 4, window (1, 1)", 7, 4, 1, 1),
+        ("decoding: N = 1, M = 9, window (3, 0)", 1, 9, 3, 0))]
+    return check_function("check_window_mask", fn, cases, window_reference, WINDOW_MISTAKES, n_out=1,
+                          names=("the mask",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.2 a document mask_mod (packed sequences, causal inside each)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def document_reference(q_idx, kv_idx, doc):
+    from flashmath.variants import document_mask_mod
+
+    same = document_mask_mod(doc)(0, 0, q_idx, kv_idx)
+    return same & (kv_idx <= q_idx)
+
+
+DOCUMENT_MISTAKES = (
+    Mistake("the causal part forgotten", "inside a document the mask is still causal: and (&) kv_idx <= q_idx",
+            (lambda q, kv, doc: doc[q] == doc[kv],)),
+    Mistake("the document part forgotten", "a query sees only its own document: and (&) doc[q_idx] == doc[kv_idx]",
+            (lambda q, kv, doc: kv <= q,)),
+    Mistake("the diagonal excluded (< instead of <=)", "a query sees its own key: kv_idx <= q_idx",
+            (lambda q, kv, doc: (doc[q] == doc[kv]) & (kv < q),)),
+    Mistake("or (|) instead of and (&)", "both conditions must hold: (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)",
+            (lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),)),
+)
+
+
+def check_document_mask(fn) -> CheckReport:
+    """Check ``fn(q_idx, kv_idx, doc) -> bool (N, N)``: same document (``doc[n] == doc[m]``) and causal. Named
+    mistakes: :data:`DOCUMENT_MISTAKES`."""
+    cases = [(title, (*_grid(len(doc), len(doc)), np.array(doc))) for title, doc in (
+        ("three documents of 3, 2, 3 tokens", [0, 0, 0, 1, 1, 2, 2, 2]),
+        ("one document (plain causal)", [0, 0, 0, 0]),
+        ("documents of one token each", [0, 1, 2, 3]))]
+    return check_function("check_document_mask", fn, cases, document_reference, DOCUMENT_MISTAKES, n_out=1,
+                          names=("the mask",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.3 softcap on the scaled score (Gemma 2; FlashAttention's softcap)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def softcap_reference(qk, scale, cap):
+    return cap * np.tanh(qk * scale / cap)
+
+
+SOFTCAP_MISTAKES = (
+    Mistake("the softcap applied before the scale", "FlashAttention caps the scaled score: c tanh((q.k * scale) / c), "
+            "not scale * c tanh(q.k / c)", (lambda qk, scale, cap: scale * cap * np.tanh(qk / cap),)),
+    Mistake("tanh without the factor c", "tanh(x / c) lies in (-1, 1); multiply by c to cap the score at +-c",
+            (lambda qk, scale, cap: np.tanh(qk * scale / cap),)),
+    Mistake("x not divided by c inside tanh", "c tanh(x / c) is x for small x; c tanh(x) is not",
+            (lambda qk, scale, cap: cap * np.tanh(qk * scale),)),
+    Mistake("the cap as a clip", "softcapping is smooth: c tanh(x / c), not np.clip(x, -c, c)",
+            (lambda qk, scale, cap: np.clip(qk * scale, -cap, cap),)),
+)
+
+
+def check_softcap(fn) -> CheckReport:
+    """Check ``fn(qk, scale, cap)``: the softcapped scaled score ``cap tanh(qk scale / cap)`` of raw dot products
+    ``qk``. Named mistakes: :data:`SOFTCAP_MISTAKES`."""
+    qk = np.array([[-40.0, -3.0, 0.0, 0.5, 8.0, 120.0]])
+    cases = [("scale 1/8, cap 5", (qk, 0.125, 5.0)), ("scale 1, cap 30",
+                                                      (qk, 1.0, 30.0)), ("scale 1/2, cap 1", (qk, 0.5, 1.0))]
+    return check_function("check_softcap", fn, cases, softcap_reference, SOFTCAP_MISTAKES, n_out=1,
+                          names=("the scores",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.4 ALiBi as a score_mod (FlashAttention's alibi_slopes)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def alibi_reference(score, slope, q_idx, kv_idx, N, M):
+    return score - slope * np.abs(q_idx + M - N - kv_idx)
+
+
+ALIBI_MISTAKES = (
+    Mistake("ALiBi's sign", "the bias is a penalty: score - slope |distance| (farther keys score lower), not +",
+            (lambda s, slope, q, kv, N, M: s + slope * np.abs(q + M - N - kv),)),
+    Mistake("the top-left alignment when N != M", "FlashAttention measures the distance to the bottom-right aligned "
+            "key: |n + M - N - m|", (lambda s, slope, q, kv, N, M: s - slope * np.abs(q - kv),)),
+    Mistake("the distance without its absolute value", "keys on both sides are penalised: |n + M - N - m|",
+            (lambda s, slope, q, kv, N, M: s - slope * (q + M - N - kv),
+             lambda s, slope, q, kv, N, M: s - slope * (kv - q - M + N))),
+    Mistake("the slope divided instead of multiplied", "the bias is slope times the distance",
+            (lambda s, slope, q, kv, N, M: s - np.abs(q + M - N - kv) / slope,)),
+)
+
+
+def check_alibi(fn) -> CheckReport:
+    """Check ``fn(score, slope, q_idx, kv_idx, N, M)``: ``score - slope |q_idx + M - N - kv_idx|``. Named mistakes:
+    :data:`ALIBI_MISTAKES`."""
+    rng = np.random.default_rng(13)
+    cases = []
+    for title, N, M, slope in (("N = M = 5, slope 1/2", 5, 5, 0.5), ("N = 2 < M = 6, slope 1/4", 2, 6, 0.25),
+                               ("N = 6 > M = 3, slope 1/8", 6, 3, 0.125), ("decoding: N = 1, M = 7", 1, 7, 0.5)):
+        cases.append((title, (rng.standard_normal((N, M)), slope, *_grid(N, M), N, M)))
+    return check_function("check_alibi", fn, cases, alibi_reference, ALIBI_MISTAKES, n_out=1, names=("the scores",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.5 classify a tile of the causal mask
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def tile_kind_reference(r0, r1, c0, c1, N, M):
+    from flashmath.variants import make_variant
+
+    keep = make_variant(N, M, (), causal=True).tile_keep(r0, r1, c0, c1)
+    return np.float64(EMPTY if keep is False else FULL if keep is None else PARTIAL)
+
+
+def _kind_model(seen):
+    """A classifier from ``seen(n, m, N, M) -> bool`` looking only at the tile's corners (a wrong rule)."""
+    def model(r0, r1, c0, c1, N, M):
+        corners = [seen(n, m, N, M) for n in (r0, r1 - 1) for m in (c0, c1 - 1)]
+        return EMPTY if not any(corners) else FULL if all(corners) else PARTIAL
+    return model
+
+
+def _corner_model(which):
+    """Partial tiles called full (or empty) by looking at one corner only."""
+    def model(r0, r1, c0, c1, N, M):
+        n, m = which(r0, r1, c0, c1)
+        return FULL if m <= n + M - N else EMPTY
+    return model
+
+
+TILE_KIND_MISTAKES = (
+    Mistake("a partial tile called full", "a tile is full only when its top-right corner (the first row, the last "
+            "key) is seen: c1 - 1 <= r0 + M - N; when only the bottom-left one is, it is partial",
+            (_corner_model(lambda r0, r1, c0, c1: (r1 - 1, c0)),)),
+    Mistake("a partial tile called empty", "a tile is empty only when even its bottom-left corner (the last row, the "
+            "first key) is not seen: c0 > r1 - 1 + M - N",
+            (_corner_model(lambda r0, r1, c0, c1: (r0, c1 - 1)),)),
+    Mistake("the top-left alignment when N != M", "query n sees keys m <= n + M - N (bottom-right)",
+            (_kind_model(lambda n, m, N, M: m <= n),)),
+    Mistake("the diagonal excluded (< instead of <=)", "query n sees its aligned key: m <= n + M - N",
+            (_kind_model(lambda n, m, N, M: m < n + M - N),)),
+)
+
+
+def check_tile_kind(fn) -> CheckReport:
+    """Check ``fn(r0, r1, c0, c1, N, M) -> 0 | 1 | 2`` (EMPTY, PARTIAL, FULL) for tile ``[r0, r1) x [c0, c1)`` of
+    the bottom-right causal mask. Named mistakes: :data:`TILE_KIND_MISTAKES`."""
+    cases = [(f"tile rows {r0}:{r1}, keys {c0}:{c1} of N = {N}, M = {M}", (r0, r1, c0, c1, N, M))
+             for r0, r1, c0, c1, N, M in ((0, 4, 0, 4, 8, 8), (4, 8, 0, 4, 8, 8), (0, 4, 4, 8, 8, 8),
+                                          (0, 4, 8, 12, 4, 12), (0, 4, 4, 8, 4, 12), (4, 8, 0, 4, 8, 4),
+                                          (0, 4, 0, 4, 8, 4), (0, 3, 0, 3, 8, 8), (6, 8, 0, 4, 8, 8),
+                                          (4, 8, 1, 5, 8, 8))]
+    return check_function("check_tile_kind", fn, cases, tile_kind_reference, TILE_KIND_MISTAKES, n_out=1,
+                          names=("the kind",))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.6 gather a key through a block table
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def page_reference(pages, block_table, b, t):
+    page_size = pages.shape[1]
+    return pages[block_table[b, t // page_size], t % page_size]
+
+
+PAGE_MISTAKES = (
+    Mistake("the block table ignored", "logical page j of sequence b is physical page block_table[b, j]: "
+            "pages[block_table[b, t // page_size], t % page_size]",
+            (lambda pages, table, b, t: pages[t // pages.shape[1], t % pages.shape[1]],)),
+    Mistake("the token index used as a page index", "the block table lists pages, not tokens: look up "
+            "block_table[b, t // page_size], then take row t % page_size of that page",
+            (lambda pages, table, b, t: pages[table[b, t % table.shape[1]], t % pages.shape[1]],
+             lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], t // pages.shape[1]])),
+    Mistake("the row inside the page taken as t", "inside its page the token is row t % page_size",
+            (lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], min(t, pages.shape[1] - 1)],)),
+    Mistake("the sequence's row of the table not used", "row b of the block table belongs to sequence b",
+            (lambda pages, table, b, t: pages[table[0, t // pages.shape[1]], t % pages.shape[1]],)),
+)
+
+
+def check_page_gather(fn) -> CheckReport:
+    """Check ``fn(pages, block_table, b, t) -> (D,)``: token ``t`` of sequence ``b`` from pages ``(P, page_size,
+    D)`` through ``block_table (B, max_pages)``. Named mistakes: :data:`PAGE_MISTAKES`."""
+    rng = np.random.default_rng(7)
+    pages = rng.standard_normal((9, 4, 3))  # 9 physical pages of 4 tokens, D = 3
+    table = np.array([[5, 2, 7], [0, 8, 3]])
+    cases = [(f"sequence {b}, token {t}", (pages, table, b, t)) for b, t in ((0, 0), (0, 6), (1, 9), (1, 3),
+                                                                             (0, 11), (1, 4))]
+    return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
+                          names=("the key",))
+
+
+MISTAKES = {
+    "check_window_mask": WINDOW_MISTAKES,
+    "check_document_mask": DOCUMENT_MISTAKES,
+    "check_softcap": SOFTCAP_MISTAKES,
+    "check_alibi": ALIBI_MISTAKES,
+    "check_tile_kind": TILE_KIND_MISTAKES,
+    "check_page_gather": PAGE_MISTAKES,
+}

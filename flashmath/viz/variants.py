@@ -1,0 +1,150 @@
+"""Chapter 13: the mask explorer (score grid, block mask, work saved), a paged KV cache, grouped-query heads.
+
+Nothing here computes a mask: :class:`MaskExplorerPlot` draws :class:`flashmath.variants.MaskExample` objects made
+by the function it is given (:func:`flashmath.variants.mask_example`), the pictures draw the arrays they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
+
+from flashmath.viz.live import DPI, LEGEND_ABOVE, LivePlot
+
+__all__ = ["MaskExplorerPlot", "plot_gqa_heads", "plot_mask_example", "plot_paged_cache"]
+
+# tile kinds: empty (skipped, light grey), partial (masked element-wise, orange), full (no mask work, blue)
+KIND_CMAP = ListedColormap(["#eeeeee", "#ff7f0e", "#1f77b4"])
+KIND_NAMES = ("empty: skipped", "partial: masked", "full: no mask work")
+
+
+def _grid_segments(N: int, block: int) -> list:
+    edges = np.arange(0, N + 1, block).tolist() + [N]
+    return [[(e - 0.5, -0.5), (e - 0.5, N - 0.5)] for e in edges] + [[(-0.5, e - 0.5), (N - 0.5, e - 0.5)]
+                                                                        for e in edges]
+
+
+class MaskExplorerPlot(LivePlot):
+    """Left: the ``N x N`` scores, masked pairs white, kept ones coloured by the score change (ALiBi's bias,
+    softcap's change); the tile grid over it. Right: each tile's kind (empty / partial / full). Title: the work
+    saved.
+
+    Args:
+        example: ``(kind, param, block) -> MaskExample`` (:func:`flashmath.variants.mask_example`).
+        kind, param, block: the first state. N: the grid size the examples have.
+    """
+
+    def __init__(self, example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64,
+                 figsize=(7.0, 3.6), dpi: int = DPI, pyplot: bool = False):
+        self.example, self.N = example, N
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, kind=kind, param=param, block=block)
+
+    def _build(self) -> None:
+        self.ax_scores, self.ax_tiles = self.fig.subplots(1, 2)
+        N = self.N
+        extent = (-0.5, N - 0.5, N - 0.5, -0.5)
+        blank = np.zeros((N, N))
+        self.scores_image = self.ax_scores.imshow(np.ma.masked_all((N, N)), cmap="viridis", vmin=-2, vmax=0.3,
+                                                  extent=extent, interpolation="nearest")
+        self.ax_scores.set_facecolor("white")
+        self.tiles_image = self.ax_tiles.imshow(blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent,
+                                                interpolation="nearest")
+        self.grids = [LineCollection([], colors="k", linewidths=0.5) for _ in range(2)]
+        for ax, grid, title in ((self.ax_scores, self.grids[0], "scores: kept (coloured by the change), masked "
+                                 "(white)"), (self.ax_tiles, self.grids[1], "tiles")):
+            ax.add_collection(grid)
+            ax.set_xlabel("key m", fontsize=8)
+            ax.set_ylabel("query n", fontsize=8)
+            ax.set_title(title, fontsize=8)
+            ax.tick_params(labelsize=7)
+        self.ax_tiles.legend(handles=[Patch(color=KIND_CMAP(i), label=name) for i, name in enumerate(KIND_NAMES)],
+                             ncol=3, **LEGEND_ABOVE)
+        self.ax_tiles.set_title("")
+        self.title = self.fig.suptitle("", fontsize=9)
+        self.live(self.scores_image, self.tiles_image, *self.grids, self.title)
+
+    def _update(self, kind, param, block) -> None:
+        ex = self.example(kind, param, block)
+        self.scores_image.set_data(np.ma.masked_where(~ex.keep, ex.change))
+        kinds = np.repeat(np.repeat(ex.blocks.kinds, block, axis=0), block, axis=1)[: self.N, : self.N]
+        self.tiles_image.set_data(kinds)
+        for grid in self.grids:
+            grid.set_segments(_grid_segments(self.N, block))
+        counts = ex.blocks.counts
+        self.title.set_text(
+            f"{ex.note}\n{counts['empty']} skipped, {counts['partial']} partial, {counts['full']} full; "
+            f"{ex.blocks.computed_share:.0%} computed, {ex.blocks.masked_share:.0%} masked")
+
+
+def plot_mask_example(example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64):
+    """A static picture of :class:`MaskExplorerPlot` (the figure)."""
+    return MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N, pyplot=True).fig
+
+
+def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figsize=(8.0, 3.4)):
+    """Logical pages of each sequence (top rows) and where they lie in the pool of physical pages (bottom row), an
+    arrow per page. ``block_table (B, max_pages)``, ``seqlens (B,)``: as :func:`flashmath.packed.paged_attention`."""
+    import matplotlib.pyplot as plt
+
+    table, lengths = np.asarray(block_table), np.asarray(seqlens)
+    colors = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    B = len(lengths)
+    top = 2.0  # the logical rows start here; the physical pool is the row at y = 0
+    owner = {}
+    for b in range(B):
+        y = top + B - 1 - b
+        for j in range(-(-int(lengths[b]) // page_size)):
+            filled = min(page_size, int(lengths[b]) - j * page_size)
+            ax.add_patch(plt.Rectangle((j, y), filled / page_size * 0.9, 0.8, color=colors(b), alpha=0.8))
+            ax.add_patch(plt.Rectangle((j, y), 0.9, 0.8, fill=False, ec="k", lw=0.6))
+            ax.text(j + 0.45, y + 0.4, f"{j}", ha="center", va="center", fontsize=7)
+            owner[int(table[b, j])] = (b, j)
+    for p in range(n_pages):
+        b_j = owner.get(p)
+        ax.add_patch(plt.Rectangle((p, 0), 0.9, 0.8, color=colors(b_j[0]) if b_j else "#dddddd", alpha=0.8))
+        ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=7)
+        if b_j:
+            b, j = b_j
+            ax.annotate("", xy=(p + 0.45, 0.8), xytext=(j + 0.45, top + B - 1 - b),
+                        arrowprops=dict(arrowstyle="->", lw=0.7, color=colors(b), alpha=0.7))
+    ax.set_xlim(-0.3, max(n_pages, table.shape[1]) + 0.2)
+    ax.set_ylim(-0.2, top + B)
+    ticks = [top + B - 1 - b + 0.4 for b in range(B)] + [0.4]
+    labels = [f"seq {b}: {int(lengths[b])} tokens" for b in range(B)] + ["physical pages"]
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xticks([])
+    ax.set_title(f"logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block "
+                 "table", fontsize=9)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    return fig
+
+
+def plot_gqa_heads(H: int, H_kv: int, *, figsize=(7.0, 2.2)):
+    """Query heads (top) and the key/value head each reads (bottom): query head ``h`` reads kv head ``h // G``."""
+    import matplotlib.pyplot as plt
+
+    G = H // H_kv
+    colors = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    for h in range(H):
+        ax.add_patch(plt.Rectangle((h, 1.5), 0.8, 0.6, color=colors(h // G), alpha=0.8))
+        ax.text(h + 0.4, 1.8, f"q{h}", ha="center", va="center", fontsize=7, color="w")
+    width = H / H_kv
+    for g in range(H_kv):
+        x = g * width + (width - 0.8) / 2
+        ax.add_patch(plt.Rectangle((x, 0), 0.8, 0.6, color=colors(g), alpha=0.8))
+        ax.text(x + 0.4, 0.3, f"kv{g}", ha="center", va="center", fontsize=7, color="w")
+        for h in range(g * G, (g + 1) * G):
+            ax.plot([h + 0.4, x + 0.4], [1.5, 0.6], color=colors(g), lw=0.8)
+    ax.set_xlim(-0.2, H)
+    ax.set_ylim(-0.2, 2.3)
+    ax.axis("off")
+    ax.set_title(f"grouped-query attention: H = {H} query heads, H_kv = {H_kv} kv heads, G = {G}: "
+                 "query head h reads kv head h // G", fontsize=9)
+    return fig

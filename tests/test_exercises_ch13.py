@@ -1,0 +1,123 @@
+"""Chapter 13's checkers: the solution passes, and each classic mistake, written as a learner would, is caught and
+named."""
+
+import numpy as np
+import pytest
+
+from flashmath import exercises, solutions
+
+
+def named(report):
+    catalogue = exercises.MISTAKES[report.title]
+    texts = [msg for _, ok, msg in report.cases if not ok]
+    return {m.name for m in catalogue if any(m.name in text for text in texts)}
+
+
+WINDOW = {
+    "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
+    "the offset N - M instead of M - N": lambda q, kv, N, M, left, right: (
+        (kv >= q + N - M - left) & (kv <= q + N - M + right)),
+    "an edge off by one (< instead of <=)": lambda q, kv, N, M, left, right: (
+        (kv > q + M - N - left) & (kv <= q + M - N + right)),
+    "left and right swapped": lambda q, kv, N, M, left, right: (
+        (kv >= q + M - N - right) & (kv <= q + M - N + left)),
+}
+
+DOCUMENT = {
+    "the causal part forgotten": lambda q, kv, doc: doc[q] == doc[kv],
+    "the document part forgotten": lambda q, kv, doc: kv <= q,
+    "the diagonal excluded (< instead of <=)": lambda q, kv, doc: (doc[q] == doc[kv]) & (kv < q),
+    "or (|) instead of and (&)": lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),
+}
+
+SOFTCAP = {
+    "the softcap applied before the scale": lambda qk, scale, cap: cap * np.tanh(qk / cap) * scale,
+    "tanh without the factor c": lambda qk, scale, cap: np.tanh(qk * scale / cap),
+    "x not divided by c inside tanh": lambda qk, scale, cap: cap * np.tanh(qk * scale),
+    "the cap as a clip": lambda qk, scale, cap: np.minimum(np.maximum(qk * scale, -cap), cap),
+}
+
+ALIBI = {
+    "ALiBi's sign": lambda s, slope, q, kv, N, M: s + slope * abs(q + M - N - kv),
+    "the top-left alignment when N != M": lambda s, slope, q, kv, N, M: s - slope * abs(q - kv),
+    "the distance without its absolute value": lambda s, slope, q, kv, N, M: s - slope * (q - kv + M - N),
+    "the slope divided instead of multiplied": lambda s, slope, q, kv, N, M: s - abs(q + M - N - kv) / slope,
+}
+
+
+def kind_from_corner(r0, r1, c0, c1, N, M):
+    # "if the bottom-left corner is seen, the tile is computed without a mask"
+    return 2 if c0 <= r1 - 1 + M - N else 0
+
+
+def kind_top_right(r0, r1, c0, c1, N, M):
+    return 2 if c1 - 1 <= r0 + M - N else 0
+
+
+def kind_top_left(r0, r1, c0, c1, N, M):
+    if c0 > r1 - 1:
+        return 0
+    return 2 if c1 - 1 <= r0 else 1
+
+
+def kind_strict(r0, r1, c0, c1, N, M):
+    if c0 >= r1 - 1 + M - N:
+        return 0
+    return 2 if c1 - 1 < r0 + M - N else 1
+
+
+TILE_KIND = {
+    "a partial tile called full": kind_from_corner,
+    "a partial tile called empty": kind_top_right,
+    "the top-left alignment when N != M": kind_top_left,
+    "the diagonal excluded (< instead of <=)": kind_strict,
+}
+
+PAGE = {
+    "the block table ignored": lambda pages, table, b, t: pages[t // 4, t % 4],
+    "the token index used as a page index": lambda pages, table, b, t: pages[table[b, t % 3], t % 4],
+    "the row inside the page taken as t": lambda pages, table, b, t: pages[table[b, t // 4]][min(t, 3)],
+    "the sequence's row of the table not used": lambda pages, table, b, t: pages[table[0][t // 4], t % 4],
+}
+
+CHECKERS = {
+    "check_window_mask": (solutions.window_mask, WINDOW),
+    "check_document_mask": (solutions.document_mask, DOCUMENT),
+    "check_softcap": (solutions.softcap, SOFTCAP),
+    "check_alibi": (solutions.alibi, ALIBI),
+    "check_tile_kind": (solutions.tile_kind, TILE_KIND),
+    "check_page_gather": (solutions.page_gather, PAGE),
+}
+CASES = [(checker, mistake) for checker, (_, wrong) in CHECKERS.items() for mistake in wrong]
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_the_solution_passes(checker):
+    report = getattr(exercises, checker)(CHECKERS[checker][0])
+    assert report.passed, report
+
+
+@pytest.mark.parametrize("checker, mistake", CASES, ids=[f"{c}: {m}" for c, m in CASES])
+def test_each_mistake_is_caught_and_named(checker, mistake):
+    report = getattr(exercises, checker)(CHECKERS[checker][1][mistake])
+    assert not report.passed, report
+    assert named(report) == {mistake}, report
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_every_mistake_in_the_catalogue_has_a_wrong_solution(checker):
+    assert {m.name for m in exercises.MISTAKES[checker]} == set(CHECKERS[checker][1])
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_an_unfinished_exercise_is_reported_not_raised(checker):
+    def todo(*args):
+        raise NotImplementedError
+
+    report = getattr(exercises, checker)(todo)
+    assert not report.passed and "not implemented yet" in repr(report)
+
+
+def test_the_solutions_can_be_shown():
+    for name in ("window_mask", "document_mask", "softcap", "alibi", "tile_kind", "page_gather"):
+        assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")
