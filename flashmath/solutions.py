@@ -18,21 +18,28 @@ __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "m
 
 
 def score_row(q_n, K):
-    """Chapter 0: scaled scores of one query against every key."""
+    """Chapter 0: scaled scores of one query against every key, in float64 (float16 products would overflow)."""
     D = len(q_n)
-    return np.array([sum(q_n[d] * k_m[d] for d in range(D)) for k_m in K]) / math.sqrt(D)
+    return np.array([sum(float(q_n[d]) * float(k_m[d]) for d in range(D)) for k_m in K], dtype=np.float64) / math.sqrt(D)
 
 
 def safe_softmax(x):
-    """Chapter 1: safe softmax of a 1-D vector, three passes."""
+    """Chapter 1: safe softmax of a 1-D vector, three passes.
+
+    Rules: float16 in, float16 out (computed in float32); integers in, float64 out; an empty vector gives an empty
+    vector; a row of only -inf gives zeros; a row holding +inf or NaN gives NaN.
+    """
     x = np.asarray(x)
-    work = x.astype(np.promote_types(x.dtype, np.float32))  # float16 is computed in float32
+    out_dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)  # probabilities are never integers
+    work = x.astype(np.promote_types(out_dtype, np.float32))  # float16 is computed in float32
+    if work.size == 0:  # the empty vector: nothing to normalise
+        return work.astype(out_dtype)
     g = work.max()  # pass 1: the max (NaN propagates)
     if g == -np.inf:  # a fully masked row: no key to attend to
-        return np.zeros_like(x)
-    e = np.exp(work - g)  # every exponent <= 0: no overflow
+        return np.zeros(x.shape, dtype=out_dtype)
+    e = np.exp(work - g)  # every exponent <= 0: no overflow (+inf - inf is NaN, on purpose)
     s = e.sum()  # pass 2: the sum
-    return (e / s).astype(x.dtype)  # pass 3: divide
+    return (e / s).astype(out_dtype)  # pass 3: divide
 
 
 def online_normalizer(x):

@@ -65,16 +65,22 @@ SCORE_ROW = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def out_dtype(x):
+    """The dtype of a softmax of ``x``: its own when it is floating-point, float64 for integers."""
+    x = np.asarray(x)
+    return x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+
+
 def softmax_with(g_of=np.max, exp=np.exp, finish=None, guard=True):
     """A learner's safe softmax with one step changed: the max, the exponential or the final division."""
     def fn(x):
         x = np.asarray(x)
         w = x.astype(np.promote_types(x.dtype, np.float32))
         if guard and np.all(w == -np.inf):
-            return np.zeros_like(x)
+            return np.zeros(np.shape(x), out_dtype(x))
         e = exp(w - g_of(w))
         y = e / e.sum() if finish is None else finish(e, w)
-        return y.astype(x.dtype)
+        return y.astype(out_dtype(x))
     return fn
 
 
@@ -83,12 +89,12 @@ def max_from_zero(x):
     for v in x:
         g = nan_max(g, float(v))
     e = np.exp(np.asarray(x, dtype=np.float64) - g)
-    return (e / e.sum()).astype(np.asarray(x).dtype)
+    return (e / e.sum()).astype(out_dtype(x))
 
 
 def max_from_zero_guarded(x):
     if np.all(np.asarray(x) == -np.inf):
-        return np.zeros_like(np.asarray(x))
+        return np.zeros(np.shape(x), out_dtype(x))
     return max_from_zero(x)
 
 
@@ -97,11 +103,11 @@ def sum_from_one(x):
     w = x.astype(np.promote_types(x.dtype, np.float32))
     g = w.max()
     if g == -np.inf:
-        return np.zeros_like(x)
+        return np.zeros(np.shape(x), out_dtype(x))
     s = 1.0  # the sum starts at 1
     for v in w:
         s += np.exp(v - g)
-    return (np.exp(w - g) / s).astype(x.dtype)
+    return (np.exp(w - g) / s).astype(out_dtype(x))
 
 
 def naive(x):
@@ -137,7 +143,7 @@ SAFE_SOFTMAX = {
     "the input modified in place": in_place_softmax,
     "a different dtype out": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float64)),
     "a wrong shape": lambda x: solutions.safe_softmax(x)[:, None],
-    "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(np.asarray(x).dtype),
+    "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(out_dtype(x)),
 }
 
 
