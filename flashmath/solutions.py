@@ -20,7 +20,8 @@ __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "m
 def score_row(q_n, K):
     """Chapter 0: scaled scores of one query against every key, in float64 (float16 products would overflow)."""
     D = len(q_n)
-    return np.array([sum(float(q_n[d]) * float(k_m[d]) for d in range(D)) for k_m in K], dtype=np.float64) / math.sqrt(D)
+    scores = [sum(float(q_n[d]) * float(k_m[d]) for d in range(D)) for k_m in K]  # x_m = q_n . k_m
+    return np.array(scores, dtype=np.float64) / math.sqrt(D)
 
 
 def safe_softmax(x):

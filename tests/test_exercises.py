@@ -57,6 +57,9 @@ SCORE_ROW = {
     "the input modified in place": score_row_scaled_in_place,
     "a wrong shape": lambda q, K: (np.asarray(K) @ q / math.sqrt(len(q)))[:, None],
     "a lower precision": lambda q, K: solutions.score_row(np.float32(q), np.float32(K)),
+    "D**1/2 (precedence)": lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / len(q)**1/2,
+    "math.isqrt (an integer square root)": lambda q, K: (np.asarray(K, dtype=float) @ np.asarray(q, dtype=float)
+                                                         / math.isqrt(len(q))),
 }
 
 
@@ -128,6 +131,24 @@ def uniform_when_masked(x):
     return solutions.safe_softmax(x)
 
 
+def softmax_inf_row_zeros(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(out_dtype(x), np.float32))
+    if w.size == 0:
+        return w.astype(out_dtype(x))
+    g = w.max()
+    if not np.isfinite(g):  # meant for -inf (a masked row), but +inf and NaN land here too
+        return np.zeros(x.shape, out_dtype(x))
+    e = np.exp(w - g)
+    return (e / e.sum()).astype(out_dtype(x))
+
+
+def softmax_cast_back(x):
+    x = np.asarray(x)
+    y = solutions.safe_softmax(x.astype(np.promote_types(x.dtype, np.float32)))
+    return y.astype(x.dtype)  # the exercise's old hint: [3, 1, 2] gives [0, 0, 0]
+
+
 SAFE_SOFTMAX = {
     "the max not subtracted": naive,
     "the max started at 0": max_from_zero,
@@ -137,13 +158,14 @@ SAFE_SOFTMAX = {
     "exp missing": lambda x: np.asarray(x) / np.sum(x),
     "log-probabilities returned": softmax_with(finish=lambda e, w: w - w.max() - np.log(e.sum())),
     "the min subtracted instead of the max": softmax_with(g_of=np.min),
-    "NaN turned into 0": lambda x: np.nan_to_num(solutions.safe_softmax(x)),
+    "NaN or +inf turned into zeros": lambda x: np.nan_to_num(solutions.safe_softmax(x)),
     "-inf - (-inf) on a fully masked row": softmax_with(guard=False),
     "a fully masked row made uniform": uniform_when_masked,
     "the input modified in place": in_place_softmax,
     "a different dtype out": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float64)),
     "a wrong shape": lambda x: solutions.safe_softmax(x)[:, None],
     "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(out_dtype(x)),
+    "an integer result": softmax_cast_back,
 }
 
 
@@ -199,6 +221,26 @@ def max_started_at_first_element(x):
     return g, s
 
 
+def normalizer_from_first(x):
+    it = iter(x)
+    g, s = next(it), 1.0  # the first element starts the state: StopIteration on an empty vector
+    for x_i in it:
+        g_new = nan_max(g, x_i)
+        if g_new == -math.inf:
+            continue
+        s = (s * math.exp(g - g_new) if g != -math.inf else 0.0) + math.exp(x_i - g_new)
+        g = g_new
+    return (g, 0.0) if g == -math.inf else (g, s)
+
+
+def normalizer_buffered(x):
+    a = np.array(list(x), dtype=np.float64)  # one sweep of x ... into a copy, then two passes over the copy
+    if a.size == 0 or np.all(a == -np.inf):
+        return -math.inf, 0.0
+    g = a.max()
+    return float(g), float(np.exp(a - g).sum())
+
+
 NORMALIZER = {
     "the max not subtracted": normalizer_with(step=lambda s, g_old, g_new, x_i: s + math.exp(x_i)),
     "the max started at 0": normalizer_with(g=0.0),
@@ -217,6 +259,10 @@ NORMALIZER = {
     "two passes over x": two_passes,
     "an element read twice": max_started_at_first_element,
     "not a pair": lambda x: normalizer_with()(x)[1],
+    "the rescale applied to the new term": normalizer_with(
+        step=lambda s, go, gn, xi: s + math.exp(xi - gn) * math.exp(go - gn)),
+    "the empty vector not handled": normalizer_from_first,
+    "the input buffered": normalizer_buffered,
 }
 
 
@@ -245,6 +291,14 @@ def merge_one_side(g1, s1, g2, s2):
     return g, s1 * math.exp(g1 - g) + s2  # part 2 assumed to hold the max
 
 
+def merge_exp_of_maxima(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return g, float((s1 * np.exp(g1) + s2 * np.exp(g2)) / np.exp(g))  # e^800 = inf: inf / inf = NaN
+
+
 MERGE = {
     "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
     "the rescale inverted": merge_inverted,
@@ -255,10 +309,16 @@ MERGE = {
     "-inf - (-inf) while nothing is seen": merge_with(guard=False),
     "Python's max dropping NaN": merge_with(g_of=max),
     "not a pair": lambda *a: solutions.merge(*a)[1],
+    "the exponential of each max taken alone": merge_exp_of_maxima,
+    "the two states swapped": lambda g1, g2, s1, s2: solutions.merge(g1, s1, g2, s2),  # parameters misordered
 }
 
 
-def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=lambda *gs: max(gs), guard=True):
+def nan_max_of(*gs):
+    return math.nan if any(math.isnan(g) for g in gs) else max(gs)
+
+
+def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max_of, guard=True):
     def fn(g1, s1, g2, s2, g3, s3):
         g = g_of(g1, g2, g3)
         if guard and g == -math.inf:
@@ -267,12 +327,22 @@ def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=lambda *gs: ma
     return fn
 
 
+def three_not_moved(g1, s1, g2, s2, g3, s3):
+    g12, s12 = solutions.merge(g1, s1, g2, s2)
+    g = nan_max(g12, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s12 + s3 * math.exp(g3 - g)  # s12 is still relative to g12
+
+
 THREE = {
     "merged without rescaling": three_with(term=lambda s, g_k, g: s),
     "the rescale inverted": three_with(term=lambda s, g_k, g: s * math.exp(g - g_k) if s else 0.0),
-    "a max of two parts only": three_with(g_of=lambda g1, g2, g3: max(g1, g2)),
+    "a max of two parts only": three_with(g_of=lambda g1, g2, g3: nan_max_of(g1, g2)),
     "-inf - (-inf) while nothing is seen": three_with(guard=False),
     "not a pair": lambda *a: solutions.merge_three(*a)[1],
+    "Python's max dropping NaN": three_with(g_of=lambda *gs: max(gs)),
+    "an intermediate state not moved to the new max": three_not_moved,
 }
 
 
@@ -291,6 +361,30 @@ def attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]), shift=lambd
         e = np.exp(x - shift(x))
         return after(e / norm(e) @ v, q)
     return fn
+
+
+def attention_v_transposed(q, k, v):
+    y = attention_with()(q, k, np.eye(np.shape(k)[-2]))  # the weights Y
+    return y @ np.swapaxes(np.asarray(v, dtype=np.float64), -1, -2)  # V^T: runs only when M = Dv
+
+
+def attention_first_key_skipped(q, k, v):
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    out = []
+    for q_n in q.reshape(-1, q.shape[-1]) if q.ndim == 2 else []:
+        xs = [q_n @ k[m] / math.sqrt(len(q_n)) for m in range(1, len(k))]  # range(1, M): key 0 left out
+        g = max(xs)
+        e = [math.exp(x - g) for x in xs]
+        out.append(sum(e_m * v[m + 1] for m, e_m in enumerate(e)) / sum(e))
+    if q.ndim != 2:
+        return attention_with()(q, k[..., 1:, :], v[..., 1:, :])
+    return np.array(out).reshape(q.shape[0], v.shape[-1])
+
+
+def attention_einsum_2d(q, k, v):
+    x = np.einsum("nd,md->nm", q, k) / math.sqrt(np.shape(q)[-1])
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return np.einsum("nm,mv->nv", e / e.sum(axis=-1, keepdims=True), v)
 
 
 def attention_scaled_in_place(q, k, v):
@@ -325,6 +419,11 @@ ATTENTION = {
     "the input modified in place": attention_scaled_in_place,
     "a wrong shape": lambda q, k, v: solutions.attention(q, k, v)[..., None],
     "a lower precision": lambda q, k, v: solutions.attention(*(np.asarray(a, dtype=np.float32) for a in (q, k, v))),
+    "D**1/2 (precedence)": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]**1/2),
+    "math.isqrt (an integer square root)": attention_with(scale=lambda q, k, v: 1 / math.isqrt(q.shape[-1])),
+    "V transposed": attention_v_transposed,
+    "the first key skipped": attention_first_key_skipped,
+    "einsum written for 2-D inputs": attention_einsum_2d,
 }
 
 
@@ -497,7 +596,11 @@ WRONG = {
 # A wrong solution may rightly show a second mistake of the catalogue too (for example a reversed loop is both out
 # of key order and summed in another order): {(checker, mistake): the other names allowed}.
 ALSO = {
-    ("check_online_normalizer", "the first element counted twice"): {"an element read twice"},
+    ("check_attention", "V transposed"): {"k.T on a batched array"},  # a matmul error: the hint names both
+    ("check_attention", "k.T on a batched array"): {"V transposed"},
+    ("check_online_normalizer", "the first element counted twice"): {"an element read twice",
+                                                                     "the empty vector not handled"},
+    ("check_online_normalizer", "an element read twice"): {"the empty vector not handled"},  # x[0] of nothing
     ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
     ("check_loop_swap", "keys out of order"): {"summed in another order"},
     ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
@@ -550,6 +653,11 @@ def test_each_mistake_is_caught_and_named(checker, mistake):
     assert found <= {mistake} | ALSO.get((checker, mistake), set()), (found, repr(report))
 
 
+def test_a_plus_inf_row_turned_into_zeros_is_named():
+    report = exercises.check_safe_softmax(softmax_inf_row_zeros)
+    assert "NaN or +inf turned into zeros" in message(report, "property: +inf")
+
+
 @pytest.mark.parametrize("checker", list(SOLUTIONS))
 def test_exceptions_become_failures(checker):
     def not_done(*args):
@@ -567,14 +675,14 @@ def test_exceptions_become_failures(checker):
 
 def test_a_max_started_at_0_with_a_masked_row_guard_is_caught_where_it_matters():
     report = exercises.check_safe_softmax(max_from_zero_guarded)
-    assert failures(report) == ["values far below 0, [-1000, -1001]"]
-    assert "the max started at 0" in message(report, "values far below 0")
+    assert failures(report) == ["property: negative-only input, [-1000, -1001]"]
+    assert "the max started at 0" in message(report, "property: negative-only input")
     for fn in (normalizer_with(g=0.0), max_from_zero_normalizer_guarded):
         report = exercises.check_online_normalizer(fn)
         assert "negative values, [-3, -5] (the max is -3)" in failures(report)
         assert "the max started at 0" in message(report, "negative values")
     report = exercises.check_online_normalizer(max_from_zero_normalizer_guarded)
-    assert "a fully masked row (all -inf)" not in failures(report)
+    assert "property: an all -inf row (fully masked)" not in failures(report)
 
 
 def max_from_zero_normalizer_guarded(x):
@@ -834,4 +942,5 @@ def test_the_report_keeps_the_order_of_the_cases_when_some_raise():
     from flashmath.exercises import chapter3
 
     report = exercises.check_attention(ATTENTION["k.T on a batched array"])  # raises in the batch case only
-    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_cases()]
+    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_properties()
+                                                     + chapter3.attention_cases()]

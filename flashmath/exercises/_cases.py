@@ -190,8 +190,8 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
     for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
-        if problems[i] is not None:
-            report.add(name, False, problems[i])
+        if (problem := problems[i]) is not None:
+            report.add(name, False, problem)
             continue
         raw = reference(*args)
         expected = convert(raw)

@@ -37,8 +37,9 @@ MISTAKES = (
     Mistake("divided by sqrt(M)", "the scores were divided by the square root of the number of keys M (len(K)): "
             "divide by sqrt(D), D = len(q_n) the width of q_n and of each key",
             (lambda q, K: _scores(q, K, lambda D, M: 1 / np.sqrt(M)),)),
-    Mistake("D**1/2 (precedence)", "D**1/2 is (D**1) / 2 = D / 2: ** binds tighter than /. Write D**0.5, "
-            "D**(1/2) or math.sqrt(D)", (lambda q, K: _scores(q, K, lambda D, M: 2 / D),)),
+    Mistake("D**1/2 (precedence)", "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, "
+            "and / goes left to right. Write D**0.5, D**(1/2) or math.sqrt(D)",
+            (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),)),
     Mistake("math.isqrt (an integer square root)", "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, "
             "not 5.657): use math.sqrt(D) or np.sqrt(D)",
             (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),)),
@@ -87,8 +88,9 @@ def check_score_row(fn) -> CheckReport:
 
     The property battery first (:func:`score_row_properties`: empty, one element, -inf, +inf, NaN, float16,
     integer and negative-only input; the inputs unchanged and the result's form on every case), then a small
-    query and keys, ``D = 1``, a single key, a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from :func:`flashmath.data.load_heads`.
-    The scores are float64 (a float16 input is computed in float64). Named mistakes: :data:`MISTAKES`.
+    query and keys, ``D = 1``, a single key, a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from
+    :func:`flashmath.data.load_heads`. The scores are float64 (a float16 input is computed in float64). Named
+    mistakes: :data:`MISTAKES`.
     """
     from flashmath.data import load_heads
 

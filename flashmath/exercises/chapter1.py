@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, check_function, property_cases
-from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, error_note, fmt
+from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
 from flashmath.softmax import compute_dtype, safe_softmax
 
@@ -108,17 +108,15 @@ MISTAKES = (
             (lambda x: _softmax_like(x, _max, finish=lambda e, w: w - np.max(w) - np.log(np.sum(e))),)),
     Mistake("the min subtracted instead of the max", "subtracting the min makes the exponents >= 0, so exp still "
             "overflows; subtract the max: every exponent is then <= 0", (lambda x: _softmax_like(x, np.min),)),
-    Mistake("NaN turned into 0", "a NaN in the input means something went wrong upstream: let it through (NaN in, "
-            "NaN out) instead of np.nan_to_num or a guard that returns zeros",
-            (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0),)),
+    Mistake("NaN or +inf turned into zeros", "a NaN in the input means something went wrong upstream, and a row "
+            "holding +inf gives NaN (inf - inf): let both through (NaN out) instead of np.nan_to_num or a guard such "
+            "as `if not np.isfinite(g): return zeros`. Only a max of -inf (a fully masked row) gives zeros: test "
+            "g == -np.inf", (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros)),
     Mistake("-inf - (-inf) on a fully masked row", "when every entry is -inf the max is -inf and x - max is "
             "-inf - (-inf) = NaN. The course's convention for a fully masked row is all zeros: test for a max of "
             "-inf and return zeros", (lambda x: _softmax_like(x, _max),)),
     Mistake("a fully masked row made uniform", "a row with no key to attend to gets zeros in this course (it "
             "attends to nothing), not 1/N everywhere", (_uniform_when_masked,)),
-    Mistake("a +inf row turned into zeros", "a guard such as `if not np.isfinite(g): return zeros` also catches "
-            "g = +inf: a row holding +inf gives NaN (inf - inf = NaN), and only a max of -inf (a fully masked row) "
-            "gives zeros. Test g == -np.inf", (_inf_row_zeros,)),
     INPUT_MODIFIED,
     DTYPE_OUT,
     INTEGER_OUT,
