@@ -120,9 +120,11 @@ def loop_swap(y, v):
 
 def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
     """Chapter 5: one key of the merged loop, (g_{m-1}, s_{m-1}, A'_{m-1}) and (x_m, V_m) -> (g_m, s_m, A'_m)."""
-    g = max(g_prev, x_m)  # g_m = max(g_{m-1}, x_m)
+    g = math.nan if math.isnan(g_prev) or math.isnan(x_m) else max(g_prev, x_m)  # g_m = max(g_{m-1}, x_m)
+    if g == -math.inf:  # nothing seen yet (only masked keys): the empty state
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=np.float64))
     rescale = math.exp(g_prev - g)  # exp(g_{m-1} - g_m): 1 if the max held, < 1 if it jumped, 0 from the start
-    e = math.exp(x_m - g)  # exp(x_m - g_m) <= 1
+    e = math.exp(x_m - g)  # exp(x_m - g_m) <= 1 (NaN for a key of +inf: inf - inf)
     s = s_prev * rescale + e  # s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m)
     # A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m
     a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) * np.asarray(v_m)
@@ -144,7 +146,11 @@ def block_step(g_prev, s_prev, a_prev, x_block, v_block):
     """
     x = np.asarray(x_block, dtype=np.float64)  # (b,) the block's scores
     V = np.asarray(v_block, dtype=np.float64)  # (b, Dv) the block's value rows
-    g = max(g_prev, float(x.max()))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)
+    if x.size == 0:  # a block of no key: the state as it is
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    g = float(np.max(np.append(x, g_prev)))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m); NaN propagates
+    if g == -math.inf:  # nothing seen yet (only masked keys): the empty state
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=np.float64))
     rescale = math.exp(g_prev - g)  # exp(g_{m-b} - g_m): 0 from the empty state
     e = np.exp(x - g)  # exp(x_i - g_m) <= 1, one per key of the block
     s = s_prev * rescale + e.sum()  # s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m)

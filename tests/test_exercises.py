@@ -519,14 +519,16 @@ LOOP_SWAP = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def block_with(update=None, s_of=None, g_of=None):
+def block_with(update=None, s_of=None, g_of=None, guard=True):
     """A learner's block step (``x`` may hold one key) with the update of A' or s, or the max, changed.
 
     ``update(a, s_prev, rescale, e, V, s, x, g_prev, g)``; ``s_of(s_prev, g_prev, g, x)``; ``g_of(g_prev, x)``.
     """
     def fn(g_prev, s_prev, a_prev, x, V):
         x, V = np.atleast_1d(np.asarray(x, dtype=np.float64)), np.atleast_2d(V)
-        g = max(g_prev, float(x.max())) if g_of is None else g_of(g_prev, x)
+        g = nan_max_of(g_prev, *x) if g_of is None else g_of(g_prev, x)
+        if guard and g == -math.inf:  # nothing seen yet
+            return g, 0.0, np.zeros(np.shape(a_prev))
         rescale, e = math.exp(g_prev - g), np.exp(x - g)
         s = s_prev * rescale + e.sum() if s_of is None else s_of(s_prev, g_prev, g, x)
         if update is None:
@@ -577,8 +579,30 @@ ONE_LOOP_STEP = {name: to_step(fn) for name, fn in a_updates("m-1").items()}
 ONE_LOOP_STEP["not a triple"] = lambda *args: solutions.one_loop_step(*args)[2]
 
 BLOCK_STEP = dict(a_updates("m-b"))
-BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: max(g_prev, float(x[0])))
+BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
+for steps in (ONE_LOOP_STEP, BLOCK_STEP):
+    wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
+    steps["-inf - (-inf) while nothing is seen"] = wrap(block_with(guard=False))
+    steps["Python's max dropping NaN"] = wrap(block_with(g_of=lambda g_prev, x: max(g_prev, *x)))
 BLOCK_STEP["not a triple"] = lambda *args: solutions.block_step(*args)[:2]
+
+
+def block_step_algorithm_1(g_prev, s_prev, a_prev, x_block, v_block):
+    """Algorithm 1's block-local statistics m~, l~, P~ V, merged without moving them to the new max."""
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    if x.size == 0:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    m_tilde = x.max()  # the block's own max
+    g = nan_max_of(g_prev, m_tilde)
+    if g == -math.inf:
+        return g, 0.0, np.zeros(np.shape(a_prev))
+    p_tilde = np.exp(x - m_tilde)
+    l_tilde = p_tilde.sum()
+    s = s_prev * math.exp(g_prev - g) + l_tilde  # l~ still relative to m~: exp(m~ - g) forgotten
+    return g, s, np.asarray(a_prev) * s_prev * math.exp(g_prev - g) / s + p_tilde @ V / s
+
+
+BLOCK_STEP["the block's own max not moved to the new max"] = block_step_algorithm_1
 
 
 WRONG = {

@@ -146,7 +146,7 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
                    not_answer: Mistake | None = None, hint=None, properties: Sequence[tuple[str, tuple]] = (),
                    compare: Callable | None = None, convert: Callable | None = None,
                    describe: Callable | None = None, check_form: bool = True,
-                   call: Callable | None = None) -> CheckReport:
+                   call: Callable | None = None, diagnosis: Callable | None = None) -> CheckReport:
     """Run ``fn`` on every case ``(name, args)``, check the property battery, compare with ``reference(*args)`` and
     name the mistake.
 
@@ -162,8 +162,10 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         describe: ``describe(answer, expected) -> (text, got, want)`` for a wrong answer; ``error_note(got,
             want)`` is added when no mistake is named.
         check_form: check the result's type, dtype and shape against the reference's raw result.
-        call: ``call(fn, args) -> out`` when the learner's function is not called as ``fn(*args)``; it may add
-            a case's own failure by raising :class:`PropertyFailure`.
+        call: ``call(fn, args) -> out`` when the learner's function is not called as ``fn(*args)``; it may report
+            a case's own failure by returning a :class:`PropertyFailure`.
+        diagnosis: ``diagnosis(args_per_case, answers) -> obj`` with ``obj.for_case(i) -> Mistake | None``, when
+            one :class:`~flashmath.exercises._report.Diagnosis` over the whole catalogue does not fit.
     """
     report = CheckReport(title)
     compare = compare or same_arrays
@@ -186,7 +188,9 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         answers.append((ok, convert(out) if ok else None))
         problems.append(problem)
         raws.append(out)
-    diagnosis = Diagnosis([args for _, args in cases], [answer for _, answer in answers], mistakes, compare)
+    all_args, all_answers = [args for _, args in cases], [answer for _, answer in answers]
+    named = (diagnosis(all_args, all_answers) if diagnosis is not None
+             else Diagnosis(all_args, all_answers, mistakes, compare))
     for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
@@ -206,7 +210,7 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
             report.add(name, True)
             continue
         text, got, want = describe(answer, expected)
-        mistake = diagnosis.for_case(i)
+        mistake = named.for_case(i)
         report.add(name, False, f"{text}: {mistake.message()}" if mistake else text + error_note(got, want))
     return report.in_order([name for name, _ in cases])
 
