@@ -968,3 +968,101 @@ def test_the_report_keeps_the_order_of_the_cases_when_some_raise():
     report = exercises.check_attention(ATTENTION["k.T on a batched array"])  # raises in the batch case only
     assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_properties()
                                                      + chapter3.attention_cases()]
+
+
+def test_off_by_one_predictions_are_rejected_and_a_negative_index_is_its_element(capsys):
+    for guess in (2 / 3, 4 / 5):  # the neighbours of 3/4 (chapter 5's correction factor)
+        exercises.check_prediction(guess, 0.75)
+    exercises.check_prediction(0.75, 0.75)
+    exercises.check_prediction(-4, 42, tolerance=0, length=46)  # x[-4] is x[42] in a 46-vector (chapter 0)
+    exercises.check_prediction(-5, 42, tolerance=0, length=46)
+    exercises.check_prediction(-4, 42, tolerance=0)  # without the length, -4 is a number like any other
+    verdicts = [line.split(": ")[-1].split(".")[0] for line in capsys.readouterr().out.splitlines()]
+    assert verdicts == ["not quite", "not quite", "right", "right", "not quite", "not quite"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The property battery: each property catches a wrong solution that the mistake models alone would miss
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def models_only(checker, fn):
+    """The mistakes the catalogue's models name for ``fn`` on the checker's ordinary cases, without the properties:
+    what the checkers did before the battery (a wrong answer that no model gives stays unnamed)."""
+    from flashmath.exercises import _cases
+
+    original = _cases.check_function
+
+    def without_properties(*args, **kw):
+        kw["properties"], kw["check_form"] = (), False
+        return original(*args, **kw)
+
+    modules = [exercises.chapter0, exercises.chapter1, exercises.chapter2, exercises.chapter3, exercises.chapter5]
+    try:
+        for module in modules:
+            module.check_function = without_properties
+        return getattr(exercises, checker)(fn)
+    finally:
+        for module in modules:
+            module.check_function = original
+
+
+def step_clearing_v_m(g_prev, s_prev, a_prev, x_m, v_m):
+    g, s, a = solutions.one_loop_step(g_prev, s_prev, a_prev, x_m, v_m)
+    v_m *= 0.0  # "done with this value row": clears the caller's array
+    return g, s, a
+
+
+def block_clearing_v_block(g_prev, s_prev, a_prev, x_block, v_block):
+    g, s, a = solutions.block_step(g_prev, s_prev, a_prev, x_block, v_block)
+    v_block *= 0.0  # the same, for the block's value rows
+    return g, s, a
+
+
+def softmax_float64_out(x):
+    return solutions.safe_softmax(np.asarray(x, dtype=np.float64))  # float16 in, float64 out
+
+
+def softmax_crashing_on_empty(x):
+    x = np.asarray(x)
+    if x.size == 0:
+        raise ValueError("zero-size array to reduction operation maximum which has no identity")
+    return solutions.safe_softmax(x)
+
+
+PROPERTY_CATCHES = {
+    # property: (checker, wrong solution, the start of the property case that catches it)
+    "the inputs unchanged (v_m)": ("check_one_loop_step", step_clearing_v_m, "property"),
+    "the inputs unchanged (v_block)": ("check_block_step", block_clearing_v_block, "property"),
+    "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 overflow"),
+    "the result's type (integer zeros)": ("check_safe_softmax", softmax_cast_back, "property: integer input"),
+    "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: the empty input"),
+    "an all -inf row": ("check_merge", merge_with(guard=False), "property: the empty input"),
+    "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: +inf"),
+    "NaN": ("check_merge_three", THREE["Python's max dropping NaN"], "property: NaN"),
+    "float16 overflow": ("check_score_row", lambda q, K: np.asarray(K) @ np.asarray(q) / math.sqrt(len(q)),
+                         "property: float16 overflow"),
+    "integer input": ("check_attention", lambda q, k, v: solutions.attention(q, k, v).astype(np.asarray(q).dtype),
+                      "property: integer input"),
+    "negative-only input": ("check_online_normalizer", normalizer_with(g=0.0, guard=True),
+                            "property: negative-only input"),
+    "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
+    "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
+}
+
+
+@pytest.mark.parametrize("prop", list(PROPERTY_CATCHES))
+def test_each_property_catches_a_wrong_solution(prop):
+    checker, fn, case = PROPERTY_CATCHES[prop]
+    report = getattr(exercises, checker)(fn)
+    assert any(name.startswith(case) and not ok for name, ok, _ in report.cases), repr(report)
+
+
+MISSED_BY_MODELS = ["the result's dtype", "the result's type (integer zeros)", "the empty input", "+inf",
+                    "float16 overflow", "integer input", "one pass in constant memory", "NaN", "an all -inf row"]
+
+
+@pytest.mark.parametrize("prop", MISSED_BY_MODELS)
+def test_the_mistake_models_alone_miss_what_the_property_catches(prop):
+    checker, fn, _ = PROPERTY_CATCHES[prop]
+    assert models_only(checker, fn).passed, prop
