@@ -105,6 +105,7 @@ def loop_swap(y, v):
     N, M = y.shape
     Dv = v.shape[1]
     out_dtype = np.result_type(y, v)
+    out_dtype = np.dtype(np.float64) if out_dtype.kind in "iub" else out_dtype  # integers in: float64 out
     dtype = np.promote_types(out_dtype, np.float32)  # float16 is accumulated in float32
     y, v = y.astype(dtype), v.astype(dtype)
     a = np.zeros((N, Dv), dtype=dtype)  # (N, Dv)
