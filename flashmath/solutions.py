@@ -19,21 +19,29 @@ __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "m
 
 
 def score_row(q_n, K):
-    """Chapter 0: scaled scores of one query against every key."""
+    """Chapter 0: scaled scores of one query against every key, in float64 (float16 products would overflow)."""
     D = len(q_n)
-    return np.array([sum(q_n[d] * k_m[d] for d in range(D)) for k_m in K]) / math.sqrt(D)
+    scores = [sum(float(q_n[d]) * float(k_m[d]) for d in range(D)) for k_m in K]  # x_m = q_n . k_m
+    return np.array(scores, dtype=np.float64) / math.sqrt(D)
 
 
 def safe_softmax(x):
-    """Chapter 1: safe softmax of a 1-D vector, three passes."""
+    """Chapter 1: safe softmax of a 1-D vector, three passes.
+
+    Rules: float16 in, float16 out (computed in float32); integers in, float64 out; an empty vector gives an empty
+    vector; a row of only -inf gives zeros; a row holding +inf or NaN gives NaN.
+    """
     x = np.asarray(x)
-    work = x.astype(np.promote_types(x.dtype, np.float32))  # float16 is computed in float32
+    out_dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)  # probabilities are never integers
+    work = x.astype(np.promote_types(out_dtype, np.float32))  # float16 is computed in float32
+    if work.size == 0:  # the empty vector: nothing to normalise
+        return work.astype(out_dtype)
     g = work.max()  # pass 1: the max (NaN propagates)
     if g == -np.inf:  # a fully masked row: no key to attend to
-        return np.zeros_like(x)
-    e = np.exp(work - g)  # every exponent <= 0: no overflow
+        return np.zeros(x.shape, dtype=out_dtype)
+    e = np.exp(work - g)  # every exponent <= 0: no overflow (+inf - inf is NaN, on purpose)
     s = e.sum()  # pass 2: the sum
-    return (e / s).astype(x.dtype)  # pass 3: divide
+    return (e / s).astype(out_dtype)  # pass 3: divide
 
 
 def online_normalizer(x):
@@ -98,6 +106,7 @@ def loop_swap(y, v):
     N, M = y.shape
     Dv = v.shape[1]
     out_dtype = np.result_type(y, v)
+    out_dtype = np.dtype(np.float64) if out_dtype.kind in "iub" else out_dtype  # integers in: float64 out
     dtype = np.promote_types(out_dtype, np.float32)  # float16 is accumulated in float32
     y, v = y.astype(dtype), v.astype(dtype)
     a = np.zeros((N, Dv), dtype=dtype)  # (N, Dv)
@@ -113,9 +122,11 @@ def loop_swap(y, v):
 
 def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):
     """Chapter 5: one key of the merged loop, (g_{m-1}, s_{m-1}, A'_{m-1}) and (x_m, V_m) -> (g_m, s_m, A'_m)."""
-    g = max(g_prev, x_m)  # g_m = max(g_{m-1}, x_m)
+    g = math.nan if math.isnan(g_prev) or math.isnan(x_m) else max(g_prev, x_m)  # g_m = max(g_{m-1}, x_m)
+    if g == -math.inf:  # nothing seen yet (only masked keys): the empty state
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=np.float64))
     rescale = math.exp(g_prev - g)  # exp(g_{m-1} - g_m): 1 if the max held, < 1 if it jumped, 0 from the start
-    e = math.exp(x_m - g)  # exp(x_m - g_m) <= 1
+    e = math.exp(x_m - g)  # exp(x_m - g_m) <= 1 (NaN for a key of +inf: inf - inf)
     s = s_prev * rescale + e  # s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m)
     # A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m
     a = np.asarray(a_prev) * (s_prev * rescale / s) + (e / s) * np.asarray(v_m)
@@ -137,7 +148,11 @@ def block_step(g_prev, s_prev, a_prev, x_block, v_block):
     """
     x = np.asarray(x_block, dtype=np.float64)  # (b,) the block's scores
     V = np.asarray(v_block, dtype=np.float64)  # (b, Dv) the block's value rows
-    g = max(g_prev, float(x.max()))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)
+    if x.size == 0:  # a block of no key: the state as it is
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    g = float(np.max(np.append(x, g_prev)))  # g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m); NaN propagates
+    if g == -math.inf:  # nothing seen yet (only masked keys): the empty state
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=np.float64))
     rescale = math.exp(g_prev - g)  # exp(g_{m-b} - g_m): 0 from the empty state
     e = np.exp(x - g)  # exp(x_i - g_m) <= 1, one per key of the block
     s = s_prev * rescale + e.sum()  # s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m)

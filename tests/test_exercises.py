@@ -51,6 +51,9 @@ SCORE_ROW = {
     "the input modified in place": score_row_scaled_in_place,
     "a wrong shape": lambda q, K: (np.asarray(K) @ q / math.sqrt(len(q)))[:, None],
     "a lower precision": lambda q, K: solutions.score_row(np.float32(q), np.float32(K)),
+    "D**1/2 (precedence)": lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / len(q)**1/2,
+    "math.isqrt (an integer square root)": lambda q, K: (np.asarray(K, dtype=float) @ np.asarray(q, dtype=float)
+                                                         / math.isqrt(len(q))),
 }
 
 
@@ -59,16 +62,22 @@ SCORE_ROW = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def out_dtype(x):
+    """The dtype of a softmax of ``x``: its own when it is floating-point, float64 for integers."""
+    x = np.asarray(x)
+    return x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+
+
 def softmax_with(g_of=np.max, exp=np.exp, finish=None, guard=True):
     """A learner's safe softmax with one step changed: the max, the exponential or the final division."""
     def fn(x):
         x = np.asarray(x)
         w = x.astype(np.promote_types(x.dtype, np.float32))
         if guard and np.all(w == -np.inf):
-            return np.zeros_like(x)
+            return np.zeros(np.shape(x), out_dtype(x))
         e = exp(w - g_of(w))
         y = e / e.sum() if finish is None else finish(e, w)
-        return y.astype(x.dtype)
+        return y.astype(out_dtype(x))
     return fn
 
 
@@ -77,12 +86,12 @@ def max_from_zero(x):
     for v in x:
         g = nan_max(g, float(v))
     e = np.exp(np.asarray(x, dtype=np.float64) - g)
-    return (e / e.sum()).astype(np.asarray(x).dtype)
+    return (e / e.sum()).astype(out_dtype(x))
 
 
 def max_from_zero_guarded(x):
     if np.all(np.asarray(x) == -np.inf):
-        return np.zeros_like(np.asarray(x))
+        return np.zeros(np.shape(x), out_dtype(x))
     return max_from_zero(x)
 
 
@@ -91,11 +100,11 @@ def sum_from_one(x):
     w = x.astype(np.promote_types(x.dtype, np.float32))
     g = w.max()
     if g == -np.inf:
-        return np.zeros_like(x)
+        return np.zeros(np.shape(x), out_dtype(x))
     s = 1.0  # the sum starts at 1
     for v in w:
         s += np.exp(v - g)
-    return (np.exp(w - g) / s).astype(x.dtype)
+    return (np.exp(w - g) / s).astype(out_dtype(x))
 
 
 def naive(x):
@@ -116,6 +125,24 @@ def uniform_when_masked(x):
     return solutions.safe_softmax(x)
 
 
+def softmax_inf_row_zeros(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(out_dtype(x), np.float32))
+    if w.size == 0:
+        return w.astype(out_dtype(x))
+    g = w.max()
+    if not np.isfinite(g):  # meant for -inf (a masked row), but +inf and NaN land here too
+        return np.zeros(x.shape, out_dtype(x))
+    e = np.exp(w - g)
+    return (e / e.sum()).astype(out_dtype(x))
+
+
+def softmax_cast_back(x):
+    x = np.asarray(x)
+    y = solutions.safe_softmax(x.astype(np.promote_types(x.dtype, np.float32)))
+    return y.astype(x.dtype)  # the exercise's old hint: [3, 1, 2] gives [0, 0, 0]
+
+
 SAFE_SOFTMAX = {
     "the max not subtracted": naive,
     "the max started at 0": max_from_zero,
@@ -125,13 +152,14 @@ SAFE_SOFTMAX = {
     "exp missing": lambda x: np.asarray(x) / np.sum(x),
     "log-probabilities returned": softmax_with(finish=lambda e, w: w - w.max() - np.log(e.sum())),
     "the min subtracted instead of the max": softmax_with(g_of=np.min),
-    "NaN turned into 0": lambda x: np.nan_to_num(solutions.safe_softmax(x)),
+    "NaN or +inf turned into zeros": lambda x: np.nan_to_num(solutions.safe_softmax(x)),
     "-inf - (-inf) on a fully masked row": softmax_with(guard=False),
     "a fully masked row made uniform": uniform_when_masked,
     "the input modified in place": in_place_softmax,
     "a different dtype out": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float64)),
     "a wrong shape": lambda x: solutions.safe_softmax(x)[:, None],
-    "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(np.asarray(x).dtype),
+    "a lower precision": lambda x: solutions.safe_softmax(np.asarray(x, dtype=np.float32)).astype(out_dtype(x)),
+    "an integer result": softmax_cast_back,
 }
 
 
@@ -187,6 +215,26 @@ def max_started_at_first_element(x):
     return g, s
 
 
+def normalizer_from_first(x):
+    it = iter(x)
+    g, s = next(it), 1.0  # the first element starts the state: StopIteration on an empty vector
+    for x_i in it:
+        g_new = nan_max(g, x_i)
+        if g_new == -math.inf:
+            continue
+        s = (s * math.exp(g - g_new) if g != -math.inf else 0.0) + math.exp(x_i - g_new)
+        g = g_new
+    return (g, 0.0) if g == -math.inf else (g, s)
+
+
+def normalizer_buffered(x):
+    a = np.array(list(x), dtype=np.float64)  # one sweep of x ... into a copy, then two passes over the copy
+    if a.size == 0 or np.all(a == -np.inf):
+        return -math.inf, 0.0
+    g = a.max()
+    return float(g), float(np.exp(a - g).sum())
+
+
 NORMALIZER = {
     "the max not subtracted": normalizer_with(step=lambda s, g_old, g_new, x_i: s + math.exp(x_i)),
     "the max started at 0": normalizer_with(g=0.0),
@@ -205,6 +253,10 @@ NORMALIZER = {
     "two passes over x": two_passes,
     "an element read twice": max_started_at_first_element,
     "not a pair": lambda x: normalizer_with()(x)[1],
+    "the rescale applied to the new term": normalizer_with(
+        step=lambda s, go, gn, xi: s + math.exp(xi - gn) * math.exp(go - gn)),
+    "the empty vector not handled": normalizer_from_first,
+    "the input buffered": normalizer_buffered,
 }
 
 
@@ -233,6 +285,14 @@ def merge_one_side(g1, s1, g2, s2):
     return g, s1 * math.exp(g1 - g) + s2  # part 2 assumed to hold the max
 
 
+def merge_exp_of_maxima(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return g, float((s1 * np.exp(g1) + s2 * np.exp(g2)) / np.exp(g))  # e^800 = inf: inf / inf = NaN
+
+
 MERGE = {
     "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
     "the rescale inverted": merge_inverted,
@@ -243,10 +303,16 @@ MERGE = {
     "-inf - (-inf) while nothing is seen": merge_with(guard=False),
     "Python's max dropping NaN": merge_with(g_of=max),
     "not a pair": lambda *a: solutions.merge(*a)[1],
+    "the exponential of each max taken alone": merge_exp_of_maxima,
+    "the two states swapped": lambda g1, g2, s1, s2: solutions.merge(g1, s1, g2, s2),  # parameters misordered
 }
 
 
-def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=lambda *gs: max(gs), guard=True):
+def nan_max_of(*gs):
+    return math.nan if any(math.isnan(g) for g in gs) else max(gs)
+
+
+def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max_of, guard=True):
     def fn(g1, s1, g2, s2, g3, s3):
         g = g_of(g1, g2, g3)
         if guard and g == -math.inf:
@@ -255,12 +321,22 @@ def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=lambda *gs: ma
     return fn
 
 
+def three_not_moved(g1, s1, g2, s2, g3, s3):
+    g12, s12 = solutions.merge(g1, s1, g2, s2)
+    g = nan_max(g12, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s12 + s3 * math.exp(g3 - g)  # s12 is still relative to g12
+
+
 THREE = {
     "merged without rescaling": three_with(term=lambda s, g_k, g: s),
     "the rescale inverted": three_with(term=lambda s, g_k, g: s * math.exp(g - g_k) if s else 0.0),
-    "a max of two parts only": three_with(g_of=lambda g1, g2, g3: max(g1, g2)),
+    "a max of two parts only": three_with(g_of=lambda g1, g2, g3: nan_max_of(g1, g2)),
     "-inf - (-inf) while nothing is seen": three_with(guard=False),
     "not a pair": lambda *a: solutions.merge_three(*a)[1],
+    "Python's max dropping NaN": three_with(g_of=lambda *gs: max(gs)),
+    "an intermediate state not moved to the new max": three_not_moved,
 }
 
 
@@ -279,6 +355,30 @@ def attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]), shift=lambd
         e = np.exp(x - shift(x))
         return after(e / norm(e) @ v, q)
     return fn
+
+
+def attention_v_transposed(q, k, v):
+    y = attention_with()(q, k, np.eye(np.shape(k)[-2]))  # the weights Y
+    return y @ np.swapaxes(np.asarray(v, dtype=np.float64), -1, -2)  # V^T: runs only when M = Dv
+
+
+def attention_first_key_skipped(q, k, v):
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    out = []
+    for q_n in q.reshape(-1, q.shape[-1]) if q.ndim == 2 else []:
+        xs = [q_n @ k[m] / math.sqrt(len(q_n)) for m in range(1, len(k))]  # range(1, M): key 0 left out
+        g = max(xs)
+        e = [math.exp(x - g) for x in xs]
+        out.append(sum(e_m * v[m + 1] for m, e_m in enumerate(e)) / sum(e))
+    if q.ndim != 2:
+        return attention_with()(q, k[..., 1:, :], v[..., 1:, :])
+    return np.array(out).reshape(q.shape[0], v.shape[-1])
+
+
+def attention_einsum_2d(q, k, v):
+    x = np.einsum("nd,md->nm", q, k) / math.sqrt(np.shape(q)[-1])
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return np.einsum("nm,mv->nv", e / e.sum(axis=-1, keepdims=True), v)
 
 
 def attention_scaled_in_place(q, k, v):
@@ -313,6 +413,11 @@ ATTENTION = {
     "the input modified in place": attention_scaled_in_place,
     "a wrong shape": lambda q, k, v: solutions.attention(q, k, v)[..., None],
     "a lower precision": lambda q, k, v: solutions.attention(*(np.asarray(a, dtype=np.float32) for a in (q, k, v))),
+    "D**1/2 (precedence)": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]**1/2),
+    "math.isqrt (an integer square root)": attention_with(scale=lambda q, k, v: 1 / math.isqrt(q.shape[-1])),
+    "V transposed": attention_v_transposed,
+    "the first key skipped": attention_first_key_skipped,
+    "einsum written for 2-D inputs": attention_einsum_2d,
 }
 
 
@@ -408,14 +513,16 @@ LOOP_SWAP = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def block_with(update=None, s_of=None, g_of=None):
+def block_with(update=None, s_of=None, g_of=None, guard=True):
     """A learner's block step (``x`` may hold one key) with the update of A' or s, or the max, changed.
 
     ``update(a, s_prev, rescale, e, V, s, x, g_prev, g)``; ``s_of(s_prev, g_prev, g, x)``; ``g_of(g_prev, x)``.
     """
     def fn(g_prev, s_prev, a_prev, x, V):
         x, V = np.atleast_1d(np.asarray(x, dtype=np.float64)), np.atleast_2d(V)
-        g = max(g_prev, float(x.max())) if g_of is None else g_of(g_prev, x)
+        g = nan_max_of(g_prev, *x) if g_of is None else g_of(g_prev, x)
+        if guard and g == -math.inf:  # nothing seen yet
+            return g, 0.0, np.zeros(np.shape(a_prev))
         rescale, e = math.exp(g_prev - g), np.exp(x - g)
         s = s_prev * rescale + e.sum() if s_of is None else s_of(s_prev, g_prev, g, x)
         if update is None:
@@ -466,8 +573,30 @@ ONE_LOOP_STEP = {name: to_step(fn) for name, fn in a_updates("m-1").items()}
 ONE_LOOP_STEP["not a triple"] = lambda *args: solutions.one_loop_step(*args)[2]
 
 BLOCK_STEP = dict(a_updates("m-b"))
-BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: max(g_prev, float(x[0])))
+BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
+for steps in (ONE_LOOP_STEP, BLOCK_STEP):
+    wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
+    steps["-inf - (-inf) while nothing is seen"] = wrap(block_with(guard=False))
+    steps["Python's max dropping NaN"] = wrap(block_with(g_of=lambda g_prev, x: max(g_prev, *x)))
 BLOCK_STEP["not a triple"] = lambda *args: solutions.block_step(*args)[:2]
+
+
+def block_step_algorithm_1(g_prev, s_prev, a_prev, x_block, v_block):
+    """Algorithm 1's block-local statistics m~, l~, P~ V, merged without moving them to the new max."""
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    if x.size == 0:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    m_tilde = x.max()  # the block's own max
+    g = nan_max_of(g_prev, m_tilde)
+    if g == -math.inf:
+        return g, 0.0, np.zeros(np.shape(a_prev))
+    p_tilde = np.exp(x - m_tilde)
+    l_tilde = p_tilde.sum()
+    s = s_prev * math.exp(g_prev - g) + l_tilde  # l~ still relative to m~: exp(m~ - g) forgotten
+    return g, s, np.asarray(a_prev) * s_prev * math.exp(g_prev - g) / s + p_tilde @ V / s
+
+
+BLOCK_STEP["the block's own max not moved to the new max"] = block_step_algorithm_1
 
 
 WRONG = {
@@ -485,7 +614,11 @@ WRONG = {
 # A wrong solution may rightly show a second mistake of the catalogue too (for example a reversed loop is both out
 # of key order and summed in another order): {(checker, mistake): the other names allowed}.
 ALSO = {
-    ("check_online_normalizer", "the first element counted twice"): {"an element read twice"},
+    ("check_attention", "V transposed"): {"k.T on a batched array"},  # a matmul error: the hint names both
+    ("check_attention", "k.T on a batched array"): {"V transposed"},
+    ("check_online_normalizer", "the first element counted twice"): {"an element read twice",
+                                                                     "the empty vector not handled"},
+    ("check_online_normalizer", "an element read twice"): {"the empty vector not handled"},  # x[0] of nothing
     ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
     ("check_loop_swap", "keys out of order"): {"summed in another order"},
     ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
@@ -538,6 +671,11 @@ def test_each_mistake_is_caught_and_named(checker, mistake):
     assert found <= {mistake} | ALSO.get((checker, mistake), set()), (found, repr(report))
 
 
+def test_a_plus_inf_row_turned_into_zeros_is_named():
+    report = exercises.check_safe_softmax(softmax_inf_row_zeros)
+    assert "NaN or +inf turned into zeros" in message(report, "property: +inf")
+
+
 @pytest.mark.parametrize("checker", list(SOLUTIONS))
 def test_exceptions_become_failures(checker):
     def not_done(*args):
@@ -555,14 +693,14 @@ def test_exceptions_become_failures(checker):
 
 def test_a_max_started_at_0_with_a_masked_row_guard_is_caught_where_it_matters():
     report = exercises.check_safe_softmax(max_from_zero_guarded)
-    assert failures(report) == ["values far below 0, [-1000, -1001]"]
-    assert "the max started at 0" in message(report, "values far below 0")
+    assert failures(report) == ["property: negative-only input, [-1000, -1001]"]
+    assert "the max started at 0" in message(report, "property: negative-only input")
     for fn in (normalizer_with(g=0.0), max_from_zero_normalizer_guarded):
         report = exercises.check_online_normalizer(fn)
         assert "negative values, [-3, -5] (the max is -3)" in failures(report)
         assert "the max started at 0" in message(report, "negative values")
     report = exercises.check_online_normalizer(max_from_zero_normalizer_guarded)
-    assert "a fully masked row (all -inf)" not in failures(report)
+    assert "property: an all -inf row (fully masked)" not in failures(report)
 
 
 def max_from_zero_normalizer_guarded(x):
@@ -822,4 +960,103 @@ def test_the_report_keeps_the_order_of_the_cases_when_some_raise():
     from flashmath.exercises import chapter3
 
     report = exercises.check_attention(ATTENTION["k.T on a batched array"])  # raises in the batch case only
-    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_cases()]
+    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_properties()
+                                                     + chapter3.attention_cases()]
+
+
+def test_off_by_one_predictions_are_rejected_and_a_negative_index_is_its_element(capsys):
+    for guess in (2 / 3, 4 / 5):  # the neighbours of 3/4 (chapter 5's correction factor)
+        exercises.check_prediction(guess, 0.75)
+    exercises.check_prediction(0.75, 0.75)
+    exercises.check_prediction(-4, 42, tolerance=0, length=46)  # x[-4] is x[42] in a 46-vector (chapter 0)
+    exercises.check_prediction(-5, 42, tolerance=0, length=46)
+    exercises.check_prediction(-4, 42, tolerance=0)  # without the length, -4 is a number like any other
+    verdicts = [line.split(": ")[-1].split(".")[0] for line in capsys.readouterr().out.splitlines()]
+    assert verdicts == ["not quite", "not quite", "right", "right", "not quite", "not quite"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The property battery: each property catches a wrong solution that the mistake models alone would miss
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def models_only(checker, fn):
+    """The mistakes the catalogue's models name for ``fn`` on the checker's ordinary cases, without the properties:
+    what the checkers did before the battery (a wrong answer that no model gives stays unnamed)."""
+    from flashmath.exercises import _cases
+
+    original = _cases.check_function
+
+    def without_properties(*args, **kw):
+        kw["properties"], kw["check_form"] = (), False
+        return original(*args, **kw)
+
+    modules = [exercises.chapter0, exercises.chapter1, exercises.chapter2, exercises.chapter3, exercises.chapter5]
+    try:
+        for module in modules:
+            module.check_function = without_properties
+        return getattr(exercises, checker)(fn)
+    finally:
+        for module in modules:
+            module.check_function = original
+
+
+def step_clearing_v_m(g_prev, s_prev, a_prev, x_m, v_m):
+    g, s, a = solutions.one_loop_step(g_prev, s_prev, a_prev, x_m, v_m)
+    v_m *= 0.0  # "done with this value row": clears the caller's array
+    return g, s, a
+
+
+def block_clearing_v_block(g_prev, s_prev, a_prev, x_block, v_block):
+    g, s, a = solutions.block_step(g_prev, s_prev, a_prev, x_block, v_block)
+    v_block *= 0.0  # the same, for the block's value rows
+    return g, s, a
+
+
+def softmax_float64_out(x):
+    return solutions.safe_softmax(np.asarray(x, dtype=np.float64))  # float16 in, float64 out
+
+
+def softmax_crashing_on_empty(x):
+    x = np.asarray(x)
+    if x.size == 0:
+        raise ValueError("zero-size array to reduction operation maximum which has no identity")
+    return solutions.safe_softmax(x)
+
+
+PROPERTY_CATCHES = {
+    # property: (checker, wrong solution, the start of the property case that catches it)
+    "the inputs unchanged (v_m)": ("check_one_loop_step", step_clearing_v_m, "property"),
+    "the inputs unchanged (v_block)": ("check_block_step", block_clearing_v_block, "property"),
+    "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 overflow"),
+    "the result's type (integer zeros)": ("check_safe_softmax", softmax_cast_back, "property: integer input"),
+    "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: the empty input"),
+    "an all -inf row": ("check_merge", merge_with(guard=False), "property: the empty input"),
+    "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: +inf"),
+    "NaN": ("check_merge_three", THREE["Python's max dropping NaN"], "property: NaN"),
+    "float16 overflow": ("check_score_row", lambda q, K: np.asarray(K) @ np.asarray(q) / math.sqrt(len(q)),
+                         "property: float16 overflow"),
+    "integer input": ("check_attention", lambda q, k, v: solutions.attention(q, k, v).astype(np.asarray(q).dtype),
+                      "property: integer input"),
+    "negative-only input": ("check_online_normalizer", normalizer_with(g=0.0, guard=True),
+                            "property: negative-only input"),
+    "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
+    "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
+}
+
+
+@pytest.mark.parametrize("prop", list(PROPERTY_CATCHES))
+def test_each_property_catches_a_wrong_solution(prop):
+    checker, fn, case = PROPERTY_CATCHES[prop]
+    report = getattr(exercises, checker)(fn)
+    assert any(name.startswith(case) and not ok for name, ok, _ in report.cases), repr(report)
+
+
+MISSED_BY_MODELS = ["the result's dtype", "the result's type (integer zeros)", "the empty input", "+inf",
+                    "float16 overflow", "integer input", "one pass in constant memory", "NaN", "an all -inf row"]
+
+
+@pytest.mark.parametrize("prop", MISSED_BY_MODELS)
+def test_the_mistake_models_alone_miss_what_the_property_catches(prop):
+    checker, fn, _ = PROPERTY_CATCHES[prop]
+    assert models_only(checker, fn).passed, prop

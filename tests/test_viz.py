@@ -241,3 +241,12 @@ def test_a_pixel_ratio_renders_the_same_picture_with_more_pixels():
     assert plot.update(step=3).rgb().shape == two.shape  # moves keep the ratio
     with pytest.raises(ValueError, match="1..4"):
         plot.set_pixel_ratio(0)
+
+
+def test_the_offline_player_fetches_nothing_and_keeps_every_frame():
+    sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
+    plot = viz.ScalePlot(sweep, dpi=30)
+    html = viz.offline_jshtml(viz.animate_steps(plot, steps=[1, 4, 16], name="D"))
+    assert "font-awesome" not in html and "https://" not in html and 'class="fa ' not in html
+    assert html.count("data:image/png;base64") == 3
+    assert "\u25b6" in html and "\u23f8" in html  # play and pause, as characters

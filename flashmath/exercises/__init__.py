@@ -3,8 +3,8 @@
 A checker never raises: an exception in the learner's code is reported as a failed case with its message.
 It returns a :class:`CheckReport`, whose text (one line per case) is what a notebook shows. Each case is where
 some classic mistake makes a difference (forgetting to subtract the max, a max started at 0, a fully masked row,
-NaN turned into 0, float16 overflow, reading the input twice, the loops in the wrong order, ...); when an answer
-is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
+NaN or +inf turned into zeros, float16 overflow, reading the input twice, the loops in the wrong order, ...); when an
+answer is wrong the checker names the mistake that gives that answer and says what to change (:class:`Mistake`). The
 catalogue of each checker is in :data:`MISTAKES`, the one registry of every chapter's mistakes.
 
 One harness (:mod:`flashmath.exercises._report`): :class:`Mistake`, :class:`CheckReport`, ``run`` (calls the

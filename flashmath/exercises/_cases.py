@@ -1,10 +1,75 @@
-"""A checker for exercises whose answer is a tuple of arrays (chapters 6-10): run, compare, name the mistake."""
+"""The one checker of the course: run the learner's function on a list of cases, check the properties every right
+answer has, compare with the reference and name the mistake.
+
+The property battery (:data:`PROPERTIES`) runs before the mistake models, on every case of every checker:
+
+- the inputs unchanged: each argument (every array, ``v_m`` and ``v_block`` included) is passed as a copy and
+  compared with the original after the call;
+- the result's type, dtype and shape: the number of parts, each part's shape, a floating-point result where the
+  reference gives one (an integer array of zeros is not a probability vector), and the reference's own dtype where
+  it is narrower than float64 (float16 in, float16 out);
+
+and a checker adds the edge inputs that apply to its exercise as property cases (:func:`property_cases`): the
+empty input, one element, an all -inf row, +inf, NaN, float16 overflow, integer input, negative-only input. A
+property case is compared with the reference like any other, and its name says which property it checks. A wrong
+answer is then explained by the catalogue of mistakes (:class:`~flashmath.exercises._report.Diagnosis`); a
+failed property needs no model: it names itself.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, error_note, fmt, run
+from flashmath.exercises._report import (
+    INPUT_MODIFIED,
+    CheckReport,
+    Diagnosis,
+    Mistake,
+    error_note,
+    fmt,
+    modified,
+    run,
+)
+
+#: The property battery, in the order a checker runs it (the first two on every case, the rest as edge cases).
+PROPERTIES = ("the inputs unchanged", "the result's type, dtype and shape", "the empty input", "one element",
+              "an all -inf row", "+inf", "NaN", "float16 overflow", "integer input", "negative-only input")
+
+INTEGER_OUT = Mistake("an integer result", "the result is made of fractions: cast to a float type, never back to an "
+                      "integer input's dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give "
+                      "float64 out")
+DTYPE_OUT = Mistake("a different dtype out", "return the input's dtype (float16 in, float16 out): compute in a "
+                    "wider type if you like, then cast back")
+WRONG_SHAPE = Mistake("a wrong shape", "the result must have the shape of the reference's (see the expected shape)")
+
+
+def property_cases(cases: Sequence[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
+    """Edge cases ``[(what, args)]`` named as property cases: ``"property: " + what``."""
+    return [(f"property: {what}", args) for what, args in cases]
+
+
+def copy_args(args: tuple) -> tuple:
+    """A copy of each argument that is an array (or a list or tuple of arrays), for the learner's call."""
+    def one(a):
+        if isinstance(a, np.ndarray):
+            return a.copy()
+        if isinstance(a, list | tuple) and any(isinstance(e, np.ndarray) for e in a):
+            return type(a)(e.copy() if isinstance(e, np.ndarray) else e for e in a)
+        return a
+    return tuple(one(a) for a in args)
+
+
+def args_modified(before: tuple, after: tuple) -> bool:
+    """True when the call changed one of its arguments in place (arrays, and arrays inside lists or tuples)."""
+    for a, b in zip(before, after, strict=False):
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and modified(a, b):
+            return True
+        if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+            if args_modified(tuple(a), tuple(b)):
+                return True
+    return False
 
 
 def as_arrays(out, n: int):
@@ -21,6 +86,10 @@ def as_arrays(out, n: int):
     return arrays[0] if n == 1 else arrays
 
 
+def _parts(out, n: int) -> tuple:
+    return (out,) if n == 1 else tuple(out)
+
+
 def same_arrays(a, b, rtol: float = 1e-9) -> bool:
     """Two answers (arrays or tuples of arrays) agree: same shapes, equal to ``rtol``, NaN with NaN."""
     a, b = (x if isinstance(x, tuple) else (x,) for x in (a, b))
@@ -35,39 +104,122 @@ def same_arrays(a, b, rtol: float = 1e-9) -> bool:
         return False
 
 
+def form_problem(out, expected, n_out: int, names) -> str | None:
+    """The battery's second property: what is wrong with the type, dtype or shape of ``out`` (None when nothing).
+
+    ``expected`` is the reference's raw result. Checked per part: the shape; a floating-point array where the
+    reference gives one (not an integer array); the reference's dtype where it is narrower than float64.
+    """
+    try:
+        got, want = _parts(out, n_out), _parts(expected, n_out)
+    except TypeError:
+        return None
+    for k, (g, w) in enumerate(zip(got, want, strict=False)):
+        label = f"{names[k]}: " if n_out > 1 else ""
+        try:
+            g_arr, w_arr = np.asarray(g), np.asarray(w)
+        except Exception:
+            return None
+        if g_arr.dtype == object:
+            return None
+        if g_arr.size == 0 and w_arr.size == 0 and not isinstance(g, np.ndarray):
+            continue  # a list [] is the empty result, whatever the reference's empty shape
+        if g_arr.shape != w_arr.shape:
+            return f"{label}expected shape {w_arr.shape}, got {g_arr.shape}: {WRONG_SHAPE.message()}"
+        if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
+            return f"{label}expected a float result, got {g_arr.dtype}: {INTEGER_OUT.message()}"
+        if (isinstance(w, np.ndarray) and w.dtype.kind == "f" and w.dtype.itemsize < 8 and isinstance(g, np.ndarray)
+                and g.dtype != w.dtype):
+            return f"{label}expected dtype {w.dtype}, got {g.dtype}: {DTYPE_OUT.message()}"
+    return None
+
+
+def _default_describe(names, n_out):
+    def describe(answer, expected) -> tuple[str, object, object]:
+        got = answer if n_out > 1 else (answer,)
+        want = expected if n_out > 1 else (expected,)
+        wrong = [k for k in range(n_out) if not same_arrays(got[k], want[k])] or [0]
+        k = wrong[0]
+        return f"expected {names[k]} = {fmt(want[k])}, got {fmt(got[k])}", got[k], want[k]
+    return describe
+
+
 def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, names=None,
-                   not_answer: Mistake | None = None, hint=None) -> CheckReport:
-    """Run ``fn`` on every case ``(name, args)``, compare with ``reference(*args)`` and name the mistake.
+                   not_answer: Mistake | None = None, hint=None, properties: Sequence[tuple[str, tuple]] = (),
+                   compare: Callable | None = None, convert: Callable | None = None,
+                   describe: Callable | None = None, check_form: bool = True,
+                   call: Callable | None = None, diagnosis: Callable | None = None) -> CheckReport:
+    """Run ``fn`` on every case ``(name, args)``, check the property battery, compare with ``reference(*args)`` and
+    name the mistake.
 
     Args:
         n_out: how many arrays ``fn`` returns (1: a single array).
         names: the names of the returned parts, for the messages (e.g. ``("g", "s", "U")``).
         not_answer: the mistake to name when the answer does not have that form.
+        hint: ``hint(exc) -> str | None``, what an exception probably means.
+        properties: edge cases ``(name, args)`` run first (:func:`property_cases` names them).
+        compare: ``compare(answer, expected) -> bool`` on converted answers (default :func:`same_arrays`); also
+            the comparison of the mistake models, unless a mistake brings its own.
+        convert: ``convert(out) -> answer | None`` (default :func:`as_arrays` with ``n_out``).
+        describe: ``describe(answer, expected) -> (text, got, want)`` for a wrong answer; ``error_note(got,
+            want)`` is added when no mistake is named.
+        check_form: check the result's type, dtype and shape against the reference's raw result.
+        call: ``call(fn, args) -> out`` when the learner's function is not called as ``fn(*args)``; it may report
+            a case's own failure by returning a :class:`PropertyFailure`.
+        diagnosis: ``diagnosis(args_per_case, answers) -> obj`` with ``obj.for_case(i) -> Mistake | None``, when
+            one :class:`~flashmath.exercises._report.Diagnosis` over the whole catalogue does not fit.
     """
     report = CheckReport(title)
-    answers = []
-    for name, args in cases:
-        copies = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
-        out, ok = run(report, name, fn, *copies, hint=hint)
-        answers.append((ok, as_arrays(out, n_out) if ok else None))
-    diagnosis = Diagnosis([args for _, args in cases], [answer for _, answer in answers], mistakes, same_arrays)
+    compare = compare or same_arrays
+    convert = convert or (lambda out: as_arrays(out, n_out))
     names = names or tuple(f"part {i + 1}" for i in range(n_out))
+    describe = describe or _default_describe(names, n_out)
+    cases = list(properties) + list(cases)
+    answers, problems, raws = [], [], []
+    for name, args in cases:
+        copies = copy_args(args)
+        if call is None:
+            out, ok = run(report, name, fn, *copies, hint=hint)
+        else:
+            out, ok = run(report, name, call, fn, copies, hint=hint)
+        problem = None
+        if ok and args_modified(args, copies):
+            problem = INPUT_MODIFIED.message()
+        elif ok and isinstance(out, PropertyFailure):
+            problem, out = out.message, out.out
+        answers.append((ok, convert(out) if ok else None))
+        problems.append(problem)
+        raws.append(out)
+    all_args, all_answers = [args for _, args in cases], [answer for _, answer in answers]
+    named = (diagnosis(all_args, all_answers) if diagnosis is not None
+             else Diagnosis(all_args, all_answers, mistakes, compare))
     for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
+        if (problem := problems[i]) is not None:
+            report.add(name, False, problem)
+            continue
+        raw = reference(*args)
+        expected = convert(raw)
         if answer is None:
             form = ", ".join(names)
             report.add(name, False, f"expected ({form})" + (f": {not_answer.message()}" if not_answer else ""))
             continue
-        expected = as_arrays(reference(*args), n_out)
-        if same_arrays(answer, expected):
+        if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
+            report.add(name, False, form_text)
+            continue
+        if compare(answer, expected):
             report.add(name, True)
             continue
-        got = answer if n_out > 1 else (answer,)
-        want = expected if n_out > 1 else (expected,)
-        wrong = [k for k in range(n_out) if not same_arrays(got[k], want[k])]
-        k = wrong[0]
-        text = f"expected {names[k]} = {fmt(want[k])}, got {fmt(got[k])}"
-        mistake = diagnosis.for_case(i)
-        report.add(name, False, f"{text}: {mistake.message()}" if mistake else text + error_note(got[k], want[k]))
+        text, got, want = describe(answer, expected)
+        mistake = named.for_case(i)
+        report.add(name, False, f"{text}: {mistake.message()}" if mistake else text + error_note(got, want))
     return report.in_order([name for name, _ in cases])
+
+
+class PropertyFailure:
+    """What a ``call`` hook returns when a case broke a property of its own (read twice, buffered the input)."""
+
+    def __init__(self, message: str, out=None):
+        self.message, self.out = message, out
+

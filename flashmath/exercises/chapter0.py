@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
 import numpy as np
 
-from flashmath.exercises._report import (
-    INPUT_MODIFIED,
-    LOWER_PRECISION,
-    CheckReport,
-    Diagnosis,
-    Mistake,
-    modified,
-    report_value,
-    run,
-    same,
-)
+from flashmath.exercises._cases import WRONG_SHAPE, check_function, property_cases
+from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake
 
 
 def _scores(q_n, K, scale):
@@ -38,8 +29,6 @@ def _cosine(q_n, K):
     return K @ q_n / (np.linalg.norm(K, axis=1) * np.linalg.norm(q_n))
 
 
-WRONG_SHAPE = Mistake("a wrong shape", "return one score per key: an array of shape (M,)")
-
 MISTAKES = (
     Mistake("no scale", "these are the raw dot products q_n . k_m: divide them by sqrt(D)",
             (lambda q, K: _scores(q, K, lambda D, M: 1.0),)),
@@ -48,6 +37,12 @@ MISTAKES = (
     Mistake("divided by sqrt(M)", "the scores were divided by the square root of the number of keys M (len(K)): "
             "divide by sqrt(D), D = len(q_n) the width of q_n and of each key",
             (lambda q, K: _scores(q, K, lambda D, M: 1 / np.sqrt(M)),)),
+    Mistake("D**1/2 (precedence)", "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, "
+            "and / goes left to right. Write D**0.5, D**(1/2) or math.sqrt(D)",
+            (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),)),
+    Mistake("math.isqrt (an integer square root)", "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, "
+            "not 5.657): use math.sqrt(D) or np.sqrt(D)",
+            (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),)),
     Mistake("multiplied by sqrt(D)", "the scale went the wrong way: divide by sqrt(D)",
             (lambda q, K: _scores(q, K, lambda D, M: np.sqrt(D)),)),
     Mistake("the columns of K instead of its rows", "q_n @ K sums over the keys: K is (M, D) with one key per "
@@ -66,50 +61,49 @@ def _hint(exc) -> str | None:
     return None
 
 
+def score_row_properties():
+    """The property cases of exercise 0.1: ``[(name, (q_n, K))]`` (the module :mod:`~flashmath.exercises._cases`)."""
+    rng = np.random.default_rng(10)
+    q, K = rng.normal(size=3), rng.normal(size=(4, 3))
+    k_nan, q_inf = K.copy(), q.copy()
+    k_nan[1, 0] = np.nan
+    q_inf[0] = np.inf
+    masked = K.copy()
+    masked[2] = -np.inf
+    return property_cases([
+        ("the empty input (no keys, M = 0): no scores", (q, np.zeros((0, 3)))),
+        ("one element (D = 1, M = 1)", (np.array([3.0]), np.array([[-2.0]]))),
+        ("an all -inf key row", (np.abs(q) + 1, masked)),
+        ("+inf in the query", (q_inf, np.abs(K) + 1)),
+        ("NaN in a key propagates to its score", (q, k_nan)),
+        ("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)",
+         (np.full(3, 300.0, np.float16), np.full((2, 3), 300.0, np.float16))),
+        ("integer input (float scores out)", (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
+        ("negative-only input", (-np.abs(q) - 1, -np.abs(K) - 1)),
+    ])
+
+
 def check_score_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
 
-    Cases: a small query and keys, ``D = 1``, a single key, a square ``K`` (``M = D``, where ``q_n @ K`` runs), a
-    real head from :func:`flashmath.data.load_heads`. Named mistakes: :data:`MISTAKES`.
+    The property battery first (:func:`score_row_properties`: empty, one element, -inf, +inf, NaN, float16,
+    integer and negative-only input; the inputs unchanged and the result's form on every case), then a small
+    query and keys, ``D = 1``, a single key, a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from
+    :func:`flashmath.data.load_heads`. The scores are float64 (a float16 input is computed in float64). Named
+    mistakes: :data:`MISTAKES`.
     """
     from flashmath.data import load_heads
 
-    report = CheckReport("check_score_row")
     rng = np.random.default_rng(0)
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
     cases = [
-        ("a small query (D = 3) against 4 keys", rng.normal(size=3), rng.normal(size=(4, 3))),
-        ("D = 1 (the scale is 1)", np.array([2.0]), np.array([[1.0], [-3.0]])),
-        ("a single key (M = 1)", rng.normal(size=5), rng.normal(size=(1, 5))),
-        ("as many keys as dimensions (M = D = 4)", rng.normal(size=4), rng.normal(size=(4, 4))),
-        ("a real head (D = 32, M = 46)", heads.q[layer, head, n].astype(np.float64),
-         heads.k[layer, head].astype(np.float64)),
+        ("a small query (D = 3) against 4 keys", (rng.normal(size=3), rng.normal(size=(4, 3)))),
+        ("D = 1 (the scale is 1)", (np.array([2.0]), np.array([[1.0], [-3.0]]))),
+        ("a single key (M = 1)", (rng.normal(size=5), rng.normal(size=(1, 5)))),
+        ("as many keys as dimensions (M = D = 4)", (rng.normal(size=4), rng.normal(size=(4, 4)))),
+        ("a real head (D = 32, M = 46)", (heads.q[layer, head, n].astype(np.float64),
+                                           heads.k[layer, head].astype(np.float64))),
     ]
-    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
-    ran: list[bool] = []
-    for name, q_n, keys in cases:
-        q_in, k_in = q_n.copy(), keys.copy()
-        out, ok = run(report, name, fn, q_in, k_in, hint=_hint)
-        ran.append(ok)
-        if ok and (modified(q_n, q_in) or modified(keys, k_in)):
-            answers.append(INPUT_MODIFIED)
-            continue
-        try:
-            answers.append(None if not ok or out is None else np.asarray(out, dtype=np.float64))
-        except (TypeError, ValueError):
-            answers.append(None)
-    diagnosis = Diagnosis([c[1:] for c in cases], [a if isinstance(a, np.ndarray) else None for a in answers],
-                          MISTAKES, same)
-    for i, ((name, q_n, keys), x, ok) in enumerate(zip(cases, answers, ran, strict=False)):
-        if not ok:
-            continue
-        expected = _right(q_n, keys)
-        if x is INPUT_MODIFIED:
-            report.add(name, False, INPUT_MODIFIED.message())
-        elif x is None or x.shape != expected.shape:
-            report.add(name, False, f"expected shape {expected.shape}, got {None if x is None else x.shape}: "
-                                    f"{WRONG_SHAPE.message()}")
-        else:
-            report_value(report, name, x, expected, same(x, expected), diagnosis.for_case(i))
-    return report.in_order([name for name, *_ in cases])
+    return check_function("check_score_row", fn, cases, _right, MISTAKES, n_out=1, names=("x",),
+                           not_answer=WRONG_SHAPE, hint=_hint, properties=score_row_properties())

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from flashmath.exercises._report import (
-    INPUT_MODIFIED,
-    LOWER_PRECISION,
-    CheckReport,
-    Diagnosis,
-    Mistake,
-    error_note,
-    fmt,
-    modified,
-    run,
-)
+from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, check_function, property_cases
+from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
 from flashmath.softmax import compute_dtype, safe_softmax
 
@@ -27,18 +16,32 @@ def same_probs(a, b) -> bool:
     return _same(a, b, rtol=2e-3 if low else 1e-9)
 
 
+def softmax_properties():
+    """The property cases of a softmax exercise: ``[(name, x)]`` (the battery of :mod:`~flashmath.exercises._cases`).
+
+    The rules they state: an empty vector gives an empty float vector; a row of only -inf gives zeros (it attends
+    to nothing); a row holding +inf gives NaN (inf - inf); NaN in gives NaN out; float16 in gives float16 out,
+    computed in float32; integers in give float64 out.
+    """
+    return [
+        ("the empty input: an empty vector out", np.array([], dtype=np.float64)),
+        ("one element (a length-1 vector)", np.array([3.0])),
+        ("an all -inf row (fully masked): expected zeros", np.full(3, -np.inf)),
+        ("+inf: a row holding +inf gives NaN (inf - inf), not zeros", np.array([1.0, np.inf, 2.0])),
+        ("NaN propagates (never silently 0)", np.array([1.0, np.nan, 2.0])),
+        ("float16 overflow: input of 20 (exp(20) overflows float16)", np.array([20.0, 19.0, 0.0], dtype=np.float16)),
+        ("integer input [3, 1, 2]: float64 probabilities out", np.array([3, 1, 2])),
+        ("negative-only input, [-1000, -1001]", np.array([-1000.0, -1001.0])),
+    ]
+
+
 def softmax_cases():
-    """The edge cases of a softmax exercise: ``[(name, x)]``; each one is where some classic mistake shows."""
+    """The ordinary cases of a softmax exercise: ``[(name, x)]``; each one is where some classic mistake shows."""
     return [
         ("a small vector", np.array([1.0, 2.0, 3.0, 0.5])),
-        ("a length-1 vector", np.array([3.0])),
         ("all-equal values", np.full(5, 7.0)),
         ("values of 1e4 (exp overflows unless you subtract the max)", np.array([1e4, 1e4 - 1.0, -1e4])),
-        ("values far below 0, [-1000, -1001]", np.array([-1000.0, -1001.0])),
         ("-inf entries (masked positions get probability 0)", np.array([0.5, -np.inf, 1.5, -np.inf])),
-        ("a fully masked row (all -inf): expected zeros", np.full(3, -np.inf)),
-        ("NaN propagates (never silently 0)", np.array([1.0, np.nan, 2.0])),
-        ("float16 input of 20 (exp(20) overflows float16)", np.array([20.0, 19.0, 0.0], dtype=np.float16)),
         ("46 equal values of 10 in float16 (each exp(10) fits; their sum does not)", np.full(46, 10.0, np.float16)),
     ]
 
@@ -67,6 +70,13 @@ def _guarded(model):
 def _uniform_when_masked(x):
     x = np.asarray(x)
     return np.full_like(x, 1 / x.size) if np.all(x == -np.inf) else safe_softmax(x)
+
+
+def _inf_row_zeros(x):
+    x = np.asarray(x)
+    g = np.max(x.astype(compute_dtype(x.dtype))) if x.size else 0.0
+    return np.zeros_like(x, dtype=np.result_type(x.dtype, np.float64) if x.dtype.kind in "iub" else x.dtype) \
+        if not np.isfinite(g) else safe_softmax(x)
 
 
 def _max_from_zero(x):
@@ -98,69 +108,62 @@ MISTAKES = (
             (lambda x: _softmax_like(x, _max, finish=lambda e, w: w - np.max(w) - np.log(np.sum(e))),)),
     Mistake("the min subtracted instead of the max", "subtracting the min makes the exponents >= 0, so exp still "
             "overflows; subtract the max: every exponent is then <= 0", (lambda x: _softmax_like(x, np.min),)),
-    Mistake("NaN turned into 0", "a NaN in the input means something went wrong upstream: let it through (NaN in, "
-            "NaN out) instead of np.nan_to_num or a guard that returns zeros",
-            (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0),)),
+    Mistake("NaN or +inf turned into zeros", "a NaN in the input means something went wrong upstream, and a row "
+            "holding +inf gives NaN (inf - inf): let both through (NaN out) instead of np.nan_to_num or a guard such "
+            "as `if not np.isfinite(g): return zeros`. Only a max of -inf (a fully masked row) gives zeros: test "
+            "g == -np.inf", (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros)),
     Mistake("-inf - (-inf) on a fully masked row", "when every entry is -inf the max is -inf and x - max is "
             "-inf - (-inf) = NaN. The course's convention for a fully masked row is all zeros: test for a max of "
             "-inf and return zeros", (lambda x: _softmax_like(x, _max),)),
     Mistake("a fully masked row made uniform", "a row with no key to attend to gets zeros in this course (it "
             "attends to nothing), not 1/N everywhere", (_uniform_when_masked,)),
     INPUT_MODIFIED,
-    Mistake("a different dtype out", "return the input's dtype (float16 in, float16 out): compute in a wider type "
-            "if you like, then cast back with .astype(x.dtype)"),
-    Mistake("a wrong shape", "return one probability per input entry, the shape of x"),
+    DTYPE_OUT,
+    INTEGER_OUT,
+    WRONG_SHAPE,
     LOWER_PRECISION,
 )
-DTYPE_OUT, WRONG_SHAPE = MISTAKES[-3], MISTAKES[-2]
+
+
+def _as_array(out):
+    """The learner's answer as a numeric array in its own dtype (the tolerance depends on it), or None."""
+    try:
+        y = np.asarray(out)
+    except Exception:
+        return None
+    if y.dtype.kind not in "fiub":
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            return None
+    return y
+
+
+def _describe(y, expected):
+    hint = ""
+    y64, e64 = np.asarray(y, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if np.isnan(y64).any() and not np.isnan(e64).any():
+        hint = " (NaN: did exp overflow, or -inf - (-inf) happen?)"
+    return f"expected {fmt(expected)}, got {fmt(y)}{hint}", y, expected
+
+
+def _hint(exc) -> str | None:
+    if "zero-size" in str(exc) or "empty" in str(exc):
+        return "the empty input: np.max of nothing has no value; return an empty float vector"
+    return None
 
 
 def check_safe_softmax(fn) -> CheckReport:
     """Check a learner's ``fn(x) -> probabilities`` for 1-D ``x`` against :func:`flashmath.safe_softmax` (exercise 1.1).
 
-    Cases (:func:`softmax_cases`): a small vector, length 1, all-equal values, values of 1e4, values far below 0,
-    ``-inf`` entries, a fully masked row (zeros expected), NaN (NaN expected), float16 input (float16 output, no
-    overflow), 46 equal float16 values whose exponentials fit but whose sum does not. Named mistakes: :data:`MISTAKES`.
+    The property battery first (:func:`softmax_properties`, whose docstring states the rules: empty, one element,
+    all -inf, +inf, NaN, float16, integer and negative-only input; the inputs unchanged and the result's type,
+    dtype and shape on every case), then :func:`softmax_cases`: a small vector, all-equal values, values of 1e4,
+    ``-inf`` entries, 46 equal float16 values whose exponentials fit but whose sum does not. Named mistakes:
+    :data:`MISTAKES`.
     """
-    report = CheckReport("check_safe_softmax")
-    cases = softmax_cases()
-    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
-    ran: list[bool] = []
-    for name, x in cases:
-        x_in = x.copy()
-        y, ok = run(report, name, fn, x_in)
-        ran.append(ok)
-        if ok and modified(x, x_in):
-            answers.append(INPUT_MODIFIED)
-            continue
-        try:
-            answers.append(np.asarray(y) if ok and y is not None else None)
-            if answers[-1] is not None and answers[-1].dtype.kind not in "fiub":
-                answers[-1] = answers[-1].astype(np.float64)
-        except (TypeError, ValueError):
-            answers[-1] = None
-    usable = [a if isinstance(a, np.ndarray) else None for a in answers]
-    diagnosis = Diagnosis([(x,) for _, x in cases], usable, MISTAKES, same_probs)
-    for i, ((name, x), y, ok) in enumerate(zip(cases, answers, ran, strict=False)):
-        if not ok:
-            continue
-        expected = safe_softmax(x)
-        if y is INPUT_MODIFIED:
-            report.add(name, False, INPUT_MODIFIED.message())
-        elif y is None or y.shape != x.shape:
-            report.add(name, False, f"expected shape {x.shape}, got {None if y is None else y.shape}: "
-                                    f"{WRONG_SHAPE.message()}")
-        elif y.dtype != x.dtype and same_probs(y.astype(np.float64), expected.astype(np.float64)):
-            report.add(name, False, f"{x.dtype} in should give {x.dtype} out, got {y.dtype}: {DTYPE_OUT.message()}")
-        elif same_probs(y, expected):
-            report.add(name, True)
-        elif mistake := diagnosis.for_case(i):
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(y)}: {mistake.message()}")
-        elif y.dtype != x.dtype:
-            report.add(name, False, f"{x.dtype} in should give {x.dtype} out, got {y.dtype}: {DTYPE_OUT.message()}")
-        else:
-            hint = ""
-            if np.isnan(y.astype(np.float64)).any() and not np.isnan(expected.astype(np.float64)).any():
-                hint = " (NaN: did exp overflow, or -inf - (-inf) happen?)"
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(y)}{hint}{error_note(y, expected)}")
-    return report.in_order([name for name, *_ in cases])
+    cases = [(name, (x,)) for name, x in softmax_cases()]
+    properties = property_cases([(name, (x,)) for name, x in softmax_properties()])
+    return check_function("check_safe_softmax", fn, cases, safe_softmax, MISTAKES, n_out=1, names=("y",),
+                          not_answer=WRONG_SHAPE, properties=properties, compare=same_probs, convert=_as_array,
+                          describe=_describe, hint=_hint)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close, run
-from flashmath.exercises.chapter1 import softmax_cases
+from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
+from flashmath.exercises._report import CheckReport, Mistake, close
+from flashmath.exercises.chapter1 import softmax_cases, softmax_properties
 from flashmath.softmax import merge, online_normalizer
 
 
@@ -18,8 +20,8 @@ class OnePassVector:
     reads. Converting it to a numpy array raises TypeError: the exercise is to write the loop.
     """
 
-    def __init__(self, values):
-        self._values = [float(v) for v in values]
+    def __init__(self, values, keep_type: bool = False):
+        self._values = [v if keep_type else float(v) for v in values]
         self.passes = 0
         self.reads = 0
 
@@ -52,9 +54,17 @@ def _pair(out):
 
 
 def same_state(a, b) -> bool:
-    """Two states ``(g, s)`` agree (NaN with NaN, infinities exactly, else to 1e-9)."""
+    """Two states ``(g, s)`` agree (NaN with NaN, infinities exactly, else to 1e-9).
+
+    When the second (the expected state) has ``g = +inf``, only ``g`` is compared: the logsumexp ``g + log s`` is
+    +inf whatever ``s`` is (the package keeps ``s`` = the number of +inf elements; ``inf - inf`` gives NaN).
+    """
     a, b = _pair(a), _pair(b)
-    return a is not None and b is not None and close(a[0], b[0]) and close(a[1], b[1])
+    if a is None or b is None:
+        return False
+    if b[0] == math.inf:
+        return a[0] == math.inf
+    return close(a[0], b[0]) and close(a[1], b[1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -111,6 +121,11 @@ NO_RESCALE = Mistake(
     "the rescale missing", "when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply "
     "it by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that factor?)",
     (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),))
+RESCALE_ON_NEW = Mistake(
+    "the rescale applied to the new term", "the factor exp(g_{i-1} - g_i) converts the OLD sum to the new max: "
+    "s_i = s_{i-1} exp(g_{i-1} - g_i) + exp(x_i - g_i); the new term exp(x_i - g_i) is already relative to g_i",
+    (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn) * np.exp(g - gn)),
+     lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - g) * np.exp(g - gn))))
 INVERTED_RESCALE = Mistake(
     "the rescale inverted", "the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
     "sum; exp(g_i - g_{i-1}) grows it",
@@ -138,6 +153,12 @@ TWO_PASSES = Mistake("two passes over x", "the online normalizer reads each elem
 READ_TWICE = Mistake("an element read twice", "every element is read once, in the one loop: reading x[0] before "
                      "the loop and then looping over all of x reads it twice")
 NOT_A_PAIR = Mistake("not a pair", "return the two numbers (g, s)")
+EMPTY_CRASH = Mistake("the empty vector not handled", "an empty x (no element, or a row with no key) has the state "
+                      "of nothing seen, (g, s) = (-inf, 0): start from it instead of from x[0], and never take "
+                      "max(x) of nothing")
+BUFFERED = Mistake("the input buffered", "a one-pass function keeps a few numbers, not a copy of x: np.array(list(x)), "
+                   "list(x) or np.fromiter(x) store every element (and then read them again); update (g, s) as each "
+                   "element arrives")
 
 NORMALIZER_MISTAKES = (
     STATE_NOT_SUBTRACTED,
@@ -151,6 +172,7 @@ NORMALIZER_MISTAKES = (
             (lambda x: _scan(x, _right_step, g0=float(x[0]), s0=1.0),)),
     BASE_2,
     NO_RESCALE,
+    RESCALE_ON_NEW,
     INVERTED_RESCALE,
     OLD_MAX_TERM,
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda x: tuple(reversed([float(v) for v in online_normalizer(x)])),)),
@@ -158,47 +180,100 @@ NORMALIZER_MISTAKES = (
     PYTHON_MAX,
     TWO_PASSES,
     READ_TWICE,
+    EMPTY_CRASH,
+    BUFFERED,
     NOT_A_PAIR,
 )
+
+
+#: The length of the vector of the one-pass memory case, and the memory a one-pass function may use on it (bytes):
+#: a copy of the vector takes at least 8 bytes per element.
+MEMORY_CASE_LENGTH, MEMORY_LIMIT = 4_000, 8_000
+
+
+def _normalizer_hint(exc) -> str | None:
+    if isinstance(exc, IndexError | StopIteration) or "empty" in str(exc) or "zero-size" in str(exc):
+        return EMPTY_CRASH.message()
+    return None
+
+
+def _call_one_pass(fn, args):
+    """Call ``fn`` on a :class:`OnePassVector` of ``args[0]``; a second argument "memory" also measures the memory
+    the call allocates. Returns the result, or a :class:`~flashmath.exercises._cases.PropertyFailure` when the
+    function read an element twice, swept the vector twice or kept a copy of it."""
+    x, *mode = args
+    vec = OnePassVector(x, keep_type=np.asarray(x).dtype.kind in "iu")
+    if mode == ["memory"]:
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
+        try:
+            out = fn(vec)
+        finally:
+            peak = tracemalloc.get_traced_memory()[1] - start
+            if not tracing:
+                tracemalloc.stop()
+        if peak > MEMORY_LIMIT:
+            return PropertyFailure(f"used {peak / 1000:.0f} kB for {len(x)} elements (a copy of x takes "
+                                   f"{8 * len(x) / 1000:.0f} kB or more): {BUFFERED.message()}", out)
+    else:
+        out = fn(vec)
+    if vec.reads > len(x) or vec.passes > 1:
+        count = f"read {vec.reads} elements of a vector of length {len(x)}" + (
+            f" in {vec.passes} passes" if vec.passes > 1 else "")
+        if _pair(out) is not None and not same_state(out, online_normalizer(np.asarray(x, dtype=np.float64))):
+            return out  # a wrong state: the mistake models say more than the count
+        return PropertyFailure(f"{count}: {(TWO_PASSES if vec.passes > 1 else READ_TWICE).message()}", out)
+    return out
+
+
+def _state_describe(state, expected):
+    return _state_message(state, expected, None), np.asarray(state), np.asarray(expected)
+
+
+def _normalizer_reference(x, *mode):
+    x = np.asarray(x, dtype=np.float64)
+    if mode == ("memory",):  # finite values: the closed form, vectorised (the package's scan is slow on 4 000)
+        g = float(x.max())
+        return g, float(np.exp(x - g).sum())
+    return tuple(float(v) for v in online_normalizer(x))
+
+
+def normalizer_properties():
+    """The property cases of exercise 2.1 (those of chapter 1 where they apply, and the one-pass memory case).
+
+    Rules: the empty vector has the state (-inf, 0) (nothing seen); a +inf element gives g = +inf (the state's
+    logsumexp is +inf; s is not compared); NaN gives NaN; integers are read as numbers.
+    """
+    props = [(name, (x,)) for name, x in softmax_properties() if x.dtype != np.float16]
+    props = [(name.replace(": an empty vector out", ": the state (-inf, 0)").replace(": expected zeros", "")
+              .replace(": float64 probabilities out", "").replace("gives NaN (inf - inf), not zeros",
+                                                                   "gives g = +inf"), args) for name, args in props]
+    x = np.random.default_rng(21).normal(size=MEMORY_CASE_LENGTH)
+    props.append((f"one pass in constant memory ({MEMORY_CASE_LENGTH} elements: a copy such as np.array(list(x)) "
+                  "is not one pass)", (x, "memory")))
+    return property_cases(props)
 
 
 def check_online_normalizer(fn) -> CheckReport:
     """Check a learner's one-pass ``fn(x) -> (g, s)`` (running max and sum) for 1-D ``x`` (exercise 2.1).
 
     ``x`` is passed as a :class:`OnePassVector`, so the checker also reports how many times the function
-    read the input: the online normalizer reads every element exactly once. Cases: those of chapter 1 (without
-    float16), negative values (the max is below 0), a masked element first. Named mistakes:
-    :data:`NORMALIZER_MISTAKES`.
+    read the input: the online normalizer reads every element exactly once; and one case of 4 000 elements
+    measures the memory the call allocates (``tracemalloc``), so that a function that stores the vector
+    (``np.array(list(x))``) and then sweeps its copy is caught. The property battery first
+    (:func:`normalizer_properties`), then the cases of chapter 1 (without float16), negative values (the max is
+    below 0), a masked element first. Named mistakes: :data:`NORMALIZER_MISTAKES`.
     """
-    report = CheckReport("check_online_normalizer")
-    cases = [(name, x) for name, x in softmax_cases() if x.dtype != np.float16]
-    cases = [(("a fully masked row (all -inf)" if np.all(x == -np.inf) else name), x) for name, x in cases]
-    cases += [("negative values, [-3, -5] (the max is -3)", np.array([-3.0, -5.0])),
-              ("a masked element first, [-inf, 1, 2]", np.array([-np.inf, 1.0, 2.0]))]
-    answers, counts = [], []
-    for name, x in cases:
-        vec = OnePassVector(x)
-        out, ok = run(report, name, fn, vec)
-        answers.append(_pair(out) if ok else None)
-        counts.append((ok, vec.reads, vec.passes))
-    diagnosis = Diagnosis([(x,) for _, x in cases], answers, NORMALIZER_MISTAKES, same_state)
-    for i, ((name, x), state, (ok, reads, passes)) in enumerate(zip(cases, answers, counts, strict=False)):
-        if not ok:
-            continue
-        if state is None:
-            report.add(name, False, f"expected a pair (g, s): {NOT_A_PAIR.message()}")
-            continue
-        g_ref, s_ref = (float(v) for v in online_normalizer(x))
-        extra = reads > len(x) or passes > 1
-        count = f"read {reads} elements of a vector of length {len(x)}" + (f" in {passes} passes" if passes > 1 else "")
-        if not same_state(state, (g_ref, s_ref)):
-            message = _state_message(state, (g_ref, s_ref), diagnosis.for_case(i))
-            report.add(name, False, message + (f" (and {count})" if extra else ""))
-        elif extra:
-            report.add(name, False, f"{count}: {(TWO_PASSES if passes > 1 else READ_TWICE).message()}")
-        else:
-            report.add(name, True)
-    return report.in_order([name for name, _ in cases])
+    cases = [(name, (x,)) for name, x in softmax_cases() if x.dtype != np.float16]
+    cases += [("negative values, [-3, -5] (the max is -3)", (np.array([-3.0, -5.0]),)),
+              ("a masked element first, [-inf, 1, 2]", (np.array([-np.inf, 1.0, 2.0]),))]
+    return check_function("check_online_normalizer", fn, cases, _normalizer_reference, NORMALIZER_MISTAKES, n_out=2,
+                           names=("g", "s"), not_answer=NOT_A_PAIR, hint=_normalizer_hint,
+                           properties=normalizer_properties(), compare=same_state, convert=_pair,
+                           describe=_state_describe, check_form=False, call=_call_one_pass)
 
 
 def _state_message(state, expected, mistake: Mistake | None) -> str:
@@ -234,7 +309,26 @@ def _guarded_merge(g_of):
     return model
 
 
+def _exp_of_maxima(g1, s1, g2, s2):
+    """``(s1 e^{g1} + s2 e^{g2}) / e^g``: the exponential of each max alone overflows for a max above 709."""
+    g = _np_max(g1, g2)
+    return g, float((s1 * np.exp(g1) + s2 * np.exp(g2)) / np.exp(g))
+
+
+def _right_merge(g1, s1, g2, s2):
+    return tuple(float(v) for v in merge(g1, s1, g2, s2))
+
+
 MERGE_MISTAKES = (
+    Mistake("the exponential of each max taken alone", "s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above "
+            "709 (inf / inf = NaN): never take exp of a max alone; take exp of differences, s1 exp(g1 - g) + "
+            "s2 exp(g2 - g), each <= 1", (_exp_of_maxima,)),
+    Mistake("the two states swapped", "merge(g1, s1, g2, s2) takes part 1's state (g1, s1), then part 2's (g2, s2): "
+            "each sum s_k is rescaled by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), "
+            "or pairing s1 with g2, mixes the parts)",
+            (lambda g1, s1, g2, s2: _right_merge(g1, g2, s1, s2),
+             lambda g1, s1, g2, s2: (_np_max(g1, g2), float(s1 * np.exp(g2 - _np_max(g1, g2))
+                                                            + s2 * np.exp(g1 - _np_max(g1, g2)))))),
     Mistake("merged without rescaling", "s1 is relative to g1 and s2 to g2: convert both to the common max g first, "
             "s = s1 exp(g1 - g) + s2 exp(g2 - g)", (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),)),
     Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) = exp(part max - common max) <= 1",
@@ -267,46 +361,47 @@ def merge_cases():
         ("two halves give the whole vector's state", (*left, *right)),
         ("the identity (-inf, 0) on the left", (-np.inf, 0.0, *right)),
         ("the identity (-inf, 0) on the right", (*left, -np.inf, 0.0)),
-        ("both parts fully masked, (-inf, 0) each", (-np.inf, 0.0, -np.inf, 0.0)),
         ("the other order", (*right, *left)),
         ("the first part holds the larger max", (2.0, 1.5, -1.0, 2.5)),
         ("maxima 1e4 apart (no overflow)", (1e4, 2.0, 0.0, 3.0)),
+        ("maxima of 800 and 799 (no overflow: never exp of a max alone)", (800.0, 2.0, 799.0, 3.0)),
         ("NaN in the first part's max propagates", (np.nan, 1.0, 0.0, 1.0)),
-        ("NaN in the second part's max propagates", (0.0, 1.0, np.nan, 1.0)),
         ("NaN in a sum propagates", (0.0, np.nan, -1.0, 1.0)),
     ]
+
+
+def merge_properties():
+    """The property cases of exercise 2.2 (the battery of :mod:`~flashmath.exercises._cases`).
+
+    Rules: two empty parts give the empty state (-inf, 0); a part with max +inf gives g = +inf; NaN gives NaN;
+    integer states are numbers like any other.
+    """
+    return property_cases([
+        ("the empty input: both parts empty, (-inf, 0) each", (-np.inf, 0.0, -np.inf, 0.0)),
+        ("one element on each side, (x, 1)", (0.5, 1.0, -0.25, 1.0)),
+        ("an all -inf part (fully masked) and a real one", (-np.inf, 0.0, 1.0, 2.0)),
+        ("+inf: a part with max +inf gives g = +inf", (np.inf, 1.0, 0.0, 1.0)),
+        ("NaN in the second part's max propagates", (0.0, 1.0, np.nan, 1.0)),
+        ("integer input (3, 1, 1, 2)", (3, 1, 1, 2)),
+        ("negative-only maxima (-3, 1, -5, 2)", (-3.0, 1.0, -5.0, 2.0)),
+    ])
 
 
 def check_merge(fn) -> CheckReport:
     """Check a learner's ``fn(g1, s1, g2, s2) -> (g, s)`` against :func:`flashmath.merge` (exercise 2.2).
 
-    Cases (:func:`merge_cases`): two halves give the state of the whole; the identity ``(-inf, 0)`` on either
-    side; both parts empty; either part holding the larger max; maxima 1e4 apart; NaN in either max or in a sum.
-    Named mistakes: :data:`MERGE_MISTAKES`.
+    The property battery first (:func:`merge_properties`), then :func:`merge_cases`: two halves give the state of
+    the whole; the identity ``(-inf, 0)`` on either side; either part holding the larger max; maxima 1e4 apart
+    and maxima of 800 (no overflow); NaN in a max or in a sum. Named mistakes: :data:`MERGE_MISTAKES`.
     """
-    return _check_states("check_merge", fn, merge_cases(), lambda *a: merge(*a), MERGE_MISTAKES)
+    return _check_states("check_merge", fn, merge_cases(), _right_merge, MERGE_MISTAKES, merge_properties())
 
 
-def _check_states(title, fn, cases, reference, mistakes) -> CheckReport:
-    """A checker of a function of floats that returns a state ``(g, s)``."""
-    report = CheckReport(title)
-    answers = []
-    for name, args in cases:
-        out, ok = run(report, name, fn, *(float(a) for a in args))
-        answers.append((ok, _pair(out) if ok else None))
-    diagnosis = Diagnosis([args for _, args in cases], [state for _, state in answers], mistakes, same_state)
-    for i, ((name, args), (ok, state)) in enumerate(zip(cases, answers, strict=False)):
-        if not ok:
-            continue
-        if state is None:
-            report.add(name, False, f"expected a pair (g, s): {NOT_A_PAIR.message()}")
-            continue
-        expected = tuple(float(v) for v in reference(*args))
-        if same_state(state, expected):
-            report.add(name, True)
-        else:
-            report.add(name, False, _state_message(state, expected, diagnosis.for_case(i)))
-    return report.in_order([name for name, _ in cases])
+def _check_states(title, fn, cases, reference, mistakes, properties=()) -> CheckReport:
+    """A checker of a function of numbers that returns a state ``(g, s)``, on the one harness."""
+    return check_function(title, fn, cases, lambda *a: tuple(float(v) for v in reference(*a)), mistakes, n_out=2,
+                          names=("g", "s"), not_answer=NOT_A_PAIR, properties=properties, compare=same_state,
+                          convert=_pair, describe=_state_describe, check_form=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -323,7 +418,28 @@ def _three(term=lambda s, g_k, g: s * np.exp(g_k - g), guard=True, g_of=None):
     return model
 
 
+def _three_python_max(g1, s1, g2, s2, g3, s3):
+    g = max(g1, g2, g3)  # Python's max: a NaN after the first argument is lost
+    if g == -math.inf:
+        return g, 0.0
+    return g, float(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g) + s3 * np.exp(g3 - g))
+
+
+def _three_not_moved(g1, s1, g2, s2, g3, s3):
+    """merge(P1, P2) relative to its own max g12, then s3 added without moving s12 to the new max."""
+    g12, s12 = _right_merge(g1, s1, g2, s2)
+    g = float(np.maximum(g12, g3))
+    return g, float(s12 + s3 * np.exp(g3 - g))
+
+
 THREE_MISTAKES = (
+    Mistake(PYTHON_MAX.name, "Python's max(0.0, nan, 1.0) returns 1.0 (every comparison with NaN is False), so a NaN "
+            "in a later part went missing: test with math.isnan, or use np.maximum / np.max, which propagate NaN",
+            (_three_python_max,)),
+    Mistake("an intermediate state not moved to the new max", "the state of P1 and P2 is relative to their max "
+            "g_12; once P3 brings a larger max g, that sum must be moved to it too, s_12 exp(g_12 - g) "
+            "(with the closed form: s = sum_k s_k exp(g_k - g), every part relative to the same g)",
+            (_three_not_moved,)),
     Mistake("merged without rescaling", "each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with "
             "g = max(g_1, g_2, g_3)", (_three(term=lambda s, g_k, g: s),)),
     Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) <= 1",
@@ -352,20 +468,35 @@ def merge_three_cases():
         ("the first part holds the max", state(b, a, c), np.concatenate([b, a, c])),
         ("the last part holds the max", state(a, c, b), np.concatenate([a, c, b])),
         ("an empty part (-inf, 0) in the middle", (*state(a), *empty, *state(c)), np.concatenate([a, c])),
-        ("all three parts empty", empty * 3, None),
         ("maxima 1e4 apart", (1e4, 1.0, 0.0, 2.0, -1e4, 3.0), None),
     ]
+
+
+def merge_three_properties():
+    """The property cases of exercise 2.3 (the battery of :mod:`~flashmath.exercises._cases`)."""
+    empty = (-np.inf, 0.0)
+    return property_cases([
+        ("the empty input: all three parts empty", empty * 3),
+        ("one element in each part, (x, 1)", (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
+        ("an all -inf part first", (*empty, 1.0, 2.0, 0.0, 1.0)),
+        ("+inf: a part with max +inf gives g = +inf", (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
+        ("NaN in the middle part's max propagates", (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
+        ("integer input", (3, 1, 1, 2, 2, 1)),
+        ("negative-only maxima", (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
+    ])
 
 
 def check_merge_three(fn) -> CheckReport:
     """Check a learner's closed form ``fn(g1, s1, g2, s2, g3, s3) -> (g, s)`` of three parts (exercise 2.3).
 
     The derivation shows that both groupings, ``merge(merge(P1, P2), P3)`` and ``merge(P1, merge(P2, P3))``, equal
-    ``g = max(g_1, g_2, g_3)``, ``s = sum_k s_k exp(g_k - g)``; the checker compares the learner's closed form with
-    :func:`merge_three_reference` on :func:`merge_three_cases`. Named mistakes: :data:`THREE_MISTAKES`.
+    ``g = max(g_1, g_2, g_3)``, ``s = sum_k s_k exp(g_k - g)``; the checker runs the property battery
+    (:func:`merge_three_properties`), then compares the learner's closed form with :func:`merge_three_reference` on
+    :func:`merge_three_cases`. Named mistakes: :data:`THREE_MISTAKES`.
     """
     cases = [(name, args) for name, args, _ in merge_three_cases()]
-    return _check_states("check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES)
+    return _check_states("check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES,
+                         merge_three_properties())
 
 
 def merge_three_reference(g1, s1, g2, s2, g3, s3):

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
 import numpy as np
 
-from flashmath.exercises._report import (
-    INPUT_MODIFIED,
-    LOWER_PRECISION,
-    CheckReport,
-    Diagnosis,
-    Mistake,
-    error_note,
-    fmt,
-    modified,
-    pick,
-    run,
-    same,
-)
+from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt, pick
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
@@ -43,6 +32,17 @@ def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", n
     return np.matmul(e / sums[norm](), v) * after  # (..., N, Dv)
 
 
+def _v_transposed(q, k, v):
+    """``Y V^T``: runs only when V is square (M = Dv)."""
+    v = np.asarray(v, dtype=np.float64)
+    return variant(q, k, np.swapaxes(v, -1, -2))
+
+
+def _first_key_skipped(q, k, v):
+    """The keys from the second on (a loop over range(1, M))."""
+    return variant(np.asarray(q)[..., :, :], np.asarray(k)[..., 1:, :], np.asarray(v)[..., 1:, :])
+
+
 def _scaled(scale):
     return lambda q, k, v: variant(q, k, v, scale=scale)
 
@@ -57,6 +57,17 @@ MISTAKES = (
     Mistake("the scale from the wrong axis of q", "D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the "
             "number of queries (or the batch)", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])),
                                                  _scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[0])))),
+    Mistake("D**1/2 (precedence)", "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, "
+            "and / goes left to right. Write D**0.5, D**(1/2) or math.sqrt(D)",
+            (_scaled(lambda D, M, Dv, q: 1 / (2 * D)),)),
+    Mistake("math.isqrt (an integer square root)", "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(5) = 2, "
+            "not 2.236): use math.sqrt(D) or np.sqrt(D)", (_scaled(lambda D, M, Dv, q: 1 / math.isqrt(D)),)),
+    Mistake("V transposed", "A = Y V with V of shape (..., M, Dv), one value row per key: v.T (or swapaxes) "
+            "pairs the weights with the columns of V, and runs only when M = Dv", (_v_transposed,)),
+    Mistake("the first key skipped", "every key takes part, m = 0 .. M-1 in code: a loop over range(1, M) (or "
+            "k[1:]) leaves out key 0", (_first_key_skipped,)),
+    Mistake("einsum written for 2-D inputs", "subscripts such as 'nd,md->nm' name two axes only: for (..., N, D) "
+            "inputs write np.einsum('...nd,...md->...nm', q, k) (and '...nm,...mv->...nv' for the values)"),
     Mistake("multiplied by sqrt(D)", "the scale went the wrong way: divide the scores by sqrt(D)",
             (_scaled(lambda D, M, Dv, q: np.sqrt(D)),)),
     Mistake("the scale applied to the output", "1/sqrt(D) belongs inside the softmax, on the scores: "
@@ -87,8 +98,9 @@ MISTAKES = (
     Mistake("a wrong shape", "A has shape (..., N, Dv): one output row per query"),
     LOWER_PRECISION,
 )
-K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE = pick(MISTAKES, "k.T on a batched array", "keepdims missing",
-                                              "the probabilities Y returned", "a wrong shape")
+K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE, EINSUM_2D = pick(
+    MISTAKES, "k.T on a batched array", "keepdims missing", "the probabilities Y returned", "a wrong shape",
+    "einsum written for 2-D inputs")
 
 
 def attention_cases():
@@ -117,60 +129,92 @@ def attention_cases():
          tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v))),
         ("large scores close together (about 800 each): subtract the row max", large),
         ("rows at very different levels (scores near +1000, 0 and -1000)", levels),
+        ("square values (M = Dv = 5, where v.T also runs), D = 5", qkv(3, 5, 5)),
     ]
+
+
+def attention_properties():
+    """The property cases of exercise 3.1: ``[(name, (q, k, v))]`` (the battery of :mod:`~flashmath.exercises._cases`).
+
+    Rules: no query (N = 0) gives an empty ``(0, Dv)`` output; a +inf score gives NaN in its row (inf - inf);
+    NaN in gives NaN in the rows it reaches; integer input gives float64 out; float16 input is computed in float64
+    (the reference is float64 throughout).
+    """
+    rng = np.random.default_rng(30)
+
+    def qkv(N, M, D, Dv=None):
+        Dv = D if Dv is None else Dv
+        return tuple(rng.standard_normal(shape) for shape in ((N, D), (M, D), (M, Dv)))
+
+    q, k, v = qkv(2, 3, 4)
+    k_masked, q_inf, k_nan = k.copy(), q.copy(), k.copy()
+    k_masked[:, 0] = -np.inf
+    q_inf[0, 0] = np.inf
+    k_nan[1, 2] = np.nan
+    big = tuple(np.full(shape, 30.0, np.float16) for shape in ((2, 4), (3, 4), (3, 2)))
+    big[1][0] = 31.0
+    return property_cases([
+        ("the empty input (no query, N = 0): an empty (0, Dv) output", (q[:0], k, v)),
+        ("one element (N = M = D = Dv = 1)", (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
+        ("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros",
+         (np.abs(q) + 1, k_masked, v)),
+        ("+inf in a query: NaN in its row", (q_inf, k, v)),
+        ("NaN in a key propagates", (q, k_nan, v)),
+        ("float16 overflow (scores of 1800 and more do not fit exp in float16)", big),
+        ("integer input (float64 out)", (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]),
+                                         np.array([[1, 2], [3, 4], [5, 6]]))),
+        ("negative-only input", tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
+    ])
 
 
 def _hint(exc) -> str | None:
     text = str(exc)
+    if "einstein" in text or "subscripts" in text:
+        return f"{EINSUM_2D.name}? {EINSUM_2D.fix}"
     if "matmul" in text:
-        return f"{K_T.name}? {K_T.fix}"
+        return f"{K_T.name}? {K_T.fix}. Or V transposed? A = Y V with V (..., M, Dv) as given"
     if "broadcast" in text:
         return f"{KEEPDIMS.name}? {KEEPDIMS.fix}"
     return None
 
 
+def _reference(q, k, v):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return variant(q, k, v)
+
+
+def _form(out):
+    try:
+        return np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _describe(a, expected):
+    if a.shape != expected.shape:
+        return f"expected shape {expected.shape} = (..., N, Dv), got {a.shape}", a, expected
+    text = f"expected {fmt(expected)}, got {fmt(a)}"
+    if np.isnan(a).any() and not np.isnan(expected).any():
+        text += " (NaN: 0 / 0 or inf / inf? Subtract each row's own max before exp)"
+    return text, a, expected
+
+
 def check_attention(fn) -> CheckReport:
     """Check a learner's ``fn(q, k, v) -> A = softmax(Q K^T / sqrt(D)) V`` for ``q (..., N, D)`` (exercise 3.1).
 
-    Cases (:func:`attention_cases`): ``N != M``, ``N = 1`` (decoding with a KV cache), ``D = 1``, values of another
-    width, batch and head dimensions ``(B, H, N, D)``, a real head, large scores close together (the softmax must be
-    safe, and every scale gives a different answer), rows at very different levels (each row needs its own max).
-    Named mistakes: :data:`MISTAKES`.
+    The property battery first (:func:`attention_properties`), then :func:`attention_cases`: ``N != M``, ``N = 1``
+    (decoding with a KV cache), ``D = 1``, values of another width, batch and head dimensions ``(B, H, N, D)``, a
+    real head, large scores close together (the softmax must be safe, and every scale gives a different answer),
+    rows at very different levels (each row needs its own max), square values (where ``v.T`` runs). Named
+    mistakes: :data:`MISTAKES`.
     """
-    report = CheckReport("check_attention")
-    cases = attention_cases()
-    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
-    ran: list[bool] = []
-    for name, qkv in cases:
-        inputs = tuple(a.copy() for a in qkv)
-        out, ok = run(report, name, fn, *inputs, hint=_hint)
-        ran.append(ok)
-        if ok and any(modified(a, b) for a, b in zip(qkv, inputs, strict=False)):
-            answers.append(INPUT_MODIFIED)
-            continue
-        try:
-            answers.append(np.asarray(out, dtype=np.float64) if ok and out is not None else None)
-        except (TypeError, ValueError):
-            answers.append(None)
-    usable = [a if isinstance(a, np.ndarray) else None for a in answers]
-    diagnosis = Diagnosis([qkv for _, qkv in cases], usable, MISTAKES, same)
-    for i, ((name, (q, k, v)), a, ok) in enumerate(zip(cases, answers, ran, strict=False)):
-        if not ok:
-            continue
-        expected = variant(q, k, v)
-        if a is INPUT_MODIFIED:
-            report.add(name, False, INPUT_MODIFIED.message())
-        elif a is None or a.shape != expected.shape:
-            got = None if a is None else a.shape
-            mistake = Y_RETURNED if got == expected.shape[:-1] + (k.shape[-2],) else WRONG_SHAPE
-            report.add(name, False, f"expected shape {expected.shape} = (..., N, Dv), got {got}: {mistake.message()}")
-        elif same(a, expected):
-            report.add(name, True)
-        elif mistake := diagnosis.for_case(i):
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}: {mistake.message()}")
-        elif np.isnan(a).any():
-            report.add(name, False, f"got NaN{error_note(a, expected)}: did exp overflow, or underflow to 0 / 0? "
-                                    "Subtract each row's own max before exp")
-        else:
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}{error_note(a, expected)}")
-    return report.in_order([name for name, *_ in cases])
+    report = check_function("check_attention", fn, attention_cases(), _reference, MISTAKES, n_out=1, names=("A",),
+                            not_answer=WRONG_SHAPE, hint=_hint, properties=attention_properties(), convert=_form,
+                            describe=_describe)
+    cases = dict(attention_properties() + attention_cases())
+    for j, (name, ok, message) in enumerate(report.cases):  # the shape of Y: name that mistake
+        q, k, v = cases[name]
+        y_shape = _reference(q, k, v).shape[:-1] + (np.shape(k)[-2],)
+        if not ok and message.startswith("expected shape") and f"got {y_shape}" in message:
+            report.cases[j] = (name, False, message.split(": looks like")[0] + f": {Y_RETURNED.message()}")
+    return report

@@ -12,21 +12,17 @@ the inputs keep the record.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._report import (
     INPUT_MODIFIED,
     LOWER_PRECISION,
     CheckReport,
     Diagnosis,
     Mistake,
-    error_note,
     fmt,
-    modified,
     pick,
-    run,
     same,
 )
 from flashmath.softmax import safe_softmax
@@ -237,6 +233,70 @@ def order_problem(pairs, N: int, M: int, Dv: int) -> Mistake | None:
     return None
 
 
+def loop_swap_properties():
+    """The property cases of exercise 4.1 (the battery of :mod:`~flashmath.exercises._cases`).
+
+    Rules: no query (N = 0) gives an empty ``(0, Dv)`` result; -inf, +inf and NaN go through the products and sums
+    as IEEE arithmetic says (``0 * inf`` is NaN); integer input gives a float64 result (Y holds probabilities),
+    float16 input is accumulated in float32 or wider (any float dtype out).
+    """
+    rng = np.random.default_rng(40)
+    y, v = rng.random((2, 3)), rng.standard_normal((3, 2))
+    v_inf, v_nan, v_minf = v.copy(), v.copy(), v.copy()
+    v_inf[1, 0], v_nan[2, 1], v_minf[:, 0] = np.inf, np.nan, -np.inf
+    return property_cases([
+        ("the empty input (no query, N = 0): an empty (0, Dv) result", (y[:0], v)),
+        ("one element (N = M = Dv = 1)", (np.array([[0.5]]), np.array([[-3.0]]))),
+        ("an all -inf column of V", (y, v_minf)),
+        ("+inf in V", (y, v_inf)),
+        ("NaN in V propagates", (y, v_nan)),
+        ("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)",
+         (np.ones((1, 3), np.float16), np.array([[40000.0], [40000.0], [-40000.0]], np.float16))),
+        ("integer input", (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
+        ("negative-only input", (-y, -np.abs(v) - 1)),
+    ])
+
+
+class _LoopDiagnosis:
+    """"summed in another order" when every answer is within rounding of the product; else the catalogue's models.
+
+    (A case whose terms hold 2^53 has a rounding bound that would also cover some wrong answers, so the rounding
+    rule is taken only when all the answers of the run are within it.)"""
+
+    def __init__(self, args_list, answers, reference, skip: int):
+        self._models = Diagnosis(args_list, answers, MISTAKES, same)
+        self._within = []
+        for args, a in zip(args_list, answers, strict=False):
+            y, v = np.asarray(args[0]), np.asarray(args[1])
+            expected = np.asarray(reference(*args), dtype=np.float64)
+            self._within.append(a is not None and a.shape == expected.shape
+                                and _within_rounding(a, expected, y.astype(np.float64), v.astype(np.float64)))
+        shapes_right = [a is not None and a.shape == np.shape(reference(*args)) for args, a in
+                        zip(args_list, answers, strict=False)]
+        self._all_within = all(w or not right for w, right in zip(self._within[skip:], shapes_right[skip:],
+                                                                  strict=False))
+        self._skip = skip
+
+    def for_case(self, i: int) -> Mistake | None:
+        if self._all_within and self._within[i]:
+            return OTHER_ORDER
+        return self._models.for_case(i)
+
+
+def _exact(a, b) -> bool:
+    """Bitwise equal (NaN with NaN); any empty result is the empty result (a list [] has shape (0,))."""
+    if a is not None and b is not None and a.size == 0 and b.size == 0:
+        return True
+    return a is not None and b is not None and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def _form(out):
+    try:
+        return np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
 def check_loop_swap(fn) -> CheckReport:
     """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (exercise 4.1).
 
@@ -246,71 +306,61 @@ def check_loop_swap(fn) -> CheckReport:
     shows the order, and a case of 64 terms (:func:`order_case`) catches blocked, pairwise, exact (``math.fsum``)
     and fused multiply-add sums. A BLAS that sums strictly in order without fused multiply-adds would pass, and
     rightly: it then does the same additions. The loop order itself is checked on traced inputs (module
-    docstring). Named mistakes: :data:`MISTAKES`.
+    docstring); the criterion is that within each row every product of key m comes before those of key m + 1
+    (the key loop outside the output-dimension loop), so both n -> m -> d and m -> n -> d pass. The property
+    battery runs first (:func:`loop_swap_properties`). Named mistakes: :data:`MISTAKES`.
     """
     from flashmath.attention import matmul_ndm
 
-    report = CheckReport("check_loop_swap")
-    cases = loop_swap_cases()
-    answers: list[Any] = []  # per case: an array, None, or INPUT_MODIFIED
-    ran: list[bool] = []
-    orders: list[Mistake | None] = []
-    for name, y, v in cases:
-        if name == TRACED_CASE:
-            y_in, v_in, log = traced(y, v)
-            before = [id(e) for arr in (y_in, v_in) for e in arr.flat]
-        else:
-            y_in, v_in, log = y.copy(), v.copy(), None
-        out, ok = run(report, name, fn, y_in, v_in)
-        ran.append(ok)
-        if log is not None:
-            changed = ok and before != [id(e) for arr in (y_in, v_in) for e in arr.flat]
-            N, M = y.shape
-            orders.append(order_problem(products(list(log)), N, M, v.shape[1]) if ok else None)
-        else:
-            changed = ok and (modified(y, y_in) or modified(v, v_in))
-            orders.append(None)
-        try:
-            answers.append(INPUT_MODIFIED if changed else
-                           np.asarray(out, dtype=np.float64) if ok and out is not None else None)
-        except (TypeError, ValueError):
-            answers.append(None)
-    usable = [a if isinstance(a, np.ndarray) else None for a in answers]
-    diagnosis = Diagnosis([(y, v) for _, y, v in cases], usable, MISTAKES, same)
-    # "summed in another order" only when every answer is within rounding: a case whose terms hold 2^53 has a
-    # rounding bound that would also cover some wrong answers
-    all_within = all(a is None or a.shape != (y.shape[0], v.shape[1]) or _within_rounding(a, matmul_ndm(y, v), y, v)
-                     for (_, y, v), a in zip(cases, usable, strict=False))
-    for i, ((name, y, v), a, ok, order) in enumerate(zip(cases, answers, ran, orders, strict=False)):
-        if not ok:
-            continue
-        expected = matmul_ndm(y, v)
-        if a is INPUT_MODIFIED:
-            report.add(name, False, INPUT_MODIFIED.message())
-        elif a is None:
-            report.add(name, False, f"expected an (N, Dv) array or nested list of numbers: {WRONG_SHAPE.message()}")
-        elif a.shape != expected.shape:
-            mistake = TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
-            report.add(name, False, f"expected shape {expected.shape} = (N, Dv), got {a.shape}: {mistake.message()}")
-        elif order is not None:
-            values = ("the right numbers," if np.array_equal(a, expected) else
-                      f"expected {fmt(expected)}, got {fmt(a)}; and")
-            seen = "but the order of your loops could not be seen" if order is CONVERTED else "in the wrong order"
-            report.add(name, False, f"{values} {seen}: {order.message()}")
-        elif np.array_equal(a, expected):
-            report.add(name, True)
-        elif all_within and _within_rounding(a, expected, y, v):
-            diff = float(np.max(np.abs(a - expected)))
-            report.add(name, False, f"equal to within rounding (largest difference {diff:.3g}) but not bit for bit: "
-                                    f"{OTHER_ORDER.message()}")
-        elif mistake := diagnosis.for_case(i):
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}: {mistake.message()}")
-        else:
-            hint = ""
-            if np.array_equal(a, expected[::-1]) or np.array_equal(a, expected.T):
+    def reference(y, v, *_):
+        with np.errstate(all="ignore"):
+            if np.float16 in (np.asarray(y).dtype, np.asarray(v).dtype):  # accumulated in float32, any dtype out
+                return matmul_ndm(np.float32(y), np.float32(v)).astype(np.float64)
+            return matmul_ndm(y, v)
+
+    def call(fn, args):
+        if args[2:] != ("traced",):
+            return fn(*args)
+        y, v = args[0], args[1]
+        y_in, v_in, log = traced(y, v)
+        before = [id(e) for arr in (y_in, v_in) for e in arr.flat]
+        out = fn(y_in, v_in)
+        if before != [id(e) for arr in (y_in, v_in) for e in arr.flat]:
+            return PropertyFailure(INPUT_MODIFIED.message(), out)
+        order = order_problem(products(list(log)), *y.shape, v.shape[1])
+        if order is None:
+            return out
+        a, expected = _form(out), matmul_ndm(y, v)
+        if a is not None and a.shape != expected.shape:
+            return out  # the shape speaks first
+        values = ("the right numbers," if _exact(a, expected) else f"expected {fmt(expected)}, got {fmt(a)}; and")
+        seen = "but the order of your loops could not be seen" if order is CONVERTED else "in the wrong order"
+        return PropertyFailure(f"{values} {seen}: {order.message()}", out)
+
+    def describe(a, expected):
+        hint = ""
+        if a.shape == expected.shape and not _exact(a, expected):
+            if np.array_equal(a, expected[::-1]) or (a.shape == expected.T.shape and np.array_equal(a, expected.T)):
                 hint = f": {TRANSPOSED.message()}"
-            report.add(name, False, f"expected {fmt(expected)}, got {fmt(a)}{error_note(a, expected)}{hint}")
-    return report.in_order([name for name, _, _ in cases])
+        return f"expected {fmt(expected)}, got {fmt(a)}{hint}", a, expected
+
+    def shape_mistake(a, expected):
+        return TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
+
+    cases = [(name, (y, v, "traced") if name == TRACED_CASE else (y, v)) for name, y, v in loop_swap_cases()]
+    report = check_function("check_loop_swap", fn, cases, reference, (), n_out=1, names=("A",), not_answer=WRONG_SHAPE,
+                            properties=loop_swap_properties(), compare=_exact, convert=_form, describe=describe,
+                            call=call, diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference,
+                                                                           len(loop_swap_properties())))
+    for j, (name, ok, message) in enumerate(report.cases):  # name the transposed result
+        if not ok and message.startswith("expected shape") and "looks like a wrong shape" in message:
+            args = dict(cases + loop_swap_properties())[name]
+            expected = reference(*args)
+            got = message.split("got ")[1].split(":")[0]
+            if got == str(expected.T.shape) and expected.T.shape != expected.shape:
+                text = message.split(": looks like")[0]
+                report.cases[j] = (name, False, f"{text}: {shape_mistake(expected.T, expected).message()}")
+    return report
 
 
 def _within_rounding(a, expected, y, v) -> bool:

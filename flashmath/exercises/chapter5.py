@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import (
     LOWER_PRECISION,
     CheckReport,
@@ -12,7 +13,6 @@ from flashmath.exercises._report import (
     close,
     error_note,
     fmt,
-    report_value,
     run,
 )
 from flashmath.exercises._report import same as same_array
@@ -49,19 +49,31 @@ def _triple(out):
         return None
 
 
+def _close_state(a, b) -> bool:
+    """``(g, s)`` agree; when the second has ``g = +inf`` only ``g`` is compared (the logsumexp is +inf whatever
+    ``s`` is: ``inf - inf`` gives NaN, the package keeps the count of +inf keys)."""
+    if b[0] == np.inf:
+        return a[0] == np.inf
+    return close(a[0], b[0]) and close(a[1], b[1])
+
+
 def same_triple(a, b) -> bool:
     a, b = _triple(a), _triple(b)
-    return (a is not None and b is not None and close(a[0], b[0]) and close(a[1], b[1])
-            and same_array(a[2], b[2]))
+    return a is not None and b is not None and _close_state(a, b) and same_array(a[2], b[2])
 
 
 def same_state(a, b) -> bool:
     """Only ``(g, s)`` of two triples agree (for the mistakes in the running max and sum)."""
     a, b = _triple(a), _triple(b)
-    return a is not None and b is not None and close(a[0], b[0]) and close(a[1], b[1])
+    return a is not None and b is not None and _close_state(a, b)
 
 
-def _block_model(update, state=None):
+def _max_of(g_prev, x, python_max=False):
+    """``max(g_prev, x_1, ..., x_b)``: NaN propagates, unless ``python_max`` (Python's max drops a NaN)."""
+    return max(g_prev, float(x.max())) if python_max else float(np.max(np.append(x, g_prev)))
+
+
+def _block_model(update, state=None, guard=True, python_max=False):
     """A variant of the block step: right ``(g, s)`` unless ``state`` is given, and ``A' = update(...)``.
 
     ``update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)`` gets ``rescale = exp(g_prev - g)``, the weights
@@ -71,16 +83,18 @@ def _block_model(update, state=None):
         x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
         V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
         a_prev = np.asarray(a_prev, dtype=np.float64)
-        g = max(g_prev, float(x.max()))
+        g = _max_of(g_prev, x, python_max)
+        if guard and g == -np.inf:  # nothing seen yet: the empty state
+            return g, 0.0, np.zeros_like(a_prev)
         rescale, e = np.exp(g_prev - g), np.exp(x - g)
         s = s_prev * rescale + e.sum() if state is None else state(s_prev, g_prev, g, x)
         return g, s, update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)
     return model
 
 
-def _step_model(update, state=None):
+def _step_model(update, state=None, **kw):
     """:func:`_block_model` with the signature of one step, ``(g_prev, s_prev, a_prev, x_m, v_m)``."""
-    block = _block_model(update, state)
+    block = _block_model(update, state, **kw)
     return lambda g_prev, s_prev, a_prev, x_m, v_m: block(g_prev, s_prev, a_prev, [x_m], [v_m])
 
 
@@ -138,19 +152,32 @@ def _state_mistakes(model, old="m-1"):
     )
 
 
+def _right_update(a, sp, r, e, V, s, *_):
+    return a * sp * r / s + e @ V / s
+
+
 def _with_state(make):
     """``make(update, state)`` adapted so that ``update=None`` keeps the right ``A'`` (for the state mistakes)."""
     def model(update, state=None):
-        def right(a, sp, r, e, V, s, *_):
-            return a * sp * r / s + e @ V / s
-
-        return make(right if update is None else update, state)
+        return make(_right_update if update is None else update, state)
     return model
+
+
+def _guard_mistakes(model, old="m-1"):
+    """A missing guard for the empty state, and Python's max (compared on the whole triple)."""
+    return (
+        Mistake("-inf - (-inf) while nothing is seen", f"from the empty state a key of -inf gives g_m = -inf and "
+                f"exp(g_{{{old}}} - g_m) = exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state "
+                "(-inf, 0, 0)", (model(_right_update, guard=False),), same_state),
+        Mistake("Python's max dropping NaN", "Python's max(2.0, nan) returns 2.0 (every comparison with NaN is "
+                "False): test with math.isnan, or use np.maximum / np.max, which propagate NaN",
+                (model(_right_update, python_max=True),), same_state),
+    )
 
 
 NOT_A_TRIPLE = Mistake("not a triple", "return the three values (g_m, s_m, A'_m)")
 STEP_MISTAKES = (_a_mistakes(_step_model, RULE) + _state_mistakes(_with_state(_step_model))
-                 + (NOT_A_TRIPLE, LOWER_PRECISION))
+                 + _guard_mistakes(_step_model) + (NOT_A_TRIPLE, LOWER_PRECISION))
 
 
 def _hint(exc) -> str | None:
@@ -161,33 +188,87 @@ def _hint(exc) -> str | None:
     return None
 
 
-def _check_steps(report, fn, cases, reference, mistakes):
-    """Run a step-like ``fn`` on ``cases`` ``[(name, args)]`` and report each against ``reference``."""
-    answers = []
-    for name, args in cases:
-        out, ok = run(report, name, fn, *(a.copy() if isinstance(a, np.ndarray) else a for a in args), hint=_hint)
-        answers.append((ok, _triple(out) if ok else None))
-    args_list, triples = [args for _, args in cases], [t for _, t in answers]
-    # mistakes of (g, s) explain a wrong state; the others a wrong A' with the right state
-    state_diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is same_state], same_triple)
-    diagnosis = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is not same_state], same_triple)
-    for i, ((name, args), (ok, triple)) in enumerate(zip(cases, answers, strict=False)):
-        if not ok:
-            continue
-        if triple is None:
-            report.add(name, False, f"expected a triple: {NOT_A_TRIPLE.message()}")
-            continue
-        g, s, a = triple
-        g_ref, s_ref, a_ref = reference(*args)
-        if not (close(g, g_ref) and close(s, s_ref)):
-            mistake = state_diagnosis.for_case(i)
-            report.add(name, False, f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})"
-                                    + (f": {mistake.message()}" if mistake else error_note([g, s], [g_ref, s_ref])))
-        elif a.shape != a_ref.shape:
-            report.add(name, False, f"expected A' of shape {a_ref.shape}, got {a.shape}")
-        else:
-            report_value(report, name, a, a_ref, same_array(a, a_ref), diagnosis.for_case(i), what="A' = ")
-    return report.in_order([name for name, _ in cases])
+class _StepDiagnosis:
+    """Mistakes of ``(g, s)`` explain a wrong state; the others a wrong ``A'`` with the right state."""
+
+    def __init__(self, mistakes, args_list, triples, reference):
+        self._state = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is same_state], same_triple)
+        self._a = Diagnosis(args_list, triples, [m for m in mistakes if m.compare is not same_state], same_triple)
+        self._wrong_state = []
+        for args, triple in zip(args_list, triples, strict=False):
+            with np.errstate(all="ignore"):
+                ref = _triple(reference(*args))
+            self._wrong_state.append(triple is not None and ref is not None and not _close_state(triple, ref))
+
+    def for_case(self, i: int) -> Mistake | None:
+        return (self._state if self._wrong_state[i] else self._a).for_case(i)
+
+
+def _describe_triple(triple, expected):
+    (g, s, a), (g_ref, s_ref, a_ref) = triple, expected
+    if not _close_state((g, s), (g_ref, s_ref)):
+        return (f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})", np.array([g, s]),
+                np.array([g_ref, s_ref]))
+    if a.shape != a_ref.shape:
+        return f"expected A' of shape {a_ref.shape}, got {a.shape}", a, a_ref
+    return f"expected A' = {fmt(a_ref)}, got {fmt(a)}", a, a_ref
+
+
+def _check_steps(title, fn, cases, reference, mistakes, properties):
+    """Run a step-like ``fn`` on ``cases`` ``[(name, args)]`` through the one harness, against ``reference``."""
+    def quiet_reference(*args):
+        with np.errstate(all="ignore"):
+            return reference(*args)
+
+    def form(out):
+        triple = _triple(out)
+        return None if triple is None else triple
+
+    return check_function(title, fn, cases, quiet_reference, mistakes, n_out=3, names=("g", "s", "A'"),
+                          not_answer=NOT_A_TRIPLE, hint=_hint, properties=properties, compare=same_triple,
+                          convert=form, describe=_describe_triple, check_form=False,
+                          diagnosis=lambda args, answers: _StepDiagnosis(mistakes, args, answers, quiet_reference))
+
+
+def step_properties():
+    """The property cases of exercise 5.1 (the battery of :mod:`~flashmath.exercises._cases`).
+
+    Rules: value rows of width 0 give an empty A'; a key of -inf from the empty state leaves the empty state
+    ``(-inf, 0, 0)``; a key of +inf gives ``g = +inf`` and NaN in A'; NaN in gives NaN out; integer input gives a
+    float A'; float16 values are combined without overflow (A' s_{m-1} would overflow float16).
+    """
+    v_m, a_prev = np.array([1.0, -2.0]), np.array([0.2, 0.4])
+    return property_cases([
+        ("the empty input (value rows of width 0)", (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
+        ("one element (Dv = 1)", (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
+        ("an all -inf key from the empty state: still (-inf, 0, 0)", (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
+        ("+inf: a key of +inf gives g = +inf", (2.0, 1.5, a_prev, np.inf, v_m)),
+        ("NaN in the key's score propagates", (2.0, 1.5, a_prev, np.nan, v_m)),
+        ("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)",
+         (0.0, 2.0, np.array([60000.0], np.float16), 0.0, np.array([60000.0], np.float16))),
+        ("integer input", (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
+        ("negative-only input", (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
+    ])
+
+
+def block_properties():
+    """The property cases of exercise 5.2: as :func:`step_properties`, for blocks; an empty block leaves the state
+    as it is."""
+    v, a_prev = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([0.2, 0.4])
+    return property_cases([
+        ("the empty input (a block of no key leaves the state as it is)", (2.0, 1.5, a_prev, np.zeros(0),
+                                                                           np.zeros((0, 2)))),
+        ("one element (b = 1, Dv = 1)", (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
+        ("an all -inf block from the empty state: still (-inf, 0, 0)",
+         (-np.inf, 0.0, np.zeros(2), np.full(2, -np.inf), v)),
+        ("+inf: a key of +inf gives g = +inf", (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
+        ("NaN in a key's score propagates", (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
+        ("float16 overflow: A' and V of 60000 in float16", (0.0, 2.0, np.array([60000.0], np.float16),
+                                                            np.array([0.0, -np.inf]),
+                                                            np.array([[60000.0], [1.0]], np.float16))),
+        ("integer input", (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
+        ("negative-only input", (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
+    ])
 
 
 def _fold(report, name, step, x, v, expected, block=1):
@@ -229,7 +310,6 @@ def check_one_loop_step(fn) -> CheckReport:
     3 and by 1000 (no overflow), a key far below the max, and a whole real score row folded key by key (it must
     give the attention output). Named mistakes: :data:`STEP_MISTAKES`.
     """
-    report = CheckReport("check_one_loop_step")
     v_m = np.array([1.0, -2.0, 0.5])
     a_prev = np.array([0.2, 0.4, -0.6])
     cases = [
@@ -240,25 +320,48 @@ def check_one_loop_step(fn) -> CheckReport:
         ("the max jumps by 1000 (no overflow: never take exp of a score alone)", (0.0, 2.0, a_prev, 1000.0, v_m)),
         ("a key far below the max (x_m = g_{m-1} - 1000: weight 0)", (3.0, 2.0, a_prev, -997.0, v_m)),
     ]
-    _check_steps(report, fn, cases, step_reference, STEP_MISTAKES)
+    report = _check_steps("check_one_loop_step", fn, cases, step_reference, STEP_MISTAKES, step_properties())
     x, v, expected = _real_row()
     _fold(report, "a real score row folded key by key (46 keys) gives the attention output", fn, x, v, expected)
     return report
+
+
+def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_a=False):
+    """Algorithm 1 of FlashAttention: the block's own max m~ = max(x_block), its sum l~ = sum exp(x - m~) and
+    P~ V = exp(x - m~) V, merged without moving the block's part from m~ to the new max g."""
+    x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
+    V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
+    a_prev = np.asarray(a_prev, dtype=np.float64)
+    m_block = float(x.max())
+    g = _max_of(g_prev, x)
+    if g == -np.inf:
+        return g, 0.0, np.zeros_like(a_prev)
+    e = np.exp(x - m_block)  # relative to the block's max: right only when m~ = g
+    s = s_prev * np.exp(g_prev - g) + e.sum()
+    a = a_prev * s_prev * np.exp(g_prev - g) / s + (e @ V) * (np.exp(m_block - g) if move_a else 1.0) / s
+    return g, s, a
 
 
 def _one_key_max(which):
     """The block's ``(g, s)`` with the max taken over the old max and key ``which`` of the block only."""
     def model(g_prev, s_prev, a_prev, x_block, v_block):
         x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
-        g = max(g_prev, float(x[which]))
+        g = _max_of(g_prev, x[which:which + 1] if which >= 0 else x[which:])
+        if g == -np.inf:
+            return g, 0.0, np.asarray(a_prev, dtype=np.float64)
         return g, s_prev * np.exp(g_prev - g) + np.exp(x - g).sum(), np.asarray(a_prev, dtype=np.float64)
     return model
 
 
 BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
-BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes(_with_state(_block_model), "m-b") + (
+BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes(_with_state(_block_model), "m-b")
+                  + _guard_mistakes(_block_model, "m-b") + (
     Mistake("the max of one key of the block only", "the new max is over the old max and every key of the block, "
             "g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)", (_one_key_max(0), _one_key_max(-1)), same_state),
+    Mistake("the block's own max not moved to the new max", "Algorithm 1 of FlashAttention computes the block's "
+            "max m~ = max(x_block), its sum l~ = sum exp(x_i - m~) and exp(x_i - m~) V; both must then be moved to "
+            "the new max g_m = max(g_{m-b}, m~) by exp(m~ - g_m), like the old state by exp(g_{m-b} - g_m)",
+            (_block_local,), same_state),
     NOT_A_TRIPLE, LOWER_PRECISION))
 
 
@@ -272,7 +375,6 @@ def check_block_step(fn) -> CheckReport:
     block from the empty state, a key 1000 above the old max, and a real row folded in blocks of 8 keys (46 = 5 x 8
     + 6). Named mistakes: :data:`BLOCK_MISTAKES`.
     """
-    report = CheckReport("check_block_step")
     rng = np.random.default_rng(5)
     a_prev = np.array([0.2, 0.4, -0.6])
     V = rng.standard_normal((4, 3))
@@ -284,7 +386,7 @@ def check_block_step(fn) -> CheckReport:
                                                                 V[:2])),
         ("a block with a key 1000 above the old max", (0.0, 2.0, a_prev, np.array([1000.0, 999.0]), V[:2])),
     ]
-    _check_steps(report, fn, cases, block_reference, BLOCK_MISTAKES)
+    report = _check_steps("check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties())
     x, v, expected = _real_row()
     _fold(report, "a real score row folded in blocks of 8 keys gives the attention output", fn, x, v, expected, 8)
     return report

@@ -29,6 +29,7 @@ from flashmath.viz.live import (
                                      Picture,
                                      animate_steps,
                                      figure_signature,
+                                     offline_jshtml,
                                      strip,
 )
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
@@ -59,6 +60,7 @@ __all__ = [
     "TileSweepPlot",
     "TileTrafficPlot",
     "animate_steps",
+    "offline_jshtml",
     "figure_signature",
     "plot_gqa_heads",
     "plot_mask_example",

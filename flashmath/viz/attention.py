@@ -181,8 +181,8 @@ class LoopSwapPlot(LivePlot):
 
         dd = np.arange(Dv)
         self.a_bars = ax_a.bar(dd, np.zeros(Dv), color=SEEN, width=0.75)
-        (self.added_ticks,) = ax_a.plot([], [], "_", color=JUMP, ms=9, mew=2)
-        self.added_lines = ax_a.vlines([], [], [], color=JUMP, lw=2)
+        (self.added_ticks,) = ax_a.plot([], [], "_", color=JUMP, ms=18, mew=4)  # visible at the stored size
+        self.added_lines = ax_a.vlines([], [], [], color=JUMP, lw=4)
         ax_a.plot(dd, self.partial[n, -1], "_", color=FINAL, ms=12, mew=1.5)
         ax_a.axhline(0, color="k", lw=0.5)
         ax_a.set_ylim(*limits(np.concatenate([self.partial[n].ravel(), [0.0]])))
@@ -190,7 +190,7 @@ class LoopSwapPlot(LivePlot):
         ax_a.set_xlabel("output dimension d (0-based)")
         ax_a.set_ylabel(f"A[{n}, d]")
         ax_a.legend(handles=[Patch(color=SEEN, label="partial sums of the first m keys"),
-                             Line2D([], [], color=JUMP, lw=2, label="just added: key m's term"),
+                             Line2D([], [], color=JUMP, lw=4, label="just added: key m's term"),
                              Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5,
                                     label=f"final A[{n}, :]")], ncol=3, **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
@@ -283,15 +283,15 @@ class OneLoopPlot(LivePlot):
                              Line2D([], [], color=JUMP, lw=2, label="running max $g_m$")], ncol=3, **LEGEND_ABOVE)
 
         self.c_bars = ax_c.bar(steps, np.zeros(M), color=HOLD, width=0.7)
-        (self.w_marks,) = ax_c.plot([], [], "o", color=SEEN, ms=3)
+        (self.w_marks,) = ax_c.plot([], [], "o", color=SEEN, ms=6)
         ax_c.set_ylim(0, 1.15)
         ax_c.set_ylabel("factor")
         ax_c.legend(handles=[Patch(color=HOLD, label="correction of $A'_{m-1}$, max held"),
                              Patch(color=JUMP, label="max jumped"),
-                             Line2D([], [], color=SEEN, marker="o", ls="", ms=3, label="weight of $V_m$")],
+                             Line2D([], [], color=SEEN, marker="o", ls="", ms=6, label="weight of $V_m$")],
                     ncol=3, **LEGEND_ABOVE)
 
-        (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=3)
+        (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=5)
         if np.isfinite(self.s[-1]):
             ax_s.axhline(self.s[-1], color="k", ls="--", lw=1)
         ax_s.set_ylim(0, top(self.s))
@@ -299,7 +299,7 @@ class OneLoopPlot(LivePlot):
         ax_s.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {self.s[-1]:.3g}")],
                     loc="lower right", fontsize=8)
         if self.labels is not None:
-            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=6)
+            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
         else:
             ax_s.set_xlabel("key m (1..M)")
 

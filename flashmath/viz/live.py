@@ -46,6 +46,7 @@ Nothing here computes softmax or attention: the plots draw traces computed by :m
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 from collections.abc import Sized
@@ -59,7 +60,8 @@ from PIL import Image
 
 from flashmath._checks import integer, size
 
-__all__ = ["LivePlot", "Picture", "animate_steps", "strip", "figure_signature", "encode_png", "DPI", "PIXEL_RATIO"]
+__all__ = ["LivePlot", "Picture", "animate_steps", "offline_jshtml", "strip", "figure_signature", "encode_png", "DPI",
+           "PIXEL_RATIO"]
 
 DPI = 80  # dots per inch of live pictures: 8 inches are 640 (CSS) pixels, readable, and quick to draw and encode
 PIXEL_RATIO = 2  # a widget's picture has 2 x 2 device pixels per CSS pixel: sharp on high-density screens too
@@ -263,6 +265,32 @@ def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: i
 
     return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False,
                                    cache_frame_data=False)
+
+
+#: The buttons of matplotlib's JavaScript player as plain characters: its ``to_jshtml`` draws them with Font
+#: Awesome icons loaded from a CDN (``matplotlib/_animation_data.py``), which are blank without a network.
+_PLAYER_ICONS = {"fa-minus": "\u2212", "fa-fast-backward": "\u23ee", "fa-step-backward": "\u25c1",
+                 "fa-play fa-flip-horizontal": "\u25c0", "fa-pause": "\u23f8", "fa-play": "\u25b6",
+                 "fa-step-forward": "\u25b7", "fa-fast-forward": "\u23ed", "fa-plus": "+"}
+
+
+def offline_jshtml(anim: animation.Animation, **kwargs) -> str:
+    """``anim.to_jshtml(**kwargs)`` usable offline: the player's buttons as Unicode characters, no stylesheet or
+    font fetched from the web (matplotlib's player takes its icons from Font Awesome on a CDN).
+
+    Raises:
+        ValueError: the player's markup is not the one expected (a matplotlib release changed it).
+    """
+    html = anim.to_jshtml(**kwargs)
+    html, n_links = re.subn(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "", html)
+    n_icons = 0
+    for css, char in sorted(_PLAYER_ICONS.items(), key=lambda item: -len(item[0])):  # "fa-play fa-flip..." first
+        html, n = re.subn(rf'<i class="fa {re.escape(css)}"></i>', char, html)
+        n_icons += n
+    if n_links != 1 or n_icons != len(_PLAYER_ICONS) or 'class="fa ' in html:
+        raise ValueError("matplotlib's animation player changed: flashmath.viz.offline_jshtml expects Font Awesome "
+                         "icons and one stylesheet link")
+    return html
 
 
 class Picture:

@@ -107,7 +107,7 @@ class OnlineSoftmaxPlot(LivePlot):
                     loc="lower right", fontsize=8)
         ax_s.set_xlim(0.4, N + 0.6)
         if self.labels is not None:
-            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=7)
+            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.x_bars, self.g_line, self.current, self.r_bars, self.s_line, ax_s.get_legend(), self.title)
 
@@ -168,7 +168,7 @@ class OverflowPlot(LivePlot):
         self.lse_line = ax_e.axhline(0, color="k", ls=":", lw=1.2)
         ax_e.set_ylabel("$x_i$")
         ax_e.legend(handles=[Patch(color=SEEN, label="$x_i$ in the dtype"),
-                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label="exp($x_i$) = inf"),
+                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label="red bar: exp($x_i$) = inf"),
                              Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
                              Line2D([], [], color=JUMP, ls="--", lw=1, label="ln(max of the dtype)")],
                     ncol=4, **LEGEND_ABOVE)
@@ -182,11 +182,12 @@ class OverflowPlot(LivePlot):
         ax_y.axhline(0, color="k", lw=0.5)
         ax_y.set_ylabel("probability")
         ax_y.set_xlabel("element i")
-        ax_y.legend(handles=[Patch(color=HOLD, label="direct softmax"), Patch(color=SEEN, label="safe softmax"),
-                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label="direct gives NaN"),
+        ax_y.legend(handles=[Patch(color=HOLD, label="direct softmax (a bar where finite and > 0)"),
+                             Patch(color=SEEN, label="safe softmax"),
+                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label="direct gives NaN (inf / inf)"),
                              Line2D([], [], color=ZERO, ls="", marker="o", ms=5, mfc="none", mew=1.5,
-                                    label="direct gives 0, safe does not")],
-                    ncol=4, **LEGEND_ABOVE)
+                                    label="direct gives 0, safe not (finite / inf, underflow)")],
+                    ncol=2, **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.x_bars, self.inf_marks, self.limit_line, self.lse_line, self.direct_bars, self.safe_bars,
                   self.nan_marks, self.zero_marks, self.title)
@@ -200,8 +201,11 @@ class OverflowPlot(LivePlot):
         y_direct, y_safe = study.direct, study.safe
         steps = np.arange(1, x64.size + 1)
 
-        set_heights(self.x_bars, finite_or_nan(np.where(overflowed, np.nan, x64)))
-        self.inf_marks.set_data(steps[overflowed], finite_or_nan(x64[overflowed]))
+        set_heights(self.x_bars, finite_or_nan(x64))  # every bar, the overflowed ones too (in red, cross above)
+        for bar, over in zip(self.x_bars, overflowed, strict=False):
+            bar.set_color(JUMP if over else SEEN)
+        top_pad = 0.06 * (np.nanmax(np.abs(finite_or_nan(x64))) if np.isfinite(finite_or_nan(x64)).any() else 1.0)
+        self.inf_marks.set_data(steps[overflowed], finite_or_nan(x64[overflowed]) + top_pad)
         self.limit_line.set_ydata([limit, limit])
         self.lse_line.set_ydata([lse, lse])
         ylim = limits(np.concatenate([x64, [limit, lse]]), pad=0.15)  # both lines always show
