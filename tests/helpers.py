@@ -98,3 +98,29 @@ def problems(draw):
     else:
         kwargs, keep = mask_kwargs(kind, N, M, rng)
     return q, k, v, kwargs, keep
+
+
+def window_keep(N, M, left, right):
+    """FlashAttention's window: key m is seen by query n when n + M - N - left <= m <= n + M - N + right."""
+    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
+    p = n + M - N
+    keep = np.ones((N, M), bool)
+    if left is not None:
+        keep &= m >= p - left
+    if right is not None:
+        keep &= m <= p + right
+    return keep
+
+
+def paged_case(rng, seqlens, page_size, H_kv, D, Dv, spare=3):
+    """A random physical page pool, a shuffled block table, and the contiguous caches it stands for."""
+    n_pages = [-(-n // page_size) for n in seqlens]
+    P = sum(n_pages) + spare
+    k_pages, v_pages = rng.standard_normal((P, H_kv, page_size, D)), rng.standard_normal((P, H_kv, page_size, Dv))
+    order = rng.permutation(P)
+    table = np.full((len(seqlens), max(n_pages + [1]) + 1), -1)
+    used = 0
+    for b, n in enumerate(n_pages):
+        table[b, :n] = order[used:used + n]
+        used += n
+    return k_pages, v_pages, table, np.array(seqlens)

@@ -1,12 +1,12 @@
 """Chapter 13's variants: grouped-query heads, windows, softcap, ALiBi, score_mod / mask_mod, block masks, packed
-sequences and a paged KV cache, each against an independent computation (PyTorch's SDPA where it applies, the
-formulas written here otherwise)."""
+sequences and a paged KV cache, each against an independent computation (the formulas written here; PyTorch's SDPA
+in tests/test_variants_torch.py, outside the fast tier since importing torch alone takes seconds)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_close, make
+from helpers import assert_close, make, paged_case, window_keep
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,35 +36,10 @@ def direct(q, k, v, *, keep=None, bias=None, softcap=None, scale=None):
     return (p / np.where(s == 0, 1, s)) @ v
 
 
-def window_keep(N, M, left, right):
-    """FlashAttention's window: key m is seen by query n when n + M - N - left <= m <= n + M - N + right."""
-    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
-    p = n + M - N
-    keep = np.ones((N, M), bool)
-    if left is not None:
-        keep &= m >= p - left
-    if right is not None:
-        keep &= m <= p + right
-    return keep
-
-
 SIZES = [(7, 11), (11, 7), (1, 9), (9, 1), (16, 16), (5, 5)]
 
 
 # -- grouped-query heads against PyTorch's SDPA ---------------------------------------------------------------------
-
-@pytest.mark.parametrize("N, M", SIZES)
-@pytest.mark.parametrize("H, H_kv", [(4, 2), (6, 1), (3, 3)])
-def test_gqa_matches_pytorch_sdpa(N, M, H, H_kv):
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(N * 100 + M + H)
-    q = rng.standard_normal((2, H, N, 8))
-    k = rng.standard_normal((2, H_kv, M, 8))
-    v = rng.standard_normal((2, H_kv, M, 5))
-    got = flash_attention(q, k, v, enable_gqa=True, block_q=3, block_k=4)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v)), enable_gqa=True).numpy()
-    assert_close(got, want, 1e-10)
 
 
 def test_gqa_head_mapping_is_h_over_g():
@@ -119,18 +94,6 @@ def test_window_skips_tiles_without_building_a_mask():
     bm = block_mask(64, 64, block_q=8, block_k=8, window=(7, 0))
     # band of 8 diagonals: tiles on the diagonal and just below are visited, the others skipped
     assert bm.counts == {"empty": 64 - 8 - 7, "partial": 8 + 7, "full": 0}
-
-
-@pytest.mark.parametrize("window", [(2, 3), (None, 1), (0, 0)])
-def test_window_matches_pytorch_masked_sdpa(window):
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(5)
-    q, k, v = make(rng, 5, 12, 4, 3, (2,))
-    keep = window_keep(5, 12, *window)
-    got = flash_attention(q, k, v, window=window, block_q=2, block_k=5)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v)), attn_mask=torch.from_numpy(keep)).numpy()
-    assert_close(got, want, 1e-10)
 
 
 @pytest.mark.parametrize("bad, error", [((1, -2), ValueError), ((1,), TypeError), (0, ValueError), ("3", TypeError),
@@ -339,19 +302,6 @@ def test_varlen_equals_each_sequence_alone(lens_q, lens_k, kwargs):
         assert_close(got[:, rq], want, 1e-12)
 
 
-def test_varlen_matches_pytorch_per_sequence_with_gqa():
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(15)
-    cu = np.array([0, 4, 11, 12])
-    q, k, v = rng.standard_normal((4, 12, 8)), rng.standard_normal((2, 12, 8)), rng.standard_normal((2, 12, 8))
-    got = flash_attention_varlen(q, k, v, cu, cu, causal=True, enable_gqa=True, block_q=4, block_k=4)
-    for s in range(3):
-        r = slice(cu[s], cu[s + 1])
-        want = torch.nn.functional.scaled_dot_product_attention(
-            *(torch.from_numpy(a[:, r]) for a in (q, k, v)), is_causal=True, enable_gqa=True).numpy()
-        assert_close(got[:, r], want, 1e-10)
-
-
 def test_varlen_refuses_bad_cu_seqlens():
     rng = np.random.default_rng(16)
     q, k, v = make(rng, 6, 6, 2, 2)
@@ -362,19 +312,6 @@ def test_varlen_refuses_bad_cu_seqlens():
 
 
 # -- paged KV cache -----------------------------------------------------------------------------------------------
-
-def paged_case(rng, seqlens, page_size, H_kv, D, Dv, spare=3):
-    """A random physical page pool, a shuffled block table, and the contiguous caches it stands for."""
-    n_pages = [-(-n // page_size) for n in seqlens]
-    P = sum(n_pages) + spare
-    k_pages, v_pages = rng.standard_normal((P, H_kv, page_size, D)), rng.standard_normal((P, H_kv, page_size, Dv))
-    order = rng.permutation(P)
-    table = np.full((len(seqlens), max(n_pages + [1]) + 1), -1)
-    used = 0
-    for b, n in enumerate(n_pages):
-        table[b, :n] = order[used:used + n]
-        used += n
-    return k_pages, v_pages, table, np.array(seqlens)
 
 
 def test_gather_pages_is_the_contiguous_cache():
@@ -401,20 +338,6 @@ def test_paged_equals_contiguous_cache(N, num_splits, kwargs):
         want, want_lse = flash_attention(q[b], k, v, enable_gqa=True, return_lse=True, **kwargs)
         assert_close(got[b], want, 1e-12)
         assert_close(lse[b], want_lse, 1e-12)
-
-
-def test_paged_decoding_matches_pytorch():
-    torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(18)
-    k_pages, v_pages, table, lens = paged_case(rng, [9, 3], 4, 2, 8, 8)
-    q = rng.standard_normal((2, 2, 1, 8)).astype(np.float32)
-    got = paged_attention(q, k_pages.astype(np.float32), v_pages.astype(np.float32), table, lens, num_splits=2)
-    assert got.dtype == np.float32
-    for b in range(2):
-        k, v = gather_pages(k_pages, table, lens, b), gather_pages(v_pages, table, lens, b)
-        want = torch.nn.functional.scaled_dot_product_attention(
-            torch.from_numpy(q[b].astype(np.float64)), torch.from_numpy(k), torch.from_numpy(v)).numpy()
-        assert_close(got[b], want, TOL32)
 
 
 def test_paged_refuses_bad_tables():
