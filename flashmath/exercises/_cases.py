@@ -206,7 +206,9 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
             report.add(name, False, f"expected ({form})" + (f": {not_answer.message()}" if not_answer else ""))
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
-            report.add(name, False, form_text)
+            # a wrong shape: a model of the checker's own may say which wrong shape it is
+            mistake = named.for_case(i) if WRONG_SHAPE.name in form_text else None
+            report.add(name, False, f"{form_text}; {mistake.message()}" if mistake else form_text)
             continue
         if compare(answer, expected):
             report.add(name, True)

@@ -179,7 +179,7 @@ def tile_kind_reference(r0, r1, c0, c1, N, M):
     from flashmath.variants import make_variant
 
     keep = make_variant(N, M, (), causal=True).tile_keep(r0, r1, c0, c1)
-    return np.float64(EMPTY if keep is False else FULL if keep is None else PARTIAL)
+    return EMPTY if keep is False else FULL if keep is None else PARTIAL
 
 
 def _kind_model(seen):
