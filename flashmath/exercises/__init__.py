@@ -9,8 +9,8 @@ catalogue of each checker is in :data:`MISTAKES`, the one registry of every chap
 
 One harness (:mod:`flashmath.exercises._report`): :class:`Mistake`, :class:`CheckReport`, ``run`` (calls the
 learner's code, never raises), ``Diagnosis`` (names the mistake whose model gives the learner's answer on the most
-cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them for the
-exercises whose answer is a tuple of arrays.
+cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them, after
+the property battery (``_cases.PROPERTIES``: the inputs unchanged, the result's form, the edge inputs).
 
 One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
 ``chapter11_12``, ``chapter12``, ``chapter13``), and :mod:`~flashmath.exercises.predict` for the 'predict, then
