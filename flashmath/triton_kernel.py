@@ -233,6 +233,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     Sources: Dao (2023), Algorithm 1; see the module docstring.
     """
     require_triton()
+    dq_mode = check_dq_mode(dq_mode)  # refused here too, not only when a backward is needed
     if order != "fa2":
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")

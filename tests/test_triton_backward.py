@@ -256,6 +256,7 @@ def test_a_bad_dq_mode_is_refused_wherever_it_is_accepted():
     a, lse = triton_flash_attention(d, d, d, return_lse=True)
     allowed = r"dq_mode must be one of \('separate', 'atomic'\).*got 'fast'"
     for call in (lambda: triton_flash_attention(q, q, q, dq_mode="fast"),
+                 lambda: triton_flash_attention(d, d, d, dq_mode="fast"),
                  lambda: tk.differentiable_attention(q, q, q, dq_mode="fast"),
                  lambda: tb.triton_attention_backward(d, d, d, a, lse, a, dq_mode="fast"),
                  lambda: tb.backward_schedule(20, 20, 16, 16, dq_mode="fast")):
