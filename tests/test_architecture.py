@@ -4,6 +4,7 @@ the algorithms import neither drawing, widgets nor the counters (docs/architectu
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache  # parsed once per run (the trees are only read): each test parsed the whole package before
 def modules() -> dict[str, ast.Module]:
     return {module_name(path): ast.parse(path.read_text(), str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
 
