@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from flashmath._checks import size
+from flashmath._checks import integer, size
 from flashmath.inputs import AttentionInputs
 
 __all__ = [
@@ -53,6 +53,20 @@ ORDERS = ("fa1", "fa2")
 def check_block(value: object, name: str) -> int:
     """A tile size: a positive integer. TypeError for a non-integer (a bool is not), ValueError below 1."""
     return size(value, name, 1, "a positive integer (rows per tile)", why=" (rows per tile)")
+
+
+def check_kernel_block(value: object, name: str, default: int) -> int:
+    """A tile size of the Triton kernels (chapters 11-12): ``default`` for None, else a power of two from 16 to 256
+    (``tl.dot`` needs both sides of a product to be at least 16; Triton's blocks are powers of two).
+
+    Raises:
+        TypeError: a non-integer (a bool is not). ValueError: anything else outside 16, 32, 64, 128, 256.
+    """
+    number = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
+    if number < 16 or number > 256 or number & (number - 1):
+        raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
+                         f"got {number}")
+    return number
 
 
 def check_order(order: object) -> str:

@@ -66,6 +66,7 @@ import sys
 
 from flashmath._checks import size
 from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.tiling import check_kernel_block
 from flashmath.triton_setup import (
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
@@ -74,7 +75,6 @@ from flashmath.triton_setup import (
     available,
     check_kernel_inputs,
     interpreted,
-    kernel_block,
     padded_width,
     quiet_interpreter,
     require_triton,
@@ -284,8 +284,8 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     """
     require_triton()
     dq_mode = check_dq_mode(dq_mode)
-    block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
-    block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
+    block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
+    block_n = check_kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     tiny, huge = FLOAT32_SCALES

@@ -76,6 +76,7 @@ __all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available",
            "too_late", "DQ_MODES"]
 
 from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.tiling import check_kernel_block
 from flashmath.triton_backward import triton_attention_backward
 from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests use them through this module
     DEFAULT_BLOCK_M,
@@ -90,7 +91,6 @@ from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests us
     available,
     check_kernel_inputs,
     interpreted,
-    kernel_block,
     padded_width,
     quiet_interpreter,
     require_extra,
@@ -246,8 +246,8 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
                                         mask=mask, return_lse=return_lse, dq_mode=dq_mode, num_warps=num_warps,
                                         num_stages=num_stages)
-    block_m = kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
-    block_n = kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
+    block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
+    block_n = check_kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
     extents = check_window(window)  # chapter 13: (left, right) or None

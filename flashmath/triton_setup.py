@@ -18,12 +18,11 @@ import warnings
 
 import numpy as np
 
-from flashmath._checks import integer
 from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 
 __all__ = ["TORCH_VERSION", "INSTALL_COMMANDS", "INSTALL_HINT", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM",
            "FLOAT32_SCALES", "ExtraNotInstalled", "available", "interpreted", "too_late", "require_triton",
-           "require_extra", "kernel_block", "padded_width", "stand_in", "check_kernel_inputs", "quiet_interpreter",
+           "require_extra", "padded_width", "stand_in", "check_kernel_inputs", "quiet_interpreter",
            "as_tensor", "rule_blocks"]
 
 TORCH_VERSION = "2.13.0"
@@ -116,14 +115,6 @@ def too_late() -> bool:
     """True when there is no GPU but Triton was imported (compiled mode) before this module could switch it to its
     interpreter: the kernels cannot run then (restart Python and import the kernels' modules before triton)."""
     return _TOO_LATE
-
-
-def kernel_block(value, name: str, default: int) -> int:
-    value = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
-    if value < 16 or value > 256 or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
-                         f"got {value}")
-    return value
 
 
 def padded_width(size: int) -> int:
