@@ -282,37 +282,62 @@ def _place(answer) -> str | None:
     return next((place for place, names in PLACES.items() if text in names), None)
 
 
+def _where_call(answers, args):
+    """The harness's ``call`` hook: the place the learner gave for the quantity ``args[0]``, one of the three."""
+    quantity = args[0]
+    if quantity not in answers or answers[quantity] in (None, ...):
+        return PropertyFailure("no answer yet: write 'registers', 'shared memory' or 'HBM'")
+    place = _place(answers[quantity])
+    if place is None:
+        return PropertyFailure(f"{answers[quantity]!r} is not one of 'registers', 'shared memory', 'HBM'")
+    return place
+
+
+def _where_describe(place, expected) -> tuple[str, object, object]:
+    quantity, _ = expected
+    if quantity == "k_tile, v_tile" and place == "registers":
+        return "not registers for the whole sweep", place, expected
+    return f"not {place}", place, expected
+
+
+class _WhereDiagnosis:
+    """The harness's ``diagnosis`` hook: why the place given is wrong for each quantity (the score tile in HBM is
+    standard attention; the accumulator in HBM is Algorithm 1)."""
+
+    def __init__(self, cases, answers):
+        self.cases, self.answers = cases, answers
+
+    def for_case(self, i: int) -> _Named:
+        quantity, place = self.cases[i][0], self.answers[i]
+        why = WHERE[quantity][1]
+        if quantity == "x_tile, p_tile":
+            return _Named(f"{why}. A score tile in HBM is standard attention, which writes X and Y (N x M each) and "
+                          "reads them back")
+        if quantity == "acc" and place == "HBM":
+            return _Named("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; "
+                          f"FlashAttention-2 keeps acc on chip. {why}")
+        return _Named(why)
+
+
 def check_where_it_lives(answers) -> CheckReport:
     """Check a learner's ``{quantity: place}`` for the quantities of :data:`WHERE` (exercise 11.2); a place is
     ``"registers"``, ``"shared memory"`` or ``"HBM"`` (synonyms accepted: ``"smem"``, ``"global memory"``...).
 
-    Named mistakes: a place that is not one of the three; the score tile in HBM or in shared memory (that is
-    standard attention, or a kernel that spills); a streamed tile in registers for the whole sweep; the
-    accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does not).
+    One case per quantity, through the harness (:func:`~flashmath.exercises._cases.check_function`; no edge input
+    applies to a quiz). Named mistakes: a place that is not one of the three; the score tile in HBM or in shared
+    memory (that is standard attention, or a kernel that spills); a streamed tile in registers for the whole
+    sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does
+    not).
     """
-    report = CheckReport("check_where_it_lives")
     if not isinstance(answers, dict):
+        report = CheckReport("check_where_it_lives")
         report.add("the answers", False, f"expected a dict {{quantity: place}}, got {type(answers).__name__}")
         return report
-    for quantity, (right, why) in WHERE.items():
-        if quantity not in answers or answers[quantity] in (None, ...):
-            report.add(quantity, False, "no answer yet: write 'registers', 'shared memory' or 'HBM'")
-            continue
-        place = _place(answers[quantity])
-        if place is None:
-            report.add(quantity, False, f"{answers[quantity]!r} is not one of 'registers', 'shared memory', 'HBM'")
-        elif place in right:
-            report.add(quantity, True)
-        elif quantity == "x_tile, p_tile":
-            report.add(quantity, False, f"not {place}: {why}. A score tile in HBM is standard attention, which "
-                                        "writes X and Y (N x M each) and reads them back")
-        elif quantity == "acc" and place == "HBM":
-            report.add(quantity, False, "not HBM: FlashAttention (Algorithm 1, key tiles outside) reads and writes "
-                                        f"A at every step; FlashAttention-2 keeps acc on chip. {why}")
-        elif quantity == "k_tile, v_tile" and place == "registers":
-            report.add(quantity, False, f"not registers for the whole sweep: {why}")
-        else:
-            report.add(quantity, False, f"not {place}: {why}")
+    cases = [(quantity, (quantity,)) for quantity in WHERE]
+    report = check_function("check_where_it_lives", answers, cases, lambda quantity: (quantity, WHERE[quantity][0]),
+                            (), n_out=1, names=("the place",), call=_where_call, convert=lambda place: place,
+                            compare=lambda place, expected: place in expected[1], describe=_where_describe,
+                            diagnosis=_WhereDiagnosis, check_form=False)
     extra = sorted(set(answers) - set(WHERE), key=str)
     if extra:
         report.add("unknown quantities", False, f"{extra}: answer for {list(WHERE)}")
