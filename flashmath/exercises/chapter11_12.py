@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
+from flashmath.exercises._cases import PropertyFailure, Said, check_function, property_cases
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
 from flashmath.exercises.chapter6_10 import shape_hint
 
@@ -195,20 +195,10 @@ class _RowLseDiagnosis:
         except Exception:
             nan_on_empty = False
         if nan_on_empty:
-            return _Named("a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
+            return Said("a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
                           "subtract 0 while g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and "
                           "return -inf for s = 0")
         return self.catalogue.for_case(i)
-
-
-class _Named:
-    """A diagnosis without a model: ``message()`` is the whole text."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def message(self) -> str:
-        return self.text
 
 
 def check_row_lse(fn) -> CheckReport:
@@ -250,7 +240,7 @@ def check_row_lse(fn) -> CheckReport:
     return check_function("check_row_lse", fn, cases, lambda x, *_: _lse(x), ROW_LSE_MISTAKES, n_out=1,
                           names=("L",), properties=_row_lse_properties(), compare=functools.partial(_same, rtol=1e-5),
                           describe=describe, call=call, diagnosis=_RowLseDiagnosis, hint=_kernel_hint,
-                          not_answer=_Named("expected one logsumexp per row, a tensor of shape (R,)"))
+                          not_answer=Said("expected one logsumexp per row, a tensor of shape (R,)"))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -307,16 +297,16 @@ class _WhereDiagnosis:
     def __init__(self, cases, answers):
         self.cases, self.answers = cases, answers
 
-    def for_case(self, i: int) -> _Named:
+    def for_case(self, i: int) -> Said:
         quantity, place = self.cases[i][0], self.answers[i]
         why = WHERE[quantity][1]
         if quantity == "x_tile, p_tile":
-            return _Named(f"{why}. A score tile in HBM is standard attention, which writes X and Y (N x M each) and "
+            return Said(f"{why}. A score tile in HBM is standard attention, which writes X and Y (N x M each) and "
                           "reads them back")
         if quantity == "acc" and place == "HBM":
-            return _Named("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; "
+            return Said("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; "
                           f"FlashAttention-2 keeps acc on chip. {why}")
-        return _Named(why)
+        return Said(why)
 
 
 def check_where_it_lives(answers) -> CheckReport:

@@ -189,7 +189,8 @@ def check_alibi(fn) -> CheckReport:
                                ("N = 6 > M = 3, slope 1/8", 6, 3, 0.125), ("decoding: N = 1, M = 7", 1, 7, 0.5)):
         cases.append((title, (rng.standard_normal((N, M)), slope, *_grid(N, M), N, M)))
     scores = rng.standard_normal((3, 4))
-    properties = property_cases([(title, (score, slope, *_grid(*score.shape), *score.shape)) for title, score, slope in (
+    properties = property_cases([(title, (score, slope, *_grid(*score.shape), *score.shape))
+                                 for title, score, slope in (
         ("the empty input: no keys (M = 0)", np.zeros((3, 0)), 0.5),
         ("one element: N = M = 1", np.array([[0.7]]), 0.5),
         ("an all -inf row (masked) stays -inf", np.where(np.arange(3)[:, None] == 1, -np.inf, scores), 0.5),
@@ -299,7 +300,8 @@ def check_page_gather(fn) -> CheckReport:
                                                       table, 0, 6)),
         ("float16 overflow: a float16 cache gives its key in float16 (no float64 copy)",
          (pages.astype(np.float16) * np.float16(1e4), table, 1, 9)),
-        ("integer input: an integer cache gives its key unchanged", (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4)),
+        ("integer input: an integer cache gives its key unchanged",
+         (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4)),
     ])
     return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
                           names=("the key",), properties=properties)

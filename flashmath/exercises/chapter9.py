@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from flashmath.attention import attention
-from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._cases import Said, check_function, property_cases
 from flashmath.exercises._report import CheckReport
 from flashmath.flash import flash_attention
 from flashmath.precision import max_abs_error, naive_attention, round_to
@@ -161,16 +161,6 @@ def _number(out) -> float | None:
         return None
 
 
-class _Named:
-    """What the harness's ``diagnosis`` hook asks for: ``message()``, the name of the mistake and what to change."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def message(self) -> str:
-        return self.text
-
-
 RECIPE = ("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs and naive the "
           "attention that stores X, Y and A in the inputs' dtype, computing each in float32")
 
@@ -182,7 +172,7 @@ class _RatioDiagnosis:
     def __init__(self, cases, answers):
         self.cases, self.answers = cases, answers
 
-    def for_case(self, i: int) -> _Named:
+    def for_case(self, i: int) -> Said:
         value, (out, q, k, v) = self.answers[i], self.cases[i]
         right, mistakes = _ratios(out, q, k, v)
         named = next((message for wrong, message in mistakes
@@ -193,7 +183,7 @@ class _RatioDiagnosis:
         elif named is None and np.isfinite(right) and value > 20 * max(right, 1.0):
             named = ("a ratio this large means your naive error is tiny: is your naive attention rounded to "
                      f"{q.dtype.name} where a framework stores X, Y and A?")
-        return _Named(named or RECIPE)
+        return Said(named or RECIPE)
 
 
 def _describe(value, right) -> tuple[str, float, float]:
@@ -231,7 +221,7 @@ def _properties():
     ])
 
 
-NOT_A_NUMBER = _Named("expected one number (the ratio of two errors), not a tuple or an array")
+NOT_A_NUMBER = Said("expected one number (the ratio of two errors), not a tuple or an array")
 
 
 def check_flash_test_ratio(fn) -> CheckReport:
