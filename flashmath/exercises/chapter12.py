@@ -121,7 +121,8 @@ def check_backward_tiles(fn) -> CheckReport:
     """Check ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)`` (12.1): float64 arrays ``q (N, D)``,
     ``k``, ``v (M, D)``, the forward's ``a (N, D)`` and ``lse (N,)``, ``grad_a (N, D)``, ``keep (N, M)`` boolean
     (True = attend), key tiles of ``block_k``; the scale is ``1 / sqrt(D)``. Cases: several key tiles, the last one
-    shorter; one key tile with ``N = M``; padded keys; a fully masked row. Named mistakes:
+    shorter; one key tile with ``N = M``; padded keys; a fully masked row, after the property cases
+    (:func:`_properties`). Named mistakes:
     :data:`BACKWARD_MISTAKES`."""
     rng = np.random.default_rng(12)
     pad = np.ones((5, 9), bool)

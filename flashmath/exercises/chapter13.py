@@ -4,6 +4,11 @@ classified, a key gathered from a paged cache. Each checker names the classic mi
 The learner's functions receive index *arrays*, as the package's ``mask_mod`` and ``score_mod`` do
 (:mod:`flashmath.variants`): ``q_idx`` of shape ``(N, 1)`` and ``kv_idx`` of shape ``(1, M)``, so one call answers
 for the whole grid by broadcasting.
+
+Each checker runs its property cases first (the battery of :mod:`~flashmath.exercises._cases`, where it applies): an
+empty grid, one element and numpy integers for the masks and the tile kind; -inf, +inf, NaN, float16 and integer
+scores for softcap and ALiBi (softcap caps +-inf at +-cap); one-token pages, NaN, a float16 cache (float16 out) and
+an integer cache for the page gather.
 """
 
 from __future__ import annotations

@@ -237,7 +237,8 @@ def check_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile) -> (g_new, s_new, a_new)``, one key tile for a query tile (exercise 6.1).
 
     ``g, s (B_r,)``, ``a (B_r, Dv)`` the rows' state; ``x_tile (B_r, B_c)`` the scaled scores; ``v_tile (B_c, Dv)``.
-    The output is normalised after the tile (chapter 6). Named mistakes: :data:`TILE_MISTAKES`.
+    The output is normalised after the tile (chapter 6). The property battery first (:func:`_tile_properties`).
+    Named mistakes: :data:`TILE_MISTAKES`.
     """
     rng = np.random.default_rng(6)
     cases = _tile_cases(rng)
@@ -327,7 +328,8 @@ def check_masked_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile, keep) -> (g_new, s_new, a_new)``: the tile step with a mask (8.2).
 
     ``keep (B_r, B_c)`` boolean, True = attend. A masked key is absent whatever its score and value row hold (NaN
-    included); a row that has seen no key keeps ``(-inf, 0, 0)``. Named mistakes: :data:`MASKED_MISTAKES`.
+    included); a row that has seen no key keeps ``(-inf, 0, 0)``. The property battery first
+    (:func:`_masked_properties`). Named mistakes: :data:`MASKED_MISTAKES`.
     """
     rng = np.random.default_rng(8)
     X, V = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
@@ -415,8 +417,8 @@ NUMERATOR_MISTAKES = (
 def check_numerator_step(fn) -> CheckReport:
     """Check ``fn(g, s, u, x_tile, v_tile) -> (g_new, s_new, u_new)``, FlashAttention-2's tile step (7.1).
 
-    ``u (B_r, Dv)`` the numerator ``s A'``: ``U_new = U e^{g - g_new} + P V`` with no division.
-    Named mistakes: :data:`NUMERATOR_MISTAKES`.
+    ``u (B_r, Dv)`` the numerator ``s A'``: ``U_new = U e^{g - g_new} + P V`` with no division. The property
+    battery first (:func:`_tile_properties`). Named mistakes: :data:`NUMERATOR_MISTAKES`.
     """
     rng = np.random.default_rng(7)
     cases = [(name.replace("(g, s, A')", "(g, s, U)"), args) for name, args in _tile_cases(rng)]
@@ -469,7 +471,9 @@ FINISH_MISTAKES = (
 
 def check_finish(fn) -> CheckReport:
     """Check ``fn(g, s, u) -> (a, lse)``, the end of a FlashAttention-2 query tile (7.2): ``A = U / s`` (0 for a row
-    with no key) and ``L = g + log(s)`` (natural log; -inf for a row with no key). Named: :data:`FINISH_MISTAKES`."""
+    with no key) and ``L = g + log(s)`` (natural log; -inf for a row with no key). Property cases first: no rows,
+    one row, every row without a key, +inf in U, NaN in s, maxima near -1000 (no integer case: s and U are sums of
+    exponentials). Named: :data:`FINISH_MISTAKES`."""
     rng = np.random.default_rng(72)
     u = rng.standard_normal((3, 2)) * 3
     cases = [
@@ -530,7 +534,8 @@ CAUSAL_MISTAKES = (
 
 def check_causal_mask(fn) -> CheckReport:
     """Check ``fn(N, M) -> (N, M)`` boolean, the bottom-right causal mask (8.1): query ``n`` sees key ``m`` when
-    ``m <= n + M - N``. Cases: N = M, N < M, N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
+    ``m <= n + M - N``. Property cases first (N = 0, M = 0, N = M = 1, numpy integers), then N = M, N < M,
+    N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
     from flashmath.masks import causal_mask
 
     cases = [("N = M = 4", (4, 4)), ("N = 2 < M = 5", (2, 5)), ("N = 5 > M = 2 (the first rows see nothing)", (5, 2)),
@@ -644,7 +649,9 @@ def _mix(a1, l1, a2, l2, L):
 def check_merge_states(fn) -> CheckReport:
     """Check ``fn(a1, lse1, a2, lse2) -> (a, lse)``, the split-KV merge (10.1), against
     :func:`flashmath.merge_states`. Cases: two ranges of one row, ranges with very different logsumexps, large
-    logsumexps (1000), an empty range whose output holds NaN. Named mistakes: :data:`MERGE_STATES_MISTAKES`."""
+    logsumexps (1000), an empty range whose output holds NaN, after the property cases (no rows, one row, every
+    range empty, +inf in an output, a NaN logsumexp, integers, logsumexps near -1000; no float16 case: the package
+    promotes float16 to float32). Named mistakes: :data:`MERGE_STATES_MISTAKES`."""
     from flashmath.splitkv import merge_states
 
     a1, a2 = np.array([[1.0, -2.0], [0.5, 0.5]]), np.array([[3.0, 1.0], [-1.0, 2.0]])
