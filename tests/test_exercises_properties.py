@@ -38,6 +38,14 @@ def numerator_step_with_fmax(g, s, u, x_tile, v_tile):
     return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ v_tile
 
 
+def finish_with_log_where_positive(g, s, u):
+    """7.2 that takes the log only where s > 0 (-inf elsewhere): a NaN sum reads as a row with no key."""
+    positive = s > 0
+    a = np.where(positive[:, None], u / np.where(positive, s, 1.0)[:, None], 0.0)
+    lse = np.where(positive, g + np.log(np.where(positive, s, 1.0)), -np.inf)
+    return a, lse
+
+
 def masked_step_with_nanmax(g, s, a, x_tile, v_tile, keep):
     """8.2 with ``np.nanmax`` for the row max ("masked scores may hold NaN"): a kept NaN score is ignored."""
     x = np.where(keep, x_tile, -np.inf)
@@ -131,6 +139,7 @@ PROPERTY_CATCHES = {
     # chapter: (checker, wrong solution, the property case that catches it)
     "6: an output buffer zeros_like(a)": ("check_tile_step", tile_step_into_a_buffer, "property: integer input"),
     "7: np.fmax drops a NaN score": ("check_numerator_step", numerator_step_with_fmax, "property: NaN"),
+    "7: a NaN sum read as a row with no key": ("check_finish", finish_with_log_where_positive, "property: NaN"),
     "8: np.nanmax drops a kept NaN score": ("check_masked_tile_step", masked_step_with_nanmax, "property: NaN"),
     "9: np.nanmax hides a NaN output": ("check_flash_test_ratio", ratio_with_nanmax, "property: NaN"),
     "10: a NaN logsumexp read as an empty part": ("check_merge_states", merge_with_positive_weights,
