@@ -38,8 +38,8 @@ if triton_kernel.available():
             # s_new = s * exp(g - g_new) + sum_j exp(x_j - g_new)
             s = s * tl.exp(g - g_ref) + tl.sum(tl.exp(x - g_ref), 0)
             g = g_new
-        # L = g + log(s); -inf for a row of -inf (log is never taken of 0)
-        lse = tl.where(s > 0, g + tl.log(tl.where(s > 0, s, 1.0)), float("-inf"))
+        # L = g + log(s); -inf for a row of -inf (log is never taken of 0); NaN stays NaN (NaN > 0 is false)
+        lse = tl.where(s == 0, float("-inf"), g + tl.log(tl.where(s == 0, 1.0, s)))
         tl.store(L + row + tl.arange(0, 1), lse)
 
 

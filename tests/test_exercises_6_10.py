@@ -359,9 +359,9 @@ def merge_with_max_shift(a1, l1, a2, l2):
     total = e1 + e2
     with np.errstate(divide="ignore"):
         lse = m + np.log(total)
-    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total > 0)[:, None]
-    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total > 0)[:, None]
-    return np.where(w1 > 0, w1 * a1, 0.0) + np.where(w2 > 0, w2 * a2, 0.0), lse
+    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total != 0)[:, None]
+    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total != 0)[:, None]
+    return np.where(w1 == 0, 0.0, w1 * a1) + np.where(w2 == 0, 0.0, w2 * a2), lse  # NaN weights stay NaN
 
 
 @pytest.mark.parametrize("checker, fn", [

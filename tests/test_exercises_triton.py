@@ -46,7 +46,7 @@ def emulated_kernel(block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np
                 ref = 0.0 if (guard_empty and g_new == -np.inf) else g_new
                 s = (s * exp(g - ref) if rescale else s) + exp(blk - ref).sum()
                 g = g_new
-            out.append((g if with_g else 0.0) + log(s) if (s > 0 or not guard_empty) else -np.inf)
+            out.append((g if with_g else 0.0) + log(s) if (s != 0 or not guard_empty) else -np.inf)  # NaN: NaN
         return torch.tensor(np.array(out, np.float32))
     return fn
 

@@ -225,3 +225,14 @@ class PropertyFailure:
     def __init__(self, message: str, out=None):
         self.message, self.out = message, out
 
+
+
+class Said(Mistake):
+    """A diagnosis without a model (for the ``diagnosis`` and ``not_answer`` hooks): its message is its whole text,
+    ``Said(text)``."""
+
+    def __init__(self, text: str):
+        super().__init__(text, "")
+
+    def message(self) -> str:
+        return self.name

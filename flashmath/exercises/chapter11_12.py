@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from flashmath.exercises._cases import PropertyFailure, Said, check_function, property_cases
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
 from flashmath.exercises.chapter6_10 import shape_hint
 
@@ -165,56 +166,81 @@ def _row_lse_cases():
 STRIDED = 40  # the case whose name starts "a slice" passes x[:, :STRIDED] of its array
 
 
+def _row_lse_properties():
+    """The edge cases of the logsumexp kernel: no rows (an empty result, no program launched), one row of one
+    value, and a row holding NaN (NaN out: a guard such as ``s > 0 ? g + log(s) : -inf`` turns it into -inf). A
+    fully masked row (-inf out), rows of -1000 (negative only) and values near 1e4 are ordinary cases; +inf, integer
+    and float16 input are outside the exercise (a float32 tensor, finite or -inf)."""
+    rng = np.random.default_rng(111)
+    with_nan = rng.standard_normal((3, 45))
+    with_nan[1, 7] = np.nan
+    return property_cases([
+        ("the empty input: no rows (a (0, 5) tensor) give an empty result", (np.zeros((0, 5), np.float32),)),
+        ("one element: a (1, 1) tensor", (np.array([[0.75]], np.float32),)),
+        ("NaN propagates: a row holding NaN gives NaN (never -inf or a number)", (with_nan.astype(np.float32),)),
+    ])
+
+
+class _RowLseDiagnosis:
+    """The harness's ``diagnosis`` hook: NaN on a fully masked row first (it has no model), then the catalogue."""
+
+    def __init__(self, cases, answers):
+        self.cases, self.answers = cases, answers
+        self.catalogue = _diagnosis(cases, answers, ROW_LSE_MISTAKES, 1e-5)
+
+    def for_case(self, i: int):
+        got, expected = self.answers[i], _lse(self.cases[i][0])
+        try:
+            nan_on_empty = bool(np.isnan(np.asarray(got)[np.isneginf(expected)]).any())
+        except Exception:
+            nan_on_empty = False
+        if nan_on_empty:
+            return Said("a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
+                          "subtract 0 while g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and "
+                          "return -inf for s = 0")
+        return self.catalogue.for_case(i)
+
+
 def check_row_lse(fn) -> CheckReport:
     """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)``, ``L`` the ``(R,)`` logsumexp of
     each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton kernel
     that streams each row in blocks (exercise 11.1).
 
-    Cases: a row shorter than any block, several blocks with a rising max, values near 1e4, negative rows whose
-    length is not a multiple of the block, rows of -1000, masked entries and a fully masked row, one column.
-    Named mistakes: :data:`ROW_LSE_MISTAKES`, and NaN on the fully masked row. Compared to 1e-5 relative.
+    The property battery first (:func:`_row_lse_properties`: no rows, one value, NaN; the tensor given unchanged
+    and one logsumexp per row on every case), then the cases: a row shorter than any block, several blocks with a
+    rising max, values near 1e4, negative rows whose length is not a multiple of the block, rows of -1000, masked
+    entries and a fully masked row, one column, a slice of a wider tensor. Named mistakes:
+    :data:`ROW_LSE_MISTAKES`, and NaN on the fully masked row. Compared to 1e-5 relative.
     """
-    report = CheckReport("check_row_lse")
     try:
         import torch
     except ImportError:
         from flashmath.triton_setup import INSTALL_HINT  # here: importing it tries to import torch
 
+        report = CheckReport("check_row_lse")
         report.add("PyTorch", False, "this exercise needs PyTorch and Triton (the triton extra): " + INSTALL_HINT)
         return report
-    cases, answers = _row_lse_cases(), []
-    inputs: list[tuple] = []
-    for name, x in cases:
+    cases = []
+    for name, x in _row_lse_cases():
         wide = x.astype(np.float32)
-        tensor = torch.from_numpy(wide.copy())
-        if name.startswith("a slice"):  # a view: row stride 64, 40 columns
-            tensor = tensor[:, :STRIDED]
-            inputs.append((wide[:, :STRIDED].copy(), wide))
-        else:
-            inputs.append((wide,))
-        out, _ = run(report, name, fn, tensor, hint=_kernel_hint)
-        if out is None and not any(case[0] == name for case in report.cases):
-            report.add(name, False, "returned None: return the tensor of logsumexps")
-        answers.append(None if out is None else
-                       np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out, np.float64))
-    diagnosis = _diagnosis(inputs, answers, ROW_LSE_MISTAKES, 1e-5)
-    for i, ((name, _), (x32, *_), got) in enumerate(zip(cases, inputs, answers, strict=False)):
-        if got is None:
-            continue
-        expected = _lse(x32)
-        if got.shape != expected.shape:
-            report.add(name, False, f"expected one logsumexp per row, shape {expected.shape}, got shape {got.shape}")
-        elif _same(got, expected, 1e-5):
-            report.add(name, True)
-        elif np.isnan(got[np.isneginf(expected)]).any():
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(got)}: a fully masked row gives NaN, from "
-                                    "-inf - (-inf) in exp(g - g_new) or exp(x - g_new); subtract 0 while g_new is "
-                                    "-inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return -inf for s = 0")
-        else:
-            mistake = diagnosis.for_case(i)
-            report.add(name, False, f"expected {_fmt(expected)}, got {_fmt(got)}"
-                                    + (f": {mistake.message()}" if mistake else ""))
-    return report.in_order([case[0] for case in cases])
+        # a slice: the learner gets x[:, :STRIDED] of the wide array (row stride 64, 40 columns)
+        cases.append((name, (wide[:, :STRIDED].copy(), wide) if name.startswith("a slice") else (wide,)))
+
+    def call(fn, args):
+        # the tensor shares the memory of the harness's copy, so that a change in place is seen
+        tensor = torch.from_numpy(args[-1])
+        out = fn(tensor[:, :STRIDED] if len(args) == 2 else tensor)
+        if out is None:
+            return PropertyFailure("returned None: return the tensor of logsumexps")
+        return np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out)
+
+    def describe(got, expected):
+        return f"expected {_fmt(expected)}, got {_fmt(got)}", got, expected
+
+    return check_function("check_row_lse", fn, cases, lambda x, *_: _lse(x), ROW_LSE_MISTAKES, n_out=1,
+                          names=("L",), properties=_row_lse_properties(), compare=functools.partial(_same, rtol=1e-5),
+                          describe=describe, call=call, diagnosis=_RowLseDiagnosis, hint=_kernel_hint,
+                          not_answer=Said("expected one logsumexp per row, a tensor of shape (R,)"))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -246,37 +272,62 @@ def _place(answer) -> str | None:
     return next((place for place, names in PLACES.items() if text in names), None)
 
 
+def _where_call(answers, args):
+    """The harness's ``call`` hook: the place the learner gave for the quantity ``args[0]``, one of the three."""
+    quantity = args[0]
+    if quantity not in answers or answers[quantity] in (None, ...):
+        return PropertyFailure("no answer yet: write 'registers', 'shared memory' or 'HBM'")
+    place = _place(answers[quantity])
+    if place is None:
+        return PropertyFailure(f"{answers[quantity]!r} is not one of 'registers', 'shared memory', 'HBM'")
+    return place
+
+
+def _where_describe(place, expected) -> tuple[str, object, object]:
+    quantity, _ = expected
+    if quantity == "k_tile, v_tile" and place == "registers":
+        return "not registers for the whole sweep", place, expected
+    return f"not {place}", place, expected
+
+
+class _WhereDiagnosis:
+    """The harness's ``diagnosis`` hook: why the place given is wrong for each quantity (the score tile in HBM is
+    standard attention; the accumulator in HBM is Algorithm 1)."""
+
+    def __init__(self, cases, answers):
+        self.cases, self.answers = cases, answers
+
+    def for_case(self, i: int) -> Said:
+        quantity, place = self.cases[i][0], self.answers[i]
+        why = WHERE[quantity][1]
+        if quantity == "x_tile, p_tile":
+            return Said(f"{why}. A score tile in HBM is standard attention, which writes X and Y (N x M each) and "
+                          "reads them back")
+        if quantity == "acc" and place == "HBM":
+            return Said("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; "
+                          f"FlashAttention-2 keeps acc on chip. {why}")
+        return Said(why)
+
+
 def check_where_it_lives(answers) -> CheckReport:
     """Check a learner's ``{quantity: place}`` for the quantities of :data:`WHERE` (exercise 11.2); a place is
     ``"registers"``, ``"shared memory"`` or ``"HBM"`` (synonyms accepted: ``"smem"``, ``"global memory"``...).
 
-    Named mistakes: a place that is not one of the three; the score tile in HBM or in shared memory (that is
-    standard attention, or a kernel that spills); a streamed tile in registers for the whole sweep; the
-    accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does not).
+    One case per quantity, through the harness (:func:`~flashmath.exercises._cases.check_function`; no edge input
+    applies to a quiz). Named mistakes: a place that is not one of the three; the score tile in HBM or in shared
+    memory (that is standard attention, or a kernel that spills); a streamed tile in registers for the whole
+    sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does
+    not).
     """
-    report = CheckReport("check_where_it_lives")
     if not isinstance(answers, dict):
+        report = CheckReport("check_where_it_lives")
         report.add("the answers", False, f"expected a dict {{quantity: place}}, got {type(answers).__name__}")
         return report
-    for quantity, (right, why) in WHERE.items():
-        if quantity not in answers or answers[quantity] in (None, ...):
-            report.add(quantity, False, "no answer yet: write 'registers', 'shared memory' or 'HBM'")
-            continue
-        place = _place(answers[quantity])
-        if place is None:
-            report.add(quantity, False, f"{answers[quantity]!r} is not one of 'registers', 'shared memory', 'HBM'")
-        elif place in right:
-            report.add(quantity, True)
-        elif quantity == "x_tile, p_tile":
-            report.add(quantity, False, f"not {place}: {why}. A score tile in HBM is standard attention, which "
-                                        "writes X and Y (N x M each) and reads them back")
-        elif quantity == "acc" and place == "HBM":
-            report.add(quantity, False, "not HBM: FlashAttention (Algorithm 1, key tiles outside) reads and writes "
-                                        f"A at every step; FlashAttention-2 keeps acc on chip. {why}")
-        elif quantity == "k_tile, v_tile" and place == "registers":
-            report.add(quantity, False, f"not registers for the whole sweep: {why}")
-        else:
-            report.add(quantity, False, f"not {place}: {why}")
+    cases = [(quantity, (quantity,)) for quantity in WHERE]
+    report = check_function("check_where_it_lives", answers, cases, lambda quantity: (quantity, WHERE[quantity][0]),
+                            (), n_out=1, names=("the place",), call=_where_call, convert=lambda place: place,
+                            compare=lambda place, expected: place in expected[1], describe=_where_describe,
+                            diagnosis=_WhereDiagnosis, check_form=False)
     extra = sorted(set(answers) - set(WHERE), key=str)
     if extra:
         report.add("unknown quantities", False, f"{extra}: answer for {list(WHERE)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function
+from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises.chapter6_10 import inputs_unchanged, shape_hint, shape_mistake
 
@@ -78,6 +78,7 @@ BACKWARD_MISTAKES = (
 def _reference(q, k, v, a, lse, grad_a, keep, block_k):
     from flashmath.backward import attention_backward
 
+    q, k, v, a, lse, grad_a = (np.asarray(x, np.float64) for x in (q, k, v, a, lse, grad_a))  # integers: floats
     return attention_backward(q, k, v, a, lse, grad_a, mask=keep, block_k=block_k)
 
 
@@ -90,11 +91,38 @@ def _case(rng, N, M, D, keep=None):
     return q, k, v, a, lse, rng.standard_normal((N, D)), keep
 
 
+def _properties(rng):
+    """The edge cases of the backward (12.1): no queries; one query, one key, D = 1; every row fully masked (every
+    gradient 0); a NaN and a +inf in the output gradient (NaN out, never silently 0); integer inputs (float
+    gradients out, not integer ones from ``np.zeros_like(q)``)."""
+    from flashmath.attention import attention
+
+    nan, inf = _case(rng, 4, 6, 3), _case(rng, 4, 6, 3)
+    nan[5][1, 2], inf[5][2, 0] = np.nan, np.inf
+    qi, ki, vi = np.array([[1, 0], [0, 2], [1, 1]]), np.array([[2, 1], [0, 1], [1, -1], [1, 0]]), \
+        np.array([[1, 2], [0, -1], [3, 1], [2, 2]])
+    keep = np.ones((3, 4), bool)
+    ai, lsei = attention(qi.astype(np.float64), ki.astype(np.float64), vi.astype(np.float64), mask=keep,
+                         return_lse=True)
+    return property_cases([
+        ("the empty input: no queries (N = 0) give dq of shape (0, D) and zero dk, dv",
+         _case(rng, 0, 5, 3) + (2,)),
+        ("one element: one query, one key, D = 1", _case(rng, 1, 1, 1) + (1,)),
+        ("an all -inf row: every row attends no key (every gradient 0)",
+         _case(rng, 3, 5, 2, np.zeros((3, 5), bool)) + (2,)),
+        ("NaN propagates: a NaN in grad_a gives NaN (never silently 0)", nan + (4,)),
+        ("+inf: a +inf in grad_a gives inf or NaN, never a finite number", inf + (4,)),
+        ("integer input: integer q, k, v and grad_a give float gradients",
+         (qi, ki, vi, ai, lsei, np.array([[1, 0], [2, 1], [0, -1]]), keep, 2)),
+    ])
+
+
 def check_backward_tiles(fn) -> CheckReport:
     """Check ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)`` (12.1): float64 arrays ``q (N, D)``,
     ``k``, ``v (M, D)``, the forward's ``a (N, D)`` and ``lse (N,)``, ``grad_a (N, D)``, ``keep (N, M)`` boolean
     (True = attend), key tiles of ``block_k``; the scale is ``1 / sqrt(D)``. Cases: several key tiles, the last one
-    shorter; one key tile with ``N = M``; padded keys; a fully masked row. Named mistakes:
+    shorter; one key tile with ``N = M``; padded keys; a fully masked row, after the property cases
+    (:func:`_properties`). Named mistakes:
     :data:`BACKWARD_MISTAKES`."""
     rng = np.random.default_rng(12)
     pad = np.ones((5, 9), bool)
@@ -109,7 +137,8 @@ def check_backward_tiles(fn) -> CheckReport:
     ]
 
     report = check_function("check_backward_tiles", fn, cases, _reference, BACKWARD_MISTAKES, n_out=3,
-                            names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1], hint=shape_hint)
+                            names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1], hint=shape_hint,
+                            properties=_properties(np.random.default_rng(121)))
     inputs_unchanged(report, fn, "the inputs (q, k, v, a, lse, grad_a, keep) are left unchanged", cases[3][1],
                      which=range(7))
     return report

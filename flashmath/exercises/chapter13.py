@@ -4,13 +4,18 @@ classified, a key gathered from a paged cache. Each checker names the classic mi
 The learner's functions receive index *arrays*, as the package's ``mask_mod`` and ``score_mod`` do
 (:mod:`flashmath.variants`): ``q_idx`` of shape ``(N, 1)`` and ``kv_idx`` of shape ``(1, M)``, so one call answers
 for the whole grid by broadcasting.
+
+Each checker runs its property cases first (the battery of :mod:`~flashmath.exercises._cases`, where it applies): an
+empty grid, one element and numpy integers for the masks and the tile kind; -inf, +inf, NaN, float16 and integer
+scores for softcap and ALiBi (softcap caps +-inf at +-cap); one-token pages, NaN, a float16 cache (float16 out) and
+an integer cache for the page gather.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function
+from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import CheckReport, Mistake
 
 __all__ = ["check_window_mask", "check_document_mask", "check_softcap", "check_alibi", "check_tile_kind",
@@ -67,8 +72,14 @@ def check_window_mask(fn) -> CheckReport:
         ("N = 3 < M = 8, window (2, 0)", 3, 8, 2, 0),
         ("N = 7 > M = 4, window (1, 1)", 7, 4, 1, 1),
         ("decoding: N = 1, M = 9, window (3, 0)", 1, 9, 3, 0))]
+    properties = property_cases([(title, (*_grid(N, M), N, M, left, right)) for title, N, M, left, right in (
+        ("the empty input: N = 0 queries give a (0, 5) mask", 0, 5, 2, 0),
+        ("the empty input: M = 0 keys give a (4, 0) mask", 4, 0, 2, 0),
+        ("one element: N = M = 1, window (0, 0)", 1, 1, 0, 0),
+        ("integer input: N, M, left, right as numpy integers", np.int64(5), np.int64(7), np.int64(2), np.int64(1)),
+        ("a window wider than the sequence (every key seen)", 4, 4, 10, 10))])
     return check_function("check_window_mask", fn, cases, window_reference, WINDOW_MISTAKES, n_out=1,
-                          names=("the mask",))
+                          names=("the mask",), properties=properties)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -102,8 +113,13 @@ def check_document_mask(fn) -> CheckReport:
         ("three documents of 3, 2, 3 tokens", [0, 0, 0, 1, 1, 2, 2, 2]),
         ("one document (plain causal)", [0, 0, 0, 0]),
         ("documents of one token each", [0, 1, 2, 3]))]
+    properties = property_cases([(title, (*_grid(len(doc), len(doc)), np.array(doc, dtype=np.int64)))
+                                 for title, doc in (("the empty input: no tokens give a (0, 0) mask", []),
+                                                    ("one element: one token", [0]),
+                                                    ("integer input: document ids that are not 0, 1, 2 ...",
+                                                     [7, 7, 3, 3, 3, 12]))])
     return check_function("check_document_mask", fn, cases, document_reference, DOCUMENT_MISTAKES, n_out=1,
-                          names=("the mask",))
+                          names=("the mask",), properties=properties)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -133,8 +149,18 @@ def check_softcap(fn) -> CheckReport:
     qk = np.array([[-40.0, -3.0, 0.0, 0.5, 8.0, 120.0]])
     cases = [("scale 1/8, cap 5", (qk, 0.125, 5.0)), ("scale 1, cap 30",
                                                       (qk, 1.0, 30.0)), ("scale 1/2, cap 1", (qk, 0.5, 1.0))]
+    properties = property_cases([
+        ("the empty input: no scores give no scores", (np.zeros((1, 0)), 0.125, 5.0)),
+        ("one element: a single score", (np.array([[3.0]]), 0.5, 2.0)),
+        ("an all -inf row (masked): -inf is capped at -cap", (np.full((1, 3), -np.inf), 0.125, 5.0)),
+        ("+inf is capped at +cap (tanh(inf) = 1), not NaN", (np.array([[np.inf, 1.0, -np.inf]]), 0.125, 5.0)),
+        ("NaN propagates (never silently 0)", (np.array([[np.nan, 1.0]]), 0.125, 5.0)),
+        ("float16 overflow: float16 scores near 65504 give float16 scores (tanh, not exp(2x) in float16)",
+         (np.array([[-60000.0, -8.0, 0.0, 8.0, 60000.0]], np.float16), 0.125, 4.0)),
+        ("integer input: integer dot products give float scores", (np.array([[-40, -3, 0, 1, 8, 120]]), 0.125, 5.0)),
+    ])
     return check_function("check_softcap", fn, cases, softcap_reference, SOFTCAP_MISTAKES, n_out=1,
-                          names=("the scores",))
+                          names=("the scores",), properties=properties)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -167,7 +193,17 @@ def check_alibi(fn) -> CheckReport:
     for title, N, M, slope in (("N = M = 5, slope 1/2", 5, 5, 0.5), ("N = 2 < M = 6, slope 1/4", 2, 6, 0.25),
                                ("N = 6 > M = 3, slope 1/8", 6, 3, 0.125), ("decoding: N = 1, M = 7", 1, 7, 0.5)):
         cases.append((title, (rng.standard_normal((N, M)), slope, *_grid(N, M), N, M)))
-    return check_function("check_alibi", fn, cases, alibi_reference, ALIBI_MISTAKES, n_out=1, names=("the scores",))
+    scores = rng.standard_normal((3, 4))
+    properties = property_cases([(title, (score, slope, *_grid(*score.shape), *score.shape))
+                                 for title, score, slope in (
+        ("the empty input: no keys (M = 0)", np.zeros((3, 0)), 0.5),
+        ("one element: N = M = 1", np.array([[0.7]]), 0.5),
+        ("an all -inf row (masked) stays -inf", np.where(np.arange(3)[:, None] == 1, -np.inf, scores), 0.5),
+        ("+inf stays +inf", np.where(np.eye(3, 4) > 0, np.inf, scores), 0.25),
+        ("NaN propagates (never silently 0)", np.where(np.eye(3, 4) > 0, np.nan, scores), 0.25),
+        ("integer input: integer scores give float scores", np.arange(12).reshape(3, 4), 0.5))])
+    return check_function("check_alibi", fn, cases, alibi_reference, ALIBI_MISTAKES, n_out=1, names=("the scores",),
+                          properties=properties)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -220,8 +256,14 @@ def check_tile_kind(fn) -> CheckReport:
                                           (0, 4, 8, 12, 4, 12), (0, 4, 4, 8, 4, 12), (4, 8, 0, 4, 8, 4),
                                           (0, 4, 0, 4, 8, 4), (0, 3, 0, 3, 8, 8), (6, 8, 0, 4, 8, 8),
                                           (4, 8, 1, 5, 8, 8))]
+    properties = property_cases([
+        ("one element: a 1 x 1 tile on the diagonal (full)", (3, 4, 3, 4, 8, 8)),
+        ("one element: a 1 x 1 tile above the diagonal (empty)", (3, 4, 4, 5, 8, 8)),
+        ("one element: a tile of one row crossing the diagonal (partial)", (3, 4, 0, 8, 8, 8)),
+        ("integer input: numpy integer bounds", tuple(np.int64(i) for i in (4, 8, 1, 5, 8, 8))),
+    ])
     return check_function("check_tile_kind", fn, cases, tile_kind_reference, TILE_KIND_MISTAKES, n_out=1,
-                          names=("the kind",))
+                          names=("the kind",), properties=properties)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -257,8 +299,17 @@ def check_page_gather(fn) -> CheckReport:
     table = np.array([[5, 2, 7], [0, 8, 3]])
     cases = [(f"sequence {b}, token {t}", (pages, table, b, t)) for b, t in ((0, 0), (0, 6), (1, 9), (1, 3),
                                                                              (0, 11), (1, 4))]
+    properties = property_cases([
+        ("one element: pages of one token, D = 1", (rng.standard_normal((5, 1, 1)), np.array([[3, 1, 4]]), 0, 2)),
+        ("NaN in the key gathered comes out as NaN", (np.where(np.arange(4)[None, :, None] == 2, np.nan, pages),
+                                                      table, 0, 6)),
+        ("float16 overflow: a float16 cache gives its key in float16 (no float64 copy)",
+         (pages.astype(np.float16) * np.float16(1e4), table, 1, 9)),
+        ("integer input: an integer cache gives its key unchanged",
+         (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4)),
+    ])
     return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
-                          names=("the key",))
+                          names=("the key",), properties=properties)
 
 
 MISTAKES = {

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function
+from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified, quiet
 from flashmath.flash import fa1_tile_step, fa2_tile_step
 from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
@@ -176,6 +176,39 @@ def _tile_cases(rng):
     ]
 
 
+def _tile_properties(state: str = "(g, s, A')", masked: bool = False):
+    """The edge cases of a tile step (6.1, 7.1): ``[(what, (g, s, a, x_tile, v_tile))]``, ``a`` the output or the
+    numerator. A tile of no rows; one row and one key; a score of +inf (its row is NaN: inf - inf); a NaN score (its
+    row is NaN); integer scores, values, sums and outputs (the maxima, which may be -inf, stay floats); scores all
+    far below 0. With ``masked`` (8.2), a row whose tile is all -inf (it keeps its state): chapters 6 and 7 have no
+    mask, and FlashAttention's Algorithm 1 as written gives such a row NaN. No float16 case: these steps are
+    checked in float64 (chapter 9 measures float16)."""
+    g, s = np.array([0.5, 2.0, -1.0]), np.array([1.5, 2.0, 1.0])
+    a = np.array([[0.5, -1.0], [2.0, 0.25], [-0.5, 1.0]])
+    X = np.array([[0.3, -1.2, 2.2, 0.1], [1.0, 0.4, -0.3, 2.5], [-2.0, 0.7, 1.1, -0.4]])
+    V = np.array([[1.0, -0.5], [0.25, 2.0], [-1.5, 0.5], [0.75, -1.0]])
+    inf_row, pos_inf, nan = X.copy(), X.copy(), X.copy()
+    inf_row[1] = -np.inf
+    pos_inf[0, 2] = np.inf
+    nan[2, 1] = np.nan
+    cases = [
+        (f"the empty input: a tile of no rows gives an empty {state}",
+         (np.zeros(0), np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4)), V)),
+        ("one element: one row, one key, one value dimension",
+         (np.array([-np.inf]), np.zeros(1), np.zeros((1, 1)), np.array([[0.7]]), np.array([[2.0]]))),
+        ("+inf: a score of +inf makes its row NaN (inf - inf), not a clipped number", (g, s, a, pos_inf, V)),
+        ("NaN propagates: a NaN score makes its row NaN (never silently 0)", (g, s, a, nan, V)),
+        ("integer input: integer scores, values, sums and outputs give floats out",
+         (np.array([1.0, 2.0, 0.0]), np.array([2, 1, 3]), np.array([[1, 0], [2, 1], [0, 3]]),
+          np.array([[0, 3, 1, 2], [1, 1, 0, 4], [2, 0, 1, 1]]), np.array([[1, 0], [0, 2], [3, 1], [1, 1]]))),
+        ("negative-only input: every score and max near -1000",
+         (np.array([-1000.5, -998.0, -1003.0]), s, a, X - 1000.0, V)),
+    ]
+    if masked:
+        cases.insert(2, (f"an all -inf row (kept keys scoring -inf): row 1 keeps its {state}", (g, s, a, inf_row, V)))
+    return property_cases(cases)
+
+
 def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     """Fold the learner's step over the key tiles of a real query tile: it must give the attention output."""
     from flashmath.attention import attention
@@ -204,12 +237,14 @@ def check_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile) -> (g_new, s_new, a_new)``, one key tile for a query tile (exercise 6.1).
 
     ``g, s (B_r,)``, ``a (B_r, Dv)`` the rows' state; ``x_tile (B_r, B_c)`` the scaled scores; ``v_tile (B_c, Dv)``.
-    The output is normalised after the tile (chapter 6). Named mistakes: :data:`TILE_MISTAKES`.
+    The output is normalised after the tile (chapter 6). The property battery first (:func:`_tile_properties`).
+    Named mistakes: :data:`TILE_MISTAKES`.
     """
     rng = np.random.default_rng(6)
     cases = _tile_cases(rng)
     report = check_function("check_tile_step", fn, cases, tile_step_reference, TILE_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint)
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
+                            properties=_tile_properties())
     inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[2][1])
     _fold_tiles(report, fn, "a real query tile folded over 5 key tiles gives the attention output")
     return report
@@ -276,11 +311,25 @@ def _finite_fill(answer, right) -> bool:
         return False
 
 
+def _masked_properties(keep):
+    """The edge cases of the masked tile step (8.2): the tile step's (:func:`_tile_properties`), each with a mask
+    (``keep``; every pair kept for the +inf and NaN cases and for tiles of another shape), and a row whose kept
+    keys all score -inf."""
+    cases = []
+    for name, (g, s, a, x, V) in _tile_properties(masked=True):
+        mask = keep if x.shape == keep.shape else np.ones(x.shape, bool)
+        if "+inf" in name or "NaN" in name:  # a kept +inf or NaN: masked ones are the ordinary cases
+            mask = np.ones(x.shape, bool)
+        cases.append((name, (g, s, a, x, V, mask)))
+    return cases
+
+
 def check_masked_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile, keep) -> (g_new, s_new, a_new)``: the tile step with a mask (8.2).
 
     ``keep (B_r, B_c)`` boolean, True = attend. A masked key is absent whatever its score and value row hold (NaN
-    included); a row that has seen no key keeps ``(-inf, 0, 0)``. Named mistakes: :data:`MASKED_MISTAKES`.
+    included); a row that has seen no key keeps ``(-inf, 0, 0)``. The property battery first
+    (:func:`_masked_properties`). Named mistakes: :data:`MASKED_MISTAKES`.
     """
     rng = np.random.default_rng(8)
     X, V = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
@@ -303,7 +352,8 @@ def check_masked_tile_step(fn) -> CheckReport:
          (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V, empty)),
     ]
     report = check_function("check_masked_tile_step", fn, cases, tile_step_reference, MASKED_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint)
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
+                            properties=_masked_properties(keep))
     inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[3][1])
     return report
 
@@ -367,13 +417,14 @@ NUMERATOR_MISTAKES = (
 def check_numerator_step(fn) -> CheckReport:
     """Check ``fn(g, s, u, x_tile, v_tile) -> (g_new, s_new, u_new)``, FlashAttention-2's tile step (7.1).
 
-    ``u (B_r, Dv)`` the numerator ``s A'``: ``U_new = U e^{g - g_new} + P V`` with no division.
-    Named mistakes: :data:`NUMERATOR_MISTAKES`.
+    ``u (B_r, Dv)`` the numerator ``s A'``: ``U_new = U e^{g - g_new} + P V`` with no division. The property
+    battery first (:func:`_tile_properties`). Named mistakes: :data:`NUMERATOR_MISTAKES`.
     """
     rng = np.random.default_rng(7)
     cases = [(name.replace("(g, s, A')", "(g, s, U)"), args) for name, args in _tile_cases(rng)]
     report = check_function("check_numerator_step", fn, cases, numerator_step_reference, NUMERATOR_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR, hint=shape_hint)
+                            names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR, hint=shape_hint,
+                            properties=_tile_properties("(g, s, U)"))
     inputs_unchanged(report, fn, "the state given (g, s, U) is left unchanged", cases[2][1])
     return report
 
@@ -420,7 +471,9 @@ FINISH_MISTAKES = (
 
 def check_finish(fn) -> CheckReport:
     """Check ``fn(g, s, u) -> (a, lse)``, the end of a FlashAttention-2 query tile (7.2): ``A = U / s`` (0 for a row
-    with no key) and ``L = g + log(s)`` (natural log; -inf for a row with no key). Named: :data:`FINISH_MISTAKES`."""
+    with no key) and ``L = g + log(s)`` (natural log; -inf for a row with no key). Property cases first: no rows,
+    one row, every row without a key, +inf in U, NaN in s, maxima near -1000 (no integer case: s and U are sums of
+    exponentials). Named: :data:`FINISH_MISTAKES`."""
     rng = np.random.default_rng(72)
     u = rng.standard_normal((3, 2)) * 3
     cases = [
@@ -430,8 +483,20 @@ def check_finish(fn) -> CheckReport:
         ("large maxima (g = 800: e^g overflows float64)", (np.array([800.0, -2.0, 750.0]), np.array([3.0, 1.5, 7.0]),
                                                           u)),
     ]
+    properties = property_cases([
+        ("the empty input: no rows give an empty A and lse", (np.zeros(0), np.zeros(0), np.zeros((0, 2)))),
+        ("one element: one row, one value dimension", (np.array([0.5]), np.array([2.0]), np.array([[3.0]]))),
+        ("an all -inf row: every row saw no key (A = 0, lse = -inf)",
+         (np.full(2, -np.inf), np.zeros(2), np.zeros((2, 2)))),
+        ("+inf: an accumulator holding +inf stays +inf", (np.array([0.5, 1.0]), np.array([2.0, 1.0]),
+                                                          np.array([[np.inf, 1.0], [0.5, 2.0]]))),
+        ("NaN propagates: a NaN sum gives NaN (never silently 0)",
+         (np.array([0.5, 1.0]), np.array([np.nan, 1.0]), np.array([[1.0, 1.0], [0.5, 2.0]]))),
+        ("negative-only input: maxima near -1000 (lse = g + log s, no exp(g))",
+         (np.array([-1000.0, -1002.5]), np.array([2.0, 1.5]), u[:2])),
+    ])
     report = check_function("check_finish", fn, cases, finish_reference, FINISH_MISTAKES, n_out=2,
-                            names=("A", "lse"), not_answer=NOT_A_PAIR, hint=shape_hint)
+                            names=("A", "lse"), not_answer=NOT_A_PAIR, hint=shape_hint, properties=properties)
     inputs_unchanged(report, fn, "the state given (g, s, U) is left unchanged", cases[1][1])
     return report
 
@@ -469,13 +534,20 @@ CAUSAL_MISTAKES = (
 
 def check_causal_mask(fn) -> CheckReport:
     """Check ``fn(N, M) -> (N, M)`` boolean, the bottom-right causal mask (8.1): query ``n`` sees key ``m`` when
-    ``m <= n + M - N``. Cases: N = M, N < M, N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
+    ``m <= n + M - N``. Property cases first (N = 0, M = 0, N = M = 1, numpy integers), then N = M, N < M,
+    N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
     from flashmath.masks import causal_mask
 
     cases = [("N = M = 4", (4, 4)), ("N = 2 < M = 5", (2, 5)), ("N = 5 > M = 2 (the first rows see nothing)", (5, 2)),
              ("decoding: N = 1, M = 6 (the query sees the whole cache)", (1, 6))]
+    properties = property_cases([
+        ("the empty input: N = 0 queries, M = 3 keys give a (0, 3) mask", (0, 3)),
+        ("the empty input: N = 3 queries, M = 0 keys give a (3, 0) mask", (3, 0)),
+        ("one element: N = M = 1", (1, 1)),
+        ("integer input: N and M as numpy integers", (np.int64(3), np.int64(4))),
+    ])
     report = check_function("check_causal_mask", fn, cases, causal_mask, CAUSAL_MISTAKES, n_out=1,
-                            names=("the mask",), hint=shape_hint)
+                            names=("the mask",), hint=shape_hint, properties=properties)
     answer = quiet(fn, 4, 4)
     if isinstance(answer, np.ndarray) and answer.dtype != bool:
         values = np.unique(answer)
@@ -577,7 +649,9 @@ def _mix(a1, l1, a2, l2, L):
 def check_merge_states(fn) -> CheckReport:
     """Check ``fn(a1, lse1, a2, lse2) -> (a, lse)``, the split-KV merge (10.1), against
     :func:`flashmath.merge_states`. Cases: two ranges of one row, ranges with very different logsumexps, large
-    logsumexps (1000), an empty range whose output holds NaN. Named mistakes: :data:`MERGE_STATES_MISTAKES`."""
+    logsumexps (1000), an empty range whose output holds NaN, after the property cases (no rows, one row, every
+    range empty, +inf in an output, a NaN logsumexp, integers, logsumexps near -1000; no float16 case: the package
+    promotes float16 to float32). Named mistakes: :data:`MERGE_STATES_MISTAKES`."""
     from flashmath.splitkv import merge_states
 
     a1, a2 = np.array([[1.0, -2.0], [0.5, 0.5]]), np.array([[3.0, 1.0], [-1.0, 2.0]])
@@ -593,7 +667,24 @@ def check_merge_states(fn) -> CheckReport:
         ("both ranges empty (row 0), then one (row 1)", (np.full((2, 2), np.nan), np.array([-np.inf, -np.inf]), a2,
                                                         np.array([-np.inf, 0.7]))),
     ]
+    properties = property_cases([
+        ("the empty input: no rows give an empty A and lse",
+         (np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), np.zeros(0))),
+        ("one element: one row, one value dimension", (np.array([[2.0]]), np.array([0.5]), np.array([[-1.0]]),
+                                                       np.array([1.5]))),
+        ("an all -inf row: both ranges empty in every row (A = 0, lse = -inf)",
+         (np.zeros((2, 2)), np.full(2, -np.inf), np.zeros((2, 2)), np.full(2, -np.inf))),
+        ("+inf: an output holding +inf in a range that counts stays +inf",
+         (np.array([[np.inf, 1.0], [0.5, 0.5]]), np.array([0.3, 1.2]), a2, np.array([1.0, -0.5]))),
+        ("NaN propagates: a NaN logsumexp gives NaN (never silently 0)",
+         (a1, np.array([np.nan, 1.2]), a2, np.array([1.0, -0.5]))),
+        ("integer input: integer outputs and logsumexps give floats out",
+         (np.array([[1, -2], [0, 3]]), np.array([1, 2]), np.array([[3, 1], [-1, 2]]), np.array([2, 0]))),
+        ("negative-only input: logsumexps near -1000 (e^L underflows to 0)",
+         (a1, np.array([-1000.0, -1001.0]), a2, np.array([-1001.0, -1000.0]))),
+    ])
     report = check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2,
-                            names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint)
+                            names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint,
+                            properties=properties)
     inputs_unchanged(report, fn, "the two states given are left unchanged", cases[0][1], which=(0, 1, 2, 3))
     return report

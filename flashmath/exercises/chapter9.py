@@ -20,8 +20,8 @@ import ml_dtypes
 import numpy as np
 
 from flashmath.attention import attention
+from flashmath.exercises._cases import Said, check_function, property_cases
 from flashmath.exercises._report import CheckReport
-from flashmath.exercises._report import run as _run
 from flashmath.flash import flash_attention
 from flashmath.precision import max_abs_error, naive_attention, round_to
 
@@ -137,45 +137,107 @@ def _close(a: float, b: float, rtol: float = RTOL) -> bool:
     return bool(np.isfinite(a) and np.isfinite(b) and math.isclose(a, b, rel_tol=rtol))
 
 
+def _same_ratio(answer, right) -> bool:
+    """The harness's comparison: within 2 percent, or both the same non-finite value (NaN with NaN, inf with inf)."""
+    if answer is None:
+        return False
+    if not (np.isfinite(answer) and np.isfinite(right)):
+        return bool(answer == right or (np.isnan(answer) and np.isnan(right)))
+    return _close(answer, right)
+
+
+def _right(out, q, k, v) -> float:
+    """The reference: ``max |out - A| / max |naive - A|`` (NaN when ``out`` holds NaN, inf when it overflowed)."""
+    with np.errstate(all="ignore"):
+        ref = attention(q, k, v)
+        return max_abs_error(out, ref) / max_abs_error(naive_attention(q, k, v), ref)
+
+
+def _number(out) -> float | None:
+    """The learner's ratio as a Python float, or None when it is not one number."""
+    try:
+        return float(out) if np.ndim(out) == 0 else None
+    except Exception:
+        return None
+
+
+RECIPE = ("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs and naive the "
+          "attention that stores X, Y and A in the inputs' dtype, computing each in float32")
+
+
+class _RatioDiagnosis:
+    """The mistake that gives each wrong ratio (the harness's ``diagnosis`` hook): the classic mistake whose ratio
+    is within 10 percent of the learner's, or what a non-finite or huge ratio means, or the recipe."""
+
+    def __init__(self, cases, answers):
+        self.cases, self.answers = cases, answers
+
+    def for_case(self, i: int) -> Said:
+        value, (out, q, k, v) = self.answers[i], self.cases[i]
+        right, mistakes = _ratios(out, q, k, v)
+        named = next((message for wrong, message in mistakes
+                      if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)), None)
+        if named is None and not np.isfinite(value) and np.isfinite(right):
+            named = ("the naive error seems to be 0 (a ratio of inf or NaN): your naive attention equals the float64 "
+                     f"reference, so it was never rounded to {q.dtype.name}. Store X, Y and A in the inputs' dtype")
+        elif named is None and np.isfinite(right) and value > 20 * max(right, 1.0):
+            named = ("a ratio this large means your naive error is tiny: is your naive attention rounded to "
+                     f"{q.dtype.name} where a framework stores X, Y and A?")
+        return Said(named or RECIPE)
+
+
+def _describe(value, right) -> tuple[str, float, float]:
+    return f"expected the ratio {right:.4g}, got {value:.4g}", value, right
+
+
+def _properties():
+    """The edge cases of the ratio: an output holding NaN (the ratio is NaN: ``np.nanmax`` would hide a broken
+    kernel), an output holding +inf (inf), a single query row, values all negative (the largest error is the
+    largest absolute one), float16 scores near 20 (exp(20) overflows float16)."""
+    rng = np.random.default_rng(99)
+    D = 16
+
+    def inputs(N, M, spread=1.0, shift=0.0):
+        q, k, v = (rng.standard_normal(shape) for shape in ((N, D), (M, D), (M, D)))
+        return round_to(spread * q, np.float16), round_to(k, np.float16), round_to(v + shift, np.float16)
+
+    q, k, v = inputs(24, 64)
+    out = flash_attention(q, k, v, block_q=8, block_k=16)
+    with_nan, with_inf = out.copy(), out.copy()
+    with_nan[3, 5], with_inf[7, 2] = np.nan, np.inf
+    q1, k1, v1 = inputs(1, 64)
+    qn, kn, vn = inputs(24, 64, shift=-4.0)
+    qb, kb, vb = inputs(24, 64, spread=5.0)
+    return property_cases([
+        ("NaN propagates: an output holding NaN gives a NaN ratio (never ignored by np.nanmax)",
+         (with_nan, q, k, v)),
+        ("+inf: an output that overflowed (+inf) gives a ratio of inf", (with_inf, q, k, v)),
+        ("one element: a single query row (N = 1)", (flash_attention(q1, k1, v1, block_q=1, block_k=16), q1, k1,
+                                                     v1)),
+        ("negative-only input: values all below 0 (the largest error is the largest absolute one)",
+         (flash_attention(qn, kn, vn, block_q=8, block_k=16), qn, kn, vn)),
+        ("float16 overflow: float16 scores near 20 (exp(20) overflows float16)",
+         (flash_attention(qb, kb, vb, block_q=8, block_k=16), qb, kb, vb)),
+    ])
+
+
+NOT_A_NUMBER = Said("expected one number (the ratio of two errors), not a tuple or an array")
+
+
 def check_flash_test_ratio(fn) -> CheckReport:
     """Check a learner's ``fn(out, q, k, v) -> ratio``, FlashAttention's test quantity (chapter 9).
 
     The ratio is ``max |out - A| / max |naive - A|`` with ``A`` the float64 attention of the given inputs and
     ``naive`` attention in the inputs' dtype with ``X``, ``Y`` and ``A`` each rounded to it, computed in float32
-    (:func:`flashmath.precision.naive_attention`). Cases: float16 and bfloat16 inputs with a FlashAttention output,
-    the naive output itself (ratio 1), and the rounded reference. Named mistakes: computing the naive attention
-    in the input dtype, rounding only its output, a reference stored in the input dtype, mean errors, the ratio
-    upside down. Agreement within 2 percent counts (the learner's float32 arithmetic may break a rare rounding tie
-    the other way); a mistake is named when the ratio is within 10 percent of the one it gives.
+    (:func:`flashmath.precision.naive_attention`). The property battery first (:func:`_properties`: NaN and +inf in
+    the output, one query row, negative values, float16 scores near 20; the inputs unchanged and the result one
+    number on every case), then the cases: float16 and bfloat16 inputs with a FlashAttention output, the naive
+    output itself (ratio 1), and the rounded reference. Named mistakes: computing the naive attention in the input
+    dtype, rounding only its output, a reference stored in the input dtype, mean errors, the ratio upside down.
+    Agreement within 2 percent counts (the learner's float32 arithmetic may break a rare rounding tie the other way);
+    a mistake is named when the ratio is within 10 percent of the one it gives.
     """
-    report = CheckReport("check_flash_test_ratio")
-    for name, out, q, k, v in _cases():
-        args = tuple(a.copy() for a in (out, q, k, v))
-        value, ok = _run(report, name, fn, *args)
-        if not ok:
-            continue
-        try:
-            value = float(value)
-        except Exception:
-            report.add(name, False, f"expected one number (the ratio of two errors), got {value!r}")
-            continue
-        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(args, (out, q, k, v), strict=False)):
-            report.add(name, False, "your function modified its input in place")
-            continue
-        right, mistakes = _ratios(out, q, k, v)
-        if _close(value, right):
-            report.add(name, True)
-            continue
-        named = next((message for wrong, message in mistakes
-                      if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)), None)
-        if named is None and not np.isfinite(value):
-            named = ("the naive error seems to be 0 (a ratio of inf or NaN): your naive attention equals the float64 "
-                     f"reference, so it was never rounded to {q.dtype.name}. Store X, Y and A in the inputs' dtype")
-        elif named is None and value > 20 * max(right, 1.0):
-            named = ("a ratio this large means your naive error is tiny: is your naive attention rounded to "
-                     f"{q.dtype.name} where a framework stores X, Y and A?")
-        hint = named or ("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs "
-                         "and naive the attention that stores X, Y and A in the inputs' dtype, computing each in "
-                         "float32")
-        report.add(name, False, f"expected the ratio {right:.4g}, got {value:.4g}: {hint}")
-    return report
+    cases = [(name, (out, q, k, v)) for name, out, q, k, v in _cases()]
+    return check_function("check_flash_test_ratio", fn, cases, _right, (), n_out=1, names=("the ratio",),
+                          not_answer=NOT_A_NUMBER, properties=_properties(), compare=_same_ratio, convert=_number,
+                          describe=_describe, diagnosis=_RatioDiagnosis)

@@ -1,0 +1,216 @@
+"""The property battery of chapters 6-13's checkers: for each chapter, a learner-style wrong solution that only a
+property catches. Each passes the checker's ordinary cases and its mistake models (the run without the property
+cases and the form check says so), and fails the property case named here.
+
+The wrong solutions are written as a learner would (an output buffer made with ``zeros_like``, ``np.fmax`` or
+``np.nanmax`` where ``np.maximum`` or ``np.max`` belongs, a guard that turns NaN into 0 or -inf, tanh written with
+``exp``, a float64 copy of a float16 cache), independently of the checkers' models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import HAVE_TRITON
+
+from flashmath import exercises, solutions
+from flashmath.exercises import chapter6_10, chapter9, chapter11_12, chapter12, chapter13
+
+
+def tile_step_into_a_buffer(g, s, a, x_tile, v_tile):
+    """6.1 written like a kernel: the new output goes into a buffer shaped like ``a`` (integer for integer ``a``)."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    out = np.zeros_like(a)
+    out[...] = (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+    return g_new, s_new, out
+
+
+def numerator_step_with_fmax(g, s, u, x_tile, v_tile):
+    """7.1 with ``np.fmax``, which ignores NaN: a NaN score leaves the row's max finite."""
+    g_new = np.fmax(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ v_tile
+
+
+def finish_with_log_where_positive(g, s, u):
+    """7.2 that takes the log only where s > 0 (-inf elsewhere): a NaN sum reads as a row with no key."""
+    positive = s > 0
+    a = np.where(positive[:, None], u / np.where(positive, s, 1.0)[:, None], 0.0)
+    lse = np.where(positive, g + np.log(np.where(positive, s, 1.0)), -np.inf)
+    return a, lse
+
+
+def masked_step_with_nanmax(g, s, a, x_tile, v_tile, keep):
+    """8.2 with ``np.nanmax`` for the row max ("masked scores may hold NaN"): a kept NaN score is ignored."""
+    x = np.where(keep, x_tile, -np.inf)
+    with np.errstate(all="ignore"):
+        g_new = np.maximum(g, np.nanmax(x, axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)
+    a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    return g_new, s_new, a_new
+
+
+def ratio_with_nanmax(out, q, k, v):
+    """9 with ``np.nanmax`` for the largest errors: an output holding NaN still gets a finite ratio."""
+    q, k, v = (np.asarray(t) for t in (q, k, v))
+    dtype, D = q.dtype, q.shape[-1]
+    x = q.astype(np.float64) @ k.astype(np.float64).T / math.sqrt(D)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    reference = (e / e.sum(axis=-1, keepdims=True)) @ v.astype(np.float64)
+    q32, k32, v32 = (t.astype(np.float32) for t in (q, k, v))
+    x32 = (q32 @ k32.T / np.float32(math.sqrt(D))).astype(dtype).astype(np.float32)
+    e32 = np.exp(x32 - x32.max(axis=-1, keepdims=True))
+    y = (e32 / e32.sum(axis=-1, keepdims=True)).astype(dtype).astype(np.float32)
+    naive = (y @ v32).astype(dtype)
+    error_out = np.nanmax(np.abs(np.asarray(out).astype(np.float64) - reference))
+    return float(error_out / np.nanmax(np.abs(naive.astype(np.float64) - reference)))
+
+
+def merge_with_positive_weights(a1, l1, a2, l2):
+    """10.1 that keeps a part only where its weight is > 0: a NaN weight (NaN logsumexp) reads as an empty part."""
+    m = np.where(np.isneginf(np.maximum(l1, l2)), 0.0, np.maximum(l1, l2))
+    e1, e2 = np.exp(l1 - m), np.exp(l2 - m)
+    total = e1 + e2
+    with np.errstate(divide="ignore"):
+        lse = m + np.log(total)
+    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    return np.where(w1 > 0, w1 * a1, 0.0) + np.where(w2 > 0, w2 * a2, 0.0), lse
+
+
+def row_lse_guarded_by_s_positive(x):
+    """11.1 emulated in float32, row by row, with the end guard ``s > 0 ? g + log(s) : -inf``: NaN gives -inf."""
+    import torch
+
+    out = []
+    for row in x.numpy().astype(np.float32):
+        g, s = np.float32(-np.inf), np.float32(0)
+        for c0 in range(0, len(row), 32):
+            blk = row[c0:c0 + 32]
+            g_new = max(g, blk.max())
+            ref = 0.0 if g_new == -np.inf else g_new
+            s = s * np.exp(g - ref) + np.exp(blk - ref).sum()
+            g = g_new
+        out.append(g + np.log(s) if s > 0 else -np.inf)
+    return torch.tensor(np.array(out, np.float32))
+
+
+def backward_into_zeros_like(q, k, v, a, lse, grad_a, keep, block_k):
+    """12.1 with ``np.zeros_like`` for the gradients: integer ``q, k, v`` give integer gradients."""
+    scale = 1 / math.sqrt(q.shape[1])
+    live = keep & ~np.isneginf(lse)[:, None]
+    d_row = np.sum(grad_a * a, axis=1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for c0 in range(0, k.shape[0], block_k):
+        c1 = min(c0 + block_k, k.shape[0])
+        keep_t = live[:, c0:c1]
+        x = scale * q @ k[c0:c1].T
+        y = np.where(keep_t, np.exp(x - np.where(keep_t, lse[:, None], 0)), 0)
+        dv[c0:c1] = y.T @ grad_a
+        dx = np.where(keep_t, y * (grad_a @ v[c0:c1].T - d_row[:, None]), 0)
+        dk[c0:c1] = scale * dx.T @ q
+        dq[...] = dq + scale * dx @ k[c0:c1]
+    return dq, dk, dv
+
+
+def softcap_with_hand_written_tanh(qk, scale, cap):
+    """13.3 with tanh written as (e^{2x} - 1) / (e^{2x} + 1): inf / inf is NaN for a score of +inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.exp(2 * (qk * scale / cap))
+        return cap * (t - 1) / (t + 1)
+
+
+def page_gather_as_float64(pages, block_table, b, t):
+    """13.6 returning a float64 copy: a float16 cache gives a float64 key."""
+    page_size = pages.shape[1]
+    return np.array(pages[block_table[b, t // page_size], t % page_size], dtype=np.float64)
+
+
+PROPERTY_CATCHES = {
+    # chapter: (checker, wrong solution, the property case that catches it)
+    "6: an output buffer zeros_like(a)": ("check_tile_step", tile_step_into_a_buffer, "property: integer input"),
+    "7: np.fmax drops a NaN score": ("check_numerator_step", numerator_step_with_fmax, "property: NaN"),
+    "7: a NaN sum read as a row with no key": ("check_finish", finish_with_log_where_positive, "property: NaN"),
+    "8: np.nanmax drops a kept NaN score": ("check_masked_tile_step", masked_step_with_nanmax, "property: NaN"),
+    "9: np.nanmax hides a NaN output": ("check_flash_test_ratio", ratio_with_nanmax, "property: NaN"),
+    "10: a NaN logsumexp read as an empty part": ("check_merge_states", merge_with_positive_weights,
+                                                  "property: NaN"),
+    "11: NaN turned into -inf by s > 0": ("check_row_lse", row_lse_guarded_by_s_positive, "property: NaN"),
+    "12: integer gradients from zeros_like(q)": ("check_backward_tiles", backward_into_zeros_like,
+                                                 "property: integer input"),
+    "13: tanh by hand gives NaN at +inf": ("check_softcap", softcap_with_hand_written_tanh, "property: +inf"),
+    "13: a float64 copy of a float16 cache": ("check_page_gather", page_gather_as_float64,
+                                              "property: float16 overflow"),
+}
+NEEDS_TORCH = {"11: NaN turned into -inf by s > 0"}
+
+
+def checker(name):
+    return getattr(chapter11_12, name) if name == "check_row_lse" else getattr(exercises, name)
+
+
+def models_only(name, fn):
+    """The checker run without its property cases and its form check: the ordinary cases and the mistake models
+    alone, as before the battery."""
+    from flashmath.exercises import _cases
+
+    original = _cases.check_function
+
+    def without_properties(*args, **kw):
+        kw["properties"], kw["check_form"] = (), False
+        return original(*args, **kw)
+
+    modules = [chapter6_10, chapter9, chapter11_12, chapter12, chapter13]
+    try:
+        for module in modules:
+            module.check_function = without_properties
+        return checker(name)(fn)
+    finally:
+        for module in modules:
+            module.check_function = original
+
+
+def skip_without_torch(prop):
+    if prop in NEEDS_TORCH and not HAVE_TRITON:
+        pytest.skip("the triton extra is not installed")
+
+
+@pytest.mark.parametrize("prop", list(PROPERTY_CATCHES))
+def test_each_chapter_has_a_property_that_catches_a_wrong_solution(prop):
+    skip_without_torch(prop)
+    name, fn, case = PROPERTY_CATCHES[prop]
+    report = checker(name)(fn)
+    failed = [case_name for case_name, ok, _ in report.cases if not ok]
+    assert any(case_name.startswith(case) for case_name in failed), repr(report)
+    assert all(case_name.startswith("property: ") for case_name in failed), repr(report)  # only properties fail
+
+
+@pytest.mark.parametrize("prop", list(PROPERTY_CATCHES))
+def test_the_mistake_models_alone_miss_it(prop):
+    skip_without_torch(prop)
+    name, fn, _ = PROPERTY_CATCHES[prop]
+    assert models_only(name, fn).passed, repr(models_only(name, fn))
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("check_tile_step", solutions.tile_step), ("check_numerator_step", solutions.numerator_step),
+    ("check_finish", solutions.finish), ("check_causal_mask", solutions.causal_mask),
+    ("check_masked_tile_step", solutions.masked_tile_step), ("check_merge_states", solutions.merge_states),
+    ("check_flash_test_ratio", solutions.flash_test_ratio), ("check_window_mask", solutions.window_mask),
+    ("check_document_mask", solutions.document_mask), ("check_softcap", solutions.softcap),
+    ("check_alibi", solutions.alibi), ("check_tile_kind", solutions.tile_kind),
+    ("check_page_gather", solutions.page_gather),
+])
+def test_every_checker_of_chapters_6_to_13_runs_property_cases_the_solution_passes(name, fn):
+    report = checker(name)(fn)
+    assert report.passed, repr(report)
+    assert sum(case.startswith("property: ") for case, _, _ in report.cases) >= 3, repr(report)
