@@ -321,7 +321,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[None, 1],
         help="thread settings to run, each a positive count or 'default' (each library's own choice); "
-        "default: 'default 1'. `--threads 1`: one thread for every case only",
+        "default: 'default 1'. --threads 1: one thread for every case only",
     )
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: N = M = 512 and 1024, D = 64, both masks, one repeat")
