@@ -21,6 +21,8 @@ WINDOW = {
         (kv > q + M - N - left) & (kv <= q + M - N + right)),
     "left and right swapped": lambda q, kv, N, M, left, right: (
         (kv >= q + M - N - right) & (kv <= q + M - N + left)),
+    "the right extent ignored": lambda q, kv, N, M, left, right: (  # a learner's causal window
+        (kv >= q + M - N - left) & (kv <= q + M - N)),
 }
 
 DOCUMENT = {

@@ -60,6 +60,8 @@ WINDOW_MISTAKES = (
                                                      _window_model(lo_strict=True, hi_strict=True))),
     Mistake("left and right swapped", "left is how far back (keys before p), right how far ahead",
             (_window_model(swap=True),)),
+    Mistake("the right extent ignored", "right is how far ahead query n may look: keys up to p + right, not only "
+            "up to p", (lambda q, kv, N, M, left, right: _window_model()(q, kv, N, M, left, 0),)),
 )
 
 
