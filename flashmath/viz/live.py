@@ -55,7 +55,9 @@ from typing import Any, cast
 import numpy as np
 from matplotlib import animation
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from PIL import Image
 
 from flashmath._checks import integer, size
@@ -175,9 +177,60 @@ class LivePlot:
             self._background = canvas.copy_from_bbox(self.fig.bbox)
         else:
             canvas.restore_region(self._background)
-        for artist in self._live:
-            self.fig.draw_artist(artist)
+        for group in self._draw_groups():
+            if isinstance(group, list):
+                self.fig.draw_artist(self._bars_collection(group))
+            else:
+                self.fig.draw_artist(group)
         return self._rgba()[..., :3]
+
+    def _draw_groups(self) -> list:
+        """The live artists in drawing order, runs of plain bars (see :meth:`_bars_collection`) as lists."""
+        groups: list = []
+        for artist in self._live:
+            if _plain_bar(artist):
+                last = groups[-1] if groups else None
+                if (isinstance(last, list) and last[0].axes is artist.axes
+                        and last[0].get_data_transform() is artist.get_data_transform()):
+                    last.append(artist)
+                    continue
+                groups.append([artist])
+            else:
+                groups.append(artist)
+        return groups
+
+    def _bars_collection(self, bars: list) -> PolyCollection:
+        """``bars`` (plain rectangles of one axes) as one PolyCollection, drawn in one renderer call.
+
+        Drawing each ``Rectangle`` costs about a quarter of a millisecond of Python (transforms, a graphics context);
+        a step of a plot with a hundred bars spent most of its time there. The collection has the bars' corners,
+        colours and edges, in their order, with the same clipping, so the picture is the same.
+        """
+        cache = self.__dict__.setdefault("_collections", {})
+        key = (id(bars[0]), len(bars))
+        collection = cache.get(key)
+        first = bars[0]
+        if collection is None:
+            collection = PolyCollection([], transform=first.get_data_transform())
+            collection.set_figure(self.fig)
+            collection.axes = first.axes
+            collection.set_clip_on(first.get_clip_on())
+            collection.set_clip_box(first.get_clip_box())
+            collection.set_clip_path(first.get_clip_path())
+            collection.set_joinstyle(first.get_joinstyle())
+            collection.set_capstyle(first.get_capstyle())
+            cache[key] = collection
+        shown = [bar for bar in bars if bar.get_visible()]
+        x0 = np.array([bar.get_x() for bar in shown], dtype=np.float64)
+        y0 = np.array([bar.get_y() for bar in shown], dtype=np.float64)
+        x1 = x0 + np.array([bar.get_width() for bar in shown], dtype=np.float64)
+        y1 = y0 + np.array([bar.get_height() for bar in shown], dtype=np.float64)
+        collection.set_verts(np.stack([np.stack([x0, x0, x1, x1], 1), np.stack([y0, y1, y1, y0], 1)], 2))
+        collection.set_facecolor([bar.get_facecolor() for bar in shown])
+        collection.set_edgecolor([bar.get_edgecolor() for bar in shown])
+        collection.set_linewidth([bar.get_linewidth() for bar in shown])
+        collection.set_antialiased([bar.get_antialiased() for bar in shown])
+        return collection
 
     def _rgba(self) -> np.ndarray:
         """The canvas as it is, ``(height, width, 4)`` uint8 (a view: no copy)."""
@@ -197,6 +250,13 @@ class LivePlot:
 
     def _repr_png_(self) -> bytes:
         return self.png()
+
+
+def _plain_bar(artist) -> bool:
+    """A Rectangle drawable as part of a PolyCollection: unrotated, solid edge, no hatch, no path effects."""
+    return (type(artist) is Rectangle and artist.angle == 0 and artist.get_hatch() is None
+            and artist.get_linestyle() in ("solid", "-") and not artist.get_path_effects()
+            and artist.get_zorder() == Rectangle.zorder and artist.get_sketch_params() is None)
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
