@@ -107,6 +107,8 @@ class LivePlot:
         self.pixel_ratio = 1
         self._live: list = []  # the artists a step changes, drawn over the background in this order
         self._background = None  # the rest of the picture, rendered once (see rgb)
+        self._background_key = None  # what the background shows (redraw_background's key), None: not kept
+        self._backgrounds: dict = {}  # key -> a past background's pixels, zlib-compressed (see redraw_background)
         try:
             self._build()
             self.update(**state)
@@ -145,6 +147,7 @@ class LivePlot:
             self.fig.set_dpi(self.dpi * ratio)  # the frozen layout is in figure fractions and points: it scales
             self.pixel_ratio = ratio
             self._background = None
+            self._backgrounds.clear()
         return self
 
     @property
@@ -153,9 +156,16 @@ class LivePlot:
         width, height = self.fig.get_size_inches() * self.dpi
         return round(width), round(height)
 
-    def redraw_background(self) -> None:
-        """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend)."""
+    def redraw_background(self, key=None) -> None:
+        """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend).
+
+        ``key``: a hashable name of the new background (e.g. the axis limits). A background drawn under a key is
+        kept (compressed, about a tenth of a megabyte) and restored, not drawn again, when a later step names the
+        same key: a slider moved back over a range draws each background once. The key must capture everything
+        the background shows; None draws it anew.
+        """
         self._background = None
+        self._background_key = key
 
     def update(self, **state) -> LivePlot:
         """Show another state (e.g. ``step=3``): artists' data change, nothing is rebuilt. Returns the plot."""
@@ -171,9 +181,17 @@ class LivePlot:
         """
         canvas: Any = self.fig.canvas  # Agg: copy_from_bbox, restore_region, buffer_rgba
         if self._background is None:
-            for artist in self._live:
-                artist.set_animated(True)  # left out of a full draw
-            canvas.draw()
+            key, pixels = self._background_key, self._rgba()
+            kept = self._backgrounds.get(key) if key is not None else None
+            if kept is not None and kept[1] == pixels.shape:
+                pixels[...] = np.frombuffer(zlib.decompress(kept[0]), np.uint8).reshape(pixels.shape)
+            else:
+                for artist in self._live:
+                    artist.set_animated(True)  # left out of a full draw
+                canvas.draw()
+                if key is not None:
+                    pixels = self._rgba()
+                    self._backgrounds[key] = (zlib.compress(pixels.tobytes(), 1), pixels.shape)
             self._background = canvas.copy_from_bbox(self.fig.bbox)
         else:
             canvas.restore_region(self._background)
@@ -242,6 +260,7 @@ class LivePlot:
         for artist in self._live:
             artist.set_animated(False)
         self._background = None
+        self._backgrounds.clear()
 
     def png(self) -> bytes:
         """The picture as PNG bytes (what a widget sends to the browser), quickly encoded (:func:`encode_png`)."""
@@ -452,6 +471,30 @@ def limits(values, pad: float = 0.08) -> tuple[float, float]:
     lo, hi = float(finite.min()), float(finite.max())
     span = hi - lo if hi > lo else max(abs(hi), 1.0)
     return lo - pad * span, hi + pad * span
+
+
+NICE_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)  # mantissas of :func:`nice_limits`: a limit at most 1.5 times the data
+
+
+def nice_up(value: float) -> float:
+    """The smallest number ``m * 10**k`` (``m`` in :data:`NICE_STEPS`) at or above ``value`` (> 0)."""
+    exponent = np.floor(np.log10(value))
+    for mantissa in (*NICE_STEPS, 10.0):
+        nice = float(mantissa * 10.0 ** exponent)
+        if nice >= value * (1 - 1e-12):
+            return nice
+    return float(10.0 ** (exponent + 1))  # pragma: no cover - 10.0 above always answers
+
+
+def nice_limits(lo: float, hi: float) -> tuple[float, float]:
+    """Axis limits ``lo, hi`` rounded outward to :func:`nice_up` numbers (a negative ``lo`` to minus one, a
+    non-negative one to 0): limits that change only when the data pass a threshold, so that a slider moving the
+    data a little does not redraw the axes, ticks and legends (the background of :meth:`LivePlot.rgb`)."""
+    lo_nice = -nice_up(-lo) if lo < 0 else 0.0
+    hi_nice = nice_up(hi) if hi > 0 else 0.0
+    if hi_nice <= lo_nice:  # all values at or below 0 with hi == 0 (and lo == 0 too): a span above
+        hi_nice = lo_nice + 1.0
+    return lo_nice, hi_nice
 
 
 def top(values, floor: float = 1e-12) -> float:
