@@ -247,8 +247,8 @@ def _walk(widget):
 def report(results: list[Result], out=None) -> bool:
     """Print the table (to ``out``, default stdout); True when every widget is within its targets."""
     out = sys.stdout if out is None else out
-    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} {'cpu med':>7} | {'baseline':>8} {'max':>7} | "
-            f"{'speed-up':>8} | {'Play':>6} {'Play/med':>8}  verdict")
+    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} {'cpu med':>7} | "
+            f"{'baseline':>8} {'max':>7} | {'speed-up':>8} | {'Play':>6} {'Play/med':>8}  verdict")
     print("Slider updates in ms (callback + PNG the browser receives): wall-clock median and max, CPU-time median "
           "(trust it on a busy machine); baseline: a fresh figure + Jupyter's inline tight PNG, same run", file=out)
     print(head, file=out)
@@ -259,8 +259,9 @@ def report(results: list[Result], out=None) -> bool:
         ok &= not problems
         play = f"{r.interval:>4}ms" if r.interval is not None else "    -"
         ratio = f"{r.interval / r.median:8.1f}" if r.interval is not None else "       -"
-        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} {r.cpu_median:7.1f} | "
-              f"{r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | {r.baseline_median / r.median:7.1f}x | "
+        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} "
+              f"{r.cpu_median:7.1f} | {r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | "
+              f"{r.baseline_median / r.median:7.1f}x | "
               f"{play:>6} {ratio}  {'ok' if not problems else '; '.join(problems)}", file=out)
     medians = [r.median for r in results]
     cpu_medians = [r.cpu_median for r in results]

@@ -328,7 +328,7 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL, *, bands: dict 
             parts.append(kept[1])
         parts.append(zlib.compressobj(level, zlib.DEFLATED, -15).flush())  # an empty final block
         # zlib's stream (RFC 1950): header 78 01 (deflate, 32 KiB window, fastest), blocks, Adler-32 of the rows
-        data = b"\x78\x01" + b"".join(parts) + struct.pack(">I", zlib.adler32(rows))
+        data = b"\x78\x01" + b"".join(parts) + struct.pack(">I", zlib.adler32(rows.data))
     return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
             + _png_chunk(b"IEND", b""))
 
