@@ -46,6 +46,7 @@ Nothing here computes softmax or attention: the plots draw traces computed by :m
 from __future__ import annotations
 
 import io
+import math
 import re
 import struct
 import zlib
@@ -54,7 +55,7 @@ from typing import Any, cast
 
 import numpy as np
 from matplotlib import animation
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -102,7 +103,7 @@ class LivePlot:
             self.fig = plt.figure(figsize=figsize, dpi=dpi, layout="constrained")
         else:
             self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
-            FigureCanvasAgg(self.fig)
+            _GlyphCachingCanvas(self.fig)
         self.state: dict = {}
         self.dpi = dpi  # dots per inch of one CSS pixel per dot; the figure has dpi * pixel_ratio
         self.pixel_ratio = 1
@@ -182,9 +183,10 @@ class LivePlot:
         """
         canvas: Any = self.fig.canvas  # Agg: copy_from_bbox, restore_region, buffer_rgba
         if self._background is None:
-            key, pixels = self._background_key, self._rgba()
+            key = self._background_key
             kept = self._backgrounds.get(key) if key is not None else None
-            if kept is not None and kept[1] == pixels.shape:
+            if kept is not None and getattr(canvas, "renderer", None) is not None and kept[1] == self._rgba().shape:
+                pixels = self._rgba()
                 pixels[...] = np.frombuffer(zlib.decompress(kept[0]), np.uint8).reshape(pixels.shape)
             else:
                 for artist in self._live:
@@ -271,6 +273,77 @@ class LivePlot:
 
     def _repr_png_(self) -> bytes:
         return self.png()
+
+
+class _GlyphRecorder:
+    """Stands in for a RendererAgg's C++ renderer while one text is drawn: forwards every call, and keeps each
+    glyph bitmap drawn (``draw_text_image``) with its place relative to the text's integer origin."""
+
+    def __init__(self, renderer, x0: int, y0: int):
+        self.renderer, self.x0, self.y0 = renderer, x0, y0
+        self.glyphs: list | None = []  # None: something else than a glyph was drawn (a mathtext rule): not kept
+
+    def draw_text_image(self, image, x, y, angle, gc):
+        if self.glyphs is not None:
+            self.glyphs.append((np.array(image), x - self.x0, y - self.y0, angle))
+        return self.renderer.draw_text_image(image, x, y, angle, gc)
+
+    def __getattr__(self, name):
+        if self.glyphs is not None and name.startswith("draw"):
+            self.glyphs = None
+        return getattr(self.renderer, name)
+
+
+class _GlyphCachingRenderer(RendererAgg):
+    """Matplotlib's Agg renderer that keeps the glyph bitmaps of every text it draws, keyed by the text, its font,
+    its angle and the fraction of a pixel of its position, and redraws a text seen before from them.
+
+    Matplotlib (3.11) lays out and renders every glyph of a text in Python each time it is drawn; a widget's step
+    redraws its live texts (node labels, titles) and a new background its tick labels, mostly texts seen at a
+    step before. A glyph's bitmap depends on the pixel fraction of its position, not on the whole pixels, so a
+    text at the same fraction of a pixel is the same bitmaps shifted: pixel for pixel what matplotlib draws.
+    """
+
+    MAX_TEXTS = 4096  # texts kept; past this the cache starts again
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._texts: dict = {}
+
+    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+        if ismath == "TeX":  # pragma: no cover - the course does not use TeX
+            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+        x0, y0 = math.floor(x), math.floor(y)
+        features = (tuple(mtext.get_fontfeatures() or ()), mtext.get_language()) if mtext is not None else None
+        key = (s, hash(prop), bool(ismath), angle, x - x0, y - y0, gc.get_antialiased(), features, self.dpi)
+        glyphs = self._texts.get(key)
+        if glyphs is not None:
+            for image, dx, dy, image_angle in glyphs:
+                self._renderer.draw_text_image(image, x0 + dx, y0 + dy, image_angle, gc)
+            return None
+        renderer, recorder = self._renderer, _GlyphRecorder(self._renderer, x0, y0)
+        self._renderer = recorder
+        try:
+            super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+        finally:
+            self._renderer = renderer
+        if recorder.glyphs is not None:
+            if len(self._texts) >= self.MAX_TEXTS:
+                self._texts.clear()
+            self._texts[key] = recorder.glyphs
+        return None
+
+
+class _GlyphCachingCanvas(FigureCanvasAgg):
+    """An Agg canvas whose renderer is a :class:`_GlyphCachingRenderer` (a live plot's canvas)."""
+
+    def get_renderer(self):
+        w, h = self.get_width_height(physical=True)
+        key = w, h, self.figure.dpi
+        if self._lastKey != key:
+            self.renderer = _GlyphCachingRenderer(w, h, self.figure.dpi)
+            self._lastKey = key
+        return self.renderer
 
 
 def _plain_bar(artist) -> bool:
