@@ -6,7 +6,11 @@ data (``set_data``, ``set_height``, ``set_text``, colours...). The first draw co
 is then frozen. A picture for a widget is blitted: the axes, ticks, labels and legends are drawn once into a
 background, and a step restores it and draws only the live artists before a fast PNG encoding, instead of a new
 figure, a new layout, every tick label and a tight-cropped export. An update that changes the background (axis
-limits, say) calls ``self.redraw_background()``. One class serves the three views of a plot, each with its own
+limits, say) calls ``self.redraw_background()`` (with a key naming that background, it is kept and restored when a
+step comes back to it; quantised limits, :func:`nice_limits`, keep such changes rare). Three more savings keep a
+step within about 50 ms on two cores at two device pixels per CSS pixel: runs of live bars are drawn as one
+collection, the canvas keeps the glyph bitmaps of texts it drew (a text is laid out and rendered once), and the
+PNG is compressed in bands of rows, of which only those a step changed are compressed again (:func:`encode_png`). One class serves the three views of a plot, each with its own
 instance:
 
 - the widget: :func:`flashmath.widgets.live_widget` puts ``plot.png()`` into an ``ipywidgets.Image`` after each
