@@ -208,6 +208,45 @@ def test_encode_png_is_read_back_exactly(shape):
         np.testing.assert_array_equal(np.asarray(image), rgb)
 
 
+def _idat(png: bytes) -> bytes:
+    """The concatenated IDAT data of a PNG (a zlib stream)."""
+    import struct
+
+    data, at = b"", 8
+    while at < len(png):
+        (length,), kind = struct.unpack(">I", png[at:at + 4]), png[at + 4:at + 8]
+        if kind == b"IDAT":
+            data += png[at + 8:at + 8 + length]
+        at += 12 + length
+    return data
+
+
+def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
+    import io
+    import zlib
+
+    from PIL import Image
+
+    rng = np.random.default_rng(5)
+    rgb = np.full((150, 40, 4), 255, np.uint8)  # 5 bands of 32 rows, the last one short
+    rgb[:, :, :3] = rng.integers(0, 256, (150, 40, 3), dtype=np.uint8)
+    bands: dict = {}
+    for change in [None, (0, 1), (70, 71), (149, 150), (31, 33)]:
+        if change is not None:
+            rgb[change[0]:change[1], 3:9, 1] += 17
+        png = viz.live.encode_png(rgb, bands=bands)
+        with Image.open(io.BytesIO(png)) as image:
+            np.testing.assert_array_equal(np.asarray(image), rgb)
+        whole = zlib.decompress(_idat(png))  # checks zlib's header and the Adler-32 of the rows too
+        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows as one stream
+    kept = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
+    rgb[100:101, 0, 0] += 1  # one band (rows 96..127) changes: the others keep their compressed bytes
+    viz.live.encode_png(rgb, bands=bands)
+    again = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
+    assert sorted(again) == [0, 32, 64, 96, 128]
+    assert [again[s] is kept[s] for s in sorted(again)] == [True, True, True, False, True]
+
+
 def test_a_plots_png_is_its_pixels():
     import io
 

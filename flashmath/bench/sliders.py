@@ -5,9 +5,13 @@ across its whole range and back, without a browser: each move runs the widget's 
 bytes that the browser would receive. Beside it, a baseline measured in the same run: for a sample of the same
 states, a fresh figure built and exported as Jupyter's inline backend exports one (IPython's ``print_figure``,
 tight-cropped PNG), which is what a move cost before figures were built once. Printed: median and max per
-update, the speed-up (baseline median / live median), the default Play interval and its ratio to the median.
+update (wall-clock time), the median CPU time per update (``time.process_time``: this process's CPU seconds), the
+speed-up (baseline median / live median), the default Play interval and its ratio to the median.
 
-Targets on a 2-core machine: median <= 100 ms and max <= 250 ms per update; Play interval <= 250 ms and at least
+Wall-clock time is what a learner waits for, and the main figure; on a shared machine other jobs stretch it, so
+there the CPU-time column is the figure to trust (on an idle machine the two agree within a few milliseconds).
+
+Targets on an idle 2-core machine: median <= 50 ms and max <= 250 ms per update; Play interval <= 250 ms and at least
 1.5 times the median (so that Play does not run ahead of the picture). Rows outside a target are marked.
 """
 
@@ -21,13 +25,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from flashmath.bench import plain_text
 
-TARGET_MEDIAN_MS = 100.0
+TARGET_MEDIAN_MS = 50.0
 TARGET_MAX_MS = 250.0
 PLAY_MAX_MS = 250
 PLAY_MIN_RATIO = 1.5
@@ -163,6 +167,7 @@ class Result:
     baseline_ms: list
     interval: int | None
     png_bytes: int
+    cpu_ms: list = field(default_factory=list)  # CPU time (this process) per update, beside live_ms's wall time
 
     @property
     def median(self) -> float:
@@ -171,6 +176,10 @@ class Result:
     @property
     def slowest(self) -> float:
         return max(self.live_ms)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_ms) if self.cpu_ms else float("nan")
 
     @property
     def baseline_median(self) -> float:
@@ -196,7 +205,7 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
     sink = io.StringIO()  # outside a kernel, interactive's clear_output writes terminal codes to stdout
     with contextlib.redirect_stdout(sink):
         ui = case.build()
-    live, states = [], []
+    live, cpu, states = [], [], []
     for control in ui.kwargs_widgets:
         values = control_values(control)
         moves = sweep_moves(values, control.value)
@@ -205,15 +214,16 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
         for value in moves:
             before = ui.image.value
             with contextlib.redirect_stdout(sink):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 control.value = value
-                elapsed = time.perf_counter() - t0
+                elapsed, cpu_elapsed = time.perf_counter() - t0, time.process_time() - c0
             if ui.image.value == before:
                 # no new picture: the callback raised (interactive shows it in its output) or drew nothing new
                 outputs = getattr(ui.out, "outputs", ())
                 raise RuntimeError(f"{case.notebook} {case.builder}: moving {control.description!r} to {value!r} "
                                    f"did not change the picture; output: {outputs}")
             live.append(1000 * elapsed)
+            cpu.append(1000 * cpu_elapsed)
             states.append(dict(ui.result.state))
     plays = [w for w in _walk(ui) if isinstance(w, ipywidgets.Play)]
     interval = plays[0].interval if plays else None
@@ -225,7 +235,7 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
         plot = case.fresh(**states[i])
         inline_png(plot.fig)
         baseline.append(1000 * (time.perf_counter() - t0))
-    return Result(case, live, baseline, interval, len(ui.image.value))
+    return Result(case, live, baseline, interval, len(ui.image.value), cpu)
 
 
 def _walk(widget):
@@ -237,10 +247,10 @@ def _walk(widget):
 def report(results: list[Result], out=None) -> bool:
     """Print the table (to ``out``, default stdout); True when every widget is within its targets."""
     out = sys.stdout if out is None else out
-    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} | {'baseline':>8} {'max':>7} | "
-            f"{'speed-up':>8} | {'Play':>6} {'Play/med':>8}  verdict")
-    print("Slider updates in ms (callback + PNG the browser receives); baseline: a fresh figure + Jupyter's inline "
-          "tight PNG, same run", file=out)
+    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} {'cpu med':>7} | "
+            f"{'baseline':>8} {'max':>7} | {'speed-up':>8} | {'Play':>6} {'Play/med':>8}  verdict")
+    print("Slider updates in ms (callback + PNG the browser receives): wall-clock median and max, CPU-time median "
+          "(trust it on a busy machine); baseline: a fresh figure + Jupyter's inline tight PNG, same run", file=out)
     print(head, file=out)
     print("-" * len(head), file=out)
     ok = True
@@ -249,12 +259,14 @@ def report(results: list[Result], out=None) -> bool:
         ok &= not problems
         play = f"{r.interval:>4}ms" if r.interval is not None else "    -"
         ratio = f"{r.interval / r.median:8.1f}" if r.interval is not None else "       -"
-        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} | "
-              f"{r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | {r.baseline_median / r.median:7.1f}x | "
+        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} "
+              f"{r.cpu_median:7.1f} | {r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | "
+              f"{r.baseline_median / r.median:7.1f}x | "
               f"{play:>6} {ratio}  {'ok' if not problems else '; '.join(problems)}", file=out)
     medians = [r.median for r in results]
+    cpu_medians = [r.cpu_median for r in results]
     print(f"targets: median <= {TARGET_MEDIAN_MS:.0f} ms, max <= {TARGET_MAX_MS:.0f} ms, Play <= {PLAY_MAX_MS} ms "
-          f"and >= {PLAY_MIN_RATIO} x median. Slowest median {max(medians):.1f} ms; "
+          f"and >= {PLAY_MIN_RATIO} x median. Slowest median {max(medians):.1f} ms (CPU {max(cpu_medians):.1f} ms); "
           f"{'all within target' if ok else 'NOT all within target'}", file=out)
     return ok
 
@@ -282,6 +294,6 @@ def main(argv=None) -> int:
         result = measure(case, baseline_samples=args.baseline_samples, max_moves=args.max_moves)
         results.append(result)
         print(f"  [{number}/{len(cases)}] {case.notebook} {case.builder}: {len(result.live_ms)} moves, median "
-              f"{result.median:.1f} ms ({time.perf_counter() - t0:.0f} s)", flush=True)
+              f"{result.median:.1f} ms, CPU {result.cpu_median:.1f} ms ({time.perf_counter() - t0:.0f} s)", flush=True)
     report(results)
     return 0

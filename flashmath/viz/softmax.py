@@ -20,6 +20,7 @@ from flashmath.viz.live import (
     finite_or_nan,
     index,
     limits,
+    nice_limits,
     recolor,
     set_heights,
     top,
@@ -208,10 +209,11 @@ class OverflowPlot(LivePlot):
         self.inf_marks.set_data(steps[overflowed], finite_or_nan(x64[overflowed]) + top_pad)
         self.limit_line.set_ydata([limit, limit])
         self.lse_line.set_ydata([lse, lse])
-        ylim = limits(np.concatenate([x64, [limit, lse]]), pad=0.15)  # both lines always show
+        # both lines always show; nice limits change only every few moves of the scale slider (a new background)
+        ylim = nice_limits(*limits(np.concatenate([x64, [limit, lse]]), pad=0.15))
         if ylim != self.ax_e.get_ylim():
             self.ax_e.set_ylim(*ylim)
-            self.redraw_background()  # new ticks
+            self.redraw_background(key=ylim)  # new ticks; the limits are all that changes in the background
         set_heights(self.direct_bars, np.nan_to_num(y_direct, nan=0.0))
         set_heights(self.safe_bars, y_safe)
         nan_at = np.isnan(y_direct)
