@@ -10,8 +10,8 @@ limits, say) calls ``self.redraw_background()`` (with a key naming that backgrou
 step comes back to it; quantised limits, :func:`nice_limits`, keep such changes rare). Three more savings keep a
 step within about 50 ms on two cores at two device pixels per CSS pixel: runs of live bars are drawn as one
 collection, the canvas keeps the glyph bitmaps of texts it drew (a text is laid out and rendered once), and the
-PNG is compressed in bands of rows, of which only those a step changed are compressed again (:func:`encode_png`). One class serves the three views of a plot, each with its own
-instance:
+PNG is compressed in bands of rows, of which only those a step changed are compressed again (:func:`encode_png`).
+One class serves the three views of a plot, each with its own instance:
 
 - the widget: :func:`flashmath.widgets.live_widget` puts ``plot.png()`` into an ``ipywidgets.Image`` after each
   move, so the old picture stays on the page until the new one is ready (no blank output); the plot is rendered
