@@ -6,6 +6,7 @@ import pytest
 
 import flashmath as fm
 from flashmath import viz
+from flashmath.viz import live
 
 pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
@@ -184,7 +185,6 @@ def test_the_pattern_example_in_the_live_module_runs():
     import re
 
     from flashmath import widgets
-    from flashmath.viz import live
 
     example = re.search(r"Example, a new plot for a later chapter::\n\n(.*?)\n\n(?=\S)", live.__doc__, re.S).group(1)
     namespace = {"np": np, "widgets": widgets, **{k: getattr(live, k) for k in dir(live) if not k.startswith("_")}}
@@ -289,3 +289,29 @@ def test_the_offline_player_fetches_nothing_and_keeps_every_frame():
     assert "font-awesome" not in html and "https://" not in html and 'class="fa ' not in html
     assert html.count("data:image/png;base64") == 3
     assert "\u25b6" in html and "\u23f8" in html  # play and pause, as characters
+
+
+@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
+def test_the_glyph_cache_draws_what_matplotlib_draws():
+    # the cache replays glyph bitmaps it recorded: a second draw, all from the cache, must be pixel for pixel the
+    # figure matplotlib's own Agg canvas draws (re-run this test whenever the matplotlib pin moves)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def figure():
+        fig = Figure(figsize=(3, 2), dpi=100)
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 1])
+        ax.set_title("tile $B_r$ = 16")
+        ax.text(0.3, 0.5, "row n = 3", rotation=30)
+        return fig
+
+    plain = figure()
+    FigureCanvasAgg(plain).draw()
+    cached = figure()
+    canvas = live._GlyphCachingCanvas(cached)
+    canvas.draw()
+    kept = len(canvas.get_renderer()._texts)
+    canvas.draw()  # every text seen before: drawn from the kept bitmaps
+    assert kept > 0 and len(canvas.get_renderer()._texts) == kept
+    np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))

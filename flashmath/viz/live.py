@@ -57,6 +57,7 @@ import zlib
 from collections.abc import Sized
 from typing import Any, cast
 
+import matplotlib
 import numpy as np
 from matplotlib import animation
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
@@ -107,7 +108,7 @@ class LivePlot:
             self.fig = plt.figure(figsize=figsize, dpi=dpi, layout="constrained")
         else:
             self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
-            _GlyphCachingCanvas(self.fig)
+            (_GlyphCachingCanvas if GLYPH_CACHE else FigureCanvasAgg)(self.fig)
         self.state: dict = {}
         self.dpi = dpi  # dots per inch of one CSS pixel per dot; the figure has dpi * pixel_ratio
         self.pixel_ratio = 1
@@ -277,6 +278,12 @@ class LivePlot:
 
     def _repr_png_(self) -> bytes:
         return self.png()
+
+
+#: Whether live plots keep the glyph bitmaps of texts they drew (:class:`_GlyphCachingRenderer`): only on the
+#: matplotlib it was checked on, pixel for pixel (3.11: each ``draw_text`` hands the renderer glyph images; older
+#: releases hand it the font object, and their ``Text`` has no font features).
+GLYPH_CACHE = tuple(int(part) for part in re.findall(r"\d+", matplotlib.__version__)[:2]) >= (3, 11)
 
 
 class _GlyphRecorder:
