@@ -332,9 +332,9 @@ def flash_attention(
         floating-point dtype. Otherwise as :func:`flashmath.attention.attention`
         (same checks, same messages).
 
-    Extra memory: one score tile ``(..., B_r, B_c)``, the scaled copy of ``Q``, the output, and ``O(B_r Dv)``
-    of row state; never ``(..., N, M)``. A tile spans all the leading (batch, head) dimensions: with many of
-    them, pass smaller blocks than the defaults (which are tuned for one head).
+    Extra memory: one score tile ``(..., B_r, B_c)`` per worker, the scaled copy of ``Q``, the output, and
+    ``O(B_r Dv)`` of row state per worker; never ``(..., N, M)``. A tile spans all the leading (batch, head)
+    dimensions: with many of them, pass smaller blocks than the defaults (which are tuned for one head).
 
     Sources: Dao et al. (2022), Algorithm 1 (fa1); Dao (2023), Algorithm 1 (fa2).
     """

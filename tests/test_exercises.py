@@ -1025,6 +1025,13 @@ def softmax_crashing_on_empty(x):
     return solutions.safe_softmax(x)
 
 
+def softmax_first_and_rest(x):
+    x = np.asarray(x, dtype=float)
+    m = max(x[0], x[1:].max())  # the first element against the largest of the rest: no rest for one element
+    e = np.exp(x - m)
+    return e / e.sum()
+
+
 PROPERTY_CATCHES = {
     # property: (checker, wrong solution, the start of the property case that catches it)
     "the inputs unchanged (v_m)": ("check_one_loop_step", step_clearing_v_m, "property"),
@@ -1032,6 +1039,7 @@ PROPERTY_CATCHES = {
     "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 overflow"),
     "the result's type (integer zeros)": ("check_safe_softmax", softmax_cast_back, "property: integer input"),
     "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: the empty input"),
+    "one element": ("check_safe_softmax", softmax_first_and_rest, "property: one element"),
     "an all -inf row": ("check_merge", merge_with(guard=False), "property: the empty input"),
     "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: +inf"),
     "NaN": ("check_merge_three", THREE["Python's max dropping NaN"], "property: NaN"),
@@ -1053,7 +1061,7 @@ def test_each_property_catches_a_wrong_solution(prop):
     assert any(name.startswith(case) and not ok for name, ok, _ in report.cases), repr(report)
 
 
-MISSED_BY_MODELS = ["the result's dtype", "the result's type (integer zeros)", "the empty input", "+inf",
+MISSED_BY_MODELS = ["the result's dtype", "the result's type (integer zeros)", "the empty input", "one element", "+inf",
                     "float16 overflow", "integer input", "one pass in constant memory", "NaN", "an all -inf row"]
 
 
