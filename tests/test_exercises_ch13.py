@@ -3,15 +3,9 @@ named."""
 
 import numpy as np
 import pytest
+from helpers import named
 
 from flashmath import exercises, solutions
-
-
-def named(report):
-    catalogue = exercises.MISTAKES[report.title]
-    texts = [msg for _, ok, msg in report.cases if not ok]
-    return {m.name for m in catalogue if any(m.name in text for text in texts)}
-
 
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
