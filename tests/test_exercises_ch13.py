@@ -62,11 +62,19 @@ def kind_strict(r0, r1, c0, c1, N, M):
     return 2 if c1 - 1 < r0 + M - N else 1
 
 
+def kind_inclusive_ends(r0, r1, c0, c1, N, M):
+    # the bounds read as the last row and key themselves
+    if c0 > r1 + M - N:
+        return 0
+    return 2 if c1 <= r0 + M - N else 1
+
+
 TILE_KIND = {
     "a partial tile called full": kind_from_corner,
     "a partial tile called empty": kind_top_right,
     "the top-left alignment when N != M": kind_top_left,
     "the diagonal excluded (< instead of <=)": kind_strict,
+    "the tile's end read as inclusive (r1 for r1 - 1)": kind_inclusive_ends,
 }
 
 PAGE = {
@@ -117,3 +125,18 @@ def test_an_unfinished_exercise_is_reported_not_raised(checker):
 def test_the_solutions_can_be_shown():
     for name in ("window_mask", "document_mask", "softcap", "alibi", "tile_kind", "page_gather"):
         assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")
+
+
+def test_an_integer_mask_is_caught_as_not_boolean():
+    def window_as_ints(q, kv, N, M, left, right):  # 0/1 instead of False/True
+        return ((kv >= q + M - N - left) & (kv <= q + M - N + right)).astype(int)
+
+    report = exercises.check_window_mask(window_as_ints)
+    assert not report.passed, report
+    assert "expected a boolean mask, got int64" in repr(report), report
+
+
+def test_a_wrong_scalar_answer_shows_both_numbers_without_an_index():
+    report = exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: 1)
+    assert not report.passed, report
+    assert "expected the kind = 2, got 1:" in repr(report) and "at []" not in repr(report), report

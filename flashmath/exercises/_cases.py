@@ -6,8 +6,8 @@ The property battery (:data:`PROPERTIES`) runs before the mistake models, on eve
 - the inputs unchanged: each argument (every array, ``v_m`` and ``v_block`` included) is passed as a copy and
   compared with the original after the call;
 - the result's type, dtype and shape: the number of parts, each part's shape, a floating-point result where the
-  reference gives one (an integer array of zeros is not a probability vector), and the reference's own dtype where
-  it is narrower than float64 (float16 in, float16 out);
+  reference gives one (an integer array of zeros is not a probability vector), a boolean array where it gives a
+  mask, and the reference's own dtype where it is narrower than float64 (float16 in, float16 out);
 
 and a checker adds the edge inputs that apply to its exercise as property cases (:func:`property_cases`): the
 empty input, one element, an all -inf row, +inf, NaN, float16 overflow, integer input, negative-only input. A
@@ -42,6 +42,9 @@ INTEGER_OUT = Mistake("an integer result", "the result is made of fractions: cas
                       "float64 out")
 DTYPE_OUT = Mistake("a different dtype out", "return the input's dtype (float16 in, float16 out): compute in a "
                     "wider type if you like, then cast back")
+BOOL_OUT = Mistake("an integer 0/1 mask", "return a boolean array (dtype=bool), True where the query may attend: "
+                   "np.tril(np.ones((N, M))) holds 0/1 numbers, and x[mask] or ~mask do something else with them (~1 "
+                   "is -2, an index array picks rows 0 and 1)")
 WRONG_SHAPE = Mistake("a wrong shape", "the result must have the shape of the reference's (see the expected shape)")
 
 
@@ -108,7 +111,8 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
     """The battery's second property: what is wrong with the type, dtype or shape of ``out`` (None when nothing).
 
     ``expected`` is the reference's raw result. Checked per part: the shape; a floating-point array where the
-    reference gives one (not an integer array); the reference's dtype where it is narrower than float64.
+    reference gives one (not an integer array); a boolean array where the reference gives a mask; the reference's
+    dtype where it is narrower than float64.
     """
     try:
         got, want = _parts(out, n_out), _parts(expected, n_out)
@@ -126,12 +130,23 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
             continue  # a list [] is the empty result, whatever the reference's empty shape
         if g_arr.shape != w_arr.shape:
             return f"{label}expected shape {w_arr.shape}, got {g_arr.shape}: {WRONG_SHAPE.message()}"
+        if w_arr.dtype.kind == "b" and g_arr.dtype.kind != "b":
+            return f"{label}expected a boolean mask, got {g_arr.dtype}: {BOOL_OUT.message()}"
         if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
             return f"{label}expected a float result, got {g_arr.dtype}: {INTEGER_OUT.message()}"
         if (isinstance(w, np.ndarray) and w.dtype.kind == "f" and w.dtype.itemsize < 8 and isinstance(g, np.ndarray)
                 and g.dtype != w.dtype):
             return f"{label}expected dtype {w.dtype}, got {g.dtype}: {DTYPE_OUT.message()}"
     return None
+
+
+def _zero_one(raws, answers) -> bool:
+    """The run's answers are a mask written as numbers: every number of every answer is 0 or 1."""
+    try:
+        return all(bool(np.isin(np.asarray(out, dtype=np.float64), (0, 1)).all())
+                   for out, (ok, _) in zip(raws, answers, strict=False) if ok)
+    except (TypeError, ValueError):
+        return False
 
 
 def _default_describe(names, n_out):
@@ -206,9 +221,14 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
             report.add(name, False, f"expected ({form})" + (f": {not_answer.message()}" if not_answer else ""))
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
-            # a wrong shape: a model of the checker's own may say which wrong shape it is
-            mistake = named.for_case(i) if WRONG_SHAPE.name in form_text else None
-            report.add(name, False, f"{form_text}; {mistake.message()}" if mistake else form_text)
+            # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
+            # of the checker's own may say which it is
+            if WRONG_SHAPE.name in form_text:
+                mistake = named.for_case(i)
+                form_text = f"{form_text}; {mistake.message()}" if mistake else form_text
+            elif BOOL_OUT.name in form_text and not _zero_one(raws, answers) and (mistake := named.for_case(i)):
+                form_text = form_text.replace(BOOL_OUT.message(), mistake.message())
+            report.add(name, False, form_text)
             continue
         if compare(answer, expected):
             report.add(name, True)

@@ -145,6 +145,8 @@ def pick(mistakes, *names):
 def fmt(a) -> str:
     """An array for a message: in full when it has at most 8 numbers, else its shape and its first values."""
     a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        return f"{a.item():.6g}"  # 2, not numpy's "2."
     if a.size <= 8:
         return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
     first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
@@ -190,8 +192,9 @@ def error_note(actual, expected) -> str:
     if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
         return note
     where = np.unravel_index(np.argmax(diff), diff.shape)
-    note += (f"; largest difference {diff[where]:.3g} at {at(where)} "
-             f"(expected {expected[where]:.17g}, got {actual[where]:.17g})")
+    if actual.ndim:  # one number has no index to point at, and the message already shows both
+        note += (f"; largest difference {diff[where]:.3g} at {at(where)} "
+                 f"(expected {expected[where]:.17g}, got {actual[where]:.17g})")
     if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
         err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
         note += (f": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "

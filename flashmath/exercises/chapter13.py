@@ -228,6 +228,16 @@ def _kind_model(seen):
     return model
 
 
+def _inclusive_end_model(rows: bool, keys: bool):
+    """The right corners, but the tile's ends ``r1``, ``c1`` read as inclusive (they are one past the tile)."""
+    def model(r0, r1, c0, c1, N, M):
+        last_row, last_key = (r1 if rows else r1 - 1), (c1 if keys else c1 - 1)
+        if c0 > last_row + M - N:
+            return EMPTY
+        return FULL if last_key <= r0 + M - N else PARTIAL
+    return model
+
+
 def _corner_model(which):
     """Partial tiles called full (or empty) by looking at one corner only."""
     def model(r0, r1, c0, c1, N, M):
@@ -247,6 +257,9 @@ TILE_KIND_MISTAKES = (
             (_kind_model(lambda n, m, N, M: m <= n),)),
     Mistake("the diagonal excluded (< instead of <=)", "query n sees its aligned key: m <= n + M - N",
             (_kind_model(lambda n, m, N, M: m < n + M - N),)),
+    Mistake("the tile's end read as inclusive (r1 for r1 - 1)", "a tile [r0, r1) x [c0, c1) ends one before r1 and "
+            "c1: its last row is r1 - 1 and its last key c1 - 1",
+            (_inclusive_end_model(True, True), _inclusive_end_model(True, False), _inclusive_end_model(False, True))),
 )
 
 
