@@ -82,6 +82,11 @@ PAGE = {
     "the token index used as a page index": lambda pages, table, b, t: pages[table[b, t % 3], t % 4],
     "the row inside the page taken as t": lambda pages, table, b, t: pages[table[b, t // 4]][min(t, 3)],
     "the sequence's row of the table not used": lambda pages, table, b, t: pages[table[0][t // 4], t % 4],
+    "the block table's axes swapped": lambda pages, table, b, t: (
+        pages[table[t // pages.shape[1], b], t % pages.shape[1]]),
+    "the page size read from the wrong axis": lambda pages, table, b, t: (  # P pages taken as the page size
+        pages[table[b, t // len(pages)], t % len(pages)]),
+    "// and % swapped": lambda pages, table, b, t: pages[table[b][t % 4]][t // 4],
 }
 
 CHECKERS = {
@@ -140,3 +145,9 @@ def test_a_wrong_scalar_answer_shows_both_numbers_without_an_index():
     report = exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: 1)
     assert not report.passed, report
     assert "expected the kind = 2, got 1:" in repr(report) and "at []" not in repr(report), report
+
+
+def test_an_index_past_an_axis_is_explained():
+    report = exercises.check_page_gather(lambda pages, table, b, t: pages[table[b, t // 4], t])  # row t, not t % 4
+    assert not report.passed and "raised IndexError" in repr(report), report
+    assert "pages is (P, page_size, D) and block_table (B, max_pages)" in repr(report), report

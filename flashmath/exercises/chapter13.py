@@ -303,7 +303,23 @@ PAGE_MISTAKES = (
             (lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], min(t, pages.shape[1] - 1)],)),
     Mistake("the sequence's row of the table not used", "row b of the block table belongs to sequence b",
             (lambda pages, table, b, t: pages[table[0, t // pages.shape[1]], t % pages.shape[1]],)),
+    Mistake("the block table's axes swapped", "block_table is (B, max_pages): sequence b's pages are row b, so its "
+            "logical page j is block_table[b, j], not block_table[j, b]",
+            (lambda pages, table, b, t: pages[table[t // pages.shape[1], b], t % pages.shape[1]],)),
+    Mistake("the page size read from the wrong axis", "pages is (P, page_size, D): page_size = pages.shape[1], "
+            "not shape[0] (the number of pages) nor shape[2] (D)",
+            (lambda pages, table, b, t: pages[table[b, t // pages.shape[0]], t % pages.shape[0]],
+             lambda pages, table, b, t: pages[table[b, t // pages.shape[2]], t % pages.shape[2]])),
+    Mistake("// and % swapped", "the page is t // page_size (which page) and the row inside it t % page_size",
+            (lambda pages, table, b, t: pages[table[b, t % pages.shape[1]], t // pages.shape[1]],)),
 )
+
+
+def _page_hint(exc) -> str | None:
+    if isinstance(exc, IndexError):
+        return ("an index past the end of an axis: pages is (P, page_size, D) and block_table (B, max_pages); "
+                "token t of sequence b is row t % page_size of page block_table[b, t // page_size]")
+    return None
 
 
 def check_page_gather(fn) -> CheckReport:
@@ -324,7 +340,7 @@ def check_page_gather(fn) -> CheckReport:
          (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4)),
     ])
     return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
-                          names=("the key",), properties=properties)
+                          names=("the key",), properties=properties, hint=_page_hint)
 
 
 MISTAKES = {
