@@ -137,6 +137,15 @@ def test_row_lse_a_right_emulation_passes_and_errors_are_reported():
     assert "shape" in messages(report)
 
 
+@needs_torch
+def test_row_lse_the_result_must_be_a_float32_tensor():
+    right = emulated_kernel()
+    text = messages(ex.check_row_lse(lambda x: right(x).double()))
+    assert "expected a float32 tensor on cpu (x's device), got torch.float64" in text, text
+    text = messages(ex.check_row_lse(lambda x: right(x).numpy()))
+    assert "returned ndarray, not a torch tensor" in text, text
+
+
 @needs_triton
 def test_row_lse_solution_passes_in_triton():
     from flashmath import solutions_triton

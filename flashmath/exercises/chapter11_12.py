@@ -197,9 +197,10 @@ class _RowLseDiagnosis:
 
 
 def check_row_lse(fn) -> CheckReport:
-    """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)``, ``L`` the ``(R,)`` logsumexp of
-    each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton kernel
-    that streams each row in blocks (exercise 11.1).
+    """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)`` (on the GPU where the kernels are
+    compiled, on the CPU in Triton's interpreter), ``L`` a float32 tensor ``(R,)`` on ``x``'s device, the logsumexp
+    of each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton
+    kernel that streams each row in blocks (exercise 11.1).
 
     The property battery first (:func:`_row_lse_properties`: no rows, one value, NaN; the tensor given unchanged
     and one logsumexp per row on every case), then the cases: a row shorter than any block, several blocks with a
@@ -221,13 +222,30 @@ def check_row_lse(fn) -> CheckReport:
         # a slice: the learner gets x[:, :STRIDED] of the wide array (row stride 64, 40 columns)
         cases.append((name, (wide[:, :STRIDED].copy(), wide) if name.startswith("a slice") else (wide,)))
 
+    from flashmath.triton_setup import interpreted
+
+    # where the kernels run: a compiled kernel reads GPU memory only; the interpreter reads CPU memory
+    device = torch.device("cuda" if torch.cuda.is_available() and not interpreted() else "cpu")
+
     def call(fn, args):
-        # the tensor shares the memory of the harness's copy, so that a change in place is seen
-        tensor = torch.from_numpy(args[-1])
-        out = fn(tensor[:, :STRIDED] if len(args) == 2 else tensor)
+        # on the CPU the tensor shares the memory of the harness's copy, so that a change in place is seen
+        tensor = torch.from_numpy(args[-1]).to(device)
+        x = tensor[:, :STRIDED] if len(args) == 2 else tensor
+        out = fn(x)
+        if device.type != "cpu":  # copy back what the learner's code left in x, for the harness to compare
+            args[-1][...] = tensor.cpu().numpy()
         if out is None:
             return PropertyFailure("returned None: return the tensor of logsumexps")
-        return np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out)
+        if not isinstance(out, torch.Tensor):
+            return PropertyFailure(f"returned {type(out).__name__}, not a torch tensor: write the results into "
+                                   "out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device) and "
+                                   "return it")
+        values = np.asarray(out.detach().cpu().numpy())
+        if out.dtype != torch.float32 or out.device != x.device:
+            return PropertyFailure(f"expected a float32 tensor on {x.device} (x's device), got {out.dtype} on "
+                                   f"{out.device}: torch.empty(x.shape[0], dtype=torch.float32, device=x.device)",
+                                   values)
+        return values
 
     def describe(got, expected):
         return f"expected {fmt(expected)}, got {fmt(got)}", got, expected
