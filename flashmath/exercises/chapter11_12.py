@@ -3,7 +3,8 @@
 Like every checker of :mod:`flashmath.exercises`, each one runs the learner's answer on cases where the classic
 mistakes make a difference, never raises, and returns a :class:`flashmath.exercises.CheckReport`; a wrong answer
 is compared with the answers of the known mistakes (:data:`MISTAKES` lists them per checker), and the first that
-matches is named, with what to change.
+matches is named, with what to change. All four run through the one harness,
+:func:`~flashmath.exercises._cases.check_function` (the two quizzes as one case per question, :func:`_check_quiz`).
 
 * :func:`check_row_lse` (11.1): a Triton kernel for the logsumexp of each row, streamed in blocks of columns:
   chapter 2's online normalizer written as a GPU program.
