@@ -50,6 +50,48 @@ def named(report) -> set:
     return {m.name for m in exercises.MISTAKES[report.title] if any(m.name in text for text in texts)}
 
 
+def checker_tests(checkers: dict) -> tuple:
+    """The four tests of a chapter's checkers, for ``checkers = {checker name: (solution, {mistake name: a learner's
+    wrong solution})}``: the solution passes; each wrong solution fails and is named by its mistake alone; every
+    mistake of the checker's catalogue (``flashmath.exercises.MISTAKES``) has a wrong solution; an unfinished
+    exercise (``raise NotImplementedError``) is reported, not raised. A test module assigns them to names starting
+    with ``test_``, which pytest collects::
+
+        (test_the_solution_passes, test_each_mistake_is_caught_and_named,
+         test_every_mistake_in_the_catalogue_has_a_wrong_solution,
+         test_an_unfinished_exercise_is_reported_not_raised) = checker_tests(CHECKERS)
+    """
+    from flashmath import exercises
+
+    cases = [(checker, mistake) for checker, (_, wrong) in checkers.items() for mistake in wrong]
+
+    @pytest.mark.parametrize("checker", checkers)
+    def the_solution_passes(checker):
+        report = getattr(exercises, checker)(checkers[checker][0])
+        assert report.passed, report
+
+    @pytest.mark.parametrize("checker, mistake", cases, ids=[f"{c}: {m}" for c, m in cases])
+    def each_mistake_is_caught_and_named(checker, mistake):
+        report = getattr(exercises, checker)(checkers[checker][1][mistake])
+        assert not report.passed, report
+        assert named(report) == {mistake}, report
+
+    @pytest.mark.parametrize("checker", checkers)
+    def every_mistake_in_the_catalogue_has_a_wrong_solution(checker):
+        assert {m.name for m in exercises.MISTAKES[checker]} == set(checkers[checker][1])
+
+    @pytest.mark.parametrize("checker", checkers)
+    def an_unfinished_exercise_is_reported_not_raised(checker):
+        def todo(*args):
+            raise NotImplementedError
+
+        report = getattr(exercises, checker)(todo)
+        assert not report.passed and "not implemented yet" in repr(report)
+
+    return (the_solution_passes, each_mistake_is_caught_and_named, every_mistake_in_the_catalogue_has_a_wrong_solution,
+            an_unfinished_exercise_is_reported_not_raised)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

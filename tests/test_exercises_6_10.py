@@ -3,7 +3,7 @@ named (and no other mistake of the catalogue is named)."""
 
 import numpy as np
 import pytest
-from helpers import named
+from helpers import checker_tests, named
 
 from flashmath import exercises, solutions
 
@@ -293,37 +293,14 @@ CHECKERS = {
     "check_masked_tile_step": (solutions.masked_tile_step, MASKED),
     "check_merge_states": (solutions.merge_states, MERGE),
 }
-CASES = [(checker, mistake) for checker, (_, wrong) in CHECKERS.items() for mistake in wrong]
 MORE = [("check_masked_tile_step", name, k) for name, fns in MASKED_MORE.items() for k in range(len(fns))] + [
     ("check_merge_states", name, k) for name, fns in MERGE_MORE.items() for k in range(len(fns))]
 MORE_FNS = {"check_masked_tile_step": MASKED_MORE, "check_merge_states": MERGE_MORE}
 
 
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_the_solution_passes(checker):
-    report = getattr(exercises, checker)(CHECKERS[checker][0])
-    assert report.passed, report
-
-
-@pytest.mark.parametrize("checker, mistake", CASES, ids=[f"{c}: {m}" for c, m in CASES])
-def test_each_mistake_is_caught_and_named(checker, mistake):
-    report = getattr(exercises, checker)(CHECKERS[checker][1][mistake])
-    assert not report.passed, report
-    assert named(report) == {mistake}, report
-
-
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_every_mistake_in_the_catalogue_has_a_wrong_solution(checker):
-    assert {m.name for m in exercises.MISTAKES[checker]} == set(CHECKERS[checker][1])
-
-
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_an_unfinished_exercise_is_reported_not_raised(checker):
-    def todo(*args):
-        raise NotImplementedError
-
-    report = getattr(exercises, checker)(todo)
-    assert not report.passed and "not implemented yet" in repr(report)
+(test_the_solution_passes, test_each_mistake_is_caught_and_named,
+ test_every_mistake_in_the_catalogue_has_a_wrong_solution,
+ test_an_unfinished_exercise_is_reported_not_raised) = checker_tests(CHECKERS)
 
 
 @pytest.mark.parametrize("checker, mistake, k", MORE, ids=[f"{c}: {m} ({k})" for c, m, k in MORE])

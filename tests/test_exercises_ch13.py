@@ -2,10 +2,9 @@
 named."""
 
 import numpy as np
-import pytest
-from helpers import named
+from helpers import checker_tests
 
-from flashmath import exercises, solutions
+from flashmath import solutions
 
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
@@ -97,34 +96,11 @@ CHECKERS = {
     "check_tile_kind": (solutions.tile_kind, TILE_KIND),
     "check_page_gather": (solutions.page_gather, PAGE),
 }
-CASES = [(checker, mistake) for checker, (_, wrong) in CHECKERS.items() for mistake in wrong]
 
 
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_the_solution_passes(checker):
-    report = getattr(exercises, checker)(CHECKERS[checker][0])
-    assert report.passed, report
-
-
-@pytest.mark.parametrize("checker, mistake", CASES, ids=[f"{c}: {m}" for c, m in CASES])
-def test_each_mistake_is_caught_and_named(checker, mistake):
-    report = getattr(exercises, checker)(CHECKERS[checker][1][mistake])
-    assert not report.passed, report
-    assert named(report) == {mistake}, report
-
-
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_every_mistake_in_the_catalogue_has_a_wrong_solution(checker):
-    assert {m.name for m in exercises.MISTAKES[checker]} == set(CHECKERS[checker][1])
-
-
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_an_unfinished_exercise_is_reported_not_raised(checker):
-    def todo(*args):
-        raise NotImplementedError
-
-    report = getattr(exercises, checker)(todo)
-    assert not report.passed and "not implemented yet" in repr(report)
+(test_the_solution_passes, test_each_mistake_is_caught_and_named,
+ test_every_mistake_in_the_catalogue_has_a_wrong_solution,
+ test_an_unfinished_exercise_is_reported_not_raised) = checker_tests(CHECKERS)
 
 
 def test_the_solutions_can_be_shown():

@@ -137,6 +137,15 @@ def test_row_lse_a_right_emulation_passes_and_errors_are_reported():
     assert "shape" in messages(report)
 
 
+@needs_torch
+def test_row_lse_the_result_must_be_a_float32_tensor():
+    right = emulated_kernel()
+    text = messages(ex.check_row_lse(lambda x: right(x).double()))
+    assert "expected a float32 tensor on cpu (x's device), got torch.float64" in text, text
+    text = messages(ex.check_row_lse(lambda x: right(x).numpy()))
+    assert "returned ndarray, not a torch tensor" in text, text
+
+
 @needs_triton
 def test_row_lse_solution_passes_in_triton():
     from flashmath import solutions_triton
@@ -162,6 +171,9 @@ def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
     assert "Algorithm 1" in text  # acc in HBM is FlashAttention's first loop order
     assert "not registers for the whole sweep" in text
     assert "'the cloud' is not one of" in text
+    verdict = messages(ex.check_where_it_lives({**WHERE, "x_tile, p_tile": "shared memory"}))
+    assert verdict.startswith("not shared memory: tl.dot leaves the score tile in registers"), verdict
+    assert "standard attention" not in verdict and "never reaches HBM" not in verdict  # about what was answered
     assert "no answer yet" in messages(ex.check_where_it_lives({}))
     assert not ex.check_where_it_lives(["HBM"]).passed
 
@@ -214,6 +226,7 @@ def learner_flash_row(*, scale=True, rescale_acc=True, rescale_s=True, g0=-math.
     ({"rescale_acc": False, "rescale_s": False}, "both rescales missing"),
     ({"g0": 0.0}, "the running max started at 0"),
     ({"subtract_max": False}, "the max not subtracted"),
+    ({"lse_g": False}, "g left out of the logsumexp"),
 ])
 def test_flash_row_mistakes_are_named(kwargs, name):
     report = ex.check_flash_row(learner_flash_row(**kwargs))
@@ -241,9 +254,78 @@ def test_flash_row_a_shape_error_is_explained():
     assert "raised ValueError" in text and ".T" in text, text
 
 
-def test_flash_row_logsumexp_without_g_is_named():
+def test_flash_row_logsumexp_without_g_is_named_where_a_n_is_right():
     report = ex.check_flash_row(learner_flash_row(lse_g=False))
-    assert not report.passed and "g left out of the logsumexp" in messages(report)
+    assert not report.passed and "a_n is right; expected lse_n" in messages(report)
+    assert "looks like g left out of the logsumexp" in messages(report)
+
+
+def test_flash_row_a_second_mistake_in_the_logsumexp_does_not_hide_the_first():
+    report = ex.check_flash_row(learner_flash_row(divide=False, lse_g=False))
+    text = messages(report)
+    assert "looks like acc not divided by s at the end" in text and "looks like g left out" in text, report
+
+
+def test_flash_row_inputs_changed_in_place_are_named():
+    right = learner_flash_row()
+
+    def scales_q_in_place(q_n, K, V, B_c):
+        q_n /= math.sqrt(len(q_n))  # a learner's "fold the scale into q"
+        return right(q_n * math.sqrt(len(q_n)), K, V, B_c)
+
+    report = ex.check_flash_row(scales_q_in_place)
+    assert not report.passed and "looks like the input modified in place" in messages(report), report
+
+
+def test_flash_row_nan_must_propagate():
+    right = learner_flash_row()
+
+    def nan_to_zero(q_n, K, V, B_c):  # "clean" the inputs first: a NaN value silently becomes 0
+        return right(q_n, K, np.nan_to_num(V), B_c)
+
+    report = ex.check_flash_row(nan_to_zero)
+    assert [name for name, ok, _ in report.cases if not ok] == [
+        "property: NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"], report
+
+
+def test_flash_row_a_logsumexp_that_is_not_one_number_is_explained():
+    right = learner_flash_row()
+    report = ex.check_flash_row(lambda q_n, K, V, B_c: (right(q_n, K, V, B_c)[0], np.zeros(2)))
+    assert "lse_n must be one number (a float), got ndarray of shape (2,)" in messages(report)
+
+
+def algorithm_1_row(q_n, K, V, B_c):
+    """FlashAttention's Algorithm 1 for one row: the output normalised after every tile, two exponentials a tile."""
+    g, s, a = -math.inf, 0.0, np.zeros(V.shape[1])
+    for c0 in range(0, len(K), B_c):
+        x = K[c0:c0 + B_c] @ q_n / math.sqrt(len(q_n))
+        m = x.max()
+        p = np.exp(x - m)
+        g_new = max(g, m)
+        s_new = math.exp(g - g_new) * s + math.exp(m - g_new) * p.sum()
+        a = (s * math.exp(g - g_new) * a + math.exp(m - g_new) * (p @ V[c0:c0 + B_c])) / s_new
+        g, s = g_new, s_new
+    return a, g + math.log(s)
+
+
+def torch_float64_row(q_n, K, V, B_c):
+    """The same loop on float64 torch tensors, lse with torch.logsumexp of the tile maxima's states."""
+    import torch
+
+    q, k, v = (torch.from_numpy(np.asarray(x, np.float64)) for x in (q_n, K, V))
+    g, s, acc = torch.tensor(-math.inf, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64), 0 * v[0]
+    for c0 in range(0, len(K), B_c):
+        x = k[c0:c0 + B_c] @ q / math.sqrt(len(q_n))
+        g_new = torch.maximum(g, x.max())
+        alpha, p = torch.exp(g - g_new), torch.exp(x - g_new)
+        s, acc, g = s * alpha + p.sum(), acc * alpha + p @ v[c0:c0 + B_c], g_new
+    return (acc / s).numpy(), float(torch.logsumexp(torch.stack([g + torch.log(s)]), 0))
+
+
+@pytest.mark.parametrize("fn", [algorithm_1_row, pytest.param(torch_float64_row, marks=needs_torch)])
+def test_flash_row_correct_solutions_written_differently_pass(fn):
+    report = ex.check_flash_row(fn)
+    assert report.passed, report
 
 
 def test_flash_row_solution_passes_and_bad_answers_are_reported():

@@ -93,15 +93,15 @@ def _parts(out, n: int) -> tuple:
     return (out,) if n == 1 else tuple(out)
 
 
-def same_arrays(a, b, rtol: float = 1e-9) -> bool:
-    """Two answers (arrays or tuples of arrays) agree: same shapes, equal to ``rtol``, NaN with NaN."""
+def same_arrays(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+    """Two answers (arrays or tuples of arrays) agree: same shapes, equal to ``rtol`` and ``atol``, NaN with NaN."""
     a, b = (x if isinstance(x, tuple) else (x,) for x in (a, b))
     if len(a) != len(b):
         return False
     try:
         return all(np.shape(x) == np.shape(y) and bool(np.allclose(np.asarray(x, dtype=np.float64),
                                                                    np.asarray(y, dtype=np.float64), rtol=rtol,
-                                                                   atol=1e-12, equal_nan=True))
+                                                                   atol=atol, equal_nan=True))
                    for x, y in zip(a, b, strict=False))
     except (TypeError, ValueError):
         return False

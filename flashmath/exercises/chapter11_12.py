@@ -3,7 +3,8 @@
 Like every checker of :mod:`flashmath.exercises`, each one runs the learner's answer on cases where the classic
 mistakes make a difference, never raises, and returns a :class:`flashmath.exercises.CheckReport`; a wrong answer
 is compared with the answers of the known mistakes (:data:`MISTAKES` lists them per checker), and the first that
-matches is named, with what to change.
+matches is named, with what to change. All four run through the one harness,
+:func:`~flashmath.exercises._cases.check_function` (the two quizzes as one case per question, :func:`_check_quiz`).
 
 * :func:`check_row_lse` (11.1): a Triton kernel for the logsumexp of each row, streamed in blocks of columns:
   chapter 2's online normalizer written as a GPU program.
@@ -16,13 +17,14 @@ Solutions: :mod:`flashmath.solutions_triton`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import numpy as np
 
-from flashmath.exercises._cases import PropertyFailure, Said, check_function, property_cases
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, run, same
+from flashmath.exercises._cases import PropertyFailure, Said, check_function, property_cases, same_arrays
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, fmt
 from flashmath.exercises.chapter6_10 import shape_hint
 
 __all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives", "check_recap_quiz",
@@ -30,19 +32,13 @@ __all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_row_lse", "check_where_it_lives
 
 
 def _same(a, b, rtol: float) -> bool:
-    """The harness's comparison (:func:`flashmath.exercises._report.same`) with ``atol = rtol``: float32 kernels."""
-    return same(a, b, rtol=rtol, atol=rtol)
+    """The harness's comparison (:func:`~flashmath.exercises._cases.same_arrays`: arrays or tuples of them) with
+    ``atol = rtol``."""
+    return same_arrays(a, b, rtol=rtol, atol=rtol)
 
 
 def _diagnosis(cases, answers, mistakes, rtol: float) -> Diagnosis:
     return Diagnosis(cases, answers, mistakes, functools.partial(_same, rtol=rtol))
-
-
-def _fmt(a) -> str:
-    a = np.asarray(a, np.float64)
-    if a.size <= 6:
-        return np.array2string(a, precision=5, separator=", ").replace("\n", "")
-    return np.array2string(a.ravel()[:4], precision=5, separator=", ")[:-1] + f", ...] (shape {a.shape})"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -202,9 +198,10 @@ class _RowLseDiagnosis:
 
 
 def check_row_lse(fn) -> CheckReport:
-    """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)``, ``L`` the ``(R,)`` logsumexp of
-    each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton kernel
-    that streams each row in blocks (exercise 11.1).
+    """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)`` (on the GPU where the kernels are
+    compiled, on the CPU in Triton's interpreter), ``L`` a float32 tensor ``(R,)`` on ``x``'s device, the logsumexp
+    of each row, ``log sum_j exp(x[r, j])`` (natural log; ``-inf`` for a row of ``-inf``), computed by a Triton
+    kernel that streams each row in blocks (exercise 11.1).
 
     The property battery first (:func:`_row_lse_properties`: no rows, one value, NaN; the tensor given unchanged
     and one logsumexp per row on every case), then the cases: a row shorter than any block, several blocks with a
@@ -226,21 +223,76 @@ def check_row_lse(fn) -> CheckReport:
         # a slice: the learner gets x[:, :STRIDED] of the wide array (row stride 64, 40 columns)
         cases.append((name, (wide[:, :STRIDED].copy(), wide) if name.startswith("a slice") else (wide,)))
 
+    from flashmath.triton_setup import interpreted
+
+    # where the kernels run: a compiled kernel reads GPU memory only; the interpreter reads CPU memory
+    device = torch.device("cuda" if torch.cuda.is_available() and not interpreted() else "cpu")
+
     def call(fn, args):
-        # the tensor shares the memory of the harness's copy, so that a change in place is seen
-        tensor = torch.from_numpy(args[-1])
-        out = fn(tensor[:, :STRIDED] if len(args) == 2 else tensor)
+        # on the CPU the tensor shares the memory of the harness's copy, so that a change in place is seen
+        tensor = torch.from_numpy(args[-1]).to(device)
+        x = tensor[:, :STRIDED] if len(args) == 2 else tensor
+        out = fn(x)
+        if device.type != "cpu":  # copy back what the learner's code left in x, for the harness to compare
+            args[-1][...] = tensor.cpu().numpy()
         if out is None:
             return PropertyFailure("returned None: return the tensor of logsumexps")
-        return np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out)
+        if not isinstance(out, torch.Tensor):
+            return PropertyFailure(f"returned {type(out).__name__}, not a torch tensor: write the results into "
+                                   "out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device) and "
+                                   "return it")
+        values = np.asarray(out.detach().cpu().numpy())
+        if out.dtype != torch.float32 or out.device != x.device:
+            return PropertyFailure(f"expected a float32 tensor on {x.device} (x's device), got {out.dtype} on "
+                                   f"{out.device}: torch.empty(x.shape[0], dtype=torch.float32, device=x.device)",
+                                   values)
+        return values
 
     def describe(got, expected):
-        return f"expected {_fmt(expected)}, got {_fmt(got)}", got, expected
+        return f"expected {fmt(expected)}, got {fmt(got)}", got, expected
 
     return check_function("check_row_lse", fn, cases, lambda x, *_: _lse(x), ROW_LSE_MISTAKES, n_out=1,
                           names=("L",), properties=_row_lse_properties(), compare=functools.partial(_same, rtol=1e-5),
                           describe=describe, call=call, diagnosis=_RowLseDiagnosis, hint=_kernel_hint,
                           not_answer=Said("expected one logsumexp per row, a tensor of shape (R,)"))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The quizzes (11.2, 14.1): one case per question, through the harness
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class _Verdicts:
+    """The harness's ``diagnosis`` hook for a quiz: why the learner's choice is wrong, ``verdict(key, choice)[1]``."""
+
+    def __init__(self, verdict, cases, answers):
+        self.verdict, self.cases, self.answers = verdict, cases, answers
+
+    def for_case(self, i: int) -> Said:
+        return Said(self.verdict(self.cases[i][0], self.answers[i])[1])
+
+
+def _check_quiz(title: str, answers, questions, *, what: str, parse, right, verdict) -> CheckReport:
+    """Check a quiz ``answers = {key: choice}`` through :func:`~flashmath.exercises._cases.check_function`.
+
+    Args:
+        questions: ``(case name, key)`` per question, in order.
+        what: what ``answers`` maps, for the message when it is not a dict (``"quantity: place"``).
+        parse: ``parse(answers, key) -> choice``, or a :class:`~flashmath.exercises._cases.PropertyFailure` for no
+            answer yet or a choice that is not one of the choices.
+        right: ``right(key) -> set`` of the right choices.
+        verdict: ``verdict(key, choice) -> (what was wrong, why)`` for a wrong choice.
+    """
+    if not isinstance(answers, dict):
+        report = CheckReport(title)
+        report.add("the answers", False, f"expected a dict {{{what}}}, got {type(answers).__name__}")
+        return report
+    return check_function(
+        title, answers, [(name, (key,)) for name, key in questions], lambda key: (key, right(key)), (), n_out=1,
+        names=("the answer",), call=lambda answers, args: parse(answers, args[0]), convert=lambda choice: choice,
+        compare=lambda choice, expected: choice in expected[1],
+        describe=lambda choice, expected: (verdict(expected[0], choice)[0], choice, expected),
+        diagnosis=functools.partial(_Verdicts, verdict), check_form=False)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -257,14 +309,23 @@ WHERE = {
     "q_tile": ({"registers", "shared memory"}, "loaded once per program and kept for the whole sweep"),
     "k_tile, v_tile": ({"shared memory"}, "streamed: one tile per step, staged in shared memory for the matrix "
                                           "unit (num_stages tiles in flight when the loads are pipelined)"),
-    "x_tile, p_tile": ({"registers"}, "the matrix unit writes the score tile into registers (float32) and it is "
-                                      "dropped after the step: it never reaches HBM, the whole point of "
-                                      "FlashAttention"),
+    "x_tile, p_tile": ({"registers"}, "tl.dot leaves the score tile in registers (float32), where the matrix unit "
+                                      "writes its result, and it is dropped after the step"),
     "m_i, l_i": ({"registers"}, "one float32 per row of the tile, updated every step: registers"),
     "acc": ({"registers"}, "(B_r, Dv) float32, updated every step and written once at the end: registers, spread "
                            "over the program's threads (num_warps x 32 of them)"),
     "A, LSE (the results)": ({"HBM"}, "written once, at the end, to HBM"),
 }
+"""For each quantity of the kernel: the right places, and why."""
+
+SCORES_IN_SHARED_MEMORY = (
+    "tl.dot leaves the score tile in registers, where the matrix unit writes its result (the accumulator of Ampere's "
+    "mma.sync and of Hopper's wgmma is in the register file: NVIDIA's CUTLASS MMA programming guides); the "
+    "exponentials and row sums work on it there, and p_tile can feed the next tl.dot from registers (mma.sync "
+    "takes all its operands from registers, wgmma its first one from registers or shared memory). Shared memory is "
+    "for the tiles that come from HBM on their way to the matrix unit (k_tile, v_tile): a copy of the score tile "
+    "there would cost B_r x B_c more of its elements and a round trip every step")
+"""Why the score tile is not in shared memory (exercise 11.2)."""
 
 
 def _place(answer) -> str | None:
@@ -272,9 +333,8 @@ def _place(answer) -> str | None:
     return next((place for place, names in PLACES.items() if text in names), None)
 
 
-def _where_call(answers, args):
-    """The harness's ``call`` hook: the place the learner gave for the quantity ``args[0]``, one of the three."""
-    quantity = args[0]
+def _where_parse(answers, quantity):
+    """The place the learner gave for ``quantity``, one of the three, or why there is none."""
     if quantity not in answers or answers[quantity] in (None, ...):
         return PropertyFailure("no answer yet: write 'registers', 'shared memory' or 'HBM'")
     place = _place(answers[quantity])
@@ -283,30 +343,20 @@ def _where_call(answers, args):
     return place
 
 
-def _where_describe(place, expected) -> tuple[str, object, object]:
-    quantity, _ = expected
+def _where_verdict(quantity: str, place: str) -> tuple[str, str]:
+    """What is wrong with ``place`` for ``quantity``, and why: about the place the learner gave."""
+    why = WHERE[quantity][1]
     if quantity == "k_tile, v_tile" and place == "registers":
-        return "not registers for the whole sweep", place, expected
-    return f"not {place}", place, expected
-
-
-class _WhereDiagnosis:
-    """The harness's ``diagnosis`` hook: why the place given is wrong for each quantity (the score tile in HBM is
-    standard attention; the accumulator in HBM is Algorithm 1)."""
-
-    def __init__(self, cases, answers):
-        self.cases, self.answers = cases, answers
-
-    def for_case(self, i: int) -> Said:
-        quantity, place = self.cases[i][0], self.answers[i]
-        why = WHERE[quantity][1]
-        if quantity == "x_tile, p_tile":
-            return Said(f"{why}. A score tile in HBM is standard attention, which writes X and Y (N x M each) and "
-                          "reads them back")
-        if quantity == "acc" and place == "HBM":
-            return Said("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; "
-                          f"FlashAttention-2 keeps acc on chip. {why}")
-        return Said(why)
+        return "not registers for the whole sweep", why
+    if quantity == "x_tile, p_tile" and place == "HBM":
+        why = (f"{why}: it never reaches HBM, the whole point of FlashAttention. A score tile in HBM is standard "
+               "attention, which writes X and Y (N x M each) and reads them back")
+    elif quantity == "x_tile, p_tile" and place == "shared memory":
+        why = SCORES_IN_SHARED_MEMORY
+    elif quantity == "acc" and place == "HBM":
+        why = f"FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; FlashAttention-2 " \
+              f"keeps acc on chip. {why}"
+    return f"not {place}", why
 
 
 def check_where_it_lives(answers) -> CheckReport:
@@ -314,21 +364,15 @@ def check_where_it_lives(answers) -> CheckReport:
     ``"registers"``, ``"shared memory"`` or ``"HBM"`` (synonyms accepted: ``"smem"``, ``"global memory"``...).
 
     One case per quantity, through the harness (:func:`~flashmath.exercises._cases.check_function`; no edge input
-    applies to a quiz). Named mistakes: a place that is not one of the three; the score tile in HBM or in shared
-    memory (that is standard attention, or a kernel that spills); a streamed tile in registers for the whole
-    sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and writes it each step; FlashAttention-2 does
-    not).
+    applies to a quiz). Each wrong place is answered about that place: a place that is not one of the three; the
+    score tile in HBM (that is standard attention) or in shared memory (the matrix unit writes it in registers); a
+    streamed tile in registers for the whole sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and
+    writes it each step; FlashAttention-2 does not).
     """
-    if not isinstance(answers, dict):
-        report = CheckReport("check_where_it_lives")
-        report.add("the answers", False, f"expected a dict {{quantity: place}}, got {type(answers).__name__}")
-        return report
-    cases = [(quantity, (quantity,)) for quantity in WHERE]
-    report = check_function("check_where_it_lives", answers, cases, lambda quantity: (quantity, WHERE[quantity][0]),
-                            (), n_out=1, names=("the place",), call=_where_call, convert=lambda place: place,
-                            compare=lambda place, expected: place in expected[1], describe=_where_describe,
-                            diagnosis=_WhereDiagnosis, check_form=False)
-    extra = sorted(set(answers) - set(WHERE), key=str)
+    report = _check_quiz("check_where_it_lives", answers, [(quantity, quantity) for quantity in WHERE],
+                         what="quantity: place", parse=_where_parse, right=lambda quantity: WHERE[quantity][0],
+                         verdict=_where_verdict)
+    extra = sorted(set(answers) - set(WHERE), key=str) if isinstance(answers, dict) else []
     if extra:
         report.add("unknown quantities", False, f"{extra}: answer for {list(WHERE)}")
     return report
@@ -387,26 +431,25 @@ def print_recap_quiz() -> None:
             print(f"     ({letter}) {choice}")
 
 
+def _recap_parse(answers, number):
+    """The letter the learner gave for question ``number`` (its key an int or a string; ``"(B)"`` is ``"b"``)."""
+    answer = answers.get(number, answers.get(str(number)))
+    if answer in (None, ...):
+        return PropertyFailure("no answer yet")
+    letter = str(answer).strip().lower().strip("()")
+    choices = RECAP_QUESTIONS[number][1]
+    return letter if letter in choices else PropertyFailure(f"{answer!r} is not one of {sorted(choices)}")
+
+
 def check_recap_quiz(answers) -> CheckReport:
-    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1); a wrong letter
-    is answered with why that choice is wrong, naming the chapter to revisit."""
-    report = CheckReport("check_recap_quiz")
-    if not isinstance(answers, dict):
-        report.add("the answers", False, f"expected a dict {{question number: letter}}, got {type(answers).__name__}")
-        return report
-    for number, (question, choices, right, why_not) in RECAP_QUESTIONS.items():
-        name = f"{number}. {question}"
-        answer = answers.get(number, answers.get(str(number)))
-        letter = str(answer).strip().lower().strip("()") if answer not in (None, ...) else None
-        if letter is None:
-            report.add(name, False, "no answer yet")
-        elif letter not in choices:
-            report.add(name, False, f"{answer!r} is not one of {sorted(choices)}")
-        elif letter == right:
-            report.add(name, True)
-        else:
-            report.add(name, False, f"not ({letter}): {why_not[letter]}")
-    return report
+    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1), one case per
+    question through the harness (:func:`~flashmath.exercises._cases.check_function`); a wrong letter is answered
+    with why that choice is wrong, naming the chapter to revisit."""
+    return _check_quiz("check_recap_quiz", answers,
+                       [(f"{number}. {question[0]}", number) for number, question in RECAP_QUESTIONS.items()],
+                       what="question number: letter", parse=_recap_parse,
+                       right=lambda number: {RECAP_QUESTIONS[number][2]},
+                       verdict=lambda number, letter: (f"not ({letter})", RECAP_QUESTIONS[number][3][letter]))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -416,7 +459,8 @@ def check_recap_quiz(answers) -> CheckReport:
 
 def _flash_row(q_n, K, V, B_c, *, scale=True, rescale_acc=True, rescale_s=True, g0=-np.inf, subtract_max=True,
                divide=True, lse_with_g=True):
-    """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches."""
+    """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches: ``(a_n,
+    lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with."""
     q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
     D = q_n.shape[0]
     g, s, acc = g0, 0.0, np.zeros(V.shape[1])
@@ -428,13 +472,12 @@ def _flash_row(q_n, K, V, B_c, *, scale=True, rescale_acc=True, rescale_s=True, 
         s = (s * alpha if rescale_s else s) + p.sum()
         acc = (acc * alpha if rescale_acc else acc) + p @ V[c0:c0 + B_c]
         g = g_new
-    a = acc / s if divide else acc
-    return a, (g + math.log(s) if lse_with_g else math.log(s))
+    return (acc / s if divide else acc), float((g if lse_with_g else 0.0) + np.log(s))
 
 
 def _model(**mistake):
-    """The output ``a_n`` of :func:`_flash_row` with a mistake switched on."""
-    return lambda q_n, K, V, B_c: _flash_row(q_n, K, V, B_c, **mistake)[0]
+    """The answer ``(a_n, lse_n)`` of :func:`_flash_row` with a mistake switched on."""
+    return lambda q_n, K, V, B_c: _flash_row(q_n, K, V, B_c, **mistake)
 
 
 def _close_in_float32(answer, right) -> bool:
@@ -456,6 +499,8 @@ FLASH_ROW_MISTAKES = (
             "s = 0 and 0 / 0", (_model(g0=0.0),)),
     Mistake("the max not subtracted", "exp(x) overflows for scores above 709 (float64): subtract the running max",
             (_model(subtract_max=False),)),
+    Mistake("g left out of the logsumexp", "lse = g + log(s): s is measured against the max g",
+            (_model(lse_with_g=False),)),
     Mistake("float32 instead of float64", "the answer agrees to about 1e-7 relative, float32's precision: this "
             "exercise is checked against float64 to 1e-9, so compute in float64 (np.zeros(..., np.float64), no "
             ".astype(np.float32), torch tensors of dtype float64). A real kernel computes in float32 and is tested "
@@ -486,17 +531,78 @@ def _flash_row_cases():
     rising = K.copy()
     rising[:, 0] = np.linspace(-3, 3, 10)  # with q along the first axis the max rises from tile to tile
     q_rise = np.array([2.0, 0.0, 0.0, 0.0])
-    return [
+    cases = [
         ("10 keys in tiles of 4 (the last tile is shorter)", (rng.standard_normal(D), K, V, 4)),
         ("a max that rises from tile to tile (acc and s must be rescaled)", (q_rise, rising, V, 3)),
         ("tiles of one key", (rng.standard_normal(D), K, V, 1)),
         ("one tile holding every key", (rng.standard_normal(D), K, V, 16)),
-        ("a single key", (rng.standard_normal(D), K[:1], V[:1], 4)),
         ("scores near 2000 (exp overflows unless the max is subtracted)", (600.0 * q_rise, rising, V, 4)),
         ("scores of -1000 and below (a max started at 0 underflows: exp(-1000) = 0)",
          (-1000.0 * q_rise, rising + 4.0 * np.eye(D)[0], V, 4)),
         ("a real head's row (46 keys, D = 32) in tiles of 8", (q[n], k, v, 8)),
     ]
+    with_nan = V.copy()
+    with_nan[6, 0] = np.nan
+    properties = property_cases([
+        ("one element: a single key", (rng.standard_normal(D), K[:1], V[:1], 4)),
+        ("NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone", (q_rise, rising, with_nan, 4)),
+    ])
+    return cases, properties
+
+
+def _flash_row_call(fn, args):
+    """The harness's ``call`` hook: the learner's ``(a_n, lse_n)`` as ``(array, float)``, or why it is not a pair."""
+    out = fn(*args)
+    if out is None:
+        return PropertyFailure("returned None: return the pair (a_n, lse_n)")
+    try:
+        a, lse = out
+    except (TypeError, ValueError):
+        return PropertyFailure(f"expected a pair (a_n, lse_n), got {type(out).__name__}")
+    try:
+        return np.asarray(a), float(lse)
+    except (TypeError, ValueError):
+        return PropertyFailure(f"lse_n must be one number (a float), got {type(lse).__name__} of shape "
+                               f"{np.shape(lse)}")
+
+
+def _flash_row_reference(q_n, K, V, B_c):
+    from flashmath.attention import attention
+
+    a, lse = attention(q_n[None, :], K, V, return_lse=True)
+    return a[0], float(lse[0])
+
+
+def _flash_row_describe(answer, expected) -> tuple[str, object, object]:
+    """What differs: ``a_n`` first; when it is right, the logsumexp (both numbers in the text, nothing to add)."""
+    (a, lse), (a_ref, lse_ref) = answer, expected
+    if not _same(a, a_ref, 1e-9):
+        return f"expected a_n = {fmt(a_ref)}, got {fmt(a)}", a, a_ref
+    return f"a_n is right; expected lse_n = {float(lse_ref):.10g}, got {float(lse):.10g}", lse_ref, lse_ref
+
+
+def _a_only(mistake: Mistake) -> Mistake:
+    """The mistake with models that give ``a_n`` alone (its comparison, if any, works on arrays as on pairs; the
+    :class:`~flashmath.exercises._report.Diagnosis` runs each model quietly)."""
+    return dataclasses.replace(mistake, models=tuple((lambda *args, model=model: model(*args)[0])
+                                                     for model in mistake.models))
+
+
+class _FlashRowDiagnosis:
+    """The harness's ``diagnosis`` hook: where ``a_n`` is wrong, the mistake whose model gives the same ``a_n``
+    (so that a second mistake, in the logsumexp, does not hide the first); where ``a_n`` is right, the one that gives
+    the same pair."""
+
+    def __init__(self, cases, answers):
+        self.a_wrong = [answer is not None and not _same(answer[0], _flash_row_reference(*args)[0], 1e-9)
+                        for args, answer in zip(cases, answers, strict=True)]
+        same = functools.partial(_same, rtol=1e-9)
+        self.by_a = Diagnosis(cases, [None if answer is None else answer[0] for answer in answers],
+                              [_a_only(mistake) for mistake in FLASH_ROW_MISTAKES], same)
+        self.by_pair = Diagnosis(cases, answers, FLASH_ROW_MISTAKES, same)
+
+    def for_case(self, i: int) -> Mistake | None:
+        return (self.by_a if self.a_wrong[i] else self.by_pair).for_case(i)
 
 
 def check_flash_row(fn) -> CheckReport:
@@ -504,51 +610,18 @@ def check_flash_row(fn) -> CheckReport:
     ``K (M, D)`` and values ``V (M, Dv)``, computed as FlashAttention-2 does, key tiles of ``B_c`` at a time with a
     running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 14.2).
 
-    Cases: a shorter last tile, a max that rises from tile to tile, tiles of one key, one tile of all keys, a single
-    key, scores near 2000 and of -1000 and below, a real head's row. Named mistakes: :data:`FLASH_ROW_MISTAKES`; a wrong
-    logsumexp is checked for ``log(s)`` without ``g``. Compared to 1e-9 relative.
+    Through the harness (:func:`~flashmath.exercises._cases.check_function`): the property battery on every case
+    (the arrays given unchanged, ``a_n`` of shape ``(Dv,)`` and a float result), the property cases (a single key;
+    NaN in one value gives NaN in that output alone), then the cases: a shorter last tile, a max that rises from
+    tile to tile, tiles of one key, one tile of all keys, scores near 2000 and of -1000 and below, a real head's
+    row. Named mistakes: :data:`FLASH_ROW_MISTAKES`, the logsumexp without ``g`` among them. Compared to 1e-9
+    relative.
     """
-    from flashmath.attention import attention
-
-    report = CheckReport("check_flash_row")
-    cases, outputs = _flash_row_cases(), []
-    for name, (q_n, K, V, B_c) in cases:
-        out, _ = run(report, name, fn, q_n.copy(), K.copy(), V.copy(), B_c, hint=_flash_row_hint)
-        pair = None
-        if out is None:
-            if not any(case[0] == name for case in report.cases):
-                report.add(name, False, "returned None: return the pair (a_n, lse_n)")
-        else:
-            try:
-                a, lse = out
-                pair = np.asarray(a, np.float64), float(lse)
-            except Exception:
-                report.add(name, False, f"expected a pair (a_n, lse_n), got {type(out).__name__}")
-        outputs.append(pair)
-    args_list = [args for _, args in cases]
-    diagnosis = _diagnosis(args_list, [None if p is None else p[0] for p in outputs], FLASH_ROW_MISTAKES, 1e-9)
-    for i, ((name, args), pair) in enumerate(zip(cases, outputs, strict=False)):
-        if pair is None:
-            continue
-        a, lse = pair
-        q_n, K, V, _ = args
-        a_ref, lse_ref = attention(q_n[None, :], K, V, return_lse=True)
-        a_ref, lse_ref = a_ref[0], float(lse_ref[0])
-        if a.shape != a_ref.shape:
-            report.add(name, False, f"expected a_n of shape {a_ref.shape} (one value per output dimension), got "
-                                    f"{a.shape}")
-        elif not _same(a, a_ref, 1e-9):
-            mistake = diagnosis.for_case(i)
-            report.add(name, False, f"expected a_n = {_fmt(a_ref)}, got {_fmt(a)}"
-                                    + (f": {mistake.message()}" if mistake else ""))
-        elif not _same(lse, lse_ref, 1e-9):
-            s_only = _flash_row(*args, lse_with_g=False)[1]
-            hint = (": looks like g left out of the logsumexp: lse = g + log(s), s is measured against the max g"
-                    if _same(lse, s_only, 1e-9) else "")
-            report.add(name, False, f"a_n is right; expected lse_n = {lse_ref:.10g}, got {lse:.10g}{hint}")
-        else:
-            report.add(name, True)
-    return report.in_order([case[0] for case in cases])
+    cases, properties = _flash_row_cases()
+    return check_function("check_flash_row", fn, cases, _flash_row_reference, FLASH_ROW_MISTAKES, n_out=2,
+                          names=("a_n", "lse_n"), properties=properties, call=_flash_row_call,
+                          compare=functools.partial(_same, rtol=1e-9), describe=_flash_row_describe,
+                          diagnosis=_FlashRowDiagnosis, hint=_flash_row_hint)
 
 
 #: For each checker, the mistakes it names, in the order it tries them.
