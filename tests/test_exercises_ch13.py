@@ -4,7 +4,7 @@ named."""
 import numpy as np
 from helpers import checker_tests
 
-from flashmath import solutions
+from flashmath import exercises, solutions
 
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
