@@ -87,7 +87,6 @@ def build(source: Path, out: Path = OUT) -> int:
     options.name_IDs = ["*"]  # keep the copyright (0), licence (13) and licence URL (14) records
     options.name_languages = [0x409]
     options.hinting = False
-    options.layout_features = ["*"]  # vertical forms and punctuation spacing (small)
     subsetter = subset.Subsetter(options)
     subsetter.populate(unicodes=characters())
     subsetter.subset(font)

@@ -190,11 +190,12 @@ def attention_properties():
 def _hint(exc) -> str | None:
     text = str(exc)
     if "einstein" in text or "subscripts" in text:
-        return f"{_(EINSUM_2D.name)}? {_(EINSUM_2D.fix)}"
+        return _("{name}? {fix}").format(name=_(EINSUM_2D.name), fix=_(EINSUM_2D.fix))
     if "matmul" in text:
-        return f"{_(K_T.name)}? {_(K_T.fix)}. " + _("Or V transposed? A = Y V with V (..., M, Dv) as given")
+        return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(name=_(K_T.name),
+                                                                                                  fix=_(K_T.fix))
     if "broadcast" in text:
-        return f"{_(KEEPDIMS.name)}? {_(KEEPDIMS.fix)}"
+        return _("{name}? {fix}").format(name=_(KEEPDIMS.name), fix=_(KEEPDIMS.fix))
     return None
 
 
