@@ -8,9 +8,9 @@
 - The Chinese font subset (flashmath/fonts/) covers every character of the catalog, and a figure drawn in Chinese
   warns about no missing glyph.
 
-The stored-notebook hygiene of tests/test_notebooks.py (executed in order, no errors, no local paths, widgets with
-a static picture, the stored form) applies to the Chinese chapters too (TestChineseNotebookHygiene), and nbval runs
-them, as it runs notebooks/ (pyproject.toml's testpaths).
+tests/test_notebooks.py applies its stored-notebook hygiene to the Chinese chapters too (executed in order, no
+errors, no local paths, widgets with a static picture, the stored form, the title of README.zh-CN.md's chapter
+table), and nbval runs them, as it runs notebooks/ (pyproject.toml's testpaths).
 """
 
 import gettext
@@ -20,7 +20,6 @@ import re
 import warnings
 
 import pytest
-import test_notebooks as hygiene
 from helpers import ROOT
 
 from flashmath import fonts, i18n
@@ -53,6 +52,12 @@ def is_language_cell(cell) -> bool:
 def headings(markdown: str) -> list[int]:
     """The levels of a Markdown cell's headings, in order (lines inside code fences are not headings)."""
     return [len(m.group(1)) for m in re.finditer(r"^(#{1,6}) ", FENCE.sub("", markdown), re.MULTILINE)]
+
+
+def text_outputs(cell) -> str:
+    """The text of a code cell's outputs: streams and text/plain results."""
+    return "".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                   for out in cell.get("outputs", []))
 
 
 def read_catalog():
@@ -109,35 +114,13 @@ class TestPairedWithEnglish:
         untranslated = [text[:80] for text in prose if not CJK.search(text)]
         assert not untranslated, f"Markdown cells without Chinese: {untranslated}"
 
-    def test_title_and_exercises(self, path):
-        zh_cells, _, _ = self.pair(path)
-        markdown = [source(c) for c in zh_cells if c["cell_type"] == "markdown"]
-        title = next(m for m in markdown if m.startswith("# "))
-        assert re.match(rf"# 第 {int(path.name[:2])} 章 · \S", title), "title: '# 第 N 章 · ...'"
-        assert "本章你将学到" in title
-        assert any(re.match(r"## 练习", m) for m in markdown), "end with a '## 练习' section"
-
     def test_outputs_are_chinese_where_the_package_speaks(self, path):
         """The checker's report and the 'predict, then check' placeholder come out in Chinese."""
         zh_cells, _, _ = self.pair(path)
-        text = "\n".join(t for c in zh_cells if c["cell_type"] == "code" for t in hygiene.text_outputs(c))
+        text = "\n".join(text_outputs(c) for c in zh_cells if c["cell_type"] == "code")
         assert "cases passed" not in text and "No prediction yet" not in text, "English output in the Chinese edition"
         if "check_" in "".join(source(c) for c in zh_cells if c["cell_type"] == "code"):
             assert "个用例中通过" in text, "the checker's report is stored in Chinese"
-
-
-@pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
-class TestChineseNotebookHygiene:
-    """The language-neutral checks of tests/test_notebooks.py, on the Chinese chapters."""
-
-    test_stored_executed_in_order = hygiene.TestNotebook.test_stored_executed_in_order
-    test_no_errors_or_warnings_stored = hygiene.TestNotebook.test_no_errors_or_warnings_stored
-    test_no_local_paths_in_outputs = hygiene.TestNotebook.test_no_local_paths_in_outputs
-    test_python3_kernel = hygiene.TestNotebook.test_python3_kernel
-    test_every_slider_has_a_static_picture = hygiene.TestNotebook.test_every_slider_has_a_static_picture
-    test_widget_cells_are_not_compared_by_nbval = hygiene.TestNotebook.test_widget_cells_are_not_compared_by_nbval
-    test_stored_without_machine_specific_metadata = hygiene.TestNotebook.test_stored_without_machine_specific_metadata
-    test_small = hygiene.TestNotebook.test_small
 
 
 def test_nbval_collects_the_chinese_chapters(pytestconfig):
