@@ -167,6 +167,23 @@ def test_the_catalog_holds_every_message_the_package_marks():
     assert in_template == in_catalog, "pybabel update the catalog (CONTRIBUTING.md, Translations)"
 
 
+def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
+    """A chapter's code is the same in both editions, so the English ``why=`` sentence it gives check_prediction is
+    translated when printed: each one must be in the catalog (flashmath.exercises.predict.NOTEBOOK_WHY)."""
+    import ast
+
+    ids = {m.id for m in read_catalog() if m.id}
+    sentences = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in cells(path):
+            if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
+                tree = ast.parse(re.sub(r"^[%!].*$", "", source(cell), flags=re.MULTILINE))
+                sentences += [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                              for k in node.keywords if k.arg == "why" and isinstance(k.value, ast.Constant)]
+    assert len(sentences) >= len(ZH_NOTEBOOKS)
+    assert not [s for s in sentences if s not in ids], "add them to flashmath.exercises.predict.NOTEBOOK_WHY"
+
+
 def test_the_compiled_catalog_matches_the_po():
     with MO.open("rb") as f:
         compiled = {k: v for k, v in gettext.GNUTranslations(f)._catalog.items() if k}
