@@ -24,8 +24,6 @@ from helpers import ROOT
 
 from flashmath import fonts, i18n
 
-pytestmark = pytest.mark.fast
-
 ZH_DIR = ROOT / "notebooks" / "zh"
 ZH_NOTEBOOKS = sorted(ZH_DIR.glob("*.ipynb"))
 PO = ROOT / "flashmath" / "locale" / "zh_CN" / "LC_MESSAGES" / "flashmath.po"
