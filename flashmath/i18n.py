@@ -29,7 +29,7 @@ from __future__ import annotations
 import gettext as _gettext
 from pathlib import Path
 
-__all__ = ["DOMAIN", "LANGUAGES", "LOCALE_DIR", "get_language", "gettext", "gettext_noop", "set_language"]
+__all__ = ["DOMAIN", "Filled", "LANGUAGES", "LOCALE_DIR", "get_language", "gettext", "gettext_noop", "set_language"]
 
 DOMAIN = "flashmath"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -70,8 +70,28 @@ def get_language() -> str:
     return _state["language"]
 
 
+class Filled(str):
+    """An English text filled in from a marked template, that :func:`gettext` translates through its template.
+
+    For a text built when a module is imported from parts that vary (chapter 5 names its mistakes after the state
+    before the step, ``A'_{m-1}`` or ``A'_{m-b}``): ``Filled(N_("{a_old} not corrected"), a_old="A'_{m-1}")`` is the
+    string ``"A'_{m-1} not corrected"`` everywhere (comparisons, tests), and ``gettext`` of it is the translated
+    template filled with the same values.
+    """
+
+    template: str
+    values: dict
+
+    def __new__(cls, template: str, **values: str) -> Filled:
+        text = super().__new__(cls, template.format(**values))
+        text.template, text.values = template, values
+        return text
+
+
 def gettext(message: str) -> str:
     """``message`` in the selected language (itself in English, or when the catalog lacks it)."""
+    if isinstance(message, Filled):
+        return _state["translation"].gettext(message.template).format(**message.values)
     return _state["translation"].gettext(message)
 
 

@@ -264,3 +264,11 @@ def test_a_chinese_figure_draws_every_glyph(chinese):
     assert fonts.FAMILY not in mpl.rcParams["font.family"]
     with pytest.warns(UserWarning, match="missing from font"):
         draw()
+
+
+def test_a_filled_template_is_english_text_and_translates_through_its_template(chinese):
+    from flashmath.exercises import chapter5
+
+    name = next(m.name for m in chapter5.STEP_MISTAKES if m.name.endswith(" not corrected"))
+    assert name == "A'_{m-1} not corrected" and isinstance(name, i18n.Filled)  # the English text, as tests see it
+    assert i18n.gettext(name) == "A'_{m-1} 没有修正"  # the translated template, filled with the same names
