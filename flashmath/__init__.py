@@ -7,7 +7,9 @@ conventions' one home) -> the row-state algebra and the tiles (:mod:`flashmath.r
 :mod:`flashmath.backward`...) -> counting, which wraps them from outside (:mod:`flashmath.memory`,
 :mod:`flashmath.counting`, :mod:`flashmath.opcount`; the model in :mod:`flashmath.traffic`) -> drawing
 (:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`), imported only when a notebook asks for them. The
-real attention heads are in :mod:`flashmath.data`. The names below are the public API the notebooks use.
+real attention heads are in :mod:`flashmath.data`. :func:`set_language` selects the language of what the learner
+reads (:mod:`flashmath.i18n`; the Chinese edition calls it once). The names below are the public API the notebooks
+use.
 """
 
 from flashmath.attention import (
@@ -27,6 +29,7 @@ from flashmath.attention import (
 from flashmath.backward import attention_backward
 from flashmath.counting import FlashTrace, counted_attention, flash_trace
 from flashmath.flash import flash_attention
+from flashmath.i18n import set_language
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
 from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
@@ -110,6 +113,7 @@ __all__ = [
     "round_to",
     "safe_softmax",
     "scale_sweep",
+    "set_language",
     "sliding_window_mask",
     "softmax",
     "softmax_entropy",

@@ -7,22 +7,26 @@ import pytest
 from helpers import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ZH_NOTEBOOKS = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))  # the Chinese edition, tests/test_zh_edition.py
 README = (ROOT / "README.md").read_text()
+README_ZH = (ROOT / "README.zh-CN.md").read_text()
 SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md's chapter table
 
 
-def chapter_table() -> list[tuple[int, str, str | None, str]]:
-    """(number, title, notebook path or None, 'open' cell) of each row of README.md's chapter table."""
-    section = README[README.index("## Chapters"):]
+def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> list[tuple[int, str, str | None, str]]:
+    """(number, title, notebook path or None, 'open' cell) of each row of README.md's chapter table (or of
+    README.zh-CN.md's, ``chapter_table(README_ZH, "## 章节", "notebooks/zh")``)."""
+    section = readme[readme.index(heading):]
     section = section[: section.index("\n## ")]
     rows = []
     for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
-        link = re.fullmatch(r"\[(.+)\]\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\)", title)
+        link = re.fullmatch(rf"\[(.+)\]\(({folder}/\d\d_[a-z0-9_]+\.ipynb)\)", title)
         rows.append((int(number), link.group(1) if link else title, link.group(2) if link else None, opens))
     return rows
 
 
 CHAPTERS = chapter_table()
+CHAPTERS_ZH = chapter_table(README_ZH, "## 章节", "notebooks/zh")
 LOCAL_PATH = re.compile(r"(/root\b|/home/|/tmp/|/work/|/Users/|[A-Z]:\\\\Users|/private/var/)")
 DATA_URI = re.compile(r"data:image/[a-z+]+;base64,[A-Za-z0-9+/=\\n]+")
 
@@ -64,7 +68,15 @@ def test_readme_lists_every_chapter_of_the_syllabus():
         assert (path is None) == (opens == "coming"), f"chapter {number} ({title}): link it or mark it coming"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_readme_zh_lists_every_chapter_and_links_the_chinese_ones():
+    assert [number for number, *_ in CHAPTERS_ZH] == list(range(SYLLABUS_CHAPTERS))
+    written = [f"notebooks/zh/{p.name}" for p in ZH_NOTEBOOKS]
+    assert [path for _, _, path, _ in CHAPTERS_ZH if path] == written, "each Chinese chapter has its row, linked"
+    for number, title, path, opens in CHAPTERS_ZH:  # a chapter not translated yet is named, unlinked, '即将推出'
+        assert (path is None) == (opens == "即将推出"), f"第 {number} 章（{title}）: link it or mark it 即将推出"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + ZH_NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
 class TestNotebook:
     def test_stored_executed_in_order(self, path):
         counts = [c["execution_count"] for c in code_cells(load(path)) if source(c).strip()]
@@ -91,6 +103,10 @@ class TestNotebook:
         assert '"google.colab" in sys.modules' in source(code_cells(nb)[0])
         number = int(path.name[:2])
         title = next(source(c) for c in nb["cells"] if c["cell_type"] == "markdown" and source(c).startswith("# "))
+        if path.parent.name == "zh":  # the Chinese edition: README.zh-CN.md's table
+            assert title.splitlines()[0] == f"# 第 {number} 章 · {CHAPTERS_ZH[number][1]}", "README.zh-CN's title"
+            assert "本章你将学到" in title
+            return
         assert title.splitlines()[0] == f"# Chapter {number} · {CHAPTERS[number][1]}", "the title of README's table"
         assert "What you will learn" in title
 
@@ -98,7 +114,7 @@ class TestNotebook:
         nb = load(path)
         assert any("assert" in source(c) for c in code_cells(nb)), "assert results against a direct computation"
         headings = [source(c) for c in nb["cells"] if c["cell_type"] == "markdown"]
-        assert any(re.match(r"## Exercises?\b", h) for h in headings), "end with an Exercise section"
+        assert any(re.match(r"## (Exercises?\b|练习)", h) for h in headings), "end with an Exercise section"
         assert any("check_" in source(c) for c in code_cells(nb)), "exercises come with a checker"
 
     def test_every_slider_has_a_static_picture(self, path):

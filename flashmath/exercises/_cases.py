@@ -32,20 +32,25 @@ from flashmath.exercises._report import (
     modified,
     run,
 )
+from flashmath.i18n import gettext as _  # the learner-facing text (flashmath.i18n)
+from flashmath.i18n import gettext_noop as N_
 
 #: The property battery, in the order a checker runs it (the first two on every case, the rest as edge cases).
 PROPERTIES = ("the inputs unchanged", "the result's type, dtype and shape", "the empty input", "one element",
               "an all -inf row", "+inf", "NaN", "float16 overflow", "integer input", "negative-only input")
 
-INTEGER_OUT = Mistake("an integer result", "the result is made of fractions: cast to a float type, never back to an "
-                      "integer input's dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give "
-                      "float64 out")
-DTYPE_OUT = Mistake("a different dtype out", "return the input's dtype (float16 in, float16 out): compute in a "
-                    "wider type if you like, then cast back")
-BOOL_OUT = Mistake("an integer 0/1 mask", "return a boolean array (dtype=bool), True where the query may attend: "
-                   "np.tril(np.ones((N, M))) holds 0/1 numbers, and x[mask] or ~mask do something else with them (~1 "
-                   "is -2, an index array picks rows 0 and 1)")
-WRONG_SHAPE = Mistake("a wrong shape", "the result must have the shape of the reference's (see the expected shape)")
+INTEGER_OUT = Mistake(N_("an integer result"),
+                      N_("the result is made of fractions: cast to a float type, never back to an integer input's "
+                         "dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give float64 out"))
+DTYPE_OUT = Mistake(N_("a different dtype out"),
+                    N_("return the input's dtype (float16 in, float16 out): compute in a wider type if you like, then "
+                       "cast back"))
+BOOL_OUT = Mistake(N_("an integer 0/1 mask"),
+                   N_("return a boolean array (dtype=bool), True where the query may attend: np.tril(np.ones((N, M))) "
+                      "holds 0/1 numbers, and x[mask] or ~mask do something else with them (~1 is -2, an index array "
+                      "picks rows 0 and 1)"))
+WRONG_SHAPE = Mistake(N_("a wrong shape"),
+                      N_("the result must have the shape of the reference's (see the expected shape)"))
 
 
 def property_cases(cases: Sequence[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
@@ -129,14 +134,18 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
         if g_arr.size == 0 and w_arr.size == 0 and not isinstance(g, np.ndarray):
             continue  # a list [] is the empty result, whatever the reference's empty shape
         if g_arr.shape != w_arr.shape:
-            return f"{label}expected shape {w_arr.shape}, got {g_arr.shape}: {WRONG_SHAPE.message()}"
+            return label + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape) \
+                + f": {WRONG_SHAPE.message()}"
         if w_arr.dtype.kind == "b" and g_arr.dtype.kind != "b":
-            return f"{label}expected a boolean mask, got {g_arr.dtype}: {BOOL_OUT.message()}"
+            return label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype) \
+                + f": {BOOL_OUT.message()}"
         if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
-            return f"{label}expected a float result, got {g_arr.dtype}: {INTEGER_OUT.message()}"
+            return label + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype) \
+                + f": {INTEGER_OUT.message()}"
         if (isinstance(w, np.ndarray) and w.dtype.kind == "f" and w.dtype.itemsize < 8 and isinstance(g, np.ndarray)
                 and g.dtype != w.dtype):
-            return f"{label}expected dtype {w.dtype}, got {g.dtype}: {DTYPE_OUT.message()}"
+            return label + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype) \
+                + f": {DTYPE_OUT.message()}"
     return None
 
 
@@ -155,7 +164,8 @@ def _default_describe(names, n_out):
         want = expected if n_out > 1 else (expected,)
         wrong = [k for k in range(n_out) if not same_arrays(got[k], want[k])] or [0]
         k = wrong[0]
-        return f"expected {names[k]} = {fmt(want[k])}, got {fmt(got[k])}", got[k], want[k]
+        return _("expected {what}{expected}, got {got}").format(what=f"{names[k]} = ", expected=fmt(want[k]),
+                                                                got=fmt(got[k])), got[k], want[k]
     return describe
 
 
@@ -218,15 +228,16 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         expected = convert(raw)
         if answer is None:
             form = ", ".join(names)
-            report.add(name, False, f"expected ({form})" + (f": {not_answer.message()}" if not_answer else ""))
+            report.add(name, False, _("expected ({form})").format(form=form)
+                       + (f": {not_answer.message()}" if not_answer else ""))
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
             # of the checker's own may say which it is
-            if WRONG_SHAPE.name in form_text:
+            if WRONG_SHAPE.message() in form_text:
                 mistake = named.for_case(i)
                 form_text = f"{form_text}; {mistake.message()}" if mistake else form_text
-            elif BOOL_OUT.name in form_text and not _zero_one(raws, answers) and (mistake := named.for_case(i)):
+            elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := named.for_case(i)):
                 form_text = form_text.replace(BOOL_OUT.message(), mistake.message())
             report.add(name, False, form_text)
             continue

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PASS, FAIL = "PASS", "FAIL"
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
+
+PASS, FAIL = N_("PASS"), N_("FAIL")
 
 
 @dataclass
@@ -42,11 +45,13 @@ class CheckReport:
 
     def __repr__(self) -> str:
         n_ok = sum(ok for _, ok, _ in self.cases)
-        lines = [f"{self.title}: {n_ok} of {len(self.cases)} cases passed"]
+        lines = [_("{title}: {passed} of {total} cases passed").format(title=self.title, passed=n_ok,
+                                                                        total=len(self.cases))]
         for name, ok, message in self.cases:
-            lines.append(f"  {PASS if ok else FAIL}  {name}" + ("" if ok or not message else f": {message}"))
+            lines.append(f"  {_(PASS) if ok else _(FAIL)}  {_case_name(name)}"
+                         + ("" if ok or not message else _(": {message}").format(message=message)))
         if self.passed:
-            lines.append("All good.")
+            lines.append(_("All good."))
         return "\n".join(lines)
 
 
@@ -68,7 +73,18 @@ class Mistake:
     compare: Callable | None = None
 
     def message(self) -> str:
-        return f"looks like {self.name}: {self.fix}"
+        return _("looks like {name}: {fix}").format(name=_(self.name), fix=_(self.fix))
+
+
+PROPERTY_PREFIX = "property: "  # how _cases.property_cases names a property case
+
+
+def _case_name(name: str) -> str:
+    """A case's name in the selected language (the checkers build their names with ``_()``; the property prefix
+    is added by :func:`flashmath.exercises._cases.property_cases` and translated here)."""
+    if name.startswith(PROPERTY_PREFIX):
+        return _("property: {what}").format(what=name[len(PROPERTY_PREFIX):])
+    return name
 
 
 def quiet(fn, *args):
@@ -119,10 +135,11 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
             warnings.simplefilter("ignore")  # overflow warnings would print temporary paths
             return fn(*args), True
     except NotImplementedError:
-        report.add(name, False, "not implemented yet")
+        report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         extra = hint(exc) if hint is not None else None
-        report.add(name, False, f"raised {type(exc).__name__}: {exc}" + (f" ({extra})" if extra else ""))
+        report.add(name, False, _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
+                   + (f" ({extra})" if extra else ""))
     return None, False
 
 
@@ -132,7 +149,7 @@ def report_value(report: CheckReport, name: str, got, expected, ok: bool, mistak
     if ok:
         report.add(name, True)
         return
-    text = f"expected {what}{fmt(expected)}, got {fmt(got)}"
+    text = _("expected {what}{expected}, got {got}").format(what=what, expected=fmt(expected), got=fmt(got))
     report.add(name, False, f"{text}: {mistake.message()}" if mistake is not None else text + error_note(got, expected))
 
 
@@ -150,7 +167,7 @@ def fmt(a) -> str:
     if a.size <= 8:
         return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
     first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
-    return f"an array of shape {a.shape} starting {first}, ...]"
+    return _("an array of shape {shape} starting {first}, ...]").format(shape=a.shape, first=first)
 
 
 def same(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
@@ -185,7 +202,8 @@ def error_note(actual, expected) -> str:
     nan_moved = np.argwhere(np.isnan(actual) != np.isnan(expected))
     if nan_moved.size:
         where = tuple(nan_moved[0])
-        note = f"; got {actual[where]:.6g} at {at(where)} where {expected[where]:.6g} was expected"
+        note = _("; got {got:.6g} at {at} where {expected:.6g} was expected").format(
+            got=actual[where], at=at(where), expected=expected[where])
     finite = np.isfinite(actual) & np.isfinite(expected)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite, np.abs(actual - expected), 0.0)
@@ -193,12 +211,12 @@ def error_note(actual, expected) -> str:
         return note
     where = np.unravel_index(np.argmax(diff), diff.shape)
     if actual.ndim:  # one number has no index to point at, and the message already shows both
-        note += (f"; largest difference {diff[where]:.3g} at {at(where)} "
-                 f"(expected {expected[where]:.17g}, got {actual[where]:.17g})")
+        note += _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
+            diff=diff[where], at=at(where), expected=expected[where], got=actual[where])
     if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
         err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
-        note += (f": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
-                 f"float64, such as float32 (about 1e-7 relative)? Compute in float64")
+        note += _(": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
+                  "float64, such as float32 (about 1e-7 relative)? Compute in float64").format(err=err)
     return note
 
 
@@ -212,7 +230,8 @@ def modified(before, after) -> bool:
     return not np.array_equal(np.asarray(before), np.asarray(after), equal_nan=True)
 
 
-INPUT_MODIFIED = Mistake("the input modified in place", "your function changed an array it was given (for example "
-                         "x -= x.max() or q /= ...); work on a copy: x = x - x.max()")
+INPUT_MODIFIED = Mistake(N_("the input modified in place"), N_("your function changed an array it was given (for "
+                         "example x -= x.max() or q /= ...); work on a copy: x = x - x.max()"))
 # Named by error_note, whose hint says "... computed in a lower precision than float64 ...".
-LOWER_PRECISION = Mistake("a lower precision", "part of the computation ran in float32 or float16: compute in float64")
+LOWER_PRECISION = Mistake(N_("a lower precision"),
+                          N_("part of the computation ran in float32 or float16: compute in float64"))

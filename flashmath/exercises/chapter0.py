@@ -8,6 +8,8 @@ import numpy as np
 
 from flashmath.exercises._cases import WRONG_SHAPE, check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 
 
 def _scores(q_n, K, scale):
@@ -30,25 +32,31 @@ def _cosine(q_n, K):
 
 
 MISTAKES = (
-    Mistake("no scale", "these are the raw dot products q_n . k_m: divide them by sqrt(D)",
+    Mistake(N_("no scale"),
+            N_("these are the raw dot products q_n . k_m: divide them by sqrt(D)"),
             (lambda q, K: _scores(q, K, lambda D, M: 1.0),)),
-    Mistake("divided by D", "the scores were divided by D, the width of q_n: divide by sqrt(D)",
+    Mistake(N_("divided by D"),
+            N_("the scores were divided by D, the width of q_n: divide by sqrt(D)"),
             (lambda q, K: _scores(q, K, lambda D, M: 1 / D),)),
-    Mistake("divided by sqrt(M)", "the scores were divided by the square root of the number of keys M (len(K)): "
-            "divide by sqrt(D), D = len(q_n) the width of q_n and of each key",
+    Mistake(N_("divided by sqrt(M)"),
+            N_("the scores were divided by the square root of the number of keys M (len(K)): divide by sqrt(D), D = "
+               "len(q_n) the width of q_n and of each key"),
             (lambda q, K: _scores(q, K, lambda D, M: 1 / np.sqrt(M)),)),
-    Mistake("D**1/2 (precedence)", "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, "
-            "and / goes left to right. Write D**0.5, D**(1/2) or math.sqrt(D)",
-            (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),)),
-    Mistake("math.isqrt (an integer square root)", "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, "
-            "not 5.657): use math.sqrt(D) or np.sqrt(D)",
-            (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),)),
-    Mistake("multiplied by sqrt(D)", "the scale went the wrong way: divide by sqrt(D)",
+    Mistake(N_("D**1/2 (precedence)"),
+            N_("x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
+               "D**0.5, D**(1/2) or math.sqrt(D)"), (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),)),
+    Mistake(N_("math.isqrt (an integer square root)"),
+            N_("math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, not 5.657): use math.sqrt(D) or "
+               "np.sqrt(D)"), (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),)),
+    Mistake(N_("multiplied by sqrt(D)"),
+            N_("the scale went the wrong way: divide by sqrt(D)"),
             (lambda q, K: _scores(q, K, lambda D, M: np.sqrt(D)),)),
-    Mistake("the columns of K instead of its rows", "q_n @ K sums over the keys: K is (M, D) with one key per "
-            "row, so x_m = K[m, :] . q_n, that is K @ q_n", (_columns,)),
-    Mistake("a cosine similarity", "the dot products were divided by the lengths of q_n and k_m: attention divides "
-            "only by sqrt(D)", (_cosine,)),
+    Mistake(N_("the columns of K instead of its rows"),
+            N_("q_n @ K sums over the keys: K is (M, D) with one key per row, so x_m = K[m, :] . q_n, that is K @ q_n"),
+            (_columns,)),
+    Mistake(N_("a cosine similarity"),
+            N_("the dot products were divided by the lengths of q_n and k_m: attention divides only by sqrt(D)"),
+            (_cosine,)),
     INPUT_MODIFIED,
     WRONG_SHAPE,
     LOWER_PRECISION,
@@ -57,7 +65,7 @@ MISTAKES = (
 
 def _hint(exc) -> str | None:
     if "matmul" in str(exc) or "aligned" in str(exc):
-        return "K is (M, D), one key per row: the scores are K @ q_n"
+        return _("K is (M, D), one key per row: the scores are K @ q_n")
     return None
 
 
@@ -71,15 +79,15 @@ def score_row_properties():
     masked = K.copy()
     masked[2] = -np.inf
     return property_cases([
-        ("the empty input (no keys, M = 0): no scores", (q, np.zeros((0, 3)))),
-        ("one element (D = 1, M = 1)", (np.array([3.0]), np.array([[-2.0]]))),
-        ("an all -inf key row", (np.abs(q) + 1, masked)),
-        ("+inf in the query", (q_inf, np.abs(K) + 1)),
-        ("NaN in a key propagates to its score", (q, k_nan)),
-        ("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)",
+        (_("the empty input (no keys, M = 0): no scores"), (q, np.zeros((0, 3)))),
+        (_("one element (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
+        (_("an all -inf key row"), (np.abs(q) + 1, masked)),
+        (_("+inf in the query"), (q_inf, np.abs(K) + 1)),
+        (_("NaN in a key propagates to its score"), (q, k_nan)),
+        (_("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)"),
          (np.full(3, 300.0, np.float16), np.full((2, 3), 300.0, np.float16))),
-        ("integer input (float scores out)", (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
-        ("negative-only input", (-np.abs(q) - 1, -np.abs(K) - 1)),
+        (_("integer input (float scores out)"), (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
+        (_("negative-only input"), (-np.abs(q) - 1, -np.abs(K) - 1)),
     ])
 
 
@@ -98,11 +106,11 @@ def check_score_row(fn) -> CheckReport:
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
     cases = [
-        ("a small query (D = 3) against 4 keys", (rng.normal(size=3), rng.normal(size=(4, 3)))),
-        ("D = 1 (the scale is 1)", (np.array([2.0]), np.array([[1.0], [-3.0]]))),
-        ("a single key (M = 1)", (rng.normal(size=5), rng.normal(size=(1, 5)))),
-        ("as many keys as dimensions (M = D = 4)", (rng.normal(size=4), rng.normal(size=(4, 4)))),
-        ("a real head (D = 32, M = 46)", (heads.q[layer, head, n].astype(np.float64),
+        (_("a small query (D = 3) against 4 keys"), (rng.normal(size=3), rng.normal(size=(4, 3)))),
+        (_("D = 1 (the scale is 1)"), (np.array([2.0]), np.array([[1.0], [-3.0]]))),
+        (_("a single key (M = 1)"), (rng.normal(size=5), rng.normal(size=(1, 5)))),
+        (_("as many keys as dimensions (M = D = 4)"), (rng.normal(size=4), rng.normal(size=(4, 4)))),
+        (_("a real head (D = 32, M = 46)"), (heads.q[layer, head, n].astype(np.float64),
                                            heads.k[layer, head].astype(np.float64))),
     ]
     return check_function("check_score_row", fn, cases, _right, MISTAKES, n_out=1, names=("x",),

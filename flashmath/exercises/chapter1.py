@@ -7,6 +7,9 @@ import numpy as np
 from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
+from flashmath.i18n import gettext, gettext_noop
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import compute_dtype, safe_softmax
 
 
@@ -16,33 +19,35 @@ def same_probs(a, b) -> bool:
     return _same(a, b, rtol=2e-3 if low else 1e-9)
 
 
-def softmax_properties():
-    """The property cases of a softmax exercise: ``[(name, x)]`` (the battery of :mod:`~flashmath.exercises._cases`).
+def softmax_properties(translate: bool = True):
+    """The property cases of a softmax exercise: ``[(name, x)]`` (the battery of :mod:`~flashmath.exercises._cases`);
+    the names in the selected language, or in English when ``translate`` is False (chapter 2 rewrites them).
 
     The rules they state: an empty vector gives an empty float vector; a row of only -inf gives zeros (it attends
     to nothing); a row holding +inf gives NaN (inf - inf); NaN in gives NaN out; float16 in gives float16 out,
     computed in float32; integers in give float64 out.
     """
+    _ = gettext if translate else gettext_noop
     return [
-        ("the empty input: an empty vector out", np.array([], dtype=np.float64)),
-        ("one element (a length-1 vector)", np.array([3.0])),
-        ("an all -inf row (fully masked): expected zeros", np.full(3, -np.inf)),
-        ("+inf: a row holding +inf gives NaN (inf - inf), not zeros", np.array([1.0, np.inf, 2.0])),
-        ("NaN propagates (never silently 0)", np.array([1.0, np.nan, 2.0])),
-        ("float16 overflow: input of 20 (exp(20) overflows float16)", np.array([20.0, 19.0, 0.0], dtype=np.float16)),
-        ("integer input [3, 1, 2]: float64 probabilities out", np.array([3, 1, 2])),
-        ("negative-only input, [-1000, -1001]", np.array([-1000.0, -1001.0])),
+        (_("the empty input: an empty vector out"), np.array([], dtype=np.float64)),
+        (_("one element (a length-1 vector)"), np.array([3.0])),
+        (_("an all -inf row (fully masked): expected zeros"), np.full(3, -np.inf)),
+        (_("+inf: a row holding +inf gives NaN (inf - inf), not zeros"), np.array([1.0, np.inf, 2.0])),
+        (_("NaN propagates (never silently 0)"), np.array([1.0, np.nan, 2.0])),
+        (_("float16 overflow: input of 20 (exp(20) overflows float16)"), np.array([20.0, 19.0, 0.0], dtype=np.float16)),
+        (_("integer input [3, 1, 2]: float64 probabilities out"), np.array([3, 1, 2])),
+        (_("negative-only input, [-1000, -1001]"), np.array([-1000.0, -1001.0])),
     ]
 
 
 def softmax_cases():
     """The ordinary cases of a softmax exercise: ``[(name, x)]``; each one is where some classic mistake shows."""
     return [
-        ("a small vector", np.array([1.0, 2.0, 3.0, 0.5])),
-        ("all-equal values", np.full(5, 7.0)),
-        ("values of 1e4 (exp overflows unless you subtract the max)", np.array([1e4, 1e4 - 1.0, -1e4])),
-        ("-inf entries (masked positions get probability 0)", np.array([0.5, -np.inf, 1.5, -np.inf])),
-        ("46 equal values of 10 in float16 (each exp(10) fits; their sum does not)", np.full(46, 10.0, np.float16)),
+        (_("a small vector"), np.array([1.0, 2.0, 3.0, 0.5])),
+        (_("all-equal values"), np.full(5, 7.0)),
+        (_("values of 1e4 (exp overflows unless you subtract the max)"), np.array([1e4, 1e4 - 1.0, -1e4])),
+        (_("-inf entries (masked positions get probability 0)"), np.array([0.5, -np.inf, 1.5, -np.inf])),
+        (_("46 equal values of 10 in float16 (each exp(10) fits; their sum does not)"), np.full(46, 10.0, np.float16)),
     ]
 
 
@@ -83,40 +88,50 @@ def _max_from_zero(x):
     return _softmax_like(x, lambda w: np.maximum(0, np.max(w)))
 
 
-NOT_SUBTRACTED = Mistake(
-    "the max not subtracted", "exp(x) overflows to inf for large x (above 11.09 in float16, 88.72 in float32, 709.78 "
-    "in float64), or their sum does, and inf / inf is NaN, finite / inf is 0. Subtract the max first: "
-    "exp(x - max(x)) / sum(exp(x - max(x)))",
-    (lambda x: _softmax_like(x, lambda w: 0, in_dtype=True), lambda x: _softmax_like(x, lambda w: 0)))
+NOT_SUBTRACTED = Mistake(N_("the max not subtracted"),
+                         N_("exp(x) overflows to inf for large x (above 11.09 in float16, 88.72 in float32, 709.78 in "
+                            "float64), or their sum does, and inf / inf is NaN, finite / inf is 0. Subtract the max "
+                            "first: exp(x - max(x)) / sum(exp(x - max(x)))"),
+                         (lambda x: _softmax_like(x, lambda w: 0, in_dtype=True),
+                          lambda x: _softmax_like(x, lambda w: 0)))
 
 MISTAKES = (
     NOT_SUBTRACTED,
-    Mistake("the max started at 0", "a running max that starts at 0 is never below 0, so for a vector of very "
-            "negative values every exp(x - g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing "
-            "seen yet), or take np.max(x)", (_max_from_zero, _guarded(_max_from_zero))),
-    Mistake("the sum started at 1", "the denominator is sum_j exp(x_j - g) and nothing more: start the sum at 0",
+    Mistake(N_("the max started at 0"),
+            N_("a running max that starts at 0 is never below 0, so for a vector of very negative values every exp(x "
+               "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x)"),
+            (_max_from_zero, _guarded(_max_from_zero))),
+    Mistake(N_("the sum started at 1"),
+            N_("the denominator is sum_j exp(x_j - g) and nothing more: start the sum at 0"),
             (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / (1 + np.sum(e))),)),
-    Mistake("a wrong base (2 or 10) instead of e", "softmax uses the natural exponential: np.exp or math.exp, "
-            "not 2 ** x or 10 ** x",
+    Mistake(N_("a wrong base (2 or 10) instead of e"),
+            N_("softmax uses the natural exponential: np.exp or math.exp, not 2 ** x or 10 ** x"),
             (lambda x: _softmax_like(x, _max, exp=np.exp2), lambda x: _softmax_like(x, _max, exp=lambda t: 10.0 ** t))),
-    Mistake("divided twice", "each exp(x_i - g) is divided by the sum once: y_i = exp(x_i - g) / s",
+    Mistake(N_("divided twice"),
+            N_("each exp(x_i - g) is divided by the sum once: y_i = exp(x_i - g) / s"),
             (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / np.sum(e) / np.sum(e)),)),
-    Mistake("exp missing", "the values were normalised without exponentiating: y_i = exp(x_i - g) / "
-            "sum_j exp(x_j - g)", (lambda x: _softmax_like(x, _max, exp=lambda t: t),
+    Mistake(N_("exp missing"),
+            N_("the values were normalised without exponentiating: y_i = exp(x_i - g) / sum_j exp(x_j - g)"),
+            (lambda x: _softmax_like(x, _max, exp=lambda t: t),
                                    lambda x: _softmax_like(x, lambda w: 0, exp=lambda t: t))),
-    Mistake("log-probabilities returned", "x - g - log(s) is the log-softmax: return exp(x - g) / s",
+    Mistake(N_("log-probabilities returned"),
+            N_("x - g - log(s) is the log-softmax: return exp(x - g) / s"),
             (lambda x: _softmax_like(x, _max, finish=lambda e, w: w - np.max(w) - np.log(np.sum(e))),)),
-    Mistake("the min subtracted instead of the max", "subtracting the min makes the exponents >= 0, so exp still "
-            "overflows; subtract the max: every exponent is then <= 0", (lambda x: _softmax_like(x, np.min),)),
-    Mistake("NaN or +inf turned into zeros", "a NaN in the input means something went wrong upstream, and a row "
-            "holding +inf gives NaN (inf - inf): let both through (NaN out) instead of np.nan_to_num or a guard such "
-            "as `if not np.isfinite(g): return zeros`. Only a max of -inf (a fully masked row) gives zeros: test "
-            "g == -np.inf", (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros)),
-    Mistake("-inf - (-inf) on a fully masked row", "when every entry is -inf the max is -inf and x - max is "
-            "-inf - (-inf) = NaN. The course's convention for a fully masked row is all zeros: test for a max of "
-            "-inf and return zeros", (lambda x: _softmax_like(x, _max),)),
-    Mistake("a fully masked row made uniform", "a row with no key to attend to gets zeros in this course (it "
-            "attends to nothing), not 1/N everywhere", (_uniform_when_masked,)),
+    Mistake(N_("the min subtracted instead of the max"),
+            N_("subtracting the min makes the exponents >= 0, so exp still overflows; subtract the max: every "
+               "exponent is then <= 0"), (lambda x: _softmax_like(x, np.min),)),
+    Mistake(N_("NaN or +inf turned into zeros"),
+            N_("a NaN in the input means something went wrong upstream, and a row holding +inf gives NaN (inf - inf): "
+               "let both through (NaN out) instead of np.nan_to_num or a guard such as `if not np.isfinite(g): return "
+               "zeros`. Only a max of -inf (a fully masked row) gives zeros: test g == -np.inf"),
+            (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros)),
+    Mistake(N_("-inf - (-inf) on a fully masked row"),
+            N_("when every entry is -inf the max is -inf and x - max is -inf - (-inf) = NaN. The course's convention "
+               "for a fully masked row is all zeros: test for a max of -inf and return zeros"),
+            (lambda x: _softmax_like(x, _max),)),
+    Mistake(N_("a fully masked row made uniform"),
+            N_("a row with no key to attend to gets zeros in this course (it attends to nothing), not 1/N everywhere"),
+            (_uniform_when_masked,)),
     INPUT_MODIFIED,
     DTYPE_OUT,
     INTEGER_OUT,
@@ -143,13 +158,13 @@ def _describe(y, expected):
     hint = ""
     y64, e64 = np.asarray(y, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if np.isnan(y64).any() and not np.isnan(e64).any():
-        hint = " (NaN: did exp overflow, or -inf - (-inf) happen?)"
-    return f"expected {fmt(expected)}, got {fmt(y)}{hint}", y, expected
+        hint = _(" (NaN: did exp overflow, or -inf - (-inf) happen?)")
+    return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(y)) + hint, y, expected
 
 
 def _hint(exc) -> str | None:
     if "zero-size" in str(exc) or "empty" in str(exc):
-        return "the empty input: np.max of nothing has no value; return an empty float vector"
+        return _("the empty input: np.max of nothing has no value; return an empty float vector")
     return None
 
 

@@ -10,6 +10,8 @@ import numpy as np
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._report import CheckReport, Mistake, close
 from flashmath.exercises.chapter1 import softmax_cases, softmax_properties
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import merge, online_normalizer
 
 
@@ -36,12 +38,12 @@ class OnePassVector:
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            raise TypeError("OnePassVector does not slice: read it element by element in one loop")
+            raise TypeError(_("OnePassVector does not slice: read it element by element in one loop"))
         self.reads += 1
         return self._values[i]
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError("this exercise reads x element by element (for x_i in x), not as a whole numpy array")
+        raise TypeError(_("this exercise reads x element by element (for x_i in x), not as a whole numpy array"))
 
 
 def _pair(out):
@@ -114,61 +116,68 @@ def _closed_form(x, term=np.exp, shift=True):
     return g, float(np.sum(term(x - g if shift else x)))
 
 
-STATE_NOT_SUBTRACTED = Mistake(
-    "the max not subtracted", "sum(exp(x_i)) overflows to inf for large x: add exp(x_i - g_i), relative to the "
-    "running max, and rescale the old sum when the max grows", (lambda x: _closed_form(x, shift=False),))
-NO_RESCALE = Mistake(
-    "the rescale missing", "when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply "
-    "it by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that factor?)",
-    (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),))
-RESCALE_ON_NEW = Mistake(
-    "the rescale applied to the new term", "the factor exp(g_{i-1} - g_i) converts the OLD sum to the new max: "
-    "s_i = s_{i-1} exp(g_{i-1} - g_i) + exp(x_i - g_i); the new term exp(x_i - g_i) is already relative to g_i",
-    (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn) * np.exp(g - gn)),
+STATE_NOT_SUBTRACTED = Mistake(N_("the max not subtracted"),
+                               N_("sum(exp(x_i)) overflows to inf for large x: add exp(x_i - g_i), relative to the "
+                                  "running max, and rescale the old sum when the max grows"),
+                               (lambda x: _closed_form(x, shift=False),))
+NO_RESCALE = Mistake(N_("the rescale missing"),
+                     N_("when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply it "
+                        "by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that "
+                        "factor?)"), (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),))
+RESCALE_ON_NEW = Mistake(N_("the rescale applied to the new term"),
+                         N_("the factor exp(g_{i-1} - g_i) converts the OLD sum to the new max: s_i = s_{i-1} "
+                            "exp(g_{i-1} - g_i) + exp(x_i - g_i); the new term exp(x_i - g_i) is already relative to "
+                            "g_i"),
+                         (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn) * np.exp(g - gn)),
      lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - g) * np.exp(g - gn))))
-INVERTED_RESCALE = Mistake(
-    "the rescale inverted", "the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
-    "sum; exp(g_i - g_{i-1}) grows it",
-    (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn)),
+INVERTED_RESCALE = Mistake(N_("the rescale inverted"),
+                           N_("the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
+                              "sum; exp(g_i - g_{i-1}) grows it"),
+                           (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn)),
      lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn), first=lambda xi: 1.0)))
-OLD_MAX_TERM = Mistake(
-    "the new term relative to the old max", "the new term is exp(x_i - g_i), with the new max g_i (compute g_i "
-    "first); exp(x_i - g_{i-1}) can be above 1 and overflow",
-    (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g)),
+OLD_MAX_TERM = Mistake(N_("the new term relative to the old max"),
+                       N_("the new term is exp(x_i - g_i), with the new max g_i (compute g_i first); exp(x_i - "
+                          "g_{i-1}) can be above 1 and overflow"),
+                       (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g)),
      lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g), first=lambda xi: 1.0)))
-BASE_2 = Mistake("a wrong base (2 or 10) instead of e", "the sum is of natural exponentials: np.exp or math.exp, "
-                 "not 2 ** x or 10 ** x",
+BASE_2 = Mistake(N_("a wrong base (2 or 10) instead of e"),
+                 N_("the sum is of natural exponentials: np.exp or math.exp, not 2 ** x or 10 ** x"),
                  (lambda x: _closed_form(x, term=np.exp2), lambda x: _closed_form(x, term=lambda t: 10.0 ** t)))
-SWAPPED = Mistake("(s, g) swapped", "return the max first and the sum second: (g, s)")
-UNGUARDED = Mistake(
-    "-inf - (-inf) while nothing is seen", "while the max is still -inf (nothing seen, or only masked elements) "
-    "exp(g_{i-1} - g_i) is exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite "
-    "element as a fresh start", (lambda x: _scan(x, _right_step, guard=False),))
-PYTHON_MAX = Mistake(
-    "Python's max dropping NaN", "Python's max(1.0, nan) returns 1.0 (every comparison with NaN is False), so a "
-    "NaN went missing: test with math.isnan, or use np.maximum, which propagates NaN",
-    (lambda x: _scan(x, _right_step, maximum=_python_max),))
-TWO_PASSES = Mistake("two passes over x", "the online normalizer reads each element once: one for loop that updates "
-                     "g and s together, no max(x) or sum(...) beforehand")
-READ_TWICE = Mistake("an element read twice", "every element is read once, in the one loop: reading x[0] before "
-                     "the loop and then looping over all of x reads it twice")
-NOT_A_PAIR = Mistake("not a pair", "return the two numbers (g, s)")
-EMPTY_CRASH = Mistake("the empty vector not handled", "an empty x (no element, or a row with no key) has the state "
-                      "of nothing seen, (g, s) = (-inf, 0): start from it instead of from x[0], and never take "
-                      "max(x) of nothing")
-BUFFERED = Mistake("the input buffered", "a one-pass function keeps a few numbers, not a copy of x: np.array(list(x)), "
-                   "list(x) or np.fromiter(x) store every element (and then read them again); update (g, s) as each "
-                   "element arrives")
+SWAPPED = Mistake(N_("(s, g) swapped"), N_("return the max first and the sum second: (g, s)"))
+UNGUARDED = Mistake(N_("-inf - (-inf) while nothing is seen"),
+                    N_("while the max is still -inf (nothing seen, or only masked elements) exp(g_{i-1} - g_i) is "
+                       "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
+                       "as a fresh start"), (lambda x: _scan(x, _right_step, guard=False),))
+PYTHON_MAX = Mistake(N_("Python's max dropping NaN"),
+                     N_("Python's max(1.0, nan) returns 1.0 (every comparison with NaN is False), so a NaN went "
+                        "missing: test with math.isnan, or use np.maximum, which propagates NaN"),
+                     (lambda x: _scan(x, _right_step, maximum=_python_max),))
+TWO_PASSES = Mistake(N_("two passes over x"),
+                     N_("the online normalizer reads each element once: one for loop that updates g and s together, "
+                        "no max(x) or sum(...) beforehand"))
+READ_TWICE = Mistake(N_("an element read twice"),
+                     N_("every element is read once, in the one loop: reading x[0] before the loop and then looping "
+                        "over all of x reads it twice"))
+NOT_A_PAIR = Mistake(N_("not a pair"), N_("return the two numbers (g, s)"))
+EMPTY_CRASH = Mistake(N_("the empty vector not handled"),
+                      N_("an empty x (no element, or a row with no key) has the state of nothing seen, (g, s) = "
+                         "(-inf, 0): start from it instead of from x[0], and never take max(x) of nothing"))
+BUFFERED = Mistake(N_("the input buffered"),
+                   N_("a one-pass function keeps a few numbers, not a copy of x: np.array(list(x)), list(x) or "
+                      "np.fromiter(x) store every element (and then read them again); update (g, s) as each element "
+                      "arrives"))
 
 NORMALIZER_MISTAKES = (
     STATE_NOT_SUBTRACTED,
-    Mistake("the max started at 0", "a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 "
-            "instead of -3. Start from g_0 = -inf (nothing seen) and s_0 = 0",
-            (_from_zero, lambda x: _from_zero(x, masked_guard=True))),
-    Mistake("the sum started at 1", "s_0 = 0 (the empty sum): with s_0 = 1 a fully masked row ends with s = 1 "
-            "instead of 0", (lambda x: _scan(x, _right_step, s0=1.0),)),
-    Mistake("the first element counted twice", "starting from (g, s) = (x_1, 1) already counts x_1: then loop over "
-            "the remaining elements only, or start from (-inf, 0) and loop over all of them",
+    Mistake(N_("the max started at 0"),
+            N_("a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 instead of -3. Start from "
+               "g_0 = -inf (nothing seen) and s_0 = 0"), (_from_zero, lambda x: _from_zero(x, masked_guard=True))),
+    Mistake(N_("the sum started at 1"),
+            N_("s_0 = 0 (the empty sum): with s_0 = 1 a fully masked row ends with s = 1 instead of 0"),
+            (lambda x: _scan(x, _right_step, s0=1.0),)),
+    Mistake(N_("the first element counted twice"),
+            N_("starting from (g, s) = (x_1, 1) already counts x_1: then loop over the remaining elements only, or "
+               "start from (-inf, 0) and loop over all of them"),
             (lambda x: _scan(x, _right_step, g0=float(x[0]), s0=1.0),)),
     BASE_2,
     NO_RESCALE,
@@ -216,13 +225,14 @@ def _call_one_pass(fn, args):
             if not tracing:
                 tracemalloc.stop()
         if peak > MEMORY_LIMIT:
-            return PropertyFailure(f"used {peak / 1000:.0f} kB for {len(x)} elements (a copy of x takes "
-                                   f"{8 * len(x) / 1000:.0f} kB or more): {BUFFERED.message()}", out)
+            used = _("used {used:.0f} kB for {n} elements (a copy of x takes {copy:.0f} kB or more)").format(
+                used=peak / 1000, n=len(x), copy=8 * len(x) / 1000)
+            return PropertyFailure(f"{used}: {BUFFERED.message()}", out)
     else:
         out = fn(vec)
     if vec.reads > len(x) or vec.passes > 1:
-        count = f"read {vec.reads} elements of a vector of length {len(x)}" + (
-            f" in {vec.passes} passes" if vec.passes > 1 else "")
+        count = _("read {reads} elements of a vector of length {n}").format(reads=vec.reads, n=len(x)) + (
+            _(" in {passes} passes").format(passes=vec.passes) if vec.passes > 1 else "")
         if _pair(out) is not None and not same_state(out, online_normalizer(np.asarray(x, dtype=np.float64))):
             return out  # a wrong state: the mistake models say more than the count
         return PropertyFailure(f"{count}: {(TWO_PASSES if vec.passes > 1 else READ_TWICE).message()}", out)
@@ -241,19 +251,24 @@ def _normalizer_reference(x, *mode):
     return tuple(float(v) for v in online_normalizer(x))
 
 
+# The names normalizer_properties makes from chapter 1's property names, marked for the catalog.
+_NORMALIZER_PROPERTY_NAMES = (N_("the empty input: the state (-inf, 0)"), N_("an all -inf row (fully masked)"),
+                              N_("+inf: a row holding +inf gives g = +inf"), N_("integer input [3, 1, 2]"))
+
+
 def normalizer_properties():
     """The property cases of exercise 2.1 (those of chapter 1 where they apply, and the one-pass memory case).
 
     Rules: the empty vector has the state (-inf, 0) (nothing seen); a +inf element gives g = +inf (the state's
     logsumexp is +inf; s is not compared); NaN gives NaN; integers are read as numbers.
     """
-    props = [(name, (x,)) for name, x in softmax_properties() if x.dtype != np.float16]
-    props = [(name.replace(": an empty vector out", ": the state (-inf, 0)").replace(": expected zeros", "")
-              .replace(": float64 probabilities out", "").replace("gives NaN (inf - inf), not zeros",
-                                                                   "gives g = +inf"), args) for name, args in props]
+    props = [(name, (x,)) for name, x in softmax_properties(translate=False) if x.dtype != np.float16]
+    props = [(_(name.replace(": an empty vector out", ": the state (-inf, 0)").replace(": expected zeros", "")
+                .replace(": float64 probabilities out", "").replace("gives NaN (inf - inf), not zeros",
+                                                                     "gives g = +inf")), args) for name, args in props]
     x = np.random.default_rng(21).normal(size=MEMORY_CASE_LENGTH)
-    props.append((f"one pass in constant memory ({MEMORY_CASE_LENGTH} elements: a copy such as np.array(list(x)) "
-                  "is not one pass)", (x, "memory")))
+    props.append((_("one pass in constant memory ({n} elements: a copy such as np.array(list(x)) is not one pass)")
+                  .format(n=MEMORY_CASE_LENGTH), (x, "memory")))
     return property_cases(props)
 
 
@@ -268,8 +283,8 @@ def check_online_normalizer(fn) -> CheckReport:
     below 0), a masked element first. Named mistakes: :data:`NORMALIZER_MISTAKES`.
     """
     cases = [(name, (x,)) for name, x in softmax_cases() if x.dtype != np.float16]
-    cases += [("negative values, [-3, -5] (the max is -3)", (np.array([-3.0, -5.0]),)),
-              ("a masked element first, [-inf, 1, 2]", (np.array([-np.inf, 1.0, 2.0]),))]
+    cases += [(_("negative values, [-3, -5] (the max is -3)"), (np.array([-3.0, -5.0]),)),
+              (_("a masked element first, [-inf, 1, 2]"), (np.array([-np.inf, 1.0, 2.0]),))]
     return check_function("check_online_normalizer", fn, cases, _normalizer_reference, NORMALIZER_MISTAKES, n_out=2,
                            names=("g", "s"), not_answer=NOT_A_PAIR, hint=_normalizer_hint,
                            properties=normalizer_properties(), compare=same_state, convert=_pair,
@@ -278,7 +293,8 @@ def check_online_normalizer(fn) -> CheckReport:
 
 def _state_message(state, expected, mistake: Mistake | None) -> str:
     (g, s), (g_ref, s_ref) = state, expected
-    message = f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})"
+    message = _("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
+        g_ref=g_ref, s_ref=s_ref, g=g, s=s)
     return message + (f": {mistake.message()}" if mistake is not None else "")
 
 
@@ -320,33 +336,39 @@ def _right_merge(g1, s1, g2, s2):
 
 
 MERGE_MISTAKES = (
-    Mistake("the exponential of each max taken alone", "s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above "
-            "709 (inf / inf = NaN): never take exp of a max alone; take exp of differences, s1 exp(g1 - g) + "
-            "s2 exp(g2 - g), each <= 1", (_exp_of_maxima,)),
-    Mistake("the two states swapped", "merge(g1, s1, g2, s2) takes part 1's state (g1, s1), then part 2's (g2, s2): "
-            "each sum s_k is rescaled by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), "
-            "or pairing s1 with g2, mixes the parts)",
+    Mistake(N_("the exponential of each max taken alone"),
+            N_("s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above 709 (inf / inf = NaN): never take exp of a "
+               "max alone; take exp of differences, s1 exp(g1 - g) + s2 exp(g2 - g), each <= 1"), (_exp_of_maxima,)),
+    Mistake(N_("the two states swapped"),
+            N_("merge(g1, s1, g2, s2) takes part 1's state (g1, s1), then part 2's (g2, s2): each sum s_k is rescaled "
+               "by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), or pairing s1 with g2, "
+               "mixes the parts)"),
             (lambda g1, s1, g2, s2: _right_merge(g1, g2, s1, s2),
              lambda g1, s1, g2, s2: (_np_max(g1, g2), float(s1 * np.exp(g2 - _np_max(g1, g2))
                                                             + s2 * np.exp(g1 - _np_max(g1, g2)))))),
-    Mistake("merged without rescaling", "s1 is relative to g1 and s2 to g2: convert both to the common max g first, "
-            "s = s1 exp(g1 - g) + s2 exp(g2 - g)", (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),)),
-    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) = exp(part max - common max) <= 1",
+    Mistake(N_("merged without rescaling"),
+            N_("s1 is relative to g1 and s2 to g2: convert both to the common max g first, s = s1 exp(g1 - g) + s2 "
+               "exp(g2 - g)"), (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),)),
+    Mistake(INVERTED_RESCALE.name, N_("each factor is exp(g_k - g) = exp(part max - common max) <= 1"),
             (_merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k)),
              _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k), guard=True))),
-    Mistake("only one part rescaled", "both sums need converting to the common max: whichever part does not hold "
-            "it is rescaled by a factor below 1, and the one that holds it by exactly 1, so write both factors",
+    Mistake(N_("only one part rescaled"),
+            N_("both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
+               "below 1, and the one that holds it by exactly 1, so write both factors"),
             (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
              lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))))),
-    Mistake("the min of the two maxima", "the merged state's max is the larger one, g = max(g1, g2); relative to the "
-            "smaller one the factors exp(g_k - g) can overflow", (_guarded_merge(lambda a, b: float(np.fmin(a, b))),
+    Mistake(N_("the min of the two maxima"),
+            N_("the merged state's max is the larger one, g = max(g1, g2); relative to the smaller one the factors "
+               "exp(g_k - g) can overflow"),
+            (_guarded_merge(lambda a, b: float(np.fmin(a, b))),
                                                                    _merge_model(
                                                                        g_of=lambda a, b: float(np.fmin(a, b))))),
     Mistake(BASE_2.name, BASE_2.fix, (_merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
                                       _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)))),
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed([float(v) for v in merge(*a)])),)),
-    Mistake(UNGUARDED.name, "when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is "
-            "exp(-inf - (-inf)) = NaN: return (-inf, 0) when the merged max is -inf", (_merge_model(),)),
+    Mistake(UNGUARDED.name,
+            N_("when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is exp(-inf - (-inf)) = NaN: "
+               "return (-inf, 0) when the merged max is -inf"), (_merge_model(),)),
     Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
     NOT_A_PAIR,
 )
@@ -358,15 +380,15 @@ def merge_cases():
     x = rng.normal(size=10)
     left, right = (tuple(float(v) for v in online_normalizer(part)) for part in (x[:4], x[4:]))
     return [
-        ("two halves give the whole vector's state", (*left, *right)),
-        ("the identity (-inf, 0) on the left", (-np.inf, 0.0, *right)),
-        ("the identity (-inf, 0) on the right", (*left, -np.inf, 0.0)),
-        ("the other order", (*right, *left)),
-        ("the first part holds the larger max", (2.0, 1.5, -1.0, 2.5)),
-        ("maxima 1e4 apart (no overflow)", (1e4, 2.0, 0.0, 3.0)),
-        ("maxima of 800 and 799 (no overflow: never exp of a max alone)", (800.0, 2.0, 799.0, 3.0)),
-        ("NaN in the first part's max propagates", (np.nan, 1.0, 0.0, 1.0)),
-        ("NaN in a sum propagates", (0.0, np.nan, -1.0, 1.0)),
+        (_("two halves give the whole vector's state"), (*left, *right)),
+        (_("the identity (-inf, 0) on the left"), (-np.inf, 0.0, *right)),
+        (_("the identity (-inf, 0) on the right"), (*left, -np.inf, 0.0)),
+        (_("the other order"), (*right, *left)),
+        (_("the first part holds the larger max"), (2.0, 1.5, -1.0, 2.5)),
+        (_("maxima 1e4 apart (no overflow)"), (1e4, 2.0, 0.0, 3.0)),
+        (_("maxima of 800 and 799 (no overflow: never exp of a max alone)"), (800.0, 2.0, 799.0, 3.0)),
+        (_("NaN in the first part's max propagates"), (np.nan, 1.0, 0.0, 1.0)),
+        (_("NaN in a sum propagates"), (0.0, np.nan, -1.0, 1.0)),
     ]
 
 
@@ -377,13 +399,13 @@ def merge_properties():
     integer states are numbers like any other.
     """
     return property_cases([
-        ("the empty input: both parts empty, (-inf, 0) each", (-np.inf, 0.0, -np.inf, 0.0)),
-        ("one element on each side, (x, 1)", (0.5, 1.0, -0.25, 1.0)),
-        ("an all -inf part (fully masked) and a real one", (-np.inf, 0.0, 1.0, 2.0)),
-        ("+inf: a part with max +inf gives g = +inf", (np.inf, 1.0, 0.0, 1.0)),
-        ("NaN in the second part's max propagates", (0.0, 1.0, np.nan, 1.0)),
-        ("integer input (3, 1, 1, 2)", (3, 1, 1, 2)),
-        ("negative-only maxima (-3, 1, -5, 2)", (-3.0, 1.0, -5.0, 2.0)),
+        (_("the empty input: both parts empty, (-inf, 0) each"), (-np.inf, 0.0, -np.inf, 0.0)),
+        (_("one element on each side, (x, 1)"), (0.5, 1.0, -0.25, 1.0)),
+        (_("an all -inf part (fully masked) and a real one"), (-np.inf, 0.0, 1.0, 2.0)),
+        (_("+inf: a part with max +inf gives g = +inf"), (np.inf, 1.0, 0.0, 1.0)),
+        (_("NaN in the second part's max propagates"), (0.0, 1.0, np.nan, 1.0)),
+        (_("integer input (3, 1, 1, 2)"), (3, 1, 1, 2)),
+        (_("negative-only maxima (-3, 1, -5, 2)"), (-3.0, 1.0, -5.0, 2.0)),
     ])
 
 
@@ -433,21 +455,24 @@ def _three_not_moved(g1, s1, g2, s2, g3, s3):
 
 
 THREE_MISTAKES = (
-    Mistake(PYTHON_MAX.name, "Python's max(0.0, nan, 1.0) returns 1.0 (every comparison with NaN is False), so a NaN "
-            "in a later part went missing: test with math.isnan, or use np.maximum / np.max, which propagate NaN",
+    Mistake(PYTHON_MAX.name,
+            N_("Python's max(0.0, nan, 1.0) returns 1.0 (every comparison with NaN is False), so a NaN in a later "
+               "part went missing: test with math.isnan, or use np.maximum / np.max, which propagate NaN"),
             (_three_python_max,)),
-    Mistake("an intermediate state not moved to the new max", "the state of P1 and P2 is relative to their max "
-            "g_12; once P3 brings a larger max g, that sum must be moved to it too, s_12 exp(g_12 - g) "
-            "(with the closed form: s = sum_k s_k exp(g_k - g), every part relative to the same g)",
-            (_three_not_moved,)),
-    Mistake("merged without rescaling", "each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with "
-            "g = max(g_1, g_2, g_3)", (_three(term=lambda s, g_k, g: s),)),
-    Mistake(INVERTED_RESCALE.name, "each factor is exp(g_k - g) <= 1",
+    Mistake(N_("an intermediate state not moved to the new max"),
+            N_("the state of P1 and P2 is relative to their max g_12; once P3 brings a larger max g, that sum must be "
+               "moved to it too, s_12 exp(g_12 - g) (with the closed form: s = sum_k s_k exp(g_k - g), every part "
+               "relative to the same g)"), (_three_not_moved,)),
+    Mistake(N_("merged without rescaling"),
+            N_("each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with g = max(g_1, g_2, g_3)"),
+            (_three(term=lambda s, g_k, g: s),)),
+    Mistake(INVERTED_RESCALE.name, N_("each factor is exp(g_k - g) <= 1"),
             (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),)),
-    Mistake("a max of two parts only", "g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)",
+    Mistake(N_("a max of two parts only"),
+            N_("g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)"),
             tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]]))
                   for pair in ((0, 1), (1, 2), (0, 2)))),
-    Mistake(UNGUARDED.name, "when all three parts are empty the merged state is (-inf, 0)", (_three(guard=False),)),
+    Mistake(UNGUARDED.name, N_("when all three parts are empty the merged state is (-inf, 0)"), (_three(guard=False),)),
     NOT_A_PAIR,
 )
 
@@ -464,11 +489,11 @@ def merge_three_cases():
 
     empty = (-np.inf, 0.0)
     return [
-        ("three parts of a vector (the middle one holds the max)", state(a, b, c), np.concatenate([a, b, c])),
-        ("the first part holds the max", state(b, a, c), np.concatenate([b, a, c])),
-        ("the last part holds the max", state(a, c, b), np.concatenate([a, c, b])),
-        ("an empty part (-inf, 0) in the middle", (*state(a), *empty, *state(c)), np.concatenate([a, c])),
-        ("maxima 1e4 apart", (1e4, 1.0, 0.0, 2.0, -1e4, 3.0), None),
+        (_("three parts of a vector (the middle one holds the max)"), state(a, b, c), np.concatenate([a, b, c])),
+        (_("the first part holds the max"), state(b, a, c), np.concatenate([b, a, c])),
+        (_("the last part holds the max"), state(a, c, b), np.concatenate([a, c, b])),
+        (_("an empty part (-inf, 0) in the middle"), (*state(a), *empty, *state(c)), np.concatenate([a, c])),
+        (_("maxima 1e4 apart"), (1e4, 1.0, 0.0, 2.0, -1e4, 3.0), None),
     ]
 
 
@@ -476,13 +501,13 @@ def merge_three_properties():
     """The property cases of exercise 2.3 (the battery of :mod:`~flashmath.exercises._cases`)."""
     empty = (-np.inf, 0.0)
     return property_cases([
-        ("the empty input: all three parts empty", empty * 3),
-        ("one element in each part, (x, 1)", (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
-        ("an all -inf part first", (*empty, 1.0, 2.0, 0.0, 1.0)),
-        ("+inf: a part with max +inf gives g = +inf", (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
-        ("NaN in the middle part's max propagates", (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
-        ("integer input", (3, 1, 1, 2, 2, 1)),
-        ("negative-only maxima", (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
+        (_("the empty input: all three parts empty"), empty * 3),
+        (_("one element in each part, (x, 1)"), (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
+        (_("an all -inf part first"), (*empty, 1.0, 2.0, 0.0, 1.0)),
+        (_("+inf: a part with max +inf gives g = +inf"), (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
+        (_("NaN in the middle part's max propagates"), (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
+        (_("integer input"), (3, 1, 1, 2, 2, 1)),
+        (_("negative-only maxima"), (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
     ])
 
 

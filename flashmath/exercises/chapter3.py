@@ -8,6 +8,8 @@ import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt, pick
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
@@ -48,54 +50,72 @@ def _scaled(scale):
 
 
 MISTAKES = (
-    Mistake("no scale", "this is softmax(Q K^T) V: divide the scores by sqrt(D)", (_scaled(lambda D, M, Dv, q: 1.0),)),
-    Mistake("divided by sqrt(M)", "the scores were divided by the square root of the number of keys M: divide by "
-            "sqrt(D), D = q.shape[-1] the width of q and k", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),)),
-    Mistake("divided by D", "the scores were divided by D: divide by sqrt(D)", (_scaled(lambda D, M, Dv, q: 1 / D),)),
-    Mistake("divided by sqrt(Dv)", "the scores were divided by the square root of the width of V: divide by "
-            "sqrt(D), D = q.shape[-1] the width of q and k", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(Dv)),)),
-    Mistake("the scale from the wrong axis of q", "D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the "
-            "number of queries (or the batch)", (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])),
+    Mistake(N_("no scale"),
+            N_("this is softmax(Q K^T) V: divide the scores by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1.0),)),
+    Mistake(N_("divided by sqrt(M)"),
+            N_("the scores were divided by the square root of the number of keys M: divide by sqrt(D), D = "
+               "q.shape[-1] the width of q and k"), (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),)),
+    Mistake(N_("divided by D"),
+            N_("the scores were divided by D: divide by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / D),)),
+    Mistake(N_("divided by sqrt(Dv)"),
+            N_("the scores were divided by the square root of the width of V: divide by sqrt(D), D = q.shape[-1] the "
+               "width of q and k"), (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(Dv)),)),
+    Mistake(N_("the scale from the wrong axis of q"),
+            N_("D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the number of queries (or the batch)"),
+            (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])),
                                                  _scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[0])))),
-    Mistake("D**1/2 (precedence)", "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, "
-            "and / goes left to right. Write D**0.5, D**(1/2) or math.sqrt(D)",
-            (_scaled(lambda D, M, Dv, q: 1 / (2 * D)),)),
-    Mistake("math.isqrt (an integer square root)", "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(5) = 2, "
-            "not 2.236): use math.sqrt(D) or np.sqrt(D)", (_scaled(lambda D, M, Dv, q: 1 / math.isqrt(D)),)),
-    Mistake("V transposed", "A = Y V with V of shape (..., M, Dv), one value row per key: v.T (or swapaxes) "
-            "pairs the weights with the columns of V, and runs only when M = Dv", (_v_transposed,)),
-    Mistake("the first key skipped", "every key takes part, m = 0 .. M-1 in code: a loop over range(1, M) (or "
-            "k[1:]) leaves out key 0", (_first_key_skipped,)),
-    Mistake("einsum written for 2-D inputs", "subscripts such as 'nd,md->nm' name two axes only: for (..., N, D) "
-            "inputs write np.einsum('...nd,...md->...nm', q, k) (and '...nm,...mv->...nv' for the values)"),
-    Mistake("multiplied by sqrt(D)", "the scale went the wrong way: divide the scores by sqrt(D)",
+    Mistake(N_("D**1/2 (precedence)"),
+            N_("x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
+               "D**0.5, D**(1/2) or math.sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / (2 * D)),)),
+    Mistake(N_("math.isqrt (an integer square root)"),
+            N_("math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(5) = 2, not 2.236): use math.sqrt(D) or "
+               "np.sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / math.isqrt(D)),)),
+    Mistake(N_("V transposed"),
+            N_("A = Y V with V of shape (..., M, Dv), one value row per key: v.T (or swapaxes) pairs the weights with "
+               "the columns of V, and runs only when M = Dv"), (_v_transposed,)),
+    Mistake(N_("the first key skipped"),
+            N_("every key takes part, m = 0 .. M-1 in code: a loop over range(1, M) (or k[1:]) leaves out key 0"),
+            (_first_key_skipped,)),
+    Mistake(N_("einsum written for 2-D inputs"),
+            N_("subscripts such as 'nd,md->nm' name two axes only: for (..., N, D) inputs write "
+               "np.einsum('...nd,...md->...nm', q, k) (and '...nm,...mv->...nv' for the values)")),
+    Mistake(N_("multiplied by sqrt(D)"),
+            N_("the scale went the wrong way: divide the scores by sqrt(D)"),
             (_scaled(lambda D, M, Dv, q: np.sqrt(D)),)),
-    Mistake("the scale applied to the output", "1/sqrt(D) belongs inside the softmax, on the scores: "
-            "softmax(Q K^T / sqrt(D)) V, not softmax(Q K^T) V / sqrt(D)",
+    Mistake(N_("the scale applied to the output"),
+            N_("1/sqrt(D) belongs inside the softmax, on the scores: softmax(Q K^T / sqrt(D)) V, not softmax(Q K^T) V "
+               "/ sqrt(D)"),
             (lambda q, k, v: variant(q, k, v, scale=lambda D, M, Dv, q: 1.0, after=1 / np.sqrt(q.shape[-1])),)),
-    Mistake("softmax over the wrong axis (the queries)", "each row of X (one query, all keys) must sum to 1, so "
-            "normalise along the last axis (axis=-1). With one query (N = 1) a softmax over the queries makes every "
-            "weight 1, and A becomes the sum of the rows of V",
+    Mistake(N_("softmax over the wrong axis (the queries)"),
+            N_("each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1). With "
+               "one query (N = 1) a softmax over the queries makes every weight 1, and A becomes the sum of the rows "
+               "of V"),
             (lambda q, k, v: variant(q, k, v, shift="column", norm=-2), lambda q, k, v: variant(q, k, v, norm=-2))),
-    Mistake("the max over the wrong axis", "subtract each row's own max, x.max(axis=-1, keepdims=True): a max over "
-            "the queries (axis=-2) subtracts a different number from each entry of a row, which changes its softmax",
+    Mistake(N_("the max over the wrong axis"),
+            N_("subtract each row's own max, x.max(axis=-1, keepdims=True): a max over the queries (axis=-2) "
+               "subtracts a different number from each entry of a row, which changes its softmax"),
             (lambda q, k, v: variant(q, k, v, shift="column"),)),
-    Mistake("keepdims missing", "x.max(axis=-1) and e.sum(axis=-1) drop the axis, and broadcasting then lines them "
-            "up with the columns: keep it, with keepdims=True (or [..., None])",
+    Mistake(N_("keepdims missing"),
+            N_("x.max(axis=-1) and e.sum(axis=-1) drop the axis, and broadcasting then lines them up with the "
+               "columns: keep it, with keepdims=True (or [..., None])"),
             (lambda q, k, v: variant(q, k, v, shift="flat"), lambda q, k, v: variant(q, k, v, norm="flat"),
              lambda q, k, v: variant(q, k, v, shift="flat", norm="flat"))),
-    Mistake("the global max instead of each row's max", "one max for the whole array is far above the scores of "
-            "some rows: their exp(x - max) all underflow to 0, and 0 / 0 is NaN. Subtract each row's own max, "
-            "x.max(axis=-1, keepdims=True)", (lambda q, k, v: variant(q, k, v, shift="global"),)),
-    Mistake("the max not subtracted", "exp of a large score overflows to inf and inf / inf is NaN: subtract each "
-            "row's max before exp", (lambda q, k, v: variant(q, k, v, shift="none"),)),
-    Mistake("normalised over the whole matrix", "divide each row by its own sum, e.sum(axis=-1, keepdims=True), "
-            "not by the sum of every entry", (lambda q, k, v: variant(q, k, v, norm="all"),)),
-    Mistake("k.T on a batched array", "k.T reverses every axis of a (B, H, M, D) array: transpose only the last "
-            "two, np.swapaxes(k, -1, -2) (or k.swapaxes(-1, -2))"),
-    Mistake("the probabilities Y returned", "this has the shape of Y (..., N, M): multiply it by v"),
+    Mistake(N_("the global max instead of each row's max"),
+            N_("one max for the whole array is far above the scores of some rows: their exp(x - max) all underflow to "
+               "0, and 0 / 0 is NaN. Subtract each row's own max, x.max(axis=-1, keepdims=True)"),
+            (lambda q, k, v: variant(q, k, v, shift="global"),)),
+    Mistake(N_("the max not subtracted"),
+            N_("exp of a large score overflows to inf and inf / inf is NaN: subtract each row's max before exp"),
+            (lambda q, k, v: variant(q, k, v, shift="none"),)),
+    Mistake(N_("normalised over the whole matrix"),
+            N_("divide each row by its own sum, e.sum(axis=-1, keepdims=True), not by the sum of every entry"),
+            (lambda q, k, v: variant(q, k, v, norm="all"),)),
+    Mistake(N_("k.T on a batched array"),
+            N_("k.T reverses every axis of a (B, H, M, D) array: transpose only the last two, np.swapaxes(k, -1, -2) "
+               "(or k.swapaxes(-1, -2))")),
+    Mistake(N_("the probabilities Y returned"), N_("this has the shape of Y (..., N, M): multiply it by v")),
     INPUT_MODIFIED,
-    Mistake("a wrong shape", "A has shape (..., N, Dv): one output row per query"),
+    Mistake(N_("a wrong shape"), N_("A has shape (..., N, Dv): one output row per query")),
     LOWER_PRECISION,
 )
 K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE, EINSUM_2D = pick(
@@ -120,16 +140,16 @@ def attention_cases():
     levels[1][:, 0] = 1.0
     levels[0][0, 0], levels[0][1, 0], levels[0][2, 0] = 2000.0, 0.0, -2000.0  # rows near +1000, 0 and -1000
     return [
-        ("N != M: 5 queries, 7 keys, D = 4", qkv(5, 7, 4)),
-        ("N = 1: one new token against a KV cache of 9 entries", qkv(1, 9, 4)),
-        ("D = 1 (the scale is 1)", qkv(4, 6, 1)),
-        ("values of another width (V is M x 3, D = 4)", qkv(4, 6, 4, 3)),
-        ("batch and heads, shape (B, H, N, D) = (2, 3, 4, 5)", qkv(4, 6, 5, batch=(2, 3))),
-        ("a real head (layer 0, head 0, N = M = 46, D = 32)",
+        (_("N != M: 5 queries, 7 keys, D = 4"), qkv(5, 7, 4)),
+        (_("N = 1: one new token against a KV cache of 9 entries"), qkv(1, 9, 4)),
+        (_("D = 1 (the scale is 1)"), qkv(4, 6, 1)),
+        (_("values of another width (V is M x 3, D = 4)"), qkv(4, 6, 4, 3)),
+        (_("batch and heads, shape (B, H, N, D) = (2, 3, 4, 5)"), qkv(4, 6, 5, batch=(2, 3))),
+        (_("a real head (layer 0, head 0, N = M = 46, D = 32)"),
          tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v))),
-        ("large scores close together (about 800 each): subtract the row max", large),
-        ("rows at very different levels (scores near +1000, 0 and -1000)", levels),
-        ("square values (M = Dv = 5, where v.T also runs), D = 5", qkv(3, 5, 5)),
+        (_("large scores close together (about 800 each): subtract the row max"), large),
+        (_("rows at very different levels (scores near +1000, 0 and -1000)"), levels),
+        (_("square values (M = Dv = 5, where v.T also runs), D = 5"), qkv(3, 5, 5)),
     ]
 
 
@@ -154,27 +174,28 @@ def attention_properties():
     big = tuple(np.full(shape, 30.0, np.float16) for shape in ((2, 4), (3, 4), (3, 2)))
     big[1][0] = 31.0
     return property_cases([
-        ("the empty input (no query, N = 0): an empty (0, Dv) output", (q[:0], k, v)),
-        ("one element (N = M = D = Dv = 1)", (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
-        ("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros",
+        (_("the empty input (no query, N = 0): an empty (0, Dv) output"), (q[:0], k, v)),
+        (_("one element (N = M = D = Dv = 1)"), (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
+        (_("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros"),
          (np.abs(q) + 1, k_masked, v)),
-        ("+inf in a query: NaN in its row", (q_inf, k, v)),
-        ("NaN in a key propagates", (q, k_nan, v)),
-        ("float16 overflow (scores of 1800 and more do not fit exp in float16)", big),
-        ("integer input (float64 out)", (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]),
+        (_("+inf in a query: NaN in its row"), (q_inf, k, v)),
+        (_("NaN in a key propagates"), (q, k_nan, v)),
+        (_("float16 overflow (scores of 1800 and more do not fit exp in float16)"), big),
+        (_("integer input (float64 out)"), (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]),
                                          np.array([[1, 2], [3, 4], [5, 6]]))),
-        ("negative-only input", tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
+        (_("negative-only input"), tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
     ])
 
 
 def _hint(exc) -> str | None:
     text = str(exc)
     if "einstein" in text or "subscripts" in text:
-        return f"{EINSUM_2D.name}? {EINSUM_2D.fix}"
+        return _("{name}? {fix}").format(name=_(EINSUM_2D.name), fix=_(EINSUM_2D.fix))
     if "matmul" in text:
-        return f"{K_T.name}? {K_T.fix}. Or V transposed? A = Y V with V (..., M, Dv) as given"
+        return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(name=_(K_T.name),
+                                                                                                  fix=_(K_T.fix))
     if "broadcast" in text:
-        return f"{KEEPDIMS.name}? {KEEPDIMS.fix}"
+        return _("{name}? {fix}").format(name=_(KEEPDIMS.name), fix=_(KEEPDIMS.fix))
     return None
 
 
@@ -190,12 +211,15 @@ def _form(out):
         return None
 
 
+SHAPE_TEXT = N_("expected shape {expected} = (..., N, Dv), got {got}")
+
+
 def _describe(a, expected):
     if a.shape != expected.shape:
-        return f"expected shape {expected.shape} = (..., N, Dv), got {a.shape}", a, expected
-    text = f"expected {fmt(expected)}, got {fmt(a)}"
+        return _(SHAPE_TEXT).format(expected=expected.shape, got=a.shape), a, expected
+    text = _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(a))
     if np.isnan(a).any() and not np.isnan(expected).any():
-        text += " (NaN: 0 / 0 or inf / inf? Subtract each row's own max before exp)"
+        text += _(" (NaN: 0 / 0 or inf / inf? Subtract each row's own max before exp)")
     return text, a, expected
 
 
@@ -215,6 +239,9 @@ def check_attention(fn) -> CheckReport:
     for j, (name, ok, message) in enumerate(report.cases):  # the shape of Y: name that mistake
         q, k, v = cases[name]
         y_shape = _reference(q, k, v).shape[:-1] + (np.shape(k)[-2],)
-        if not ok and message.startswith("expected shape") and f"got {y_shape}" in message:
-            report.cases[j] = (name, False, message.split(": looks like")[0] + f": {Y_RETURNED.message()}")
+        # the shape message, ours or _cases's (in English), ends with the shape got, before the colon
+        shape_text = (_(SHAPE_TEXT).split("{")[0], "expected shape")
+        if not ok and message.startswith(shape_text) and message.split(":")[0].endswith(f"{y_shape}"):
+            looks_like = ": " + _("looks like {name}: {fix}").split("{")[0]
+            report.cases[j] = (name, False, message.split(looks_like)[0] + f": {Y_RETURNED.message()}")
     return report

@@ -12,6 +12,8 @@ the inputs keep the record.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
@@ -25,6 +27,8 @@ from flashmath.exercises._report import (
     pick,
     same,
 )
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import safe_softmax
 
 
@@ -127,38 +131,44 @@ def products(log) -> list | None:
     return pairs
 
 
-NOT_SWAPPED = Mistake("the loops not swapped (order n, d, m)", "for each row the products came output element by "
-                      "output element, all keys for d = 0, then all keys for d = 1: that is the textbook order. Swap "
-                      "the m and d loops, so that each key m updates the whole row of partial sums before the next key")
+NOT_SWAPPED = Mistake(N_("the loops not swapped (order n, d, m)"),
+                      N_("for each row the products came output element by output element, all keys for d = 0, then "
+                         "all keys for d = 1: that is the textbook order. Swap the m and d loops, so that each key m "
+                         "updates the whole row of partial sums before the next key"))
 MISTAKES = (
-    Mistake("summed in another order", "a sum matches bit for bit only when it adds the terms of each A[n, d] "
-            "strictly in the order m = 0, 1, ..., M-1 (code indices), one multiply and one add each; @, np.dot and "
-            "np.einsum (BLAS or SIMD kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round "
-            "differently"),
+    Mistake(N_("summed in another order"),
+            N_("a sum matches bit for bit only when it adds the terms of each A[n, d] strictly in the order m = 0, 1, "
+               "..., M-1 (code indices), one multiply and one add each; @, np.dot and np.einsum (BLAS or SIMD "
+               "kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round differently")),
     NOT_SWAPPED,
-    Mistake("keys out of order", "within each row, take the keys one after the other, m = 0, 1, ..., M-1, and "
-            "finish all the products of a key before the next"),
-    Mistake("products missing or repeated", "each product Y[n, m] V[m, d] is computed exactly once"),
-    Mistake("Y[n, m] paired with another key's values", "key m's weight Y[n, m] multiplies key m's value row, "
-            "V[m, :]"),
-    Mistake("the inputs converted before the loops", "y and v arrived as arrays of traced numbers that record the "
-            "order of your products, and your function turned them into floats first (np.asarray(..., dtype=float), "
-            ".astype, np.array(..., dtype=...)). Use them as they are: indexing, np.asarray(y) without a dtype and "
-            "np.zeros for the result all keep the record"),
-    Mistake("the row of partial sums not reset for each row", "create the row of partial sums (acc = np.zeros(Dv)) "
-            "inside the loop over n: as it is, row n also holds the sums of rows 0..n-1",
-            (lambda y, v: np.cumsum(np.asarray(y) @ np.asarray(v), axis=0),)),
-    Mistake("= instead of +=", "each key must add Y[n, m] V[m, d] to the partial sum (acc[d] = acc[d] + ...); "
-            "assigning it keeps only the last key's term", (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],)),
-    Mistake("a key skipped (off by one)", "the loop over keys must run over all of range(M), 0 to M-1 in code; "
-            "range(1, M) or range(M - 1) leaves one out (the math counts keys 1..M, the code 0..M-1)",
+    Mistake(N_("keys out of order"),
+            N_("within each row, take the keys one after the other, m = 0, 1, ..., M-1, and finish all the products "
+               "of a key before the next")),
+    Mistake(N_("products missing or repeated"), N_("each product Y[n, m] V[m, d] is computed exactly once")),
+    Mistake(N_("Y[n, m] paired with another key's values"),
+            N_("key m's weight Y[n, m] multiplies key m's value row, V[m, :]")),
+    Mistake(N_("the inputs converted before the loops"),
+            N_("y and v arrived as arrays of traced numbers that record the order of your products, and your function "
+               "turned them into floats first (np.asarray(..., dtype=float), .astype, np.array(..., dtype=...)). Use "
+               "them as they are: indexing, np.asarray(y) without a dtype and np.zeros for the result all keep the "
+               "record")),
+    Mistake(N_("the row of partial sums not reset for each row"),
+            N_("create the row of partial sums (acc = np.zeros(Dv)) inside the loop over n: as it is, row n also "
+               "holds the sums of rows 0..n-1"), (lambda y, v: np.cumsum(np.asarray(y) @ np.asarray(v), axis=0),)),
+    Mistake(N_("= instead of +="),
+            N_("each key must add Y[n, m] V[m, d] to the partial sum (acc[d] = acc[d] + ...); assigning it keeps only "
+               "the last key's term"), (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],)),
+    Mistake(N_("a key skipped (off by one)"),
+            N_("the loop over keys must run over all of range(M), 0 to M-1 in code; range(1, M) or range(M - 1) "
+               "leaves one out (the math counts keys 1..M, the code 0..M-1)"),
             (lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:],
              lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1])),
-    Mistake("the result transposed", "A has one row per query: shape (N, Dv), A[n, d]"),
-    Mistake("zeros returned", "did the loop run, and did you return the array you accumulated into?",
+    Mistake(N_("the result transposed"), N_("A has one row per query: shape (N, Dv), A[n, d]")),
+    Mistake(N_("zeros returned"),
+            N_("did the loop run, and did you return the array you accumulated into?"),
             (lambda y, v: np.zeros((np.shape(y)[0], np.shape(v)[1])),)),
     INPUT_MODIFIED,
-    Mistake("a wrong shape", "A = Y V has shape (N, Dv)"),
+    Mistake(N_("a wrong shape"), N_("A = Y V has shape (N, Dv)")),
     LOWER_PRECISION,
 )
 OTHER_ORDER, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
@@ -190,7 +200,7 @@ def order_case(M: int = 64):
     return np.array(rows + [weights]), v
 
 
-TRACED_CASE = "the order of your loops (y and v record each product Y[n, m] * V[m, d]): N = 2, M = 4, Dv = 3"
+TRACED_CASE = N_("the order of your loops (y and v record each product Y[n, m] * V[m, d]): N = 2, M = 4, Dv = 3")
 
 
 def loop_swap_cases():
@@ -201,16 +211,16 @@ def loop_swap_cases():
     heads = load_heads()
     x = heads.scores(0, 1)[:4]  # (4, T): four real score rows
     return [
-        ("a small product: N = 3, M = 5, Dv = 4", rng.random((3, 5)), rng.standard_normal((5, 4))),
-        (TRACED_CASE, rng.random((2, 4)), rng.standard_normal((4, 3))),
-        ("one row (N = 1)", rng.random((1, 6)), rng.standard_normal((6, 3))),
-        ("one key (M = 1)", rng.random((3, 1)), rng.standard_normal((1, 4))),
-        ("one output dimension (Dv = 1)", rng.random((3, 5)), rng.standard_normal((5, 1))),
-        ("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0", np.ones((1, 3)),
+        (_("a small product: N = 3, M = 5, Dv = 4"), rng.random((3, 5)), rng.standard_normal((5, 4))),
+        (_(TRACED_CASE), rng.random((2, 4)), rng.standard_normal((4, 3))),
+        (_("one row (N = 1)"), rng.random((1, 6)), rng.standard_normal((6, 3))),
+        (_("one key (M = 1)"), rng.random((3, 1)), rng.standard_normal((1, 4))),
+        (_("one output dimension (Dv = 1)"), rng.random((3, 5)), rng.standard_normal((5, 1))),
+        (_("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0"), np.ones((1, 3)),
          np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
-        ("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ...",
+        (_("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ..."),
          *order_case()),
-        ("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)", safe_softmax(x),
+        (_("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)"), safe_softmax(x),
          heads.v[0, 1].astype(np.float64)),
     ]
 
@@ -245,15 +255,15 @@ def loop_swap_properties():
     v_inf, v_nan, v_minf = v.copy(), v.copy(), v.copy()
     v_inf[1, 0], v_nan[2, 1], v_minf[:, 0] = np.inf, np.nan, -np.inf
     return property_cases([
-        ("the empty input (no query, N = 0): an empty (0, Dv) result", (y[:0], v)),
-        ("one element (N = M = Dv = 1)", (np.array([[0.5]]), np.array([[-3.0]]))),
-        ("an all -inf column of V", (y, v_minf)),
-        ("+inf in V", (y, v_inf)),
-        ("NaN in V propagates", (y, v_nan)),
-        ("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)",
+        (_("the empty input (no query, N = 0): an empty (0, Dv) result"), (y[:0], v)),
+        (_("one element (N = M = Dv = 1)"), (np.array([[0.5]]), np.array([[-3.0]]))),
+        (_("an all -inf column of V"), (y, v_minf)),
+        (_("+inf in V"), (y, v_inf)),
+        (_("NaN in V propagates"), (y, v_nan)),
+        (_("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)"),
          (np.ones((1, 3), np.float16), np.array([[40000.0], [40000.0], [-40000.0]], np.float16))),
-        ("integer input", (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
-        ("negative-only input", (-y, -np.abs(v) - 1)),
+        (_("integer input"), (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
+        (_("negative-only input"), (-y, -np.abs(v) - 1)),
     ])
 
 
@@ -333,32 +343,35 @@ def check_loop_swap(fn) -> CheckReport:
         a, expected = _form(out), matmul_ndm(y, v)
         if a is not None and a.shape != expected.shape:
             return out  # the shape speaks first
-        values = ("the right numbers," if _exact(a, expected) else f"expected {fmt(expected)}, got {fmt(a)}; and")
-        seen = "but the order of your loops could not be seen" if order is CONVERTED else "in the wrong order"
-        return PropertyFailure(f"{values} {seen}: {order.message()}", out)
+        values = (_("the right numbers,") if _exact(a, expected)
+                  else _("expected {expected}, got {got}; and").format(expected=fmt(expected), got=fmt(a)))
+        seen = _("but the order of your loops could not be seen") if order is CONVERTED else _("in the wrong order")
+        return PropertyFailure(_("{values} {seen}: {why}").format(values=values, seen=seen, why=order.message()), out)
 
     def describe(a, expected):
         hint = ""
         if a.shape == expected.shape and not _exact(a, expected):
             if np.array_equal(a, expected[::-1]) or (a.shape == expected.T.shape and np.array_equal(a, expected.T)):
                 hint = f": {TRANSPOSED.message()}"
-        return f"expected {fmt(expected)}, got {fmt(a)}{hint}", a, expected
+        return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(a)) + hint, a, expected
 
     def shape_mistake(a, expected):
         return TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
 
-    cases = [(name, (y, v, "traced") if name == TRACED_CASE else (y, v)) for name, y, v in loop_swap_cases()]
+    cases = [(name, (y, v, "traced") if name == _(TRACED_CASE) else (y, v)) for name, y, v in loop_swap_cases()]
     report = check_function("check_loop_swap", fn, cases, reference, (), n_out=1, names=("A",), not_answer=WRONG_SHAPE,
                             properties=loop_swap_properties(), compare=_exact, convert=_form, describe=describe,
                             call=call, diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference,
                                                                            len(loop_swap_properties())))
+    # "looks like a wrong shape", in the selected language (the message of _cases's shape check ends with it)
+    wrong_shape = _("looks like {name}: {fix}").split("{name}")[0] + _(WRONG_SHAPE.name)
     for j, (name, ok, message) in enumerate(report.cases):  # name the transposed result
-        if not ok and message.startswith("expected shape") and "looks like a wrong shape" in message:
+        if not ok and wrong_shape in message:
             args = dict(cases + loop_swap_properties())[name]
             expected = reference(*args)
-            got = message.split("got ")[1].split(":")[0]
-            if got == str(expected.T.shape) and expected.T.shape != expected.shape:
-                text = message.split(": looks like")[0]
+            text = message.split(": " + wrong_shape)[0]
+            shapes = re.findall(r"\(\d+(?:, \d+)*,?\)", text)  # the expected shape, then the shape got
+            if shapes and shapes[-1] == str(expected.T.shape) and expected.T.shape != expected.shape:
                 report.cases[j] = (name, False, f"{text}: {shape_mistake(expected.T, expected).message()}")
     return report
 

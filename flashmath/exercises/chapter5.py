@@ -16,6 +16,9 @@ from flashmath.exercises._report import (
     run,
 )
 from flashmath.exercises._report import same as same_array
+from flashmath.i18n import Filled
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import merge
 
 RULE = "A'_m = A'_{m-1} s_{m-1} exp(g_{m-1} - g_m) / s_m + exp(x_m - g_m) / s_m V_m"
@@ -101,37 +104,49 @@ def _step_model(update, state=None, **kw):
 def _a_mistakes(model, rule, old="m-1"):
     """The classic wrong ``A'`` of chapter 5; ``model`` turns an update into a model with the exercise's signature.
 
-    ``old`` is the index of the state before the step: "m-1" for one key, "m-b" for a block of ``b`` keys.
+    ``old`` is the index of the state before the step: "m-1" for one key, "m-b" for a block of ``b`` keys. The texts
+    are :class:`~flashmath.i18n.Filled` templates, translated with the names of the state filled in.
     """
     a_old, s_old, g_old = f"A'_{{{old}}}", f"s_{{{old}}}", f"g_{{{old}}}"
-    correction = f"{s_old} exp({g_old} - g_m) / s_m"
+    names = dict(a_old=a_old, s_old=s_old, g_old=g_old, rule=rule, correction=f"{s_old} exp({g_old} - g_m) / s_m")
+
+    def text(template):
+        return Filled(template, **{k: v for k, v in names.items() if "{" + k + "}" in template})
+
     return (
-        Mistake("s_m A'_m returned (not divided)",
-                "that is the unnormalised numerator of FlashAttention-2 (chapter 7): divide by s_m",
+        Mistake(N_("s_m A'_m returned (not divided)"),
+                N_("that is the unnormalised numerator of FlashAttention-2 (chapter 7): divide by s_m"),
                 (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),)),
-        Mistake("divided by s_m twice", f"{rule} divides each term by s_m once",
+        Mistake(N_("divided by s_m twice"), text(N_("{rule} divides each term by s_m once")),
                 (model(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),)),
-        Mistake(f"{a_old} not corrected", f"the old output must be multiplied by {correction}, which is below 1 even "
-                f"when the max holds ({s_old} < s_m): the old average gives up the weight the new keys take",
+        Mistake(text(N_("{a_old} not corrected")),
+                text(N_("the old output must be multiplied by {correction}, which is below 1 even when the max holds "
+                        "({s_old} < s_m): the old average gives up the weight the new keys take")),
                 (model(lambda a, sp, r, e, V, s, *_: a + e @ V / s),)),
-        Mistake("FlashAttention-2's update", f"{a_old} exp({g_old} - g_m) + exp(x - g_m) V updates the unnormalised "
-                f"numerator s A' of FlashAttention-2 (chapter 7); here A' is normalised at every step: {rule}",
+        Mistake(N_("FlashAttention-2's update"),
+                text(N_("{a_old} exp({g_old} - g_m) + exp(x - g_m) V updates the unnormalised numerator s A' of "
+                        "FlashAttention-2 (chapter 7); here A' is normalised at every step: {rule}")),
                 (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V),)),
-        Mistake(f"exp({g_old} - g_m) missing", f"when the max jumps, {a_old} must be multiplied by {correction} (did "
-                f"you overwrite g with the new max before computing exp({g_old} - g_m)?)",
+        Mistake(text(N_("exp({g_old} - g_m) missing")),
+                text(N_("when the max jumps, {a_old} must be multiplied by {correction} (did you overwrite g with the "
+                        "new max before computing exp({g_old} - g_m)?)")),
                 (model(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),)),
-        Mistake(f"{s_old} missing", f"{a_old} is an average over a total weight of {s_old}, so it must be multiplied "
-                f"by {correction}", (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),)),
-        Mistake(f"divided by {s_old} instead of s_m", f"both terms are divided by the new sum s_m, which includes the "
-                f"new keys: {rule}", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
-                                      model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp))),
-        Mistake(f"s_m used where {s_old} belongs", f"the correction is {correction}, with the old sum on top: keep "
-                f"{s_old} before updating s", (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),)),
-        Mistake("the correction inverted", f"the factor is {correction} <= 1: the old output shrinks",
+        Mistake(text(N_("{s_old} missing")),
+                text(N_("{a_old} is an average over a total weight of {s_old}, so it must be multiplied by "
+                        "{correction}")), (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),)),
+        Mistake(text(N_("divided by {s_old} instead of s_m")),
+                text(N_("both terms are divided by the new sum s_m, which includes the new keys: {rule}")),
+                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
+                 model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp))),
+        Mistake(text(N_("s_m used where {s_old} belongs")),
+                text(N_("the correction is {correction}, with the old sum on top: keep {s_old} before updating s")),
+                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),)),
+        Mistake(N_("the correction inverted"), text(N_("the factor is {correction} <= 1: the old output shrinks")),
                 (model(lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s),)),
-        Mistake("the new weight relative to the old max", "a new value row's weight is exp(x - g_m) / s_m, with the "
-                "new max g_m", (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),)),
-        Mistake(f"{a_old} returned unchanged", f"the output must take in the new keys: {rule}",
+        Mistake(N_("the new weight relative to the old max"),
+                N_("a new value row's weight is exp(x - g_m) / s_m, with the new max g_m"),
+                (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),)),
+        Mistake(text(N_("{a_old} returned unchanged")), text(N_("the output must take in the new keys: {rule}")),
                 (model(lambda a, *_: a),)),
     )
 
@@ -140,14 +155,18 @@ def _state_mistakes(model, old="m-1"):
     """The classic wrong ``(g, s)`` of a step (compared on ``(g, s)`` only)."""
     s_old, g_old = f"s_{{{old}}}", f"g_{{{old}}}"
     return (
-        Mistake("the rescale of s missing", f"s_m = {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m): the old "
-                "sum is relative to the old max", (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),),
-                same_state),
-        Mistake("the rescale of s inverted", f"the factor on {s_old} is exp({g_old} - g_m) <= 1",
+        Mistake(N_("the rescale of s missing"),
+                Filled(N_("s_m = {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m): the old sum is relative to "
+                          "the old max"), s_old=s_old, g_old=g_old),
+                (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),), same_state),
+        Mistake(N_("the rescale of s inverted"),
+                Filled(N_("the factor on {s_old} is exp({g_old} - g_m) <= 1"), s_old=s_old, g_old=g_old),
                 (model(None, lambda sp, gp, g, x: sp * np.exp(g - gp) + np.exp(x - g).sum()),), same_state),
-        Mistake("the new term of s relative to the old max", "a new term is exp(x - g_m), with the new max",
+        Mistake(N_("the new term of s relative to the old max"),
+                N_("a new term is exp(x - g_m), with the new max"),
                 (model(None, lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - gp).sum()),), same_state),
-        Mistake("a wrong base (2 or 10) instead of e", "use the natural exponential, np.exp or math.exp",
+        Mistake(N_("a wrong base (2 or 10) instead of e"),
+                N_("use the natural exponential, np.exp or math.exp"),
                 (model(None, lambda sp, gp, g, x: sp * np.exp2(gp - g) + np.exp2(x - g).sum()),), same_state),
     )
 
@@ -166,25 +185,28 @@ def _with_state(make):
 def _guard_mistakes(model, old="m-1"):
     """A missing guard for the empty state, and Python's max (compared on the whole triple)."""
     return (
-        Mistake("-inf - (-inf) while nothing is seen", f"from the empty state a key of -inf gives g_m = -inf and "
-                f"exp(g_{{{old}}} - g_m) = exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state "
-                "(-inf, 0, 0)", (model(_right_update, guard=False),), same_state),
-        Mistake("Python's max dropping NaN", "Python's max(2.0, nan) returns 2.0 (every comparison with NaN is "
-                "False): test with math.isnan, or use np.maximum / np.max, which propagate NaN",
+        Mistake(N_("-inf - (-inf) while nothing is seen"),
+                Filled(N_("from the empty state a key of -inf gives g_m = -inf and exp({g_old} - g_m) = "
+                          "exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state (-inf, 0, 0)"),
+                       g_old=f"g_{{{old}}}"), (model(_right_update, guard=False),), same_state),
+        Mistake(N_("Python's max dropping NaN"),
+                N_("Python's max(2.0, nan) returns 2.0 (every comparison with NaN is False): test with math.isnan, or "
+                   "use np.maximum / np.max, which propagate NaN"),
                 (model(_right_update, python_max=True),), same_state),
     )
 
 
-NOT_A_TRIPLE = Mistake("not a triple", "return the three values (g_m, s_m, A'_m)")
+NOT_A_TRIPLE = Mistake(N_("not a triple"), N_("return the three values (g_m, s_m, A'_m)"))
 STEP_MISTAKES = (_a_mistakes(_step_model, RULE) + _state_mistakes(_with_state(_step_model))
                  + _guard_mistakes(_step_model) + (NOT_A_TRIPLE, LOWER_PRECISION))
 
 
 def _hint(exc) -> str | None:
     if isinstance(exc, ZeroDivisionError):
-        return "at the first key s_{m-1} = s_0 = 0: divide by s_m, which is never 0 once a key is seen"
+        return _("at the first key s_{m-1} = s_0 = 0: divide by s_m, which is never 0 once a key is seen")
     if isinstance(exc, OverflowError):
-        return "math.exp overflowed: every exponent must be <= 0, x_m - g_m and g_{m-1} - g_m with the new max g_m"
+        return _("math.exp overflowed: every exponent must be <= 0, x_m - g_m and g_{m-1} - g_m with the new max "
+                 "g_m")
     return None
 
 
@@ -207,11 +229,12 @@ class _StepDiagnosis:
 def _describe_triple(triple, expected):
     (g, s, a), (g_ref, s_ref, a_ref) = triple, expected
     if not _close_state((g, s), (g_ref, s_ref)):
-        return (f"expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})", np.array([g, s]),
+        return (_("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
+            g_ref=g_ref, s_ref=s_ref, g=g, s=s), np.array([g, s]),
                 np.array([g_ref, s_ref]))
     if a.shape != a_ref.shape:
-        return f"expected A' of shape {a_ref.shape}, got {a.shape}", a, a_ref
-    return f"expected A' = {fmt(a_ref)}, got {fmt(a)}", a, a_ref
+        return _("expected A' of shape {expected}, got {got}").format(expected=a_ref.shape, got=a.shape), a, a_ref
+    return _("expected {what}{expected}, got {got}").format(what="A' = ", expected=fmt(a_ref), got=fmt(a)), a, a_ref
 
 
 def _check_steps(title, fn, cases, reference, mistakes, properties):
@@ -239,15 +262,15 @@ def step_properties():
     """
     v_m, a_prev = np.array([1.0, -2.0]), np.array([0.2, 0.4])
     return property_cases([
-        ("the empty input (value rows of width 0)", (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
-        ("one element (Dv = 1)", (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
-        ("an all -inf key from the empty state: still (-inf, 0, 0)", (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
-        ("+inf: a key of +inf gives g = +inf", (2.0, 1.5, a_prev, np.inf, v_m)),
-        ("NaN in the key's score propagates", (2.0, 1.5, a_prev, np.nan, v_m)),
-        ("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)",
+        (_("the empty input (value rows of width 0)"), (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
+        (_("one element (Dv = 1)"), (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
+        (_("an all -inf key from the empty state: still (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
+        (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.inf, v_m)),
+        (_("NaN in the key's score propagates"), (2.0, 1.5, a_prev, np.nan, v_m)),
+        (_("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)"),
          (0.0, 2.0, np.array([60000.0], np.float16), 0.0, np.array([60000.0], np.float16))),
-        ("integer input", (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
-        ("negative-only input", (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
+        (_("integer input"), (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
+        (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
     ])
 
 
@@ -256,18 +279,18 @@ def block_properties():
     as it is."""
     v, a_prev = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([0.2, 0.4])
     return property_cases([
-        ("the empty input (a block of no key leaves the state as it is)", (2.0, 1.5, a_prev, np.zeros(0),
+        (_("the empty input (a block of no key leaves the state as it is)"), (2.0, 1.5, a_prev, np.zeros(0),
                                                                            np.zeros((0, 2)))),
-        ("one element (b = 1, Dv = 1)", (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
-        ("an all -inf block from the empty state: still (-inf, 0, 0)",
+        (_("one element (b = 1, Dv = 1)"), (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
+        (_("an all -inf block from the empty state: still (-inf, 0, 0)"),
          (-np.inf, 0.0, np.zeros(2), np.full(2, -np.inf), v)),
-        ("+inf: a key of +inf gives g = +inf", (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
-        ("NaN in a key's score propagates", (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
-        ("float16 overflow: A' and V of 60000 in float16", (0.0, 2.0, np.array([60000.0], np.float16),
+        (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
+        (_("NaN in a key's score propagates"), (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
+        (_("float16 overflow: A' and V of 60000 in float16"), (0.0, 2.0, np.array([60000.0], np.float16),
                                                             np.array([0.0, -np.inf]),
                                                             np.array([[60000.0], [1.0]], np.float16))),
-        ("integer input", (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
-        ("negative-only input", (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
+        (_("integer input"), (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
+        (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
     ])
 
 
@@ -282,14 +305,15 @@ def _fold(report, name, step, x, v, expected, block=1):
             return
         state = _triple(out)
         if state is None:
-            report.add(name, False, f"expected a triple (g, s, A') after key {start + 1}: {NOT_A_TRIPLE.message()}")
+            report.add(name, False, _("expected a triple (g, s, A') after key {m}").format(m=start + 1)
+                       + f": {NOT_A_TRIPLE.message()}")
             return
-    earlier = " (the cases above say what went wrong)" if not report.passed and report.cases else ""
+    earlier = _(" (the cases above say what went wrong)") if not report.passed and report.cases else ""
     if same_array(state[2], expected):
         report.add(name, True)
     else:
-        report.add(name, False, f"after all keys expected A = {fmt(expected)}, got {fmt(state[2])}"
-                                f"{error_note(state[2], expected)}{earlier}")
+        report.add(name, False, _("after all keys expected A = {expected}, got {got}").format(
+            expected=fmt(expected), got=fmt(state[2])) + f"{error_note(state[2], expected)}{earlier}")
 
 
 def _real_row():
@@ -313,16 +337,16 @@ def check_one_loop_step(fn) -> CheckReport:
     v_m = np.array([1.0, -2.0, 0.5])
     a_prev = np.array([0.2, 0.4, -0.6])
     cases = [
-        ("the first key, from the empty state (g, s, A') = (-inf, 0, 0): expected (x_1, 1, V_1)",
+        (_("the first key, from the empty state (g, s, A') = (-inf, 0, 0): expected (x_1, 1, V_1)"),
          (-np.inf, 0.0, np.zeros(3), 0.7, v_m)),
-        ("the max holds (x_m = 0.5 < g_{m-1} = 2)", (2.0, 1.5, a_prev, 0.5, v_m)),
-        ("the max jumps by 3 (x_m = 5 > g_{m-1} = 2)", (2.0, 1.5, a_prev, 5.0, v_m)),
-        ("the max jumps by 1000 (no overflow: never take exp of a score alone)", (0.0, 2.0, a_prev, 1000.0, v_m)),
-        ("a key far below the max (x_m = g_{m-1} - 1000: weight 0)", (3.0, 2.0, a_prev, -997.0, v_m)),
+        (_("the max holds (x_m = 0.5 < g_{m-1} = 2)"), (2.0, 1.5, a_prev, 0.5, v_m)),
+        (_("the max jumps by 3 (x_m = 5 > g_{m-1} = 2)"), (2.0, 1.5, a_prev, 5.0, v_m)),
+        (_("the max jumps by 1000 (no overflow: never take exp of a score alone)"), (0.0, 2.0, a_prev, 1000.0, v_m)),
+        (_("a key far below the max (x_m = g_{m-1} - 1000: weight 0)"), (3.0, 2.0, a_prev, -997.0, v_m)),
     ]
     report = _check_steps("check_one_loop_step", fn, cases, step_reference, STEP_MISTAKES, step_properties())
     x, v, expected = _real_row()
-    _fold(report, "a real score row folded key by key (46 keys) gives the attention output", fn, x, v, expected)
+    _fold(report, _("a real score row folded key by key (46 keys) gives the attention output"), fn, x, v, expected)
     return report
 
 
@@ -356,12 +380,13 @@ def _one_key_max(which):
 BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
 BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes(_with_state(_block_model), "m-b")
                   + _guard_mistakes(_block_model, "m-b") + (
-    Mistake("the max of one key of the block only", "the new max is over the old max and every key of the block, "
-            "g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)", (_one_key_max(0), _one_key_max(-1)), same_state),
-    Mistake("the block's own max not moved to the new max", "Algorithm 1 of FlashAttention computes the block's "
-            "max m~ = max(x_block), its sum l~ = sum exp(x_i - m~) and exp(x_i - m~) V; both must then be moved to "
-            "the new max g_m = max(g_{m-b}, m~) by exp(m~ - g_m), like the old state by exp(g_{m-b} - g_m)",
-            (_block_local,), same_state),
+    Mistake(N_("the max of one key of the block only"),
+            N_("the new max is over the old max and every key of the block, g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)"),
+            (_one_key_max(0), _one_key_max(-1)), same_state),
+    Mistake(N_("the block's own max not moved to the new max"),
+            N_("Algorithm 1 of FlashAttention computes the block's max m~ = max(x_block), its sum l~ = sum exp(x_i - "
+               "m~) and exp(x_i - m~) V; both must then be moved to the new max g_m = max(g_{m-b}, m~) by exp(m~ - "
+               "g_m), like the old state by exp(g_{m-b} - g_m)"), (_block_local,), same_state),
     NOT_A_TRIPLE, LOWER_PRECISION))
 
 
@@ -379,14 +404,16 @@ def check_block_step(fn) -> CheckReport:
     a_prev = np.array([0.2, 0.4, -0.6])
     V = rng.standard_normal((4, 3))
     cases = [
-        ("a block of one key (b = 1: the recurrence of this chapter)", (2.0, 1.5, a_prev, np.array([5.0]), V[:1])),
-        ("a block of 3 keys below the old max", (2.0, 1.5, a_prev, np.array([0.5, 1.0, -1.0]), V[:3])),
-        ("a block of 4 keys whose max is 2 above the old one", (2.0, 1.5, a_prev, np.array([1.0, 4.0, 3.0, 0.0]), V)),
-        ("the first block, from the empty state (-inf, 0, 0)", (-np.inf, 0.0, np.zeros(3), np.array([0.3, -0.2]),
+        (_("a block of one key (b = 1: the recurrence of this chapter)"), (2.0, 1.5, a_prev, np.array([5.0]), V[:1])),
+        (_("a block of 3 keys below the old max"), (2.0, 1.5, a_prev, np.array([0.5, 1.0, -1.0]), V[:3])),
+        (_("a block of 4 keys whose max is 2 above the old one"),
+         (2.0, 1.5, a_prev, np.array([1.0, 4.0, 3.0, 0.0]), V)),
+        (_("the first block, from the empty state (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(3), np.array([0.3, -0.2]),
                                                                 V[:2])),
-        ("a block with a key 1000 above the old max", (0.0, 2.0, a_prev, np.array([1000.0, 999.0]), V[:2])),
+        (_("a block with a key 1000 above the old max"), (0.0, 2.0, a_prev, np.array([1000.0, 999.0]), V[:2])),
     ]
     report = _check_steps("check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties())
     x, v, expected = _real_row()
-    _fold(report, "a real score row folded in blocks of 8 keys gives the attention output", fn, x, v, expected, 8)
+    _fold(report, _("a real score row folded in blocks of 8 keys gives the attention output"), fn, x, v, expected,
+          8)
     return report

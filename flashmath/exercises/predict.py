@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
-PLACEHOLDER_MESSAGE = ("No prediction yet: write your number in place of the ... above, then run this cell again "
-                       "(the answer is printed only once you have committed to a prediction).")
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
+
+PLACEHOLDER_MESSAGE = N_("No prediction yet: write your number in place of the ... above, then run this cell again "
+                         "(the answer is printed only once you have committed to a prediction).")
 
 
 def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why: str = "",
@@ -19,7 +22,8 @@ def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why:
         tolerance: how far a prediction may be and still count as right: ``|prediction - answer| <= tolerance *
             max(|answer|, 0.2)`` (relative, with a floor near 0: 5 % by default, so that for an answer of 3/4 the
             neighbours 2/3 and 4/5 are not right). 0 asks for the exact value. NaN matches NaN, an infinity itself.
-        why: one sentence printed after the verdict (what explains the answer).
+        why: one sentence printed after the verdict (what explains the answer), in the selected language when the
+            catalog has it (the notebooks' sentences are listed in :data:`NOTEBOOK_WHY`).
         length: for a prediction of an index into a sequence of this length: a negative index ``-k`` (``x[-k]``)
             names the element ``length - k``, and counts as that index.
 
@@ -27,7 +31,7 @@ def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why:
         TypeError: ``prediction`` is not a number (or the placeholder).
     """
     if prediction is ... or prediction is None:
-        print(PLACEHOLDER_MESSAGE)
+        print(_(PLACEHOLDER_MESSAGE))
         return
     try:
         guess = float(prediction)
@@ -36,11 +40,29 @@ def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why:
     answer = float(answer)
     note = ""
     if length is not None and guess.is_integer() and -length <= guess < 0:
-        note = f" (x[{guess:.0f}] is x[{guess + length:.0f}] in a sequence of {length})"
+        note = _(" (x[{guess:.0f}] is x[{index:.0f}] in a sequence of {length})").format(
+            guess=guess, index=guess + length, length=length)
         guess += length
     if math.isnan(answer) or math.isinf(answer):
         right = guess == answer or (math.isnan(answer) and math.isnan(guess))
     else:
         right = abs(guess - answer) <= tolerance * max(abs(answer), 0.2)
-    verdict = "right" if right else "not quite"
-    print(f"You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}." + (f" {why}" if why else ""))
+    verdict = _("right") if right else _("not quite")
+    print(_("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
+        guess=guess, note=note, answer=answer, verdict=verdict) + (f" {_(why)}" if why else ""))
+
+
+#: The ``why`` sentences that the chapters pass to :func:`check_prediction`, marked here for the catalog (a notebook's
+#: code cell is the same in both editions, so its English sentence is translated when it is printed).
+NOTEBOOK_WHY = (
+    N_("x_m is x[m - 1]: the math counts from 1, Python from 0, and x[-1] is x_46."),
+    N_("Every output is 0: read on."),
+    N_("Each step raises the max by 1, so every factor is exp(-1) = 1/e."),
+    N_("The variance of q . k is D = 64, so its spread is sqrt(64) = 8."),
+    N_("Every element receives the same additions in the same order, so not one bit differs."),
+    N_("No jump, s_3 = 3 and s_4 = 4: the old output keeps 3/4 and the new key gets 1/4."),
+    N_("Each of the ceil(46 / 8) = 6 query tiles streams every key tile past itself once."),
+    N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
+    N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
+    N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
+)

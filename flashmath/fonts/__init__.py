@@ -1,0 +1,51 @@
+"""The font that draws the Chinese edition's figure text, the same on every platform (JupyterLab, Binder, Colab, CI).
+
+``FlashmathNotoSansSC.otf`` is a subset of Noto Sans CJK SC Regular (SIL Open Font License 1.1, ``OFL.txt``) holding
+only the characters of the Chinese catalog and of the Chinese figure text (about 1 % of the full font's size), built
+by ``scripts/build_font.py``; tests/test_zh_edition.py checks that it covers every character of the catalog, so no
+figure shows tofu boxes or warns "Glyph missing". Nothing depends on the system's fonts.
+
+:func:`use_chinese_font` (called by ``flashmath.set_language("zh_CN")``) registers it with matplotlib and puts it
+after DejaVu Sans in ``font.family``: matplotlib (3.6 and later) takes each glyph from the first family that has it,
+so Latin letters, digits and mathtext stay DejaVu Sans, as in the English edition, and only the Chinese characters
+come from the subset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["FAMILY", "FONT_PATH", "stop_chinese_font", "use_chinese_font"]
+
+FONT_PATH = Path(__file__).resolve().parent / "FlashmathNotoSansSC.otf"
+#: The family name the subset carries (renamed by scripts/build_font.py, so a system's full Noto font never clashes).
+FAMILY = "Flashmath Noto Sans SC"
+_LATIN = "DejaVu Sans"  # matplotlib's default sans-serif font, shipped with matplotlib
+
+_saved: dict = {}
+
+
+def use_chinese_font() -> None:
+    """Register the subset with matplotlib and make it the fallback family after DejaVu Sans (idempotent).
+
+    Raises:
+        FileNotFoundError: the font file is missing from the installed package.
+    """
+    import matplotlib as mpl
+    from matplotlib import font_manager
+
+    if not FONT_PATH.is_file():
+        raise FileNotFoundError(f"the Chinese font {FONT_PATH} is missing: reinstall flashmath")
+    if FAMILY not in {f.name for f in font_manager.fontManager.ttflist}:
+        font_manager.fontManager.addfont(str(FONT_PATH))
+    if "font.family" not in _saved:
+        _saved["font.family"] = list(mpl.rcParams["font.family"])
+    mpl.rcParams["font.family"] = [_LATIN, FAMILY]
+
+
+def stop_chinese_font() -> None:
+    """Give ``font.family`` back the value it had before :func:`use_chinese_font` (nothing when it was not used)."""
+    if "font.family" in _saved:
+        import matplotlib as mpl
+
+        mpl.rcParams["font.family"] = _saved.pop("font.family")

@@ -1,0 +1,274 @@
+"""The Chinese edition (notebooks/zh/) is kept equal to the English one, and everything it prints is translated.
+
+- Each Chinese chapter pairs with its English chapter cell for cell: the same code byte for byte (so nbval checks
+  the same numbers in both), one more code cell that selects the language, the Markdown cells in the same order
+  with the same heading levels and the same display equations, written in Chinese.
+- The catalog (flashmath/locale/zh_CN/LC_MESSAGES/flashmath.po) holds every message the package marks, each one
+  translated (no empty msgstr, no fuzzy entry); the committed .mo says the same as the .po.
+- The Chinese font subset (flashmath/fonts/) covers every character of the catalog, and a figure drawn in Chinese
+  warns about no missing glyph.
+
+tests/test_notebooks.py applies its stored-notebook hygiene to the Chinese chapters too (executed in order, no
+errors, no local paths, widgets with a static picture, the stored form, the title of README.zh-CN.md's chapter
+table), and nbval runs them, as it runs notebooks/ (pyproject.toml's testpaths).
+"""
+
+import gettext
+import io
+import json
+import re
+import warnings
+
+import pytest
+from helpers import ROOT
+
+from flashmath import fonts, i18n
+
+ZH_DIR = ROOT / "notebooks" / "zh"
+ZH_NOTEBOOKS = sorted(ZH_DIR.glob("*.ipynb"))
+PO = ROOT / "flashmath" / "locale" / "zh_CN" / "LC_MESSAGES" / "flashmath.po"
+MO = PO.with_suffix(".mo")
+POT = ROOT / "flashmath" / "locale" / "flashmath.pot"
+LANGUAGE_CELL = 'import flashmath\n\nflashmath.set_language("zh_CN")'  # then a comment, scripts/zh_notebook.py
+CJK = re.compile(r"[\u4e00-\u9fff]")
+DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.DOTALL)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+
+
+def cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+def source(cell) -> str:
+    return "".join(cell["source"])
+
+
+def is_language_cell(cell) -> bool:
+    return cell["cell_type"] == "code" and source(cell).startswith(LANGUAGE_CELL)
+
+
+def headings(markdown: str) -> list[int]:
+    """The levels of a Markdown cell's headings, in order (lines inside code fences are not headings)."""
+    return [len(m.group(1)) for m in re.finditer(r"^(#{1,6}) ", FENCE.sub("", markdown), re.MULTILINE)]
+
+
+def text_outputs(cell) -> str:
+    """The text of a code cell's outputs: streams and text/plain results."""
+    return "".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                   for out in cell.get("outputs", []))
+
+
+def read_catalog():
+    from babel.messages.pofile import read_po
+
+    with PO.open("rb") as f:
+        return read_po(f)
+
+
+def test_there_is_a_chinese_edition():
+    assert ZH_NOTEBOOKS, "notebooks/zh/ holds no chapter"
+    assert [p.name for p in ZH_NOTEBOOKS] == [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))][
+        : len(ZH_NOTEBOOKS)], "the Chinese chapters are the first English ones, in order, under the same names"
+
+
+@pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
+class TestPairedWithEnglish:
+    def pair(self, path):
+        zh, en = cells(path), cells(ROOT / "notebooks" / path.name)
+        return [c for c in zh if not is_language_cell(c)], en, zh
+
+    def test_one_language_cell_right_after_the_first_flashmath_import(self, path):
+        zh_cells, en, zh = self.pair(path)
+        where = [k for k, c in enumerate(zh) if is_language_cell(c)]
+        assert len(where) == 1, "exactly one cell calls flashmath.set_language('zh_CN')"
+        first_import = next(k for k, c in enumerate(en) if c["cell_type"] == "code" and re.search(
+            r"^(import flashmath|from flashmath)", source(c), re.MULTILINE))
+        assert where[0] == first_import + 1, "the language cell follows the first cell that imports flashmath"
+
+    def test_same_cells_in_the_same_order(self, path):
+        zh_cells, en, _ = self.pair(path)
+        assert [c["cell_type"] for c in zh_cells] == [c["cell_type"] for c in en]
+
+    def test_code_cells_are_byte_for_byte_the_english_ones(self, path):
+        zh_cells, en, _ = self.pair(path)
+        for k, (mine, theirs) in enumerate(zip(zh_cells, en, strict=True)):
+            if theirs["cell_type"] == "code":
+                assert source(mine) == source(theirs), f"code cell {k} differs: python scripts/zh_notebook.py sync"
+                assert mine["metadata"].get("tags") == theirs["metadata"].get("tags"), f"cell {k}: nbval tags"
+
+    def test_markdown_has_the_same_headings_and_display_equations(self, path):
+        zh_cells, en, _ = self.pair(path)
+        for k, (mine, theirs) in enumerate(zip(zh_cells, en, strict=True)):
+            if theirs["cell_type"] == "markdown":
+                assert headings(source(mine)) == headings(source(theirs)), f"markdown cell {k}: heading levels"
+                assert DISPLAY_MATH.findall(source(mine)) == DISPLAY_MATH.findall(source(theirs)), (
+                    f"markdown cell {k}: the display equations ($$...$$) must be the English ones")
+
+    def test_markdown_is_written_in_chinese(self, path):
+        zh_cells, _, _ = self.pair(path)
+        markdown = [source(c) for c in zh_cells if c["cell_type"] == "markdown"]
+        badges, prose = markdown[0], markdown[1:]
+        assert f"notebooks/zh/{path.name}" in badges and f"notebooks/{path.name}" not in badges, "Chinese badges"
+        untranslated = [text[:80] for text in prose if not CJK.search(text)]
+        assert not untranslated, f"Markdown cells without Chinese: {untranslated}"
+
+    def test_outputs_are_chinese_where_the_package_speaks(self, path):
+        """The checker's report and the 'predict, then check' placeholder come out in Chinese."""
+        zh_cells, _, _ = self.pair(path)
+        text = "\n".join(text_outputs(c) for c in zh_cells if c["cell_type"] == "code")
+        assert "cases passed" not in text and "No prediction yet" not in text, "English output in the Chinese edition"
+        if "check_" in "".join(source(c) for c in zh_cells if c["cell_type"] == "code"):
+            assert "个用例中通过" in text, "the checker's report is stored in Chinese"
+
+
+def test_nbval_collects_the_chinese_chapters(pytestconfig):
+    """pyproject.toml's testpaths include notebooks/, and pytest walks into notebooks/zh/."""
+    assert "notebooks" in pytestconfig.getini("testpaths")
+    assert not any("zh" in str(p) for p in pytestconfig.getini("norecursedirs") if p != "*.egg")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the catalog
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_every_message_is_translated():
+    catalog = read_catalog()
+    messages = [m for m in catalog if m.id]
+    assert messages
+    assert not [m.id for m in messages if not m.string], "untranslated messages (empty msgstr)"
+    assert not [m.id for m in messages if m.fuzzy], "fuzzy messages: check the translation, then remove the flag"
+    assert str(catalog.locale) in ("zh_Hans_CN", "zh_CN")
+
+
+def test_placeholders_survive_translation():
+    """A translation keeps each {placeholder} of its message, or str.format would raise or drop a value."""
+    placeholder = re.compile(r"\{[a-z_]*(?::[^}]*)?\}")
+    wrong = [m.id for m in read_catalog() if m.id and sorted(placeholder.findall(m.id)) != sorted(
+        placeholder.findall(m.string))]
+    assert not wrong, wrong
+
+
+def test_the_catalog_holds_every_message_the_package_marks():
+    """Extract the marked strings from the source again (Babel, babel.cfg): none may be missing from the template
+    or the catalog (its msgstr would fall back to English), and none may be left over."""
+    from babel.messages.extract import extract_from_dir
+    from babel.messages.pofile import read_po
+
+    method_map = [("flashmath/**.py", "python")]
+    in_code = {message for _, _, message, _, _ in extract_from_dir(str(ROOT), method_map)
+               if isinstance(message, str)}
+    with POT.open("rb") as f:
+        in_template = {m.id for m in read_po(f) if m.id}
+    in_catalog = {m.id for m in read_catalog() if m.id}
+    assert in_code == in_template, "re-extract the template (CONTRIBUTING.md, Translations)"
+    assert in_template == in_catalog, "pybabel update the catalog (CONTRIBUTING.md, Translations)"
+
+
+def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
+    """A chapter's code is the same in both editions, so the English ``why=`` sentence it gives check_prediction is
+    translated when printed: each one must be in the catalog (flashmath.exercises.predict.NOTEBOOK_WHY)."""
+    import ast
+
+    ids = {m.id for m in read_catalog() if m.id}
+    sentences = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in cells(path):
+            if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
+                tree = ast.parse(re.sub(r"^[%!].*$", "", source(cell), flags=re.MULTILINE))
+                sentences += [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                              for k in node.keywords if k.arg == "why" and isinstance(k.value, ast.Constant)]
+    assert len(sentences) >= len(ZH_NOTEBOOKS)
+    assert not [s for s in sentences if s not in ids], "add them to flashmath.exercises.predict.NOTEBOOK_WHY"
+
+
+def test_the_compiled_catalog_matches_the_po():
+    with MO.open("rb") as f:
+        compiled = {k: v for k, v in gettext.GNUTranslations(f)._catalog.items() if k}
+    written = {m.id: m.string for m in read_catalog() if m.id and m.string}
+    assert compiled == written, "compile it again: pybabel compile -d flashmath/locale -D flashmath"
+
+
+def test_the_font_covers_every_character_of_the_catalog():
+    from matplotlib.ft2font import FT2Font
+
+    charmap = FT2Font(str(fonts.FONT_PATH)).get_charmap()
+    needed = {c for m in read_catalog() if m.id for c in m.string if ord(c) > 0x7F}
+    missing = sorted(c for c in needed if ord(c) not in charmap)
+    assert not missing, f"characters missing from the font subset: {''.join(missing)} (python scripts/build_font.py)"
+    assert FT2Font(str(fonts.FONT_PATH)).family_name == fonts.FAMILY
+    assert (fonts.FONT_PATH.parent / "OFL.txt").is_file(), "the font's licence ships with it"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# selecting the language
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def chinese():
+    i18n.set_language("zh_CN")
+    yield
+    i18n.set_language("en")
+
+
+def test_english_is_the_default_and_comes_back(capsys):
+    from flashmath.exercises import check_prediction
+
+    assert i18n.get_language() == "en"
+    i18n.set_language("zh_CN")
+    try:
+        check_prediction(..., 1.0)
+        assert "还没有预测" in capsys.readouterr().out
+    finally:
+        i18n.set_language("en")
+    check_prediction(..., 1.0)
+    assert capsys.readouterr().out.startswith("No prediction yet")
+
+
+def test_an_unknown_language_is_refused():
+    with pytest.raises(ValueError, match="zh_CN"):
+        i18n.set_language("fr")
+
+
+def test_a_checker_speaks_chinese(chinese):
+    import numpy as np
+
+    from flashmath.exercises import check_safe_softmax
+
+    report = repr(check_safe_softmax(lambda x: np.exp(x) / np.exp(x).sum()))  # the max not subtracted
+    assert report.startswith("check_safe_softmax：13 个用例中通过")
+    assert "未通过" in report and "看起来是“没有减去最大值”" in report and "looks like" not in report
+
+
+def test_a_chinese_figure_draws_every_glyph(chinese):
+    """Chinese text from the catalog, drawn with the subset as the fallback after DejaVu Sans, warns about no
+    missing glyph; without the subset the same text does (so this test can fail)."""
+    import matplotlib as mpl
+    from matplotlib.figure import Figure
+
+    text = [m.string for m in read_catalog() if m.id in ("PASS", "FAIL", "the max not subtracted", "All good.")]
+
+    def draw():
+        fig = Figure(figsize=(3, 2))
+        ax = fig.add_subplot()
+        ax.set_title(text[0])
+        ax.set_xlabel(" / ".join(text[1:]) + " (x = 3.14)")
+        fig.savefig(io.BytesIO(), format="png")
+
+    assert mpl.rcParams["font.family"] == ["DejaVu Sans", fonts.FAMILY]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draw()
+    i18n.set_language("en")
+    assert fonts.FAMILY not in mpl.rcParams["font.family"]
+    with pytest.warns(UserWarning, match="missing from font"):
+        draw()
+
+
+def test_a_filled_template_is_english_text_and_translates_through_its_template(chinese):
+    from flashmath.exercises import chapter5
+
+    name = next(m.name for m in chapter5.STEP_MISTAKES if m.name.endswith(" not corrected"))
+    assert name == "A'_{m-1} not corrected" and isinstance(name, i18n.Filled)  # the English text, as tests see it
+    assert i18n.gettext(name) == "A'_{m-1} 没有修正"  # the translated template, filled with the same names
