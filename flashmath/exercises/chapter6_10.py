@@ -9,11 +9,12 @@ models are written vectorised, as a learner would write the exercise; the catalo
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
 from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases
-from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified, quiet
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified
 from flashmath.flash import fa1_tile_step, fa2_tile_step
 from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
 
@@ -65,12 +66,26 @@ def shape_mistake(reference) -> Mistake:
                    (reference,), compare=_reshaped_equal)
 
 
-def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2)) -> None:
+def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2), always: bool = False) -> None:
     """Run ``fn`` once more on copies of ``args`` and fail the case ``name`` when it changed one of the arguments
-    ``which`` (the state: a tile step may overwrite its score tile, as the package's does) in place."""
+    ``which`` (the state: a tile step may overwrite its score tile, as the package's does) in place. With
+    ``always``, a function that raises or returns nothing fails the case too (so that the number of cases does not
+    depend on the answer); otherwise the case is left out (the cases above already say why)."""
     copies = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
-    if quiet(fn, *copies) is None:
-        return  # it raised or returned nothing: the cases above already say so
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn(*copies)
+    except NotImplementedError:
+        out, why = None, "not implemented yet"
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
+        out, why = None, f"not checked: the function raised {type(exc).__name__} (see the cases above)"
+    else:
+        why = "not checked: the function returned nothing"
+    if out is None:
+        if always:
+            report.add(name, False, why)
+        return
     changed = [i for i, (a, b) in enumerate(zip(args, copies, strict=False))
                if i in which and isinstance(a, np.ndarray) and modified(a, b)]
     report.add(name, not changed, "" if not changed else f"argument {changed[0] + 1} was changed: "
@@ -96,11 +111,11 @@ def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
     return fa1_tile_step(g, s, a, x.copy(), V, keep)
 
 
-def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=None):
+def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=None, p_of=None):
     """A wrong tile step: the right one except for the parts given.
 
     ``g_of(g, x)`` the new max; ``s_update(s, r, p, s_old_g...)``; ``a_update(a, s, r, pv, s_new, x, g, g_new, V)``;
-    ``rescale(g, g_new)`` the factor of the old state.
+    ``rescale(g, g_new)`` the factor of the old state; ``p_of(x, g, g_new)`` the tile's weights.
     """
     def model(g, s, a, x_tile, v_tile, keep=None):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
@@ -109,7 +124,7 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
             x = np.where(keep, x, -np.inf)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
         r = base(g - nonempty(g_new)) if rescale is None else rescale(g, g_new)
-        p = base(x - nonempty(g_new)[:, None])
+        p = base(x - nonempty(g_new)[:, None]) if p_of is None else p_of(x, g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
         pv = p @ V
         if a_update is None:
@@ -131,8 +146,8 @@ TILE_MISTAKES = (
             (_tile_model(s_update=lambda s, r, p, *_: s + p.sum(axis=1)),)),
     Mistake("divided by the old sum", f"both terms are divided by the new sum s_new: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),)),
-    Mistake("FlashAttention-2's update (not divided)", "A' r + P V is the numerator s A' of chapter 7; here the output "
-            "is normalised after every tile: divide by s_new",
+    Mistake("FlashAttention-2's update (not divided)", "A' r + P V is the numerator s A' that the next chapter keeps; "
+            "here the output is normalised after every tile: divide by s_new",
             (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
     Mistake("divided twice", f"each term is divided by s_new once: {TILE_RULE}",
             (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),)),
@@ -143,6 +158,10 @@ TILE_MISTAKES = (
     Mistake("the tile's max only (the old max forgotten)", "the new max is over the old max and the tile: "
             "g_new = max(g, rowmax X)", (_tile_model(g_of=lambda g, x: x.max(axis=1)),)),
     Mistake("a wrong base (2) instead of e", "use the natural exponential np.exp", (_tile_model(base=np.exp2),)),
+    Mistake("P measured against the old max (e^{X - g})", "the tile's weights are P = e^{X - g_new}: the old g is -inf "
+            "before the first tile (e^{X + inf} = inf), and below the tile's scores whenever the max jumps",
+            (_tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
+             _tile_model(p_of=lambda x, g, gn: np.exp(x - nonempty(g)[:, None])))),
     Mistake("the rescale inverted (e^{g_new - g})", "the old state is measured against the old max g; against the "
             "larger g_new it shrinks by e^{g - g_new} <= 1, not e^{g_new - g} (which is inf for a row that has "
             "seen no key yet)", (_tile_model(rescale=lambda g, gn: np.exp(gn - g)),
@@ -245,7 +264,7 @@ def check_tile_step(fn) -> CheckReport:
     report = check_function("check_tile_step", fn, cases, tile_step_reference, TILE_MISTAKES, n_out=3,
                             names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
                             properties=_tile_properties())
-    inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[2][1])
+    inputs_unchanged(report, fn, "the state given (g, s, A') is left unchanged", cases[2][1], always=True)
     _fold_tiles(report, fn, "a real query tile folded over 5 key tiles gives the attention output")
     return report
 
