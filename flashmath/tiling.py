@@ -56,16 +56,22 @@ def check_block(value: object, name: str) -> int:
 
 
 def check_kernel_block(value: object, name: str, default: int) -> int:
-    """A tile size of the Triton kernels (chapters 11-12): ``default`` for None, else a power of two from 16 to 256
-    (``tl.dot`` needs both sides of a product to be at least 16; Triton's blocks are powers of two).
+    """A tile size of the Triton kernels (chapters 11-12): ``default`` for None, else a power of two from 16 to 256.
+
+    The range is the course's choice. Powers of two: ``tl.arange`` needs them. At least 16: each of ``B_r`` and
+    ``B_c`` is the inner dimension K of some ``tl.dot`` of the kernels (``B_c`` in ``P V``, ``B_r`` in the
+    backward's ``P^T dA``), and Triton 3.9's NVIDIA backend needs K >= 16 for 16-bit inputs (8 for float32; M and N
+    have no minimum, they are padded): ``min_dot_size`` in ``third_party/nvidia/backend/compiler.py``. The
+    interpreter needs no minimum. At most 256: a bound of ours (a 256 x 128 float32 accumulator alone takes half of
+    an SM's 256 KB of registers).
 
     Raises:
         TypeError: a non-integer (a bool is not). ValueError: anything else outside 16, 32, 64, 128, 256.
     """
     number = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
     if number < 16 or number > 256 or number & (number - 1):
-        raise ValueError(f"{name} must be a power of two from 16 to 256 (tl.dot needs tiles of at least 16), "
-                         f"got {number}")
+        raise ValueError(f"{name} must be a power of two from 16 to 256 (on a GPU, Triton's tl.dot needs an inner "
+                         f"dimension of at least 16 for float16 inputs), got {number}")
     return number
 
 

@@ -68,6 +68,14 @@ def in_place_step(g, s, a, x_tile, v_tile):
     return g_new, s_new, a
 
 
+def old_max_step(g, s, a, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    r = np.exp(g - np.where(g_new == -np.inf, 0.0, g_new))
+    p = np.exp(x_tile - g[:, None])  # the weights against the old max
+    s_new = s * r + p.sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+
+
 def keepdims_step(g, s, a, x_tile, v_tile):
     g_new, s_new, a_new = solutions.tile_step(g, s, a, x_tile, v_tile)
     return g_new[:, None], s_new, a_new
@@ -78,7 +86,24 @@ TILE.update({
     "the max started at 0": max_from_zero_step,
     "the input modified in place": in_place_step,
     "an answer of the wrong shape": keepdims_step,
+    "P measured against the old max (e^{X - g})": old_max_step,
 })
+
+
+def test_tile_step_counts_every_case_whatever_the_answer():
+    def not_yet(g, s, a, x_tile, v_tile):
+        raise NotImplementedError
+
+    def broken(g, s, a, x_tile, v_tile):
+        raise ValueError("a learner's bug")
+
+    right = exercises.check_tile_step(solutions.tile_step)
+    assert right.passed
+    for fn in (not_yet, broken):
+        report = exercises.check_tile_step(fn)
+        assert len(report.cases) == len(right.cases), report
+        in_place = [text for name, ok, text in report.cases if "left unchanged" in name]
+        assert in_place and not report.passed, report
 
 
 def numerator_step(rescale=True, divide=False, invert=False, s_rescaled=True, base=np.exp):

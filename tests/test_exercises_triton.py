@@ -147,6 +147,36 @@ def test_row_lse_the_result_must_be_a_float32_tensor():
 
 
 @needs_triton
+def test_row_lse_a_row_not_reduced_is_explained():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def unreduced_kernel(X, L, n_cols, stride_row, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        g = tl.full([1], float("-inf"), tl.float32)
+        s = tl.zeros([1], tl.float32)
+        for c0 in range(0, n_cols, BLOCK):
+            cols = c0 + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_row + cols, mask=cols < n_cols, other=float("-inf"))
+            g_new = tl.maximum(g, x)  # the block not reduced: BLOCK values, not one
+            g_ref = tl.where(g_new == float("-inf"), 0.0, g_new)
+            s = s * tl.exp(g - g_ref) + tl.sum(tl.exp(x - g_ref), 0)
+            g = g_new
+        tl.store(L + row + tl.arange(0, 1), g + tl.log(s))
+
+    def unreduced(x):
+        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+        if x.shape[0] > 0:
+            unreduced_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=32)
+        return out
+
+    text = messages(ex.check_row_lse(unreduced))
+    assert "tl.max(x, 0)" in text and "one value per row" in text, text
+
+
+@needs_triton
 def test_row_lse_solution_passes_in_triton():
     from flashmath import solutions_triton
 

@@ -136,6 +136,10 @@ def _kernel_hint(exc) -> str | None:
     if "stride" in text or "contiguous" in text:
         return ("the input is a non-contiguous view (a slice of a wider tensor): .view() needs contiguous memory; "
                 "use x.stride(0) in the kernel, or x.contiguous()")
+    if "shape" in text or "broadcast" in text:
+        return ("two blocks of different shapes met: g, s and the stored logsumexp hold one value per row (shape "
+                "[1]), x holds BLOCK values; reduce the block before combining it with them, tl.max(x, 0) and "
+                "tl.sum(..., 0) (tl.maximum(g, x) alone keeps BLOCK values)")
     return None
 
 
@@ -319,12 +323,9 @@ WHERE = {
 """For each quantity of the kernel: the right places, and why."""
 
 SCORES_IN_SHARED_MEMORY = (
-    "tl.dot leaves the score tile in registers, where the matrix unit writes its result (the accumulator of Ampere's "
-    "mma.sync and of Hopper's wgmma is in the register file: NVIDIA's CUTLASS MMA programming guides); the "
-    "exponentials and row sums work on it there, and p_tile can feed the next tl.dot from registers (mma.sync "
-    "takes all its operands from registers, wgmma its first one from registers or shared memory). Shared memory is "
-    "for the tiles that come from HBM on their way to the matrix unit (k_tile, v_tile): a copy of the score tile "
-    "there would cost B_r x B_c more of its elements and a round trip every step")
+    "tl.dot leaves the score tile in registers, where Ampere's and Hopper's matrix units write their results "
+    "(NVIDIA's CUTLASS MMA guides), and the exponentials and row sums work on it there; shared memory holds the "
+    "tiles on their way from HBM (k_tile, v_tile)")
 """Why the score tile is not in shared memory (exercise 11.2)."""
 
 
