@@ -61,7 +61,8 @@ NOTEBOOK_WHY = (
     N_("The variance of q . k is D = 64, so its spread is sqrt(64) = 8."),
     N_("Every element receives the same additions in the same order, so not one bit differs."),
     N_("No jump, s_3 = 3 and s_4 = 4: the old output keeps 3/4 and the new key gets 1/4."),
-    N_("Each of the ceil(46 / 8) = 6 query tiles streams every key tile past itself once."),
+    N_("fa1 keeps one key tile on chip and streams every query tile past it: Q is read once per key tile, "
+       "T_c = ceil(46 / 4) = 12 times, whatever B_r is."),
     N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
     N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
     N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
