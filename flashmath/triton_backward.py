@@ -45,10 +45,12 @@ attends, are not even loaded (they read as 0: a NaN there reaches nothing). As i
 rows of a query tile attend and others do not has its ``k`` row in that tile's ``dX K`` product with weight 0 for
 the rows that mask it: finite values are exact, a NaN there reaches those rows' ``dQ``.
 
-GPU constraints, from Triton's documentation, kept although the interpreter would accept less: ``tl.dot`` operands
-of one dtype (float32 with float32, float16 with float16: the float32 ``Y`` and ``dX`` are cast to the input dtype
-before a product with a float16 tile, as FlashAttention-2 does) and every tile dimension at least 16 (``B_r``,
-``B_c`` and the padded ``D``, ``Dv``); block sizes are powers of two; atomic adds go to a float32 buffer.
+GPU constraints, kept although the interpreter would accept less: ``tl.dot`` operands of one dtype (float32 with
+float32, float16 with float16: the float32 ``Y`` and ``dX`` are cast to the input dtype before a product with a
+float16 tile, as FlashAttention-2 does); every tile dimension at least 16 (``B_r``, ``B_c`` and the padded ``D``,
+``Dv``: the package's floor, which covers Triton 3.9's NVIDIA minimum for a product's inner dimension, 16 for 16-bit
+inputs and 8 for float32, ``min_dot_size``); block sizes are powers of two (``tl.arange``); atomic adds go to a
+float32 buffer.
 
 Requires the ``triton`` extra, like :mod:`flashmath.triton_kernel` (importing this module imports that one, which
 switches Triton to its interpreter on a machine without a CUDA GPU). ``import flashmath`` never imports it.

@@ -36,8 +36,9 @@ loop), with these differences:
   float16 and bfloat16 operands). float16 and bfloat16 weights ``P`` are rounded to the input dtype before
   ``P V``, as in FlashAttention-2.
 * sizes: ``D`` and ``Dv`` up to 128 (the tile is padded to a power of two of at least 16 with masked loads);
-  ``block_q`` and ``block_k`` powers of two from 16 to 256 (``tl.dot`` needs at least 16); ``order`` must be
-  ``"fa2"``.
+  ``block_q`` and ``block_k`` powers of two from 16 to 256 (16 is the package's floor: Triton 3.9's NVIDIA backend
+  needs a product's inner dimension to be at least 16 for 16-bit inputs, 8 for float32, ``min_dot_size``);
+  ``order`` must be ``"fa2"``.
 * a masked key is absent from every score (a masked ``k`` row never enters a row's max or sum, NaN included),
   and its ``v`` row is not even loaded when every row of the query tile masks it (key padding, the keys a causal
   tile does not reach, the padded keys past ``M``). A key that some rows of a query tile attend and others do not
