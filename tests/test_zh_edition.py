@@ -67,8 +67,10 @@ def read_catalog():
 
 def test_there_is_a_chinese_edition():
     assert ZH_NOTEBOOKS, "notebooks/zh/ holds no chapter"
-    assert [p.name for p in ZH_NOTEBOOKS] == [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))][
-        : len(ZH_NOTEBOOKS)], "the Chinese chapters are the first English ones, in order, under the same names"
+    english = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert not [p.name for p in ZH_NOTEBOOKS if p.name not in english], (
+        "each Chinese chapter has the name of an English chapter (a chapter may be translated before an earlier one"
+        " that is still being edited; README.zh-CN.md's table marks the others 即将推出)")
 
 
 @pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
