@@ -45,7 +45,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     # only their reports reach the process that prints the summary.
     skipped, reason = set(), ""
     for report in terminalreporter.stats.get("skipped", []):
-        text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        text = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
         text = text.removeprefix("Skipped: ")
         if text.startswith(SKIP_REASON):
             reason = text
