@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 
 NEEDS_TRITON = ("11_triton.ipynb", "12_backward.ipynb")
+SKIP_REASON = "needs the triton extra"
 collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
 
 
@@ -33,18 +34,22 @@ def pytest_collection_modifyitems(config, items):
         return
     from flashmath.triton_kernel import INSTALL_HINT  # cheap here: torch or triton is missing
 
-    reason = f"needs the triton extra ({' and '.join(missing)} not installed): install it {INSTALL_HINT}"
-    skipped = set()
+    reason = f"{SKIP_REASON} ({' and '.join(missing)} not installed): install it {INSTALL_HINT}"
     for item in items:
-        notebook = _notebook_of(item)
-        if notebook in NEEDS_TRITON:
+        if _notebook_of(item) in NEEDS_TRITON:
             item.add_marker(pytest.mark.skip(reason=reason))
-            skipped.add(notebook)
-    config._flashmath_triton_skipped = (sorted(skipped), reason)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    skipped, reason = getattr(config, "_flashmath_triton_skipped", ((), ""))
+    # From the skip reports, not from the collection: under pytest-xdist (addopts' -n) the workers collect, and
+    # only their reports reach the process that prints the summary.
+    skipped, reason = set(), ""
+    for report in terminalreporter.stats.get("skipped", []):
+        text = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
+        text = text.removeprefix("Skipped: ")
+        if text.startswith(SKIP_REASON):
+            reason = text
+            skipped.update(name for name in NEEDS_TRITON if name in report.nodeid)
     if skipped:
         terminalreporter.section("optional chapters skipped")
-        terminalreporter.write_line(f"{', '.join(skipped)}: {reason}")
+        terminalreporter.write_line(f"{', '.join(sorted(skipped))}: {reason}")

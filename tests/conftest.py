@@ -1,4 +1,6 @@
+import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -17,13 +19,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 CI_RESULTS = os.environ.pop("FLASHMATH_CI_RESULTS", None)
 
 
+LATENCY: dict = {}  # the browser test's slider latencies, {notebook: entry}, from its reports
+
+
+def pytest_runtest_logreport(report):
+    """Gathers the browser test's ``slider_latency`` properties (tests/test_browser.py) from its reports, which
+    reach this process from pytest-xdist's workers too."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "slider_latency":
+            LATENCY.update(json.loads(value))
+
+
+def latency_lines(log: dict) -> list[str]:
+    lines = [f"{'notebook':<26} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
+    for notebook, entry in sorted(log.items()):
+        for slider, times in entry["sliders"].items():
+            lines.append(f"{notebook:<26} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
+                         f"{max(times):7.0f}")
+        for play, s in entry["plays"].items():
+            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['changes']} new pictures in 3 s; "
+                         f"{s['samples']} DOM samples, {s['missing']} without a picture ({s['loading']} loading the "
+                         f"next); {s['shots']} screenshots, {s['blank_shots']} blank")
+    lines.append("(key press to new picture decoded on the page; written to artifacts/slider_latency.json)")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The browser test's slider latencies (tests/test_browser.py), when it ran; under .ci/run, the results of
     the other Pythons, so that the log's last lines tell the whole story."""
-    lines = getattr(config, "_flashmath_latency", None)
-    if lines:
+    if LATENCY:
         terminalreporter.section("slider latency in JupyterLab (tests/test_browser.py)")
-        for line in lines:
+        for line in latency_lines(LATENCY):
             terminalreporter.write_line(line)
     if CI_RESULTS and os.path.exists(CI_RESULTS) and Path(CI_RESULTS).read_text().strip():
         terminalreporter.section(".ci/run: every Python")
@@ -52,9 +78,17 @@ FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attenti
                 "test_exercises_ch13"}
 
 
+# The longest files first (tests/test_browser.py, then tests/test_install.py): with addopts' pytest-xdist options
+# (--dist loadfile --no-loadscope-reorder) the files go to the workers in this order, and the other workers work
+# through the rest meanwhile instead of waiting for them at the end.
+FIRST = ("test_browser", "test_install")
+
+
 def pytest_collection_modifyitems(config, items):
     import pytest
 
     for item in items:
         if item.path.stem in FAST_MODULES:
             item.add_marker(pytest.mark.fast)
+    # a stable sort: a notebook's nbval cells keep their order
+    items.sort(key=lambda item: FIRST.index(item.path.stem) if item.path.stem in FIRST else len(FIRST))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -65,25 +64,15 @@ def jupyterlab(browser):
 
 
 @pytest.fixture(scope="module")
-def latency_log(request):
-    """Collects {notebook: {slider: [ms, ...]}}; written to artifacts/ and shown in pytest's summary at the end."""
+def latency_log():
+    """Collects {notebook: {"sliders": {slider: [ms, ...]}, "plays": {...}}}; written to artifacts/ at the end. Each
+    test also records its entry as the property ``slider_latency``, from which tests/conftest.py writes pytest's
+    summary (under pytest-xdist this module runs in a worker; only the reports reach the summary)."""
     log: dict = {}
     yield log
-    if not log:
-        return
-    LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
-    LATENCY_FILE.write_text(json.dumps(log, indent=1))
-    lines = [f"{'notebook':<26} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
-    for notebook, entry in log.items():
-        for slider, times in entry["sliders"].items():
-            lines.append(f"{notebook:<26} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
-                         f"{max(times):7.0f}")
-        for play, s in entry["plays"].items():
-            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['changes']} new pictures in 3 s; "
-                         f"{s['samples']} DOM samples, {s['missing']} without a picture ({s['loading']} loading the "
-                         f"next); {s['shots']} screenshots, {s['blank_shots']} blank")
-    lines.append(f"(key press to new picture decoded on the page; written to {LATENCY_FILE.relative_to(REPO)})")
-    request.config._flashmath_latency = lines
+    if log:
+        LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        LATENCY_FILE.write_text(json.dumps(log, indent=1))
 
 
 @pytest.fixture
@@ -140,6 +129,7 @@ def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, pa
             driver.shutdown_kernels()
         driver.timings["total"] = time.monotonic() - t0
         latency_log[notebook.name] = {"sliders": driver.latencies, "plays": driver.play_samples}
+        record_property("slider_latency", json.dumps({notebook.name: latency_log[notebook.name]}))
         for k, v in driver.timings.items():
             record_property(f"seconds_{k}", round(v, 1))
         print(
