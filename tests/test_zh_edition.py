@@ -269,6 +269,31 @@ def test_a_chinese_figure_draws_every_glyph(chinese):
         draw()
 
 
+def test_bold_chinese_text_draws_without_a_weight_warning(chinese, caplog):
+    """The subset has one weight: bold figure text (chapter 11's memory figure) must not log matplotlib's "Failed to
+    find font weight bold", which lands on stderr in a stored notebook. A family without a bold entry does."""
+    import logging
+
+    from matplotlib import font_manager
+
+    def weight_warnings(family):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+            font_manager.fontManager._findfont_cached.cache_clear()
+            font_manager.findfont(font_manager.FontProperties(family=family, weight="bold"))
+        return [r.getMessage() for r in caplog.records if "Failed to find font weight" in r.getMessage()]
+
+    assert not weight_warnings(fonts.FAMILY)
+    regular_only = [f for f in font_manager.fontManager.ttflist if f.name == fonts.FAMILY and f.weight != 700]
+    saved = list(font_manager.fontManager.ttflist)
+    font_manager.fontManager.ttflist[:] = [f for f in saved if f.name != fonts.FAMILY] + regular_only
+    try:
+        assert weight_warnings(fonts.FAMILY)
+    finally:
+        font_manager.fontManager.ttflist[:] = saved
+        font_manager.fontManager._findfont_cached.cache_clear()
+
+
 def test_a_filled_template_is_english_text_and_translates_through_its_template(chinese):
     from flashmath.exercises import chapter5
 
