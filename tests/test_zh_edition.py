@@ -173,14 +173,15 @@ def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
     import ast
 
     ids = {m.id for m in read_catalog() if m.id}
-    sentences = []
+    sentences, calls = [], 0
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in cells(path):
             if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
+                calls += 1
                 tree = ast.parse(re.sub(r"^[%!].*$", "", source(cell), flags=re.MULTILINE))
                 sentences += [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
                               for k in node.keywords if k.arg == "why" and isinstance(k.value, ast.Constant)]
-    assert len(sentences) >= len(ZH_NOTEBOOKS)
+    assert calls and len(sentences) >= calls, "each cell that calls check_prediction passes a why= sentence"
     assert not [s for s in sentences if s not in ids], "add them to flashmath.exercises.predict.NOTEBOOK_WHY"
 
 
@@ -266,6 +267,31 @@ def test_a_chinese_figure_draws_every_glyph(chinese):
     assert fonts.FAMILY not in mpl.rcParams["font.family"]
     with pytest.warns(UserWarning, match="missing from font"):
         draw()
+
+
+def test_bold_chinese_text_draws_without_a_weight_warning(chinese, caplog):
+    """The subset has one weight: bold figure text (chapter 11's memory figure) must not log matplotlib's "Failed to
+    find font weight bold", which lands on stderr in a stored notebook. A family without a bold entry does."""
+    import logging
+
+    from matplotlib import font_manager
+
+    def weight_warnings(family):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+            font_manager.fontManager._findfont_cached.cache_clear()
+            font_manager.findfont(font_manager.FontProperties(family=family, weight="bold"))
+        return [r.getMessage() for r in caplog.records if "Failed to find font weight" in r.getMessage()]
+
+    assert not weight_warnings(fonts.FAMILY)
+    regular_only = [f for f in font_manager.fontManager.ttflist if f.name == fonts.FAMILY and f.weight != 700]
+    saved = list(font_manager.fontManager.ttflist)
+    font_manager.fontManager.ttflist[:] = [f for f in saved if f.name != fonts.FAMILY] + regular_only
+    try:
+        assert weight_warnings(fonts.FAMILY)
+    finally:
+        font_manager.fontManager.ttflist[:] = saved
+        font_manager.fontManager._findfont_cached.cache_clear()
 
 
 def test_a_filled_template_is_english_text_and_translates_through_its_template(chinese):

@@ -13,6 +13,7 @@ come from the subset.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 __all__ = ["FAMILY", "FONT_PATH", "stop_chinese_font", "use_chinese_font"]
@@ -36,8 +37,15 @@ def use_chinese_font() -> None:
 
     if not FONT_PATH.is_file():
         raise FileNotFoundError(f"the Chinese font {FONT_PATH} is missing: reinstall flashmath")
-    if FAMILY not in {f.name for f in font_manager.fontManager.ttflist}:
-        font_manager.fontManager.addfont(str(FONT_PATH))
+    manager = font_manager.fontManager
+    if FAMILY not in {f.name for f in manager.ttflist}:
+        manager.addfont(str(FONT_PATH))
+        # The subset has one weight. Listed once more as bold, the same file draws bold figure text (a title with
+        # fontweight="bold") in the regular weight, without matplotlib warning "Failed to find font weight bold"
+        # into a notebook's stored output.
+        regular = next(f for f in manager.ttflist if f.name == FAMILY)
+        manager.ttflist.append(dataclasses.replace(regular, weight=700))
+        manager._findfont_cached.cache_clear()
     if "font.family" not in _saved:
         _saved["font.family"] = list(mpl.rcParams["font.family"])
     mpl.rcParams["font.family"] = [_LATIN, FAMILY]
