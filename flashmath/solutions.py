@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from flashmath.i18n import gettext as _
+
 __all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
            "one_loop_step", "block_step", "tile_step", "numerator_step", "finish", "causal_mask", "masked_tile_step",
            "merge_states", "flash_test_ratio", "window_mask", "document_mask", "softcap", "alibi", "tile_kind",
@@ -300,7 +302,8 @@ def source_of(name, namespace: dict, names, module: str) -> str:
     """
     names = [n for n in names if n != "show"]
     if name is None:
-        return "Solutions: " + ", ".join(names) + f'. Print one with {module}.show("name").'
+        return _('Solutions: {names}. Print one with {module}.show("name").').format(names=", ".join(names),
+                                                                                     module=module)
     if name not in names:
         raise ValueError(f"no solution called {name!r}; choose one of {names}")
     value = namespace[name]

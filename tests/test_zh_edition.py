@@ -19,6 +19,7 @@ import json
 import re
 import warnings
 
+import numpy as np
 import pytest
 from helpers import ROOT
 
@@ -300,3 +301,28 @@ def test_a_filled_template_is_english_text_and_translates_through_its_template(c
     name = next(m.name for m in chapter5.STEP_MISTAKES if m.name.endswith(" not corrected"))
     assert name == "A'_{m-1} not corrected" and isinstance(name, i18n.Filled)  # the English text, as tests see it
     assert i18n.gettext(name) == "A'_{m-1} 没有修正"  # the translated template, filled with the same names
+
+
+@pytest.mark.parametrize(("checker", "wrong", "english", "chinese_name"), [
+    # chapter 8: the square-case causal mask, top-left aligned when N != M
+    ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool)),
+     "the top-left alignment (off by M - N)", "左上对齐（差了 M - N）"),
+    # chapter 13: the softcap as a clip
+    ("check_softcap", lambda qk, scale, cap: np.clip(qk * scale, -cap, cap), "the cap as a clip", "把上限做成了截断"),
+], ids=["chapter 8", "chapter 13"])
+def test_later_checkers_name_their_mistakes_in_chinese(checker, wrong, english, chinese_name):
+    """A wrong answer to a checker of chapter 8 and of chapter 13 names its mistake in Chinese once zh_CN is
+    selected, with no English left in the verdict; English comes back with set_language("en")."""
+    from flashmath import exercises
+
+    check = getattr(exercises, checker)
+    i18n.set_language("zh_CN")
+    try:
+        report = repr(check(wrong))
+    finally:
+        i18n.set_language("en")
+    assert report.startswith(f"{checker}：") and "未通过" in report
+    assert f"看起来是“{chinese_name}”" in report
+    assert english not in report and "looks like" not in report and "expected" not in report
+    english_report = repr(check(wrong))
+    assert f"looks like {english}: " in english_report and not CJK.search(english_report)

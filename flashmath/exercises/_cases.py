@@ -266,4 +266,4 @@ class Said(Mistake):
         super().__init__(text, "")
 
     def message(self) -> str:
-        return self.name
+        return _(self.name)  # a module-level Said(N_(...)) is translated here; a text built at run time is itself
