@@ -45,7 +45,9 @@ def use_chinese_font() -> None:
         # into a notebook's stored output.
         regular = next(f for f in manager.ttflist if f.name == FAMILY)
         manager.ttflist.append(dataclasses.replace(regular, weight=700))
-        manager._findfont_cached.cache_clear()
+        cached = getattr(manager, "_findfont_cached", None)  # matplotlib's lookup cache (private; 3.6 and later)
+        if cached is not None:
+            cached.cache_clear()
     if "font.family" not in _saved:
         _saved["font.family"] = list(mpl.rcParams["font.family"])
     mpl.rcParams["font.family"] = [_LATIN, FAMILY]
