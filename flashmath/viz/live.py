@@ -59,10 +59,11 @@ from typing import Any, cast
 
 import matplotlib
 import numpy as np
-from matplotlib import animation
+from matplotlib import _mathtext, animation
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
+from matplotlib.mathtext import MathTextParser
 from matplotlib.patches import Rectangle
 from PIL import Image
 
@@ -320,6 +321,8 @@ class _GlyphCachingRenderer(RendererAgg):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._texts: dict = {}
+        self.mathtext_parser = _PieceMathTextParser("path")  # what RendererAgg uses, math pieces parsed once
+        self._glyphs: dict = {}  # one glyph's bitmap at a fraction of a pixel (see _draw_text_glyphs_and_boxes)
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath == "TeX":  # pragma: no cover - the course does not use TeX
@@ -343,6 +346,128 @@ class _GlyphCachingRenderer(RendererAgg):
                 self._texts.clear()
             self._texts[key] = recorder.glyphs
         return None
+
+
+    MAX_GLYPHS = 65536  # glyph bitmaps kept (a few hundred bytes each); past this the cache starts again
+
+    def _draw_text_glyphs_and_boxes(self, gc, x, y, angle, glyphs, boxes):
+        """Matplotlib's (3.11) drawing of a text's glyphs, each glyph's bitmap kept for the next time the glyph is
+        drawn at the same fraction of a pixel (most glyphs of a new text were drawn before: the title of the next
+        step); the boxes (mathtext's rules) are matplotlib's own."""
+        from matplotlib.backends.backend_agg import get_hinting_flag
+        from matplotlib.ft2font import RenderMode
+
+        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+        load_flags = get_hinting_flag()
+        antialiased = gc.get_antialiased()
+        height = self.height
+        transforms: dict = {}
+        kept_glyphs = self._glyphs
+        for font, size, glyph_index, slant, extend, dx, dy in glyphs:  # dy is upwards
+            # the 26.6 fixed-point position matplotlib gives FreeType, in whole pixels and 64ths of a pixel
+            x64 = round(0x40 * (x + dx * cos - dy * sin))
+            y64 = round(0x40 * (height - y + dx * sin + dy * cos))
+            key = (font, size, self.dpi, angle, slant, extend, glyph_index, load_flags, antialiased, x64 & 63, y64 & 63)
+            kept = kept_glyphs.get(key)
+            if kept is None:
+                matrix = transforms.get((slant, extend))
+                if matrix is None:
+                    matrix = transforms[slant, extend] = (
+                        (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]])
+                        .round().astype(int))
+                font.set_size(size, self.dpi)
+                font._set_transform(matrix, [x64, y64])
+                bitmap = font._render_glyph(glyph_index, load_flags,
+                                            RenderMode.NORMAL if antialiased else RenderMode.MONO)
+                buffer = np.array(bitmap.buffer)  # a copy: FreeType reuses its bitmap
+                if not antialiased:
+                    buffer *= 0xff
+                if len(kept_glyphs) >= self.MAX_GLYPHS:
+                    kept_glyphs.clear()
+                # the bitmap's corner relative to the whole pixels of the position: a whole-pixel shift of the
+                # position shifts the bitmap by as many pixels, nothing else
+                kept = kept_glyphs[key] = (buffer, bitmap.left - (x64 >> 6), bitmap.top - (y64 >> 6))
+            buffer, left, top = kept
+            # draw_text_image's y is downwards & the bitmap bottom side
+            self._renderer.draw_text_image(buffer, left + (x64 >> 6), int(height) - (top + (y64 >> 6))
+                                           + buffer.shape[0], 0, gc)
+        if boxes:
+            super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
+
+
+class _PieceParser(_mathtext.Parser):
+    """Matplotlib's mathtext parser that parses each piece of a string once: a text piece and a ``$...$`` piece
+    are laid out (as boxes of glyphs) the first time they are met, then reused in the strings that hold them.
+
+    Matplotlib parses a string with math (``"step t = 3: $B_r$ = 8"``) as text and math pieces, each laid out on
+    its own with a state that depends only on the fonts, the size and the dpi, then set side by side in one
+    horizontal list; it parses the whole string anew for every new string, with pyparsing (milliseconds per math
+    piece). A widget's title changes its numbers at each step, not its math: here only the new pieces are parsed.
+    Kept: each piece's boxes (matplotlib never changes them after the parse), keyed by the piece and by what the
+    state holds (fonts, size, dpi and the text and mathtext rcParams); the font set of a context is kept too, with
+    the glyph metrics it loaded. The result is the parse matplotlib makes, box for box (tests/test_viz.py).
+    """
+
+    MAX_PIECES = 4096  # pieces kept; past this the cache starts again
+
+    def __init__(self):
+        super().__init__()  # binds the grammar's actions to this instance's non_math and math_string
+        self._pieces: dict = {}
+        self._fontsets: dict = {}
+        self._context = None
+
+    def parse(self, s, fonts_object, fontsize, dpi):
+        rc = tuple(repr(matplotlib.rcParams[key]) for key in _RC_KEYS)
+        fonts_key = (type(fonts_object), fonts_object.default_font_prop, fonts_object.load_glyph_flags, rc)
+        fonts_object = self._fontsets.setdefault(fonts_key, fonts_object)
+        self._context = (fonts_key, fontsize, dpi)
+        try:
+            return super().parse(s, fonts_object, fontsize, dpi)
+        finally:
+            self._context = None
+
+    def _keep(self, key, hlist) -> None:
+        if len(self._pieces) >= self.MAX_PIECES:
+            self._pieces.clear()
+        self._pieces[key] = hlist
+
+    def non_math(self, toks):
+        key = ("text", toks[0], self._context)
+        hlist = self._pieces.get(key) if self._context is not None else None
+        if hlist is not None:
+            super().non_math([""])  # the state change that parsing a text piece ends with (into math)
+            return [hlist]
+        result = super().non_math(toks)
+        if self._context is not None:
+            self._keep(key, result[0])
+        return result
+
+    def math_string(self, toks):
+        key = ("math", toks[0], self._context)
+        hlist = self._pieces.get(key) if self._context is not None else None
+        if hlist is not None:
+            self.pop_state()  # the state change that parsing a math piece ends with (back out of math)
+            return [hlist]
+        before = (len(self._state_stack), self._needs_space_after_subsuper)
+        result = super().math_string(toks)
+        # kept only when the piece starts and ends in the state any math piece starts and ends in
+        if self._context is not None and len(result) == 1 and before == (len(self._state_stack) + 1, False) \
+                and not self._needs_space_after_subsuper:
+            self._keep(key, result[0])
+        return result
+
+
+#: The rcParams a mathtext layout may depend on (fonts, sizes, hinting): part of :class:`_PieceParser`'s keys.
+_RC_KEYS = tuple(key for key in matplotlib.rcParams if key.startswith(("mathtext.", "font.", "text.")))
+
+
+class _PieceMathTextParser(MathTextParser):
+    """Matplotlib's MathTextParser with a :class:`_PieceParser` (shared by all live plots, like matplotlib's)."""
+
+    def __init__(self, output):
+        super().__init__(output)
+        if type(self)._parser is None:  # built at the first use, as matplotlib builds its own
+            type(self)._parser = _PieceParser()
 
 
 class _GlyphCachingCanvas(FigureCanvasAgg):
