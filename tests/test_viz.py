@@ -315,3 +315,49 @@ def test_the_glyph_cache_draws_what_matplotlib_draws():
     canvas.draw()  # every text seen before: drawn from the kept bitmaps
     assert kept > 0 and len(canvas.get_renderer()._texts) == kept
     np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
+
+
+@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
+def test_new_texts_drawn_from_kept_pieces_and_glyphs_are_what_matplotlib_draws():
+    # a step's new title reuses the math pieces and the glyph bitmaps of the titles before it: drawn from those,
+    # every text must be pixel for pixel what matplotlib's own Agg canvas draws (rotated, mathtext with rules too)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def figure(k):
+        fig = Figure(figsize=(3, 2), dpi=100)
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 1])
+        ax.set_title(f"step {k}: $B_r$ = {k + 7}, $x_{{{k}}}$ = {k / 7:.3f}")
+        ax.text(0.3, 0.5 + k / 97, f"row n = {k}", rotation=30)
+        ax.text(0.1, 0.2 + k / 89, rf"$\frac{{{k}}}{{2}}$ and $\sqrt{{g_m}}$")
+        return fig
+
+    canvas = live._GlyphCachingCanvas(figure(0))
+    for k in range(1, 6):  # new texts at new positions: each drawn from kept pieces and glyphs, none whole
+        canvas.figure = figure(k)
+        canvas.figure.set_canvas(canvas)
+        canvas.draw()
+        plain = figure(k)
+        FigureCanvasAgg(plain).draw()
+        np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
+    renderer = canvas.get_renderer()
+    assert renderer._glyphs and renderer.mathtext_parser._parser._pieces
+
+
+@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
+@pytest.mark.parametrize("fontsize", [8, 11])
+def test_mathtext_pieces_parsed_once_lay_out_as_matplotlib_does(fontsize):
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    plain, pieces = MathTextParser("path"), live._PieceMathTextParser("path")
+    strings = [f"step i = {i}: $x_{{{i}}}$ = {i / 3:.3f}, $g_i$ = 0.456, $s_i$ = 1.2345" for i in range(4)]
+    strings += [r"m = 3: $x_m$ = 1.5, $\|A'_m - A\|$ = 2e-3", r"a \$ b $x$ c", r"$\operatorname{sin}^2 x$ $a_2$",
+                "$a$$b$", "$e^{g_{i-1}-g_i}$", "no math", "$x$"]
+    for s in strings * 2:  # the second time, from the kept pieces
+        a, b = (parser.parse(s, 160, FontProperties(size=fontsize)) for parser in (plain, pieces))
+        assert (a.width, a.height, a.depth, a.rects) == (b.width, b.height, b.depth, b.rects), s
+        assert [(g[0].fname, *g[1:]) for g in a.glyphs] == [(g[0].fname, *g[1:]) for g in b.glyphs], s
+    with pytest.raises(ValueError):
+        pieces.parse("$x_$", 160, FontProperties(size=fontsize))  # a bad string: matplotlib's own error
