@@ -227,24 +227,31 @@ def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
 
     from PIL import Image
 
+    rows = viz.live.PNG_BAND_ROWS
     rng = np.random.default_rng(5)
-    rgb = np.full((150, 40, 4), 255, np.uint8)  # 5 bands of 32 rows, the last one short
-    rgb[:, :, :3] = rng.integers(0, 256, (150, 40, 3), dtype=np.uint8)
+    height = 4 * rows + rows // 2  # 5 bands, the last one short
+    rgb = np.full((height, 40, 4), 255, np.uint8)
+    rgb[:, :, :3] = rng.integers(0, 256, (height, 40, 3), dtype=np.uint8)
     bands: dict = {}
-    for change in [None, (0, 1), (70, 71), (149, 150), (31, 33)]:
+    for change in [None, (0, 1), (2 * rows + 3, 2 * rows + 4), (height - 1, height), (rows - 1, rows + 1)]:
         if change is not None:
             rgb[change[0]:change[1], 3:9, 1] += 17
         png = viz.live.encode_png(rgb, bands=bands)
         with Image.open(io.BytesIO(png)) as image:
             np.testing.assert_array_equal(np.asarray(image), rgb)
         whole = zlib.decompress(_idat(png))  # checks zlib's header and the Adler-32 of the rows too
-        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows as one stream
-    kept = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
-    rgb[100:101, 0, 0] += 1  # one band (rows 96..127) changes: the others keep their compressed bytes
+        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows, fresh
+    kept = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
+    rgb[3 * rows + 2, 0, 0] += 1  # one band (the fourth) changes: the others keep their compressed bytes
     viz.live.encode_png(rgb, bands=bands)
-    again = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
-    assert sorted(again) == [0, 32, 64, 96, 128]
+    again = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
+    assert sorted(again) == [0, rows, 2 * rows, 3 * rows, 4 * rows]
     assert [again[s] is kept[s] for s in sorted(again)] == [True, True, True, False, True]
+    rgb[4 * rows - 1, 5, 2] += 1  # the last row of a band: the next band's first row is filtered against it
+    viz.live.encode_png(rgb, bands=bands)
+    assert [bands[s][1] is again[s] for s in sorted(again)] == [True, True, True, False, False]
+    with Image.open(io.BytesIO(viz.live.encode_png(rgb, bands=bands))) as image:
+        np.testing.assert_array_equal(np.asarray(image), rgb)
 
 
 def test_a_plots_png_is_its_pixels():
