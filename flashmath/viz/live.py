@@ -363,11 +363,12 @@ class _GlyphCachingRenderer(RendererAgg):
         height = self.height
         transforms: dict = {}
         kept_glyphs = self._glyphs
-        for font, size, glyph_index, slant, extend, dx, dy in glyphs:  # dy is upwards
+        for font, points, glyph_index, slant, extend, dx, dy in glyphs:  # dy is upwards
             # the 26.6 fixed-point position matplotlib gives FreeType, in whole pixels and 64ths of a pixel
             x64 = round(0x40 * (x + dx * cos - dy * sin))
             y64 = round(0x40 * (height - y + dx * sin + dy * cos))
-            key = (font, size, self.dpi, angle, slant, extend, glyph_index, load_flags, antialiased, x64 & 63, y64 & 63)
+            key = (font, points, self.dpi, angle, slant, extend, glyph_index, load_flags, antialiased,
+                   x64 & 63, y64 & 63)
             kept = kept_glyphs.get(key)
             if kept is None:
                 matrix = transforms.get((slant, extend))
@@ -375,7 +376,7 @@ class _GlyphCachingRenderer(RendererAgg):
                     matrix = transforms[slant, extend] = (
                         (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]])
                         .round().astype(int))
-                font.set_size(size, self.dpi)
+                font.set_size(points, self.dpi)
                 font._set_transform(matrix, [x64, y64])
                 bitmap = font._render_glyph(glyph_index, load_flags,
                                             RenderMode.NORMAL if antialiased else RenderMode.MONO)
