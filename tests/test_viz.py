@@ -368,3 +368,21 @@ def test_mathtext_pieces_parsed_once_lay_out_as_matplotlib_does(fontsize):
         assert [(g[0].fname, *g[1:]) for g in a.glyphs] == [(g[0].fname, *g[1:]) for g in b.glyphs], s
     with pytest.raises(ValueError):
         pieces.parse("$x_$", 160, FontProperties(size=fontsize))  # a bad string: matplotlib's own error
+
+
+def test_a_background_drawn_in_layers_is_the_full_draws_picture():
+    # the overflow plot's new y limits redraw only the y axis (and the spine drawn over its ticks) over a kept
+    # base: every picture must be pixel for pixel the one a full draw of the background gives
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(12) * 2
+    layered, full = (viz.OverflowPlot(x, scale=1.0, dtype="float16") for _ in range(2))  # as the widget draws it
+    states = [dict(scale=s, dtype=d) for d in ("float16", "float32") for s in (1.0, 3.0, 9.0, 30.0, 200.0, 3.0, 1.0)]
+    drawn_in_layers = 0
+    for state in states:
+        layered.update(**state)
+        new_background = layered._background is None and layered._background_key not in layered._backgrounds
+        full.update(**state)
+        full._changed = ()  # the whole figure drawn for each new background
+        np.testing.assert_array_equal(layered.rgb(), full.rgb(), err_msg=str(state))
+        drawn_in_layers += new_background and layered._base is not None
+    assert drawn_in_layers >= 4, "the layers were used"

@@ -117,6 +117,8 @@ class LivePlot:
         self._background = None  # the rest of the picture, rendered once (see rgb)
         self._background_key = None  # what the background shows (redraw_background's key), None: not kept
         self._backgrounds: dict = {}  # key -> a past background's pixels, zlib-compressed (see redraw_background)
+        self._changed: tuple = ()  # redraw_background's ``changed``: the only artists a new background changes
+        self._base = None  # (changed artists, the picture without them, what is drawn after them) (see _layered)
         try:
             self._build()
             self.update(**state)
@@ -156,6 +158,7 @@ class LivePlot:
             self.pixel_ratio = ratio
             self._background = None
             self._backgrounds.clear()
+            self._base = None
         return self
 
     @property
@@ -164,16 +167,23 @@ class LivePlot:
         width, height = self.fig.get_size_inches() * self.dpi
         return round(width), round(height)
 
-    def redraw_background(self, key=None) -> None:
+    def redraw_background(self, key=None, changed=()) -> None:
         """Call from ``_update`` when a step changes what is not live (axis limits, ticks, a legend).
 
         ``key``: a hashable name of the new background (e.g. the axis limits). A background drawn under a key is
         kept (compressed, about a tenth of a megabyte) and restored, not drawn again, when a later step names the
         same key: a slider moved back over a range draws each background once. The key must capture everything
         the background shows; None draws it anew.
+
+        ``changed``: the artists of the background that this change can change, when they are few (e.g.
+        ``[ax.yaxis]`` for new y limits: the ticks, tick labels and axis label), children of axes of the figure.
+        The rest of the background is then drawn once, without them, and a new background is that picture with
+        them drawn over it: the same pixels as a full draw where nothing drawn after them overlaps them (checked
+        at each new background, from their extents; else the whole figure is drawn).
         """
         self._background = None
         self._background_key = key
+        self._changed = tuple(changed)
 
     def update(self, **state) -> LivePlot:
         """Show another state (e.g. ``step=3``): artists' data change, nothing is rebuilt. Returns the plot."""
@@ -191,9 +201,16 @@ class LivePlot:
         if self._background is None:
             key = self._background_key
             kept = self._backgrounds.get(key) if key is not None else None
-            if kept is not None and getattr(canvas, "renderer", None) is not None and kept[1] == self._rgba().shape:
+            if kept is not None and kept[0] == "layer" and self._base is not None and self._base[0] == kept[1]:
+                canvas.restore_region(self._base[1])  # the base, and the changed artists' pixels over it
+                canvas.restore_region(kept[2])
+            elif (kept is not None and kept[0] != "layer" and getattr(canvas, "renderer", None) is not None
+                  and kept[1] == self._rgba().shape):
                 pixels = self._rgba()
                 pixels[...] = np.frombuffer(zlib.decompress(kept[0]), np.uint8).reshape(pixels.shape)
+            elif self._changed and (region := self._layered()) is not None:
+                if key is not None:
+                    self._backgrounds[key] = ("layer", self._base[0], region)
             else:
                 for artist in self._live:
                     artist.set_animated(True)  # left out of a full draw
@@ -210,6 +227,76 @@ class LivePlot:
             else:
                 self.fig.draw_artist(group)
         return self._rgba()[..., :3]
+
+    def _layered(self):
+        """Draw the background as the kept base with the changed artists (:meth:`redraw_background`) drawn over
+        it, with the artists a full draw draws after them over them (the spine over an axis's tick marks): the
+        layer. Returns the pixels of the layer's extent (a BufferRegion), or None, having drawn nothing, where
+        that would not be a full draw's picture: something drawn after the layer in a full draw, and not in it,
+        overlaps it; or a changed artist is not a child of the figure's axes."""
+        from matplotlib.transforms import Bbox
+
+        canvas: Any = self.fig.canvas
+        changed = self._changed
+        if any(getattr(artist, "axes", None) not in self.fig.axes for artist in changed):
+            return None
+        renderer = canvas.get_renderer()
+        for artist in self._live:
+            artist.set_animated(True)  # drawn over the background, not part of it
+        if self._base is None or self._base[0] != changed:
+            order = self._draw_order()
+            position = {id(artist): k for k, artist in enumerate(order)}
+            if any(id(artist) not in position for artist in changed):
+                return None
+            layer = set(map(id, changed))
+            while True:  # the changed artists, and what is drawn after them over them, until nothing more overlaps
+                boxes = [box for artist in order if id(artist) in layer for box in _extents(artist, renderer, 2)]
+                first = min(position[i] for i in layer)
+                more = {id(artist) for artist in order[first + 1:] if id(artist) not in layer
+                        and any(box.overlaps(other) for box in _extents(artist, renderer, 2) for other in boxes)}
+                if not more:
+                    break
+                layer |= more
+            layer_artists = [artist for artist in order if id(artist) in layer]
+            if any(artist.axes is None for artist in layer_artists):
+                return None  # a figure-level artist or an axes over it: not a layer
+            after = [box for artist in order[first + 1:] if id(artist) not in layer
+                     for box in _extents(artist, renderer, 2)]
+            # the layer's artists that do not change: where they draw is known once and for all
+            fixed = [box for artist in layer_artists if artist not in changed for box in _extents(artist, renderer, 2)]
+            for artist in layer_artists:
+                artist.set_animated(True)  # left out of the base
+            canvas.draw()
+            for artist in layer_artists:
+                artist.set_animated(False)
+            self._base = (changed, canvas.copy_from_bbox(self.fig.bbox), layer_artists, after, fixed)
+        else:
+            canvas.restore_region(self._base[1])
+        layer_artists, after, fixed = self._base[2], self._base[3], self._base[4]
+        for artist in layer_artists:
+            self.fig.draw_artist(artist)
+        boxes = [*fixed, *(box for artist in changed for box in _extents(artist, renderer, 2))]
+        if not boxes or any(box.overlaps(other) for box in boxes for other in after):
+            self._base = None  # the layer grew over something drawn after it: a full draw instead
+            return None
+        extent = Bbox.intersection(Bbox.union(boxes), self.fig.bbox)
+        return canvas.copy_from_bbox(extent) if extent is not None else None
+
+    def _draw_order(self) -> list:
+        """The static artists in the order a full draw of the figure draws them: the figure's children by zorder
+        (as Figure.draw sorts them), an axes as its children by zorder (as Axes.draw sorts them), its patch
+        first; artists that are not axes or their children stand for themselves."""
+        def drawn(children):
+            return sorted((c for c in children if c.get_visible() and not c.get_animated()),
+                          key=lambda c: c.get_zorder())
+
+        order: list = [self.fig.patch]
+        for artist in drawn(c for c in self.fig.get_children() if c is not self.fig.patch):
+            if artist in self.fig.axes:
+                order += [artist.patch, *drawn(c for c in artist.get_children() if c is not artist.patch)]
+            else:
+                order.append(artist)
+        return order
 
     def _draw_groups(self) -> list:
         """The live artists in drawing order, runs of plain bars (see :meth:`_bars_collection`) as lists."""
@@ -270,6 +357,7 @@ class LivePlot:
             artist.set_animated(False)
         self._background = None
         self._backgrounds.clear()
+        self._base = None
 
     def png(self) -> bytes:
         """The picture as PNG bytes (what a widget sends to the browser), quickly encoded (:func:`encode_png`)."""
@@ -481,6 +569,20 @@ class _GlyphCachingCanvas(FigureCanvasAgg):
             self.renderer = _GlyphCachingRenderer(w, h, self.figure.dpi)
             self._lastKey = key
         return self.renderer
+
+
+def _extents(artist, renderer, pad: float) -> list:
+    """Where ``artist`` draws, in pixels: its tight box padded by ``pad`` pixels (antialiasing, line widths); an
+    axis's tick marks too (outside its tight box, which holds the labels). [] for an artist that draws nothing."""
+    box = artist.get_tightbbox(renderer)
+    if box is None or not np.isfinite(box.bounds).all():
+        return []
+    ticks = 0.0
+    for name in ("majorTicks", "minorTicks"):
+        kept = getattr(artist, name, None)
+        if kept:
+            ticks = max(ticks, kept[0].get_tick_padding() * renderer.points_to_pixels(1.0))
+    return [box.padded(pad + ticks)]
 
 
 def _plain_bar(artist) -> bool:

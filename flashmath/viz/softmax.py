@@ -214,7 +214,8 @@ class OverflowPlot(LivePlot):
         ylim = nice_limits(*limits(np.concatenate([x64, [limit, lse]]), pad=0.15))
         if ylim != self.ax_e.get_ylim():
             self.ax_e.set_ylim(*ylim)
-            self.redraw_background(key=ylim)  # new ticks; the limits are all that changes in the background
+            # new ticks; the limits are all that changes in the background: only the y axis is drawn again
+            self.redraw_background(key=ylim, changed=[self.ax_e.yaxis])
         set_heights(self.direct_bars, np.nan_to_num(y_direct, nan=0.0))
         set_heights(self.safe_bars, y_safe)
         nan_at = np.isnan(y_direct)
