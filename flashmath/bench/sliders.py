@@ -224,7 +224,7 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
     with contextlib.redirect_stdout(sink):
         ui = case.build()
     live, cpu, states, first = [], [], [], []
-    shown = {_state_key(ui.result.state)}
+    shown = {_state_key(getattr(ui.result, "state", {}))}  # the state shown on construction
     for control in ui.kwargs_widgets:
         values = control_values(control)
         moves = sweep_moves(values, control.value)
