@@ -338,8 +338,10 @@ def test_new_texts_drawn_from_kept_pieces_and_glyphs_are_what_matplotlib_draws()
         ax.set_title(f"step {k}: $B_r$ = {k + 7}, $x_{{{k}}}$ = {k / 7:.3f}")
         ax.text(0.3, 0.5 + k / 97, f"row n = {k}", rotation=30)
         ax.text(0.1, 0.2 + k / 89, rf"$\frac{{{k}}}{{2}}$ and $\sqrt{{g_m}}$")
+        ax.text(0.5, 0.1 + k / 83, "the same text, moved")  # its kept layout, at a new place
         return fig
 
+    FigureCanvasAgg(figure(0)).draw()  # matplotlib's own mathtext parser built first, as in a notebook
     canvas = live._GlyphCachingCanvas(figure(0))
     for k in range(1, 6):  # new texts at new positions: each drawn from kept pieces and glyphs, none whole
         canvas.figure = figure(k)
@@ -349,7 +351,7 @@ def test_new_texts_drawn_from_kept_pieces_and_glyphs_are_what_matplotlib_draws()
         FigureCanvasAgg(plain).draw()
         np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
     renderer = canvas.get_renderer()
-    assert renderer._glyphs and renderer.mathtext_parser._parser._pieces
+    assert renderer._glyphs and renderer._layouts and renderer.mathtext_parser._parser._pieces
 
 
 @pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")

@@ -415,6 +415,7 @@ class _GlyphCachingRenderer(RendererAgg):
         self._texts: dict = {}
         self.mathtext_parser = _PieceMathTextParser("path")  # what RendererAgg uses, math pieces parsed once
         self._glyphs: dict = {}  # one glyph's bitmap at a fraction of a pixel (see _draw_text_glyphs_and_boxes)
+        self._layouts: dict = {}  # a plain text's glyphs and their places (see _draw_plain_text)
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath == "TeX":  # pragma: no cover - the course does not use TeX
@@ -430,7 +431,10 @@ class _GlyphCachingRenderer(RendererAgg):
         renderer, recorder = self._renderer, _GlyphRecorder(self._renderer, x0, y0)
         self._renderer = recorder
         try:
-            super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+            if ismath:
+                super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+            else:
+                self._draw_plain_text(gc, x, y, s, prop, angle, mtext)
         finally:
             self._renderer = renderer
         if recorder.glyphs is not None:
@@ -439,6 +443,30 @@ class _GlyphCachingRenderer(RendererAgg):
             self._texts[key] = recorder.glyphs
         return None
 
+
+    def _draw_plain_text(self, gc, x, y, s, prop, angle, mtext) -> None:
+        """Matplotlib's (3.11) RendererAgg.draw_text of a text without math, its layout kept: which glyphs, and
+        where relative to the text's origin, depends on the string, the font, its size, the dpi and the layout
+        options, not on where the text is drawn (a tick label on new axis limits, a node label that moved)."""
+        from matplotlib.backends.backend_agg import get_hinting_flag
+        from matplotlib.font_manager import fontManager, get_font
+
+        font = get_font(fontManager._find_fonts_by_props(prop))  # both cached by matplotlib
+        features = mtext.get_fontfeatures() if mtext is not None else None
+        language = mtext.get_language() if mtext is not None else None
+        size = prop.get_size_in_points()
+        flags = get_hinting_flag()
+        key = (s, font, size, self.dpi, flags, tuple(features) if features else None, language)
+        glyphs = self._layouts.get(key)
+        if glyphs is None:
+            font.clear()  # as RendererAgg._prepare_font
+            font.set_size(size, self.dpi)
+            glyphs = [(item.ft_object, size, item.glyph_index, 0, 1, item.x, item.y)
+                      for item in font._layout(s, flags=flags, features=features, language=language)]
+            if len(self._layouts) >= self.MAX_TEXTS:
+                self._layouts.clear()
+            self._layouts[key] = glyphs
+        self._draw_text_glyphs_and_boxes(gc, x, y, angle, glyphs, [])
 
     MAX_GLYPHS = 65536  # glyph bitmaps kept (a few hundred bytes each); past this the cache starts again
 
@@ -559,7 +587,8 @@ class _PieceMathTextParser(MathTextParser):
 
     def __init__(self, output):
         super().__init__(output)
-        if type(self)._parser is None:  # built at the first use, as matplotlib builds its own
+        # built at the first use, as matplotlib builds its own (which, once built, this class would inherit)
+        if not isinstance(type(self).__dict__.get("_parser"), _PieceParser):
             type(self)._parser = _PieceParser()
 
 
