@@ -227,24 +227,31 @@ def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
 
     from PIL import Image
 
+    rows = viz.live.PNG_BAND_ROWS
     rng = np.random.default_rng(5)
-    rgb = np.full((150, 40, 4), 255, np.uint8)  # 5 bands of 32 rows, the last one short
-    rgb[:, :, :3] = rng.integers(0, 256, (150, 40, 3), dtype=np.uint8)
+    height = 4 * rows + rows // 2  # 5 bands, the last one short
+    rgb = np.full((height, 40, 4), 255, np.uint8)
+    rgb[:, :, :3] = rng.integers(0, 256, (height, 40, 3), dtype=np.uint8)
     bands: dict = {}
-    for change in [None, (0, 1), (70, 71), (149, 150), (31, 33)]:
+    for change in [None, (0, 1), (2 * rows + 3, 2 * rows + 4), (height - 1, height), (rows - 1, rows + 1)]:
         if change is not None:
             rgb[change[0]:change[1], 3:9, 1] += 17
         png = viz.live.encode_png(rgb, bands=bands)
         with Image.open(io.BytesIO(png)) as image:
             np.testing.assert_array_equal(np.asarray(image), rgb)
         whole = zlib.decompress(_idat(png))  # checks zlib's header and the Adler-32 of the rows too
-        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows as one stream
-    kept = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
-    rgb[100:101, 0, 0] += 1  # one band (rows 96..127) changes: the others keep their compressed bytes
+        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows, fresh
+    kept = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
+    rgb[3 * rows + 2, 0, 0] += 1  # one band (the fourth) changes: the others keep their compressed bytes
     viz.live.encode_png(rgb, bands=bands)
-    again = {start: compressed for start, (_, compressed) in bands.items() if start != "shape"}
-    assert sorted(again) == [0, 32, 64, 96, 128]
+    again = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
+    assert sorted(again) == [0, rows, 2 * rows, 3 * rows, 4 * rows]
     assert [again[s] is kept[s] for s in sorted(again)] == [True, True, True, False, True]
+    rgb[4 * rows - 1, 5, 2] += 1  # the last row of a band: the next band's first row is filtered against it
+    viz.live.encode_png(rgb, bands=bands)
+    assert [bands[s][1] is again[s] for s in sorted(again)] == [True, True, True, False, False]
+    with Image.open(io.BytesIO(viz.live.encode_png(rgb, bands=bands))) as image:
+        np.testing.assert_array_equal(np.asarray(image), rgb)
 
 
 def test_a_plots_png_is_its_pixels():
@@ -315,3 +322,69 @@ def test_the_glyph_cache_draws_what_matplotlib_draws():
     canvas.draw()  # every text seen before: drawn from the kept bitmaps
     assert kept > 0 and len(canvas.get_renderer()._texts) == kept
     np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
+
+
+@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
+def test_new_texts_drawn_from_kept_pieces_and_glyphs_are_what_matplotlib_draws():
+    # a step's new title reuses the math pieces and the glyph bitmaps of the titles before it: drawn from those,
+    # every text must be pixel for pixel what matplotlib's own Agg canvas draws (rotated, mathtext with rules too)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def figure(k):
+        fig = Figure(figsize=(3, 2), dpi=100)
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 1])
+        ax.set_title(f"step {k}: $B_r$ = {k + 7}, $x_{{{k}}}$ = {k / 7:.3f}")
+        ax.text(0.3, 0.5 + k / 97, f"row n = {k}", rotation=30)
+        ax.text(0.1, 0.2 + k / 89, rf"$\frac{{{k}}}{{2}}$ and $\sqrt{{g_m}}$")
+        ax.text(0.5, 0.1 + k / 83, "the same text, moved")  # its kept layout, at a new place
+        return fig
+
+    FigureCanvasAgg(figure(0)).draw()  # matplotlib's own mathtext parser built first, as in a notebook
+    canvas = live._GlyphCachingCanvas(figure(0))
+    for k in range(1, 6):  # new texts at new positions: each drawn from kept pieces and glyphs, none whole
+        canvas.figure = figure(k)
+        canvas.figure.set_canvas(canvas)
+        canvas.draw()
+        plain = figure(k)
+        FigureCanvasAgg(plain).draw()
+        np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
+    renderer = canvas.get_renderer()
+    assert renderer._glyphs and renderer._layouts and renderer.mathtext_parser._parser._pieces
+
+
+@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
+@pytest.mark.parametrize("fontsize", [8, 11])
+def test_mathtext_pieces_parsed_once_lay_out_as_matplotlib_does(fontsize):
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.mathtext import MathTextParser
+
+    plain, pieces = MathTextParser("path"), live._PieceMathTextParser("path")
+    strings = [f"step i = {i}: $x_{{{i}}}$ = {i / 3:.3f}, $g_i$ = 0.456, $s_i$ = 1.2345" for i in range(4)]
+    strings += [r"m = 3: $x_m$ = 1.5, $\|A'_m - A\|$ = 2e-3", r"a \$ b $x$ c", r"$\operatorname{sin}^2 x$ $a_2$",
+                "$a$$b$", "$e^{g_{i-1}-g_i}$", "no math", "$x$"]
+    for s in strings * 2:  # the second time, from the kept pieces
+        a, b = (parser.parse(s, 160, FontProperties(size=fontsize)) for parser in (plain, pieces))
+        assert (a.width, a.height, a.depth, a.rects) == (b.width, b.height, b.depth, b.rects), s
+        assert [(g[0].fname, *g[1:]) for g in a.glyphs] == [(g[0].fname, *g[1:]) for g in b.glyphs], s
+    with pytest.raises(ValueError):
+        pieces.parse("$x_$", 160, FontProperties(size=fontsize))  # a bad string: matplotlib's own error
+
+
+def test_a_background_drawn_in_layers_is_the_full_draws_picture():
+    # the overflow plot's new y limits redraw only the y axis (and the spine drawn over its ticks) over a kept
+    # base: every picture must be pixel for pixel the one a full draw of the background gives
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(12) * 2
+    layered, full = (viz.OverflowPlot(x, scale=1.0, dtype="float16") for _ in range(2))  # as the widget draws it
+    states = [dict(scale=s, dtype=d) for d in ("float16", "float32") for s in (1.0, 3.0, 9.0, 30.0, 200.0, 3.0, 1.0)]
+    drawn_in_layers = 0
+    for state in states:
+        layered.update(**state)
+        new_background = layered._background is None and layered._background_key not in layered._backgrounds
+        full.update(**state)
+        full._changed = ()  # the whole figure drawn for each new background
+        np.testing.assert_array_equal(layered.rgb(), full.rgb(), err_msg=str(state))
+        drawn_in_layers += new_background and layered._base is not None
+    assert drawn_in_layers >= 4, "the layers were used"

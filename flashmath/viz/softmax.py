@@ -127,8 +127,9 @@ class OnlineSoftmaxPlot(LivePlot):
             title = "step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$"
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
-            title = (f"step i = {i}: $x_{{{i}}}$ = {x:.3f}, $g_{{{i}}}$ = {g:.3f}, rescale = {r:.3f}, "
-                     f"$s_{{{i}}}$ = {s:.4f}")
+            # the math ($x_i$) the same at every step, only the numbers change: a new step parses no math
+            # (flashmath.viz.live keeps parsed math pieces), as in chapter 5's "m = 3: $x_m$ = ..."
+            title = f"step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}"
         self.title.set_text(title)
 
 
@@ -213,7 +214,8 @@ class OverflowPlot(LivePlot):
         ylim = nice_limits(*limits(np.concatenate([x64, [limit, lse]]), pad=0.15))
         if ylim != self.ax_e.get_ylim():
             self.ax_e.set_ylim(*ylim)
-            self.redraw_background(key=ylim)  # new ticks; the limits are all that changes in the background
+            # new ticks; the limits are all that changes in the background: only the y axis is drawn again
+            self.redraw_background(key=ylim, changed=[self.ax_e.yaxis])
         set_heights(self.direct_bars, np.nan_to_num(y_direct, nan=0.0))
         set_heights(self.safe_bars, y_safe)
         nan_at = np.isnan(y_direct)
