@@ -91,7 +91,7 @@ class PrecisionPlot(LivePlot):
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
         ax_m.set_xticks(groups, [_(BAR_LABELS[v]) if v in BAR_LABELS else v for v in BAR_VARIANTS])
-        ax_m.set_ylabel(_("% of outputs not correctly rounded"))
+        ax_m.set_ylabel(_("%% of outputs not correctly rounded") % ())  # a python-format message: "%%" is "%"
         ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
                              for c, d in zip(colors, study.dtypes, strict=False)],
                     ncol=len(study.dtypes), **LEGEND_ABOVE)
