@@ -8,6 +8,7 @@ The chapter list is :data:`CHAPTERS` (the syllabus's order and titles).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -153,6 +154,18 @@ def _plain(entry: Chapter) -> str:
     }.get(entry.title, entry.title))
 
 
-def _wrap(title: str) -> str:
-    """A box's title on lines of about 22 Latin characters (or 11 Chinese ones, each twice as wide)."""
-    return textwrap.fill(title, 22 if title.isascii() else 11)
+def _wrap(title: str, width: int = 22) -> str:
+    """A box's title on lines of about ``width`` Latin characters; a Chinese character counts twice (it is about
+    twice as wide) and a line may break after it, as between words."""
+    if title.isascii():
+        return textwrap.fill(title, width)
+    pieces = re.findall(r"[\u2e80-\uffff]|[^\s\u2e80-\uffff]+|\s+", title)  # one CJK character, a word, spaces
+    lines, line, used = [], "", 0
+    for piece in pieces:
+        size = 2 if len(piece) == 1 and ord(piece) >= 0x2E80 else len(piece)
+        if line and used + size > width and not piece.isspace():
+            lines.append(line.rstrip())
+            line, used = "", 0
+        if line or not piece.isspace():
+            line, used = line + piece, used + size
+    return "\n".join([*lines, line.rstrip()])
