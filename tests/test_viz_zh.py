@@ -16,6 +16,11 @@ import pytest
 
 import flashmath as fm
 from flashmath import i18n, viz, widgets
+from flashmath.opcount import count_ops, op_count_table
+from flashmath.traffic import sram_sweep
+from flashmath.variants import mask_example
+from flashmath.viz.backward import plot_loss_curves
+from flashmath.viz.kernel import plot_kernel_timings
 
 pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
@@ -67,7 +72,7 @@ def widget_cases():
         "kernel_memory": lambda: widgets.kernel_memory_explorer(D=64),
         "course_map": lambda: widgets.course_map_explorer(chapter=0),
         "tile_traffic": lambda: widgets.tile_traffic_explorer(block=64, D=64),
-        "ops": lambda: widgets.ops_explorer(fm.opcount.op_count_table(q, k, v, blocks=(2, 4)), block=2),
+        "ops": lambda: widgets.ops_explorer(op_count_table(q, k, v, blocks=(2, 4)), block=2),
         "backward": lambda: widgets.backward_sweep_player(32, 32, block_q=16, block_k=16, causal=True),
         "mask": lambda: widgets.mask_explorer(kind="causal", param=3, block=8, N=16),
     }
@@ -115,20 +120,20 @@ def static_cases():
         "scale_step": lambda: viz.plot_scale_step(sweep, 1),
         "loop_swap_step": lambda: viz.plot_loop_swap_step(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), 4, row=1),
         "one_loop_step": lambda: viz.plot_one_loop_step(fm.one_loop_trace(q, k, v), 5),
-        "sram_sweep": lambda: viz.plot_sram_sweep([fm.traffic.sram_sweep(256, 64, [16384, 65536], order=o)
+        "sram_sweep": lambda: viz.plot_sram_sweep([sram_sweep(256, 64, [16384, 65536], order=o)
                                                    for o in ("fa1", "fa2")]),
-        "op_counts": lambda: viz.plot_op_counts({"fa2": fm.opcount.count_ops("fa2", q, k, v, block_q=2, block_k=3)}),
+        "op_counts": lambda: viz.plot_op_counts({"fa2": count_ops("fa2", q, k, v, block_q=2, block_k=3)}),
         "masks": lambda: viz.plot_masks({"causal": np.tril(np.ones((4, 4), bool))}),
         "precision_study": lambda: viz.plot_precision_study(fm.precision_study(q, k, v, blocks=(1, 3))),
         "accumulator_growth": lambda: viz.plot_accumulator_growth(
             fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa2"),
             fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa1")),
-        "mask_example": lambda: viz.plot_mask_example(fm.variants.mask_example, kind="window", param=5, block=4,
+        "mask_example": lambda: viz.plot_mask_example(mask_example, kind="window", param=5, block=4,
                                                       N=16),
         "paged_cache": lambda: viz.plot_paged_cache(np.array([[0, 2], [1, 3]]), np.array([5, 3]), 4, 4),
         "gqa_heads": lambda: viz.plot_gqa_heads(8, 2),
-        "kernel_timings": lambda: viz.kernel.plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
-        "loss_curves": lambda: viz.backward.plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
+        "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
+        "loss_curves": lambda: plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
     }
 
 
