@@ -218,9 +218,9 @@ class LoopSwapPlot(LivePlot):
             self.added_lines.set_segments([])
         with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
             dist = float(np.max(np.abs(current - final)))
-        keys = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
+        seen = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
         self.title.set_text(_("loop order n, m, d, row n = {n}: after {keys} of {M}, max |partial - A| = {dist:.3g}")
-                            .format(n=n, keys=keys, M=M, dist=dist))
+                            .format(n=n, keys=seen, M=M, dist=dist))
 
 
 class OneLoopPlot(LivePlot):

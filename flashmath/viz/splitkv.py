@@ -152,7 +152,7 @@ class SplitKVPlot(LivePlot):
         ranges = (_("{splits} key ranges of about {keys} keys") if splits > 1
                   else _("{splits} key range of about {keys} keys")).format(splits=splits, keys=self.M // splits)
         levels = len(trace.levels) - 1
-        merged = (_("merged in {levels} level") if levels == 1
-                  else _("merged in {levels} levels")).format(levels=levels)
-        self.title.set_text(_("{ranges}, {merged}: L = {lse:.4f}").format(ranges=ranges, merged=merged,
+        merged_in = (_("merged in {levels} level") if levels == 1
+                     else _("merged in {levels} levels")).format(levels=levels)
+        self.title.set_text(_("{ranges}, {merged}: L = {lse:.4f}").format(ranges=ranges, merged=merged_in,
                                                                            lse=float(np.ravel(trace.lse)[0])))
