@@ -50,6 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
+from flashmath.i18n import gettext as _
 
 __all__ = [
     "MASK_KINDS",
@@ -522,27 +523,28 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
     change = np.zeros((N, N))
     causal, window, mod, cu = True, None, None, None
     if kind == "causal":
-        note = "causal: query n sees keys m <= n (param unused)"
+        note = _("causal: query n sees keys m <= n (param unused)")
     elif kind == "window":
         causal, window = False, param
-        note = f"sliding window: the last {param} keys (window=({param - 1}, 0))"
+        note = _("sliding window: the last {param} keys (window=({before}, 0))").format(param=param, before=param - 1)
     elif kind == "document":
         cu = np.linspace(0, N, min(param, N) + 1).astype(np.intp)
-        note = f"{len(cu) - 1} documents packed, causal inside each"
+        note = _("{documents} documents packed, causal inside each").format(documents=len(cu) - 1)
     elif kind == "prefix-LM":
         causal, mod = False, prefix_lm_mask_mod(param)
-        note = f"prefix-LM: the first {param} keys seen by every query, causal after"
+        note = _("prefix-LM: the first {param} keys seen by every query, causal after").format(param=param)
     elif kind == "ALiBi":
         change = -(2.0 ** -param) * np.abs(n - m)
-        note = f"ALiBi: bias -{2.0 ** -param:g} |n - m| on the causal scores (same tiles as causal)"
+        note = _("ALiBi: bias -{slope:g} |n - m| on the causal scores (same tiles as causal)").format(
+            slope=2.0 ** -param)
     elif kind == "softcap":
         cap = param / 4
         x = np.random.default_rng(0).standard_normal((N, N)) * 3  # sample scaled scores
         change = cap * np.tanh(x / cap) - x
-        note = f"softcap c = {cap:g}: c tanh(x / c) - x on sample scores (same tiles as causal)"
+        note = _("softcap c = {cap:g}: c tanh(x / c) - x on sample scores (same tiles as causal)").format(cap=cap)
     else:
         mod = (mask_mod or strided_mask_mod)(param)
-        note = f"custom mask_mod (param = {param})"
+        note = _("custom mask_mod (param = {param})").format(param=param)
     blocks = block_mask(N, N, block_q=block, block_k=block, causal=causal, window=window, mask_mod=mod,
                         cu_seqlens_q=cu)
     docs = packed_documents(cu, cu, N, N) if cu is not None else None

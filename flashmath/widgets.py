@@ -27,6 +27,7 @@ from flashmath._checks import integer, size
 from flashmath.attention import loop_swap_trace, one_loop_trace, scores_of
 from flashmath.backward import DQ_MODES
 from flashmath.counting import flash_trace
+from flashmath.i18n import gettext as _
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
@@ -42,7 +43,7 @@ __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_expl
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
 
-def step_slider(n_steps: int, *, value: int = 0, description: str = "step", low: int = 0,
+def step_slider(n_steps: int, *, value: int = 0, description: str | None = None, low: int = 0,
                 name: str = "n_steps", what: str = "the step shown first") -> widgets.IntSlider:
     """An integer slider over ``low..n_steps`` for :func:`live_widget`.
 
@@ -53,6 +54,8 @@ def step_slider(n_steps: int, *, value: int = 0, description: str = "step", low:
     value = integer(value, f"value ({what})")
     if not low <= value <= n_steps:
         raise ValueError(f"value ({what}) must be in {low}..{n_steps}, got {value}")
+    if description is None:
+        description = _("step")  # translated when the slider is made, not when the module is imported
     return widgets.IntSlider(value=value, min=low, max=n_steps, step=1, description=description,
                              continuous_update=True)
 
@@ -120,7 +123,7 @@ def online_softmax_player(x, *, labels=None, value: int = 0, interval: int = PLA
         wrong length; ``value`` or ``interval`` as :func:`step_slider` and :func:`live_widget`.
     """
     trace = online_softmax_trace(x)  # computed once; a move only redraws
-    slider = step_slider(len(trace), value=value, description="step i")
+    slider = step_slider(len(trace), value=value, description=_("step i"))
     plot = viz.OnlineSoftmaxPlot(trace, labels=labels, step=slider.value)
     return live_widget(plot, interval=interval, step=slider)
 
@@ -146,7 +149,7 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         raise TypeError(f"scale must be a number between 1 and 1000, got {type(scale).__name__} {scale!r}")
     if not 1 <= scale <= 1000:
         raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
-    scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description="scale",
+    scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description=_("scale"),
                                           continuous_update=False)
     dtype_buttons = widgets.ToggleButtons(options=list(OVERFLOW_DTYPES), value=dtype, description="dtype")
     plot = viz.OverflowPlot(x, scale=scale_slider.value, dtype=dtype)
@@ -208,7 +211,7 @@ def loop_swap_player(y, v, *, row: int = 0, labels=None, value: int = 0, interva
         check_labels(labels, y_shape[1], "key")
         step_slider(y_shape[1], value=value)
     trace = loop_swap_trace(y, v)  # computed once; a move only redraws
-    slider = step_slider(len(trace), value=value, description="keys m")
+    slider = step_slider(len(trace), value=value, description=_("keys m"))
     plot = viz.LoopSwapPlot(trace, row=row, labels=labels, step=slider.value)
     return live_widget(plot, interval=interval, step=slider)
 
@@ -239,7 +242,7 @@ def one_loop_player(q, k, v, *, row: int = 0, dims=None, labels=None, value: int
     dims = tuple(check_dims(dims, v.shape[1]))
     check_labels(labels, k.shape[0], "key")
     trace = one_loop_trace(q[row:row + 1], k, v)  # computed once, for the one row shown
-    slider = step_slider(len(trace), value=value, description="keys m")
+    slider = step_slider(len(trace), value=value, description=_("keys m"))
     plot = viz.OneLoopPlot(trace, row=0, dims=dims, labels=labels, step=slider.value)
     return live_widget(plot, interval=interval, step=slider)
 
@@ -285,8 +288,8 @@ def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=Fal
         raise ValueError(f"order must be 'fa1' or 'fa2', got {order!r}")
     traces, scores, standard = tile_sweep_traces(q, k, v, block_q=block_q, block_k=block_k, causal=causal,
                                                  mask=mask)
-    slider = step_slider(len(traces[order]), value=value, description="tile step t")
-    toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description="order")
+    slider = step_slider(len(traces[order]), value=value, description=_("tile step t"))
+    toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description=_("order"))
     plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
     return live_widget(plot, interval=interval, step=slider, order=toggle)
 
@@ -311,7 +314,7 @@ def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: 
     if q.ndim != 2 or q.shape[0] != 1 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"q must be one query (1, D) and k, v 2-D (M, D), (M, Dv); got {q.shape}, {k.shape}, "
                          f"{v.shape}")
-    slider = step_slider(max_splits, value=value, description="splits", low=1, name="max_splits",
+    slider = step_slider(max_splits, value=value, description=_("splits"), low=1, name="max_splits",
                          what="the number of ranges shown first")
     traces = {p: split_kv_trace(q, k, v, p) for p in range(1, slider.max + 1)}
     inp = prepare_attention_inputs(q, k, v)
@@ -338,7 +341,7 @@ def precision_explorer(study, *, block: int = 0):
     block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
     labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
     slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)), strict=False)), value=block,
-                                     description="tile size", continuous_update=True)
+                                     description=_("tile size"), continuous_update=True)
     plot = viz.PrecisionPlot(study, block=block)
     return live_widget(plot, block=slider)
 
@@ -377,7 +380,7 @@ def course_map_explorer(*, chapter: int = 0):
     from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 
     plot = CourseMapPlot(chapter=chapter)
-    return live_widget(plot, chapter=step_slider(len(CHAPTERS) - 1, value=chapter, description="chapter"))
+    return live_widget(plot, chapter=step_slider(len(CHAPTERS) - 1, value=chapter, description=_("chapter")))
 
 
 def tile_traffic_explorer(table=None, *, block: int = 64, D: int = 64):
@@ -469,7 +472,7 @@ def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: in
         return cache[key]
 
     plot = viz.MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N)
-    kinds = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description="mask")
+    kinds = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description=_("mask"))
     slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description="param", continuous_update=True)
-    tile = widgets.SelectionSlider(options=blocks, value=block, description="tile", continuous_update=True)
+    tile = widgets.SelectionSlider(options=blocks, value=block, description=_("tile"), continuous_update=True)
     return live_widget(plot, kind=kinds, param=slider, block=tile)

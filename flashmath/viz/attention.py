@@ -7,6 +7,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from flashmath._checks import integer
+from flashmath.i18n import gettext as _
 from flashmath.viz.live import (
     DIM_COLORS,
     DPI,
@@ -20,7 +21,6 @@ from flashmath.viz.live import (
     check_labels,
     finite_or_nan,
     index,
-    keys_text,
     limits,
     recolor,
     set_heights,
@@ -83,34 +83,34 @@ class ScalePlot(LivePlot):
         ax_h.set_xlim(self.edges_raw[0], self.edges_raw[-1])
         ax_h.set_yscale("log")
         ax_h.set_ylim(1e-4, 5.0)
-        ax_h.set_xlabel("score")
-        ax_h.set_ylabel("density (log)")
+        ax_h.set_xlabel(_("score"))
+        ax_h.set_ylabel(_("density (log)"))
         self.hist_title = ax_h.set_title("", fontsize=10)
         ax_h.legend(loc="upper right", fontsize=8)
 
         self.markers: list = []
 
         def over_d(ax, raw, scaled, ylabel):
-            ax.plot(dims, raw, "o-", color=RAW, ms=4, label="unscaled")
-            ax.plot(dims, scaled, "s-", color=SCALED, ms=4, label="scaled by $1/\\sqrt{D}$")
+            ax.plot(dims, raw, "o-", color=RAW, ms=4, label=_("unscaled"))
+            ax.plot(dims, scaled, "s-", color=SCALED, ms=4, label=_("scaled by $1/\\sqrt{D}$"))
             self.markers.append(ax.axvline(dims[0], color="k", ls=":", lw=1))
             ax.set_xscale("log", base=2)
             ax.set_xlim(dims[0] / 1.4, dims[-1] * 1.4)
-            ax.set_xlabel("head dimension D")
+            ax.set_xlabel(_("head dimension D"))
             ax.set_ylabel(ylabel)
 
-        over_d(ax_std, std_raw, std_scaled, "std of scores")
+        over_d(ax_std, std_raw, std_scaled, _("std of scores"))
         ax_std.plot(dims, np.sqrt(dims), color="k", lw=0.8, ls="--", label="$\\sqrt{D}$")
         ax_std.set_yscale("log", base=2)
         std_all = np.concatenate([std_raw, std_scaled, np.sqrt(dims)])
         ax_std.set_ylim(std_all.min() / 1.4, std_all.max() * 1.4)
         ax_std.legend(loc="upper left", fontsize=8)
-        over_d(ax_p, sweep.max_prob_raw.mean(axis=1), sweep.max_prob_scaled.mean(axis=1), "mean max probability")
+        over_d(ax_p, sweep.max_prob_raw.mean(axis=1), sweep.max_prob_scaled.mean(axis=1), _("mean max probability"))
         ax_p.set_ylim(0, 1.05)
         ax_p.legend(loc="upper left", fontsize=8)
         log_m = float(np.log(sweep.n_keys))
-        over_d(ax_e, sweep.entropy_raw.mean(axis=1), sweep.entropy_scaled.mean(axis=1), "mean entropy (nats)")
-        ax_e.axhline(log_m, color="k", lw=0.8, ls="--", label=f"uniform, log M = {log_m:.2f}")
+        over_d(ax_e, sweep.entropy_raw.mean(axis=1), sweep.entropy_scaled.mean(axis=1), _("mean entropy (nats)"))
+        ax_e.axhline(log_m, color="k", lw=0.8, ls="--", label=_("uniform, log M = {log_m:.2f}").format(log_m=log_m))
         ax_e.set_ylim(0, 1.12 * log_m)
         ax_e.legend(ncol=3, **LEGEND_ABOVE)  # above the axes: inside, any corner covers a curve for some D
         self.title = self.fig.suptitle("", fontsize=11)
@@ -125,11 +125,13 @@ class ScalePlot(LivePlot):
         std_raw, std_scaled = sweep.std()
         self.stairs_raw.set_data(np.maximum(self.hist_raw[i], HIST_FLOOR))
         self.stairs_scaled.set_data(np.maximum(self.hist_scaled[i], HIST_FLOOR))
-        self.hist_title.set_text(f"scores at D = {D}")
+        self.hist_title.set_text(_("scores at D = {D}").format(D=D))
         for marker in self.markers:
             marker.set_xdata([D, D])
-        self.title.set_text(f"D = {D}: score std {std_raw[i]:.2f} unscaled, {std_scaled[i]:.2f} scaled; max "
-                            f"probability {sweep.max_prob_raw[i].mean():.2f} vs {sweep.max_prob_scaled[i].mean():.2f}")
+        self.title.set_text(_("D = {D}: score std {raw:.2f} unscaled, {scaled:.2f} scaled; max probability "
+                              "{p_raw:.2f} vs {p_scaled:.2f}").format(
+            D=D, raw=std_raw[i], scaled=std_scaled[i], p_raw=sweep.max_prob_raw[i].mean(),
+            p_scaled=sweep.max_prob_scaled[i].mean()))
 
 
 class LoopSwapPlot(LivePlot):
@@ -177,7 +179,7 @@ class LoopSwapPlot(LivePlot):
         if self.labels is not None:
             ax_y.set_xticks(keys, self.labels, rotation=90, fontsize=7)
         else:
-            ax_y.set_xlabel("key m (1..M)")
+            ax_y.set_xlabel(_("key m (1..M)"))
 
         dd = np.arange(Dv)
         self.a_bars = ax_a.bar(dd, np.zeros(Dv), color=SEEN, width=0.75)
@@ -187,12 +189,12 @@ class LoopSwapPlot(LivePlot):
         ax_a.axhline(0, color="k", lw=0.5)
         ax_a.set_ylim(*limits(np.concatenate([self.partial[n].ravel(), [0.0]])))
         ax_a.set_xlim(-0.6, Dv - 0.4)
-        ax_a.set_xlabel("output dimension d (0-based)")
+        ax_a.set_xlabel(_("output dimension d (0-based)"))
         ax_a.set_ylabel(f"A[{n}, d]")
-        ax_a.legend(handles=[Patch(color=SEEN, label="partial sums of the first m keys"),
-                             Line2D([], [], color=JUMP, lw=4, label="just added: key m's term"),
+        ax_a.legend(handles=[Patch(color=SEEN, label=_("partial sums of the first m keys")),
+                             Line2D([], [], color=JUMP, lw=4, label=_("just added: key m's term")),
                              Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5,
-                                    label=f"final A[{n}, :]")], ncol=3, **LEGEND_ABOVE)
+                                    label=_("final A[{n}, :]").format(n=n))], ncol=3, **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.y_bars, self.current, self.a_bars, self.added_lines, self.added_ticks, self.title)
 
@@ -216,8 +218,9 @@ class LoopSwapPlot(LivePlot):
             self.added_lines.set_segments([])
         with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
             dist = float(np.max(np.abs(current - final)))
-        self.title.set_text(f"loop order n, m, d, row n = {n}: after {keys_text(m)} of {M}, "
-                            f"max |partial - A| = {dist:.3g}")
+        seen = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
+        self.title.set_text(_("loop order n, m, d, row n = {n}: after {keys} of {M}, max |partial - A| = {dist:.3g}")
+                            .format(n=n, keys=seen, M=M, dist=dist))
 
 
 class OneLoopPlot(LivePlot):
@@ -278,30 +281,31 @@ class OneLoopPlot(LivePlot):
         (self.g_line,) = ax_x.step([], [], where="mid", color=JUMP, lw=2)
         ax_x.axhline(0, color="k", lw=0.5)
         ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
-        ax_x.set_ylabel("score")
-        ax_x.legend(handles=[Patch(color=SEEN, label="score $x_m$ (seen)"), Patch(color=UNSEEN, label="not seen yet"),
-                             Line2D([], [], color=JUMP, lw=2, label="running max $g_m$")], ncol=3, **LEGEND_ABOVE)
+        ax_x.set_ylabel(_("score"))
+        ax_x.legend(handles=[Patch(color=SEEN, label=_("score $x_m$ (seen)")),
+                             Patch(color=UNSEEN, label=_("not seen yet")),
+                             Line2D([], [], color=JUMP, lw=2, label=_("running max $g_m$"))], ncol=3, **LEGEND_ABOVE)
 
         self.c_bars = ax_c.bar(steps, np.zeros(M), color=HOLD, width=0.7)
         (self.w_marks,) = ax_c.plot([], [], "o", color=SEEN, ms=6)
         ax_c.set_ylim(0, 1.15)
-        ax_c.set_ylabel("factor")
-        ax_c.legend(handles=[Patch(color=HOLD, label="correction of $A'_{m-1}$, max held"),
-                             Patch(color=JUMP, label="max jumped"),
-                             Line2D([], [], color=SEEN, marker="o", ls="", ms=6, label="weight of $V_m$")],
+        ax_c.set_ylabel(_("factor"))
+        ax_c.legend(handles=[Patch(color=HOLD, label=_("correction of $A'_{m-1}$, max held")),
+                             Patch(color=JUMP, label=_("max jumped")),
+                             Line2D([], [], color=SEEN, marker="o", ls="", ms=6, label=_("weight of $V_m$"))],
                     ncol=3, **LEGEND_ABOVE)
 
         (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=5)
         if np.isfinite(self.s[-1]):
             ax_s.axhline(self.s[-1], color="k", ls="--", lw=1)
         ax_s.set_ylim(0, top(self.s))
-        ax_s.set_ylabel("running sum $s_m$")
+        ax_s.set_ylabel(_("running sum $s_m$"))
         ax_s.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {self.s[-1]:.3g}")],
                     loc="lower right", fontsize=8)
         if self.labels is not None:
             ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
         else:
-            ax_s.set_xlabel("key m (1..M)")
+            ax_s.set_xlabel(_("key m (1..M)"))
 
         self.a_lines = []
         for color, d in zip(DIM_COLORS, self.dims, strict=False):
@@ -309,7 +313,7 @@ class OneLoopPlot(LivePlot):
                 ax_a.axhline(self.target[d], color=color, ls="--", lw=1)
             self.a_lines.append(ax_a.plot([], [], "o-", color=color, ms=3, lw=1.2, label=f"$A'_m$[{d}]")[0])
         ax_a.set_ylim(*limits(np.concatenate([self.a[:, self.dims].ravel(), self.target[self.dims], [0.0]])))
-        ax_a.set_ylabel("output (dashed: final A)")
+        ax_a.set_ylabel(_("output (dashed: final A)"))
         ax_a.legend(ncol=len(self.dims), **LEGEND_ABOVE)
 
         (self.d_line,) = ax_d.plot([], [], "o-", color=SEEN, ms=3)
@@ -317,7 +321,7 @@ class OneLoopPlot(LivePlot):
         d_top = top(np.append(self.dist, self.dist_0))
         ax_d.set_ylim(-0.05 * d_top / 1.1, d_top)
         ax_d.set_ylabel("$\\|A'_m - A\\|$")
-        ax_d.set_xlabel("keys seen m (0 = none)")
+        ax_d.set_xlabel(_("keys seen m (0 = none)"))
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.x_bars, self.g_line, self.c_bars, self.w_marks, self.s_line, ax_s.get_legend(), *self.a_lines,
                   self.d_line, self.title)
@@ -339,11 +343,12 @@ class OneLoopPlot(LivePlot):
             line.set_data(upto, np.concatenate([[0.0], self.a[:m, d]]))
         self.d_line.set_data(upto, np.concatenate([[self.dist_0], self.dist[:m]]))
         if m == 0:
-            title = "m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$"
+            title = _("m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$")
         else:
             j = m - 1
-            title = (f"m = {m}: $x_m$ = {self.x[j]:.3g}, $g_m$ = {self.g[j]:.3g}, $s_m$ = {self.s[j]:.3g}, "
-                     f"correction = {self.corr[j]:.3g}, $\\|A'_m - A\\|$ = {self.dist[j]:.2e}")
+            title = _("m = {m}: $x_m$ = {x:.3g}, $g_m$ = {g:.3g}, $s_m$ = {s:.3g}, correction = {corr:.3g}, "
+                      "$\\|A'_m - A\\|$ = {dist:.2e}").format(m=m, x=self.x[j], g=self.g[j], s=self.s[j],
+                                                           corr=self.corr[j], dist=self.dist[j])
         self.title.set_text(title)
 
 

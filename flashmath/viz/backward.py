@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.i18n import gettext as _
 from flashmath.viz.live import DPI, LivePlot, index
 
 __all__ = ["BackwardSweepPlot", "plot_loss_curves"]
@@ -43,7 +44,7 @@ class BackwardSweepPlot(LivePlot):
         check_dq_mode(dq_mode)
         self.n_q, self.n_k = -(-N // block_q), -(-M // block_k)
         visited = np.zeros((self.n_q, self.n_k), bool)
-        for _, i, j in self.schedules["separate"]:
+        for _kernel, i, j in self.schedules["separate"]:
             visited[i, j] = True
         self.never = ~visited  # tile pairs no kernel visits (causal)
         self.steps = self.schedules[dq_mode]
@@ -62,9 +63,9 @@ class BackwardSweepPlot(LivePlot):
         self.pairs = ax.imshow(np.zeros((self.n_q, self.n_k)), cmap=PAIR_COLORS, vmax=3, **kw)
         self.keys = ax_k.imshow(np.zeros((1, self.n_k)), cmap=STATE_COLORS, vmax=2, **kw)
         self.queries = ax_q.imshow(np.zeros((self.n_q, 1)), cmap=STATE_COLORS, vmax=2, **kw)
-        ax.set_xlabel("key tile j")
-        ax_q.set_ylabel("query tile i")
-        ax_k.set_title("dK_j, dV_j: grey 0, orange on chip, green written", fontsize=9, loc="left")
+        ax.set_xlabel(_("key tile j"))
+        ax_q.set_ylabel(_("query tile i"))
+        ax_k.set_title(_("dK_j, dV_j: grey 0, orange on chip, green written"), fontsize=9, loc="left")
         ax_q.set_xticks([])
         ax_k.set_yticks([])
         ax_q.set_xlabel("dQ_i", fontsize=9)
@@ -93,23 +94,23 @@ class BackwardSweepPlot(LivePlot):
             keys[:j] = 2  # earlier key tiles: dK_j, dV_j written to HBM
             keys[j] = 1  # this program's dK_j, dV_j: on chip
             if self.dq_mode == "atomic":
-                for _, i2, _ in self.steps[:step + 1]:
+                for _kernel, i2, _j in self.steps[:step + 1]:  # not "_": the gettext of this module
                     queries[i2] = 1  # partial sums in HBM, added atomically
                 if step == len(self.steps) - 1:
                     queries[:] = 2
-            rule = f"dK_{j + 1}, dV_{j + 1} += ... (on chip)" + (f";  dQ_{i + 1} += atomically in HBM"
-                                                              if self.dq_mode == "atomic" else "")
+            rule = _("dK_{j}, dV_{j} += ... (on chip)").format(j=j + 1) + (
+                _(";  dQ_{i} += atomically in HBM").format(i=i + 1) if self.dq_mode == "atomic" else "")
         else:
             keys[:] = 2
             queries[:i] = 2  # earlier query tiles: dQ_i written
             queries[i] = 1  # this program's dQ_i, on chip
-            rule = f"dQ_{i + 1} += dX K_{j + 1} (on chip)"
+            rule = _("dQ_{i} += dX K_{j} (on chip)").format(i=i + 1, j=j + 1)
         self.pairs.set_data(pairs)
         self.keys.set_data(keys[None, :])
         self.queries.set_data(queries[:, None])
         name = "_bwd_dkdv" if kernel == "dkdv" else "_bwd_dq"
-        self.title.set_text(f"step {step + 1} of {len(self.steps)}: {name}, query tile {i + 1}, key tile {j + 1}\n"
-                            f"{rule}")
+        self.title.set_text(_("step {step} of {steps}: {name}, query tile {i}, key tile {j}").format(
+            step=step + 1, steps=len(self.steps), name=name, i=i + 1, j=j + 1) + "\n" + rule)
 
 
 def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
@@ -126,10 +127,10 @@ def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
                 label=label)
         if k:
             ax_d.plot(np.arange(1, len(losses) + 1), np.abs(losses - base), marker=".", label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("loss"))
     ax.legend(fontsize=8)
-    ax_d.set_xlabel("step")
+    ax_d.set_xlabel(_("step"))
     ax_d.set_title(f"|loss - {labels[0]}|", fontsize=9)
     ax_d.set_yscale("symlog", linthresh=1e-8)
     return fig

@@ -10,6 +10,8 @@ have. :func:`plot_kernel_timings` draws timings measured on a GPU. Nothing here 
 from __future__ import annotations
 
 from flashmath.hardware import GPUS, tile_bytes
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot
 
 __all__ = ["KernelMemoryPlot", "plot_kernel_timings", "BLOCK_SIZES", "WARPS", "STAGES"]
@@ -18,8 +20,9 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
 KiB = 1024
-SHARED_PARTS = ("Q tile", "K, V tiles")
-REGISTER_PARTS = ("scores X, P", "acc = s A'", "g, s (m_i, l_i)")
+# translated where they are drawn (the language may be selected after this module is imported)
+SHARED_PARTS = (N_("Q tile"), N_("K, V tiles"))
+REGISTER_PARTS = (N_("scores X, P"), "acc = s A'", "g, s (m_i, l_i)")
 PART_COLORS = ("#1f77b4", "#aec7e8", "#2ca02c", "#98df8a", "#8c564b")
 
 
@@ -66,33 +69,33 @@ class KernelMemoryPlot(LivePlot):
         for row, (parts, colors) in enumerate(((SHARED_PARTS, PART_COLORS[:2]), (REGISTER_PARTS, PART_COLORS[2:]))):
             for part, color in zip(parts, colors, strict=False):
                 (patch,) = ax_chip.barh([row], [0.0], left=0.0, height=0.55, color=color)
-                patch.set_label(part)
+                patch.set_label(_(part))
                 self.segments.append(patch)
                 legend.append(patch)
         limit_styles = {"A100": ":", "H100": "--"}
         for name, style in limit_styles.items():
             x = GPUS[name].shared_per_block_bytes / KiB
-            legend.append(ax_chip.axvline(x, ymin=0.5, color="#7f7f7f", ls=style, lw=1.2,
-                                          label=f"{name}: shared memory per block, {x:.0f} KiB"))
+            label = _("{name}: shared memory per block, {x:.0f} KiB").format(name=name, x=x)
+            legend.append(ax_chip.axvline(x, ymin=0.5, color="#7f7f7f", ls=style, lw=1.2, label=label))
         register_file = GPUS["H100"].register_bytes / KiB
         legend.append(ax_chip.axvline(register_file, ymax=0.5, color=JUMP, ls="--", lw=1.2,
-                                      label=f"register file of one SM, {register_file:.0f} KiB"))
-        ax_chip.set_yticks([0, 1], ["shared\nmemory", "registers"], fontsize=9)
+                                      label=_("register file of one SM, {size:.0f} KiB").format(size=register_file)))
+        ax_chip.set_yticks([0, 1], [_("shared\nmemory"), _("registers")], fontsize=9)
         ax_chip.set_ylim(1.6, -0.6)
         ax_chip.set_xlim(0, max(self.shared_max, self.registers_max) * 1.05)
-        ax_chip.set_xlabel("KiB per program (one query tile)", fontsize=9)
+        ax_chip.set_xlabel(_("KiB per program (one query tile)"), fontsize=9)
         ax_chip.tick_params(labelsize=8)
         ax_chip.legend(handles=legend, fontsize=8, loc="lower right", ncols=2, framealpha=1, edgecolor="none")
         self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=9, va="center") for row in (0, 1)]
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
-        ax_thread.text(0.35, 255 * 1.1, "255 per thread:\nmore spill\noff chip", color=JUMP, fontsize=8,
+        ax_thread.text(0.35, 255 * 1.1, _("255 per thread:\nmore spill\noff chip"), color=JUMP, fontsize=8,
                        va="bottom")
         ax_thread.set_yscale("log")
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)
         ax_thread.set_xticks([])
-        ax_thread.set_ylabel("32-bit registers per thread", fontsize=9)
+        ax_thread.set_ylabel(_("32-bit registers per thread"), fontsize=9)
         ax_thread.tick_params(labelsize=8)
         self.thread_text = ax_thread.text(0, 1.3, "", ha="center", fontsize=8, color="white", fontweight="bold")
         self.title = self.fig.suptitle("", fontsize=10)
@@ -110,15 +113,17 @@ class KernelMemoryPlot(LivePlot):
             patch.set_x(left / KiB)
             patch.set_width(size / KiB)
         fits = [name for name, gpu in sorted(GPUS.items()) if need.shared <= gpu.shared_per_block_bytes]
-        self.totals[0].set_text(f"{need.shared / KiB:.1f} KiB: fits one block on {', '.join(fits) or 'none of them'}")
+        self.totals[0].set_text(_("{size:.1f} KiB: fits one block on {gpus}").format(
+            size=need.shared / KiB, gpus=", ".join(fits) or _("none of them")))
         self.totals[1].set_text(f"{need.registers / KiB:.1f} KiB")
         per_thread = _registers_per_thread(need, num_warps)
         self.thread_bar.set_height(per_thread)
         self.thread_bar.set_color(SEEN if per_thread <= 255 else JUMP)
         self.thread_text.set_text(f"{per_thread:.0f}")
-        self.title.set_text(f"one program: BLOCK_M = B_r = {block_q}, BLOCK_N = B_c = {block_k}, D = {self.D} "
-                            f"({self.dtype}), num_stages = {num_stages}, num_warps = {num_warps} "
-                            f"({32 * num_warps} threads)")
+        self.title.set_text(_("one program: BLOCK_M = B_r = {block_q}, BLOCK_N = B_c = {block_k}, D = {D} ({dtype}), "
+                              "num_stages = {num_stages}, num_warps = {num_warps} ({threads} threads)").format(
+            block_q=block_q, block_k=block_k, D=self.D, dtype=self.dtype, num_stages=num_stages, num_warps=num_warps,
+            threads=32 * num_warps))
 
 
 def plot_kernel_timings(sizes, timings: dict, *, figsize=(6.5, 3.6)):
@@ -140,7 +145,7 @@ def plot_kernel_timings(sizes, timings: dict, *, figsize=(6.5, 3.6)):
         ax.plot(sizes, ms, "o-", label=name, color=color)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("N = M (sequence length)")
-    ax.set_ylabel("ms per call")
+    ax.set_xlabel(_("N = M (sequence length)"))
+    ax.set_ylabel(_("ms per call"))
     ax.legend(fontsize=8)
     return fig

@@ -6,6 +6,8 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.precision import unit_roundoff
 from flashmath.viz.live import DPI, LEGEND_ABOVE, UNSEEN, LivePlot, finite_or_nan, index, set_heights
 
@@ -14,7 +16,8 @@ __all__ = ["PrecisionPlot", "plot_precision_study", "plot_accumulator_growth"]
 DTYPE_COLORS = {"float16": "#d62728", "bfloat16": "#ff7f0e", "float32": "#1f77b4", "float64": "#2ca02c"}
 # the rounded reference differs from itself nowhere: no bar
 BAR_VARIANTS = ("naive", "rounded P", "one_loop", "two_loop", "fa1", "fa2")
-BAR_LABELS = {"rounded P": "P\nrounded", "one_loop": "one\nloop", "two_loop": "two\nloop"}  # no collisions
+# no collisions; translated where they are drawn
+BAR_LABELS = {"rounded P": N_("P\nrounded"), "one_loop": N_("one\nloop"), "two_loop": N_("two\nloop")}
 DTYPE_MARKERS = {"float16": "o", "bfloat16": "^", "float32": "s", "float64": "D"}  # overlapping lines stay apart
 SHARE_FLOOR = 1e-4  # percent: the bottom of the log axis (a share of 0 draws nothing)
 
@@ -70,8 +73,8 @@ class PrecisionPlot(LivePlot):
         ax_e.set_ylim(0, 1.15 * np.nanmax(finite_or_nan(study.rel_error[:, drawn] / self.u[:, None, None])))
         ax_e.set_xticks(xs, [_block_label(b) for b in study.blocks])
         ax_e.set_xlim(-0.4, len(xs) - 0.6)
-        ax_e.set_xlabel("tile size $B_r = B_c$")
-        ax_e.set_ylabel("largest error, in units of u max|A|")
+        ax_e.set_xlabel(_("tile size $B_r = B_c$"))
+        ax_e.set_ylabel(_("largest error, in units of u max|A|"))
         handles = [Line2D([], [], color=DTYPE_COLORS.get(d, UNSEEN), marker=DTYPE_MARKERS.get(d, "o"), mfc="none",
                           lw=2, label=d) for d in study.dtypes]
         handles += [Line2D([], [], color="k", ls="-", lw=1.5, label="fa2"),
@@ -87,8 +90,8 @@ class PrecisionPlot(LivePlot):
                      for v, variant in enumerate(BAR_VARIANTS)}
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
-        ax_m.set_xticks(groups, [BAR_LABELS.get(v, v) for v in BAR_VARIANTS])
-        ax_m.set_ylabel("% of outputs not correctly rounded")
+        ax_m.set_xticks(groups, [_(BAR_LABELS[v]) if v in BAR_LABELS else v for v in BAR_VARIANTS])
+        ax_m.set_ylabel(_("%% of outputs not correctly rounded") % ())  # a python-format message: "%%" is "%"
         ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
                              for c, d in zip(colors, study.dtypes, strict=False)],
                     ncol=len(study.dtypes), **LEGEND_ABOVE)
@@ -107,8 +110,9 @@ class PrecisionPlot(LivePlot):
             set_heights(self.bars[variant], np.maximum(100 * study.misrounded[:, j, b], SHARE_FLOOR))
         ratios = ", ".join(f"{dtype} {study.ratio(dtype)[b]:.2f}" for dtype in study.dtypes)
         block_q, block_k = study.blocks[b]
-        self.title.set_text(f"tiles $B_r \\times B_c$ = {block_q} x {block_k}.  FlashAttention's test, fa2 error / "
-                            f"naive error (at most 2): {ratios}")
+        self.title.set_text(_("tiles $B_r \\times B_c$ = {block_q} x {block_k}.  FlashAttention's test, fa2 error / "
+                              "naive error (at most 2): {ratios}").format(block_q=block_q, block_k=block_k,
+                                                                          ratios=ratios))
 
 
 def plot_precision_study(study, *, block: int = 0, figsize=(9.5, 4.0)):
@@ -147,9 +151,10 @@ def plot_accumulator_growth(fa2_trace, fa1_trace, *, limit: float = float(np.fin
         keys = trace.cols[:, 1]  # keys seen after each step
         biggest = np.abs(state.reshape(len(trace), -1)).max(axis=1)
         ax.plot(keys, biggest, "o-", ms=3, color=color, label=label)
-    ax.axhline(limit, color=DTYPE_COLORS["float16"], ls="--", lw=1, label=f"largest float16 ({limit:g})")
+    ax.axhline(limit, color=DTYPE_COLORS["float16"], ls="--", lw=1,
+               label=_("largest float16 ({limit:g})").format(limit=limit))
     ax.set_yscale("log")
-    ax.set_xlabel("keys seen")
-    ax.set_ylabel("largest entry of the kept output state")
+    ax.set_xlabel(_("keys seen"))
+    ax.set_ylabel(_("largest entry of the kept output state"))
     ax.legend(fontsize=8)
     return fig

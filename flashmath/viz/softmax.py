@@ -7,6 +7,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from flashmath._checks import DTYPES
+from flashmath.i18n import gettext as _
 from flashmath.softmax import OnlineSoftmaxTrace, overflow_study
 from flashmath.viz.live import (
     DPI,
@@ -85,10 +86,10 @@ class OnlineSoftmaxPlot(LivePlot):
         (self.current,) = ax_x.plot([], [], "o", ms=9, mfc="none", mec="k")
         ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
         ax_x.axhline(0, color="k", lw=0.5)
-        ax_x.set_ylabel("value")
-        ax_x.legend(handles=[Patch(color=SEEN, label="$x_i$ read"), Patch(color=UNSEEN, label="not read yet"),
-                             Line2D([], [], color=JUMP, lw=2, label="running max $g_i$"),
-                             Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k", label="current $x_i$")],
+        ax_x.set_ylabel(_("value"))
+        ax_x.legend(handles=[Patch(color=SEEN, label=_("$x_i$ read")), Patch(color=UNSEEN, label=_("not read yet")),
+                             Line2D([], [], color=JUMP, lw=2, label=_("running max $g_i$")),
+                             Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k", label=_("current $x_i$"))],
                     ncol=4, **LEGEND_ABOVE)
 
         self.r_bars = ax_r.bar(steps, np.zeros(N), color=HOLD, width=0.7)
@@ -101,10 +102,11 @@ class OnlineSoftmaxPlot(LivePlot):
             ax_s.axhline(d, color="k", ls="--", lw=1)
         (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=4)
         ax_s.set_ylim(0, top(np.append(self.s, d)))
-        ax_s.set_ylabel("sum")
-        ax_s.set_xlabel("step i (reads $x_i$)")
-        ax_s.legend(handles=[Line2D([], [], color=SEEN, marker="o", ms=4, label="running sum $s_i$"),
-                             Line2D([], [], color="k", ls="--", lw=1, label=f"denominator $s_N$ = {d:.4g}")],
+        ax_s.set_ylabel(_("sum"))
+        ax_s.set_xlabel(_("step i (reads $x_i$)"))
+        ax_s.legend(handles=[Line2D([], [], color=SEEN, marker="o", ms=4, label=_("running sum $s_i$")),
+                             Line2D([], [], color="k", ls="--", lw=1,
+                                    label=_("denominator $s_N$ = {d:.4g}").format(d=d))],
                     loc="lower right", fontsize=8)
         ax_s.set_xlim(0.4, N + 0.6)
         if self.labels is not None:
@@ -124,12 +126,13 @@ class OnlineSoftmaxPlot(LivePlot):
         recolor(self.r_bars, np.where(self.r < 1, JUMP, HOLD))
         self.s_line.set_data(steps[:i], self.s[:i])
         if i == 0:
-            title = "step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$"
+            title = _("step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$")
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
             # the math ($x_i$) the same at every step, only the numbers change: a new step parses no math
             # (flashmath.viz.live keeps parsed math pieces), as in chapter 5's "m = 3: $x_m$ = ..."
-            title = f"step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}"
+            title = _("step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
+                i=i, x=x, g=g, r=r, s=s)
         self.title.set_text(title)
 
 
@@ -169,10 +172,10 @@ class OverflowPlot(LivePlot):
         self.limit_line = ax_e.axhline(0, color=JUMP, ls="--", lw=1)
         self.lse_line = ax_e.axhline(0, color="k", ls=":", lw=1.2)
         ax_e.set_ylabel("$x_i$")
-        ax_e.legend(handles=[Patch(color=SEEN, label="$x_i$ in the dtype"),
-                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label="red bar: exp($x_i$) = inf"),
+        ax_e.legend(handles=[Patch(color=SEEN, label=_("$x_i$ in the dtype")),
+                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label=_("red bar: exp($x_i$) = inf")),
                              Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
-                             Line2D([], [], color=JUMP, ls="--", lw=1, label="ln(max of the dtype)")],
+                             Line2D([], [], color=JUMP, ls="--", lw=1, label=_("ln(max of the dtype)"))],
                     ncol=4, **LEGEND_ABOVE)
 
         width = 0.4
@@ -182,13 +185,14 @@ class OverflowPlot(LivePlot):
         (self.zero_marks,) = ax_y.plot([], [], "o", color=ZERO, ms=5, mfc="none", mew=1.5)
         ax_y.set_ylim(-0.06, 1.05)
         ax_y.axhline(0, color="k", lw=0.5)
-        ax_y.set_ylabel("probability")
-        ax_y.set_xlabel("element i")
-        ax_y.legend(handles=[Patch(color=HOLD, label="direct softmax (a bar where finite and > 0)"),
-                             Patch(color=SEEN, label="safe softmax"),
-                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label="direct gives NaN (inf / inf)"),
+        ax_y.set_ylabel(_("probability"))
+        ax_y.set_xlabel(_("element i"))
+        ax_y.legend(handles=[Patch(color=HOLD, label=_("direct softmax (a bar where finite and > 0)")),
+                             Patch(color=SEEN, label=_("safe softmax")),
+                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7,
+                                    label=_("direct gives NaN (inf / inf)")),
                              Line2D([], [], color=ZERO, ls="", marker="o", ms=5, mfc="none", mew=1.5,
-                                    label="direct gives 0, safe not (finite / inf, underflow)")],
+                                    label=_("direct gives 0, safe not (finite / inf, underflow)"))],
                     ncol=2, **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.x_bars, self.inf_marks, self.limit_line, self.lse_line, self.direct_bars, self.safe_bars,
@@ -222,10 +226,11 @@ class OverflowPlot(LivePlot):
         zero_at = (y_direct == 0) & (y_safe > 0)
         self.nan_marks.set_data(steps[nan_at] - 0.2, np.zeros(nan_at.sum()))
         self.zero_marks.set_data(steps[zero_at] - 0.2, np.zeros(zero_at.sum()))
-        verdict = "> ln(max): the sum overflows" if lse > limit else "<= ln(max): the sum fits"
-        self.title.set_text(f"{dt.name}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} "
-                            f"(ln(max) = {limit:.2f})\nmax x = {float(np.max(x64)):.4g}; {int(overflowed.sum())} "
-                            f"of {x64.size} exponentials overflow")
+        verdict = _("> ln(max): the sum overflows") if lse > limit else _("<= ln(max): the sum fits")
+        self.title.set_text(_("{dtype}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} (ln(max) = {limit:.2f})\n"
+                              "max x = {max_x:.4g}; {overflowed} of {size} exponentials overflow").format(
+            dtype=dt.name, scale=scale, lse=lse, verdict=verdict, limit=limit, max_x=float(np.max(x64)),
+            overflowed=int(overflowed.sum()), size=x64.size))
 
 
 def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0)):

@@ -7,6 +7,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
 from flashmath._checks import integer
+from flashmath.i18n import gettext as _
 from flashmath.viz.live import DIM_COLORS, DPI, LEGEND_ABOVE, LivePlot, finite_or_nan, limits
 
 __all__ = ["SplitKVPlot"]
@@ -65,11 +66,12 @@ class SplitKVPlot(LivePlot):
         self.x_bars = ax_x.bar(keys, finite_or_nan(self.scores), color=RANGE_COLORS[0], width=0.8)
         self.boundaries = ax_x.vlines([], 0, 1, transform=ax_x.get_xaxis_transform(), colors="k", linestyles=":")
         ax_x.set_ylim(*limits(self.scores))
-        ax_x.set_ylabel("score $x_m$")
-        ax_x.set_xlabel("key m")
+        ax_x.set_ylabel(_("score $x_m$"))
+        ax_x.set_xlabel(_("key m"))
 
         ax_t.set_ylim(self.max_levels - 0.4, -0.6)
-        ax_t.set_yticks(range(self.max_levels), ["ranges"] + [f"merge {k}" for k in range(1, self.max_levels)])
+        ax_t.set_yticks(range(self.max_levels),
+                        [_("ranges")] + [_("merge {k}").format(k=k) for k in range(1, self.max_levels)])
         ax_t.tick_params(axis="x", labelbottom=False, length=0)
         for side in ("top", "right", "bottom"):
             ax_t.spines[side].set_visible(False)
@@ -77,21 +79,21 @@ class SplitKVPlot(LivePlot):
         ax_t.add_collection(self.edges)
         self.node_dots = ax_t.plot([], [], "o", color="0.3", ms=4)[0]
         self.nodes = [ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=8, visible=False)
-                      for _ in range(self.max_nodes)]
-        ax_t.set_title("each node: the logsumexp L of the keys below it", fontsize=8, loc="right")
+                      for _node in range(self.max_nodes)]
+        ax_t.set_title(_("each node: the logsumexp L of the keys below it"), fontsize=8, loc="right")
 
-        parts_all = [a for t in self.traces.values() for a, _ in t.parts]
+        parts_all = [a for t in self.traces.values() for a, _lse in t.parts]
         values = np.concatenate([np.ravel(np.asarray(a)[..., self.dims]) for a in parts_all]
                                 + [np.ravel(next(iter(self.traces.values())).output[..., self.dims])])
         ax_a.set_xlim(0.5, M + 0.5)
         ax_a.set_ylim(*limits(values))
-        ax_a.set_xlabel("key m (each range's output drawn at the middle of its keys)")
-        ax_a.set_ylabel("$A_p$ (dots), merged (--)")
+        ax_a.set_xlabel(_("key m (each range's output drawn at the middle of its keys)"))
+        ax_a.set_ylabel(_("$A_p$ (dots), merged (--)"))
         self.part_dots, self.merged_lines = [], []
-        for color, _ in zip(DIM_COLORS, self.dims, strict=False):
+        for color, _d in zip(DIM_COLORS, self.dims, strict=False):  # not "_": the gettext of this module
             self.part_dots.append(ax_a.plot([], [], "o", color=color, ms=5)[0])
             self.merged_lines.append(ax_a.axhline(np.nan, color=color, ls="--", lw=1))
-        ax_a.legend(handles=[Line2D([], [], color=c, marker="o", ls="--", label=f"dim {d}")
+        ax_a.legend(handles=[Line2D([], [], color=c, marker="o", ls="--", label=_("dim {d}").format(d=d))
                              for c, d in zip(DIM_COLORS, self.dims, strict=False)], ncol=len(self.dims), **LEGEND_ABOVE)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.x_bars, self.boundaries, self.edges, self.node_dots, *self.nodes, *self.part_dots,
@@ -105,11 +107,11 @@ class SplitKVPlot(LivePlot):
         for p, (c0, c1) in enumerate(trace.ranges):
             for bar in self.x_bars.patches[c0:c1]:
                 bar.set_facecolor(RANGE_COLORS[p % 2])
-        self.boundaries.set_segments([[(c1 + 0.5, 0), (c1 + 0.5, 1)] for _, c1 in trace.ranges[:-1]])
+        self.boundaries.set_segments([[(c1 + 0.5, 0), (c1 + 0.5, 1)] for _c0, c1 in trace.ranges[:-1]])
 
         # the tree: a node covers a span of keys; its parent covers the union of its children's spans
         spans = [list(trace.ranges)]
-        for _ in trace.levels[1:]:
+        for _level in trace.levels[1:]:
             below = spans[-1]
             above = [(below[i][0], below[i + 1][1]) for i in range(0, len(below) - 1, 2)]
             if len(below) % 2:
@@ -118,7 +120,7 @@ class SplitKVPlot(LivePlot):
         k, segments, points = 0, [], []
         for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
             crowded = len(level) > 6  # labels closer than about 7 keys: alternate them above and below the dots
-            for i, ((_, lse), (c0, c1)) in enumerate(zip(level, level_spans, strict=False)):
+            for i, ((_part, lse), (c0, c1)) in enumerate(zip(level, level_spans, strict=False)):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
                 points.append((x, depth))
@@ -143,10 +145,14 @@ class SplitKVPlot(LivePlot):
         middles = [(c0 + c1) / 2 + 0.5 for c0, c1 in trace.ranges]
         for dot, line, d in zip(self.part_dots, self.merged_lines, self.dims, strict=False):
             values = [float(np.ravel(np.asarray(a)[..., d])[0]) if c1 > c0 else np.nan
-                      for (a, _), (c0, c1) in zip(trace.parts, trace.ranges, strict=False)]
+                      for (a, _lse), (c0, c1) in zip(trace.parts, trace.ranges, strict=False)]
             dot.set_data(middles, values)
             merged = float(np.ravel(trace.output[..., d])[0])
             line.set_ydata([merged, merged])
-        self.title.set_text(f"{splits} key range{'s' if splits > 1 else ''} of about {self.M // splits} keys, "
-                            f"merged in {len(trace.levels) - 1} level{'s' if len(trace.levels) != 2 else ''}: "
-                            f"L = {float(np.ravel(trace.lse)[0]):.4f}")
+        ranges = (_("{splits} key ranges of about {keys} keys") if splits > 1
+                  else _("{splits} key range of about {keys} keys")).format(splits=splits, keys=self.M // splits)
+        levels = len(trace.levels) - 1
+        merged_in = (_("merged in {levels} level") if levels == 1
+                     else _("merged in {levels} levels")).format(levels=levels)
+        self.title.set_text(_("{ranges}, {merged}: L = {lse:.4f}").format(ranges=ranges, merged=merged_in,
+                                                                           lse=float(np.ravel(trace.lse)[0])))

@@ -7,16 +7,19 @@ from matplotlib.colors import ListedColormap
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.live import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, finite_or_nan, index, limits
 
 __all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 
-ORDER_NAMES = {"fa1": "FlashAttention (key tiles outside)", "fa2": "FlashAttention-2 (query tiles outside)"}
+# the names are translated where they are drawn (the language may be selected after this module is imported)
+ORDER_NAMES = {"fa1": N_("FlashAttention (key tiles outside)"), "fa2": N_("FlashAttention-2 (query tiles outside)")}
 ORDER_COLORS = {"fa1": "#9467bd", "fa2": SEEN}
 DONE, SKIPPED, TODO, CURRENT = 1, 2, 0, 3
 # tile states: not yet (clear), done (blue veil), skipped (grey veil), current (red veil; outlined too)
 TILE_CMAP = ListedColormap([(1, 1, 1, 0), (0.12, 0.47, 0.71, 0.35), (0.5, 0.5, 0.5, 0.55), (0.84, 0.15, 0.16, 0.45)])
-ARRAYS = ("Q", "K", "V", "A", "row states")
+ARRAYS = ("Q", "K", "V", "A", N_("row states"))
 
 
 class TileSweepPlot(LivePlot):
@@ -98,12 +101,12 @@ class TileSweepPlot(LivePlot):
         ax.add_patch(self.current)
         ax.set_xlim(0.5, M + 0.5)
         ax.set_ylim(N + 0.5, 0.5)
-        ax.set_xlabel("key m")
-        ax.set_ylabel("query n")
-        ax.legend(handles=[Patch(color=TILE_CMAP(DONE), label="done"), Patch(color=TILE_CMAP(SKIPPED),
-                                                                               label="skipped (all masked)"),
-                           Patch(fc="none", ec=JUMP, lw=2, label="current tile"),
-                           Line2D([], [], color="k", ls="--", lw=2, label="on chip all along")],
+        ax.set_xlabel(_("key m"))
+        ax.set_ylabel(_("query n"))
+        ax.legend(handles=[Patch(color=TILE_CMAP(DONE), label=_("done")),
+                           Patch(color=TILE_CMAP(SKIPPED), label=_("skipped (all masked)")),
+                           Patch(fc="none", ec=JUMP, lw=2, label=_("current tile")),
+                           Line2D([], [], color="k", ls="--", lw=2, label=_("on chip all along"))],
                   ncol=2, **LEGEND_ABOVE)
 
         rows = np.arange(1, N + 1)
@@ -118,13 +121,14 @@ class TileSweepPlot(LivePlot):
             values = np.concatenate([np.asarray(getattr(t, name), dtype=np.float64).ravel()
                                      for t in self.traces.values()])
             ax_v.set_xlim(*limits(values))
-        ax_g.set_xlabel("running max $g_n$")
-        ax_s.set_xlabel("running sum $s_n$")
-        ax_g.legend(handles=[Line2D([], [], ls="none", marker="o", color=JUMP, ms=4, label="rows of the current tile"),
-                             Line2D([], [], ls="none", marker="o", color=SEEN, ms=3, label="other rows, so far"),
+        ax_g.set_xlabel(_("running max $g_n$"))
+        ax_s.set_xlabel(_("running sum $s_n$"))
+        ax_g.legend(handles=[Line2D([], [], ls="none", marker="o", color=JUMP, ms=4,
+                                    label=_("rows of the current tile")),
+                             Line2D([], [], ls="none", marker="o", color=SEEN, ms=3, label=_("other rows, so far")),
                              Line2D([], [], ls="none", marker="|", color=UNSEEN, ms=8, mew=2,
-                                    label="final value of the row")],
-                    title="row states", title_fontsize=8, alignment="left", **LEGEND_ABOVE)
+                                    label=_("final value of the row"))],
+                    title=_("row states"), title_fontsize=8, alignment="left", **LEGEND_ABOVE)
 
         steps = np.arange(0, T + 1)
         top_bytes = [self.standard_bytes or 0]
@@ -139,20 +143,20 @@ class TileSweepPlot(LivePlot):
             ax_c.axhline(self.standard_bytes / 1e3, color="k", ls="--", lw=1)
         ax_c.set_xlim(0, T)
         ax_c.set_ylim(0, 1.08 * max(top_bytes) / 1e3)
-        ax_c.set_xlabel("tile steps t")
-        ax_c.set_ylabel("kB moved")
+        ax_c.set_xlabel(_("tile steps t"))
+        ax_c.set_ylabel(_("kB moved"))
         handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
         if self.standard_bytes:
-            handles.append(Line2D([], [], color="k", ls="--", lw=1, label="standard"))
+            handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard")))
         ax_c.legend(handles=handles, loc="upper left", fontsize=8)
 
         ypos = np.arange(len(ARRAYS))
         self.byte_bars = ax_b.barh(ypos, np.zeros(len(ARRAYS)), color=SEEN, height=0.6)
         self.byte_totals = ax_b.barh(ypos, np.zeros(len(ARRAYS)), fill=False, ec="k", lw=0.8, height=0.6)
-        ax_b.set_yticks(ypos, ARRAYS, fontsize=8)
+        ax_b.set_yticks(ypos, [_(a) for a in ARRAYS], fontsize=8)
         ax_b.invert_yaxis()
         ax_b.set_xlim(0, 1.1 * max(self._by_array(t, len(t)).max() for t in self.traces.values()) / 1e3)
-        ax_b.set_xlabel("kB moved so far, per array (outline: whole run)")
+        ax_b.set_xlabel(_("kB moved so far, per array (outline: whole run)"))
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.tile_mesh, self.band, self.current, *[p for pair in self.state_points.values() for p in pair],
                   *self.curves.values(), self.curve_dot, self.byte_bars, self.byte_totals, self.title)
@@ -202,12 +206,13 @@ class TileSweepPlot(LivePlot):
             bar.set_facecolor(ORDER_COLORS[order])
             outline.set_width(total)
 
-        where = "nothing done yet" if t == 0 else (
-            f"step t = {t} of {T}: query tile i = {trace.tiles[t - 1, 0] + 1}, key tile j = {trace.tiles[t - 1, 1] + 1}"
-            + (" (skipped)" if trace.skipped[t - 1] else ""))
+        where = _("nothing done yet") if t == 0 else (
+            _("step t = {t} of {T}: query tile i = {i}, key tile j = {j}").format(
+                t=t, T=T, i=trace.tiles[t - 1, 0] + 1, j=trace.tiles[t - 1, 1] + 1)
+            + (_(" (skipped)") if trace.skipped[t - 1] else ""))
         moved = (trace.hbm_bytes[t - 1] if t else 0) / 1e3
-        self.title.set_text(f"{ORDER_NAMES[order]}, $B_r$ = {trace.block_q}, $B_c$ = {trace.block_k}: {where}; "
-                            f"{moved:.1f} kB moved")
+        self.title.set_text(_("{order}, $B_r$ = {block_q}, $B_c$ = {block_k}: {where}; {moved:.1f} kB moved").format(
+            order=_(ORDER_NAMES[order]), block_q=trace.block_q, block_k=trace.block_k, where=where, moved=moved))
 
 
 def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, standard_bytes=None,
@@ -237,13 +242,13 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     kib = sweeps[0].sram_bytes / 1024
     for sweep in sweeps:
         ax.loglog(kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4,
-                  label=f"{sweep.order} ({'Algorithm 1 blocks' if sweep.order == 'fa1' else 'query tile large'})")
+                  label=f"{sweep.order} ({_('Algorithm 1 blocks') if sweep.order == 'fa1' else _('query tile large')})")
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
-    ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=r"$\propto N^2 D^2 / S$ (Theorem 2)")
-    ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label="standard (X, Y in HBM)")
-    ax.set_xlabel("on-chip memory S per SM (KiB)")
-    ax.set_ylabel("HBM reads + writes (MB)")
+    ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=_(r"$\propto N^2 D^2 / S$ (Theorem 2)"))
+    ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label=_("standard (X, Y in HBM)"))
+    ax.set_xlabel(_("on-chip memory S per SM (KiB)"))
+    ax.set_ylabel(_("HBM reads + writes (MB)"))
     ax.legend(fontsize=8)
     return fig
 
@@ -271,7 +276,7 @@ def plot_op_counts(counts: dict, *, names=("exp", "multiply", "divide", "add", "
         bars = ax.bar(xs, [count.per_score(n) for n in names], width, color=colors[k], label=label)
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.set_xticks(np.arange(len(names)), names)
-    ax.set_ylabel("operations per score")
+    ax.set_ylabel(_("operations per score"))
     ax.legend(fontsize=8)
     return fig
 
@@ -304,8 +309,8 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
         ax.grid(which="minor", color="w", lw=1)
         ax.tick_params(which="minor", length=0)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("key m", fontsize=8)
-        ax.set_ylabel("query n", fontsize=8)
+        ax.set_xlabel(_("key m"), fontsize=8)
+        ax.set_ylabel(_("query n"), fontsize=8)
     for ax in axes.ravel()[len(masks):]:
         ax.set_visible(False)
     return fig

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashmath.i18n import gettext as _
 from flashmath.opcount import OPS
 from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, set_heights
 
@@ -61,14 +62,14 @@ class TileTrafficPlot(LivePlot):
         ax.set_xticks(self.blocks, [str(b) for b in self.blocks])
         ax.set_xlim(self.blocks[0] / 1.3, self.blocks[-1] * 1.3)
         ax.set_ylim(values.min() / 1.6, values.max() * 1.6)
-        ax.set_xlabel("tile size B = B_r = B_c")
-        ax.set_ylabel("elements moved per score (N M)")
+        ax.set_xlabel(_("tile size B = B_r = B_c"))
+        ax.set_ylabel(_("elements moved per score (N M)"))
         ax.grid(True, which="major", alpha=0.3)
-        (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label="fa2 (K, V re-read N / B_r times)")
-        (self.fa1,) = ax.plot([], [], "s--", color=FA1_COLOR, label="fa1 (Q, A re-read M / B_c times)")
-        (self.standard,) = ax.plot([], [], "-", color=HOLD, lw=2, label="standard (X, Y written and read)")
+        (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label=_("fa2 (K, V re-read N / B_r times)"))
+        (self.fa1,) = ax.plot([], [], "s--", color=FA1_COLOR, label=_("fa1 (Q, A re-read M / B_c times)"))
+        (self.standard,) = ax.plot([], [], "-", color=HOLD, lw=2, label=_("standard (X, Y written and read)"))
         self.crossover = ax.axvline(1.0, color=UNSEEN, ls=":", lw=1.5, label="B = D / 2")
-        (self.marker,) = ax.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2, label="chosen tile size")
+        (self.marker,) = ax.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2, label=_("chosen tile size"))
         ax.legend(loc="upper right", fontsize=9)
         self.title = ax.set_title("", fontsize=11)
         self.live(self.fa2, self.fa1, self.standard, self.crossover, self.marker, self.title)
@@ -84,7 +85,8 @@ class TileTrafficPlot(LivePlot):
         self.crossover.set_xdata([D / 2, D / 2])
         self.marker.set_data([block], [t["fa2"][row, col]])
         ratio = t["fa2"][row, col] / t["standard"][row, col]
-        self.title.set_text(f"N = M = {t['N']}, D = {D}, B = {block}: fa2 moves {ratio:.2f}x standard's traffic")
+        self.title.set_text(_("N = M = {N}, D = {D}, B = {block}: fa2 moves {ratio:.2f}x standard's traffic").format(
+            N=t["N"], D=D, block=block, ratio=ratio))
 
 
 class OpsPerScorePlot(LivePlot):
@@ -116,8 +118,8 @@ class OpsPerScorePlot(LivePlot):
         for order, style, color in (("fa1", "s--", FA1_COLOR), ("fa2", "o-", SEEN)):
             left.plot(self.blocks, t[order]["non_matmul"], style, color=color, label=order)
         left.set_ylim(0, 1.1 * max(t["fa1"]["non_matmul"].max(), t["fa2"]["non_matmul"].max()))
-        left.set_xlabel("tile size B = B_r = B_c")
-        left.set_ylabel("non-matmul operations per score")
+        left.set_xlabel(_("tile size B = B_r = B_c"))
+        left.set_ylabel(_("non-matmul operations per score"))
         left.grid(True, alpha=0.3)
         left.legend(loc="upper right", fontsize=9)
         (self.marker,) = left.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2)
@@ -129,7 +131,7 @@ class OpsPerScorePlot(LivePlot):
             self.bars[order] = right.bar(x + shift, np.zeros(len(OPS)), width, color=color, label=order)
         right.set_xticks(x, OPS, rotation=30, ha="right")
         right.set_ylim(0, 1.15 * top)
-        right.set_ylabel("per score")
+        right.set_ylabel(_("per score"))
         right.legend(loc="upper right", fontsize=9)
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.marker, self.bars["fa1"], self.bars["fa2"], self.title)
@@ -140,6 +142,7 @@ class OpsPerScorePlot(LivePlot):
         self.marker.set_data([block], [t["fa2"]["non_matmul"][col]])
         for order in ("fa1", "fa2"):
             set_heights(self.bars[order], [t[order][name][col] for name in OPS])
-        self.title.set_text(f"N = M = {t['N']}, D = {t['D']}, B = {block}: exp per score fa1 "
-                            f"{t['fa1']['exp'][col]:.3f}, fa2 {t['fa2']['exp'][col]:.3f}; non-matmul fa1 "
-                            f"{t['fa1']['non_matmul'][col]:.2f}, fa2 {t['fa2']['non_matmul'][col]:.2f}")
+        self.title.set_text(_("N = M = {N}, D = {D}, B = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
+                              "non-matmul fa1 {other1:.2f}, fa2 {other2:.2f}").format(
+            N=t["N"], D=t["D"], block=block, exp1=t["fa1"]["exp"][col], exp2=t["fa2"]["exp"][col],
+            other1=t["fa1"]["non_matmul"][col], other2=t["fa2"]["non_matmul"][col]))

@@ -13,13 +13,15 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.live import DPI, LEGEND_ABOVE, LivePlot
 
 __all__ = ["MaskExplorerPlot", "plot_gqa_heads", "plot_mask_example", "plot_paged_cache"]
 
 # tile kinds: empty (skipped, light grey), partial (masked element-wise, orange), full (no mask work, blue)
 KIND_CMAP = ListedColormap(["#eeeeee", "#ff7f0e", "#1f77b4"])
-KIND_NAMES = ("empty: skipped", "partial: masked", "full: no mask work")
+KIND_NAMES = (N_("empty: skipped"), N_("partial: masked"), N_("full: no mask work"))  # translated where drawn
 
 
 def _grid_segments(N: int, block: int) -> list:
@@ -53,15 +55,15 @@ class MaskExplorerPlot(LivePlot):
         self.ax_scores.set_facecolor("white")
         self.tiles_image = self.ax_tiles.imshow(blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent,
                                                 interpolation="nearest")
-        self.grids = [LineCollection([], colors="k", linewidths=0.5) for _ in range(2)]
-        for ax, grid, title in ((self.ax_scores, self.grids[0], "scores: kept (coloured by the change), masked "
-                                 "(white)"), (self.ax_tiles, self.grids[1], "tiles")):
+        self.grids = [LineCollection([], colors="k", linewidths=0.5) for _grid in range(2)]
+        titles = (_("scores: kept (coloured by the change), masked (white)"), _("tiles"))
+        for ax, grid, title in zip((self.ax_scores, self.ax_tiles), self.grids, titles, strict=True):
             ax.add_collection(grid)
-            ax.set_xlabel("key m", fontsize=8)
-            ax.set_ylabel("query n", fontsize=8)
+            ax.set_xlabel(_("key m"), fontsize=8)
+            ax.set_ylabel(_("query n"), fontsize=8)
             ax.set_title(title, fontsize=8)
             ax.tick_params(labelsize=7)
-        self.ax_tiles.legend(handles=[Patch(color=KIND_CMAP(i), label=name) for i, name in enumerate(KIND_NAMES)],
+        self.ax_tiles.legend(handles=[Patch(color=KIND_CMAP(i), label=_(name)) for i, name in enumerate(KIND_NAMES)],
                              ncol=3, **LEGEND_ABOVE)
         self.ax_tiles.set_title("")
         self.title = self.fig.suptitle("", fontsize=9)
@@ -76,8 +78,10 @@ class MaskExplorerPlot(LivePlot):
             grid.set_segments(_grid_segments(self.N, block))
         counts = ex.blocks.counts
         self.title.set_text(
-            f"{ex.note}\n{counts['empty']} skipped, {counts['partial']} partial, {counts['full']} full; "
-            f"{ex.blocks.computed_share:.0%} computed, {ex.blocks.masked_share:.0%} masked")
+            ex.note + "\n" + _("{empty} skipped, {partial} partial, {full} full; {computed:.0%} computed, "
+                               "{masked:.0%} masked").format(
+                empty=counts["empty"], partial=counts["partial"], full=counts["full"],
+                computed=ex.blocks.computed_share, masked=ex.blocks.masked_share))
 
 
 def plot_mask_example(example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64):
@@ -115,11 +119,12 @@ def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figs
     ax.set_xlim(-0.3, max(n_pages, table.shape[1]) + 0.2)
     ax.set_ylim(-0.2, top + B)
     ticks = [top + B - 1 - b + 0.4 for b in range(B)] + [0.4]
-    labels = [f"seq {b}: {int(lengths[b])} tokens" for b in range(B)] + ["physical pages"]
+    labels = [_("seq {b}: {tokens} tokens").format(b=b, tokens=int(lengths[b])) for b in range(B)] + [
+        _("physical pages")]
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_xticks([])
-    ax.set_title(f"logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block "
-                 "table", fontsize=9)
+    ax.set_title(_("logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block "
+                   "table").format(page_size=page_size), fontsize=9)
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     return fig
@@ -145,6 +150,6 @@ def plot_gqa_heads(H: int, H_kv: int, *, figsize=(7.0, 2.2)):
     ax.set_xlim(-0.2, H)
     ax.set_ylim(-0.2, 2.3)
     ax.axis("off")
-    ax.set_title(f"grouped-query attention: H = {H} query heads, H_kv = {H_kv} kv heads, G = {G}: "
-                 "query head h reads kv head h // G", fontsize=9)
+    ax.set_title(_("grouped-query attention: H = {H} query heads, H_kv = {H_kv} kv heads, G = {G}: "
+                   "query head h reads kv head h // G").format(H=H, H_kv=H_kv, G=G), fontsize=9)
     return fig

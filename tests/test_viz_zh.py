@@ -1,0 +1,152 @@
+"""Every figure and widget of the course, drawn in Chinese: no missing glyph, and Chinese where it speaks.
+
+The Chinese edition selects its language after importing flashmath, so figures translate their titles, labels and
+legends where they draw them. A text that mixes Chinese with ``$...$`` is drawn by mathtext, which has no fallback
+to the Chinese font (tofu boxes, "Glyph ... missing" warnings): each figure here is drawn with warnings as errors,
+through every state its controls offer (the titles change with the state), and no text of it may hold both.
+"""
+
+import io
+import re
+import warnings
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+import flashmath as fm
+from flashmath import i18n, viz, widgets
+from flashmath.opcount import count_ops, op_count_table
+from flashmath.traffic import sram_sweep
+from flashmath.variants import mask_example
+from flashmath.viz.backward import plot_loss_curves
+from flashmath.viz.kernel import plot_kernel_timings
+
+pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
+
+CJK = re.compile("[\u4e00-\u9fff]")
+
+
+@pytest.fixture
+def chinese():
+    i18n.set_language("zh_CN")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "Glyph ... missing from font(s)" is a UserWarning
+        yield
+    i18n.set_language("en")
+
+
+def texts(fig):
+    """Every non-empty string the figure draws (titles, labels, legend entries, tick labels, free texts)."""
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+
+
+def check_figure(fig, speaks=True):
+    fig.savefig(io.BytesIO(), format="png")  # the draw: a missing glyph warns (an error here)
+    drawn = texts(fig)
+    assert not speaks or any(CJK.search(t) for t in drawn), f"no Chinese in the figure: {drawn}"
+    mixed = [t for t in drawn if "$" in t and CJK.search(t)]
+    assert not mixed, f"Chinese inside mathtext draws tofu: {mixed}"
+
+
+def rng_qkv(N=6, M=9, D=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((N, D)), rng.standard_normal((M, D)), rng.standard_normal((M, D))
+
+
+def widget_cases():
+    q, k, v = rng_qkv()
+    x = np.random.default_rng(1).standard_normal(7) * 4
+    sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(2), n_queries=4, n_keys=6)
+    return {
+        "online_softmax": lambda: widgets.online_softmax_player(x),
+        "overflow": lambda: widgets.overflow_explorer(x * 30, scale=10.0, dtype="float16"),
+        "scale": lambda: widgets.scale_explorer(sweep),
+        "loop_swap": lambda: widgets.loop_swap_player(fm.safe_softmax(q @ k.T), v, row=1),
+        "one_loop": lambda: widgets.one_loop_player(q, k, v, row=1),
+        "tile_sweep": lambda: widgets.tile_sweep_player(q, k, v, block_q=2, block_k=3, causal=True),
+        "split_kv": lambda: widgets.split_kv_player(q[:1], k, v, max_splits=4),
+        "precision": lambda: widgets.precision_explorer(fm.precision_study(q, k, v, blocks=(1, 3))),
+        "kernel_memory": lambda: widgets.kernel_memory_explorer(D=64),
+        "course_map": lambda: widgets.course_map_explorer(chapter=0),
+        "tile_traffic": lambda: widgets.tile_traffic_explorer(block=64, D=64),
+        "ops": lambda: widgets.ops_explorer(op_count_table(q, k, v, blocks=(2, 4)), block=2),
+        "backward": lambda: widgets.backward_sweep_player(32, 32, block_q=16, block_k=16, causal=True),
+        "mask": lambda: widgets.mask_explorer(kind="causal", param=3, block=8, N=16),
+    }
+
+
+def options(control):
+    """The values a control offers: every one for a short list, else first, middle and last."""
+    if hasattr(control, "options"):
+        values = [o[1] if isinstance(o, tuple) else o for o in control.options]
+    elif hasattr(control, "base"):  # a log slider: min and max are exponents
+        values = [control.base ** e for e in (control.min, (control.min + control.max) / 2, control.max)]
+    else:
+        values = list(range(control.min, control.max + 1)) if control.max - control.min < 20 else [
+            control.min, (control.min + control.max) // 2, control.max]
+    return values if len(values) <= 20 else values[:: len(values) // 10] + values[-1:]
+
+
+CODE_NAMED = ("kernel_memory", "tile_traffic", "scale", "ops")
+
+
+@pytest.mark.parametrize("name", list(widget_cases()))
+def test_a_widget_draws_chinese_in_every_state(name, chinese):
+    with redirect_stdout(io.StringIO()):  # interactive's clear_output outside a kernel
+        ui = widget_cases()[name]()
+        if ui.result is None:
+            ui.update()
+        plot = ui.result
+        labels = [c.description for c in ui.kwargs_widgets]
+        if name not in CODE_NAMED:  # their controls are named after code (BLOCK_M, num_warps, B_r = B_c, D)
+            assert any(CJK.search(label) for label in labels), f"no Chinese control label: {labels}"
+        for control in ui.kwargs_widgets:
+            for value in options(control):
+                control.value = value
+                check_figure(plot.fig)
+
+
+def static_cases():
+    q, k, v = rng_qkv()
+    x = np.random.default_rng(1).standard_normal(7) * 4
+    trace = fm.online_softmax_trace(x)
+    sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(2), n_queries=4, n_keys=6)
+    return {
+        "online_softmax_step": lambda: viz.plot_online_softmax_step(trace, 3),
+        "overflow": lambda: viz.plot_overflow(x * 30, dtype="float16", scale=10.0),
+        "scale_step": lambda: viz.plot_scale_step(sweep, 1),
+        "loop_swap_step": lambda: viz.plot_loop_swap_step(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), 4, row=1),
+        "one_loop_step": lambda: viz.plot_one_loop_step(fm.one_loop_trace(q, k, v), 5),
+        "sram_sweep": lambda: viz.plot_sram_sweep([sram_sweep(256, 64, [16384, 65536], order=o)
+                                                   for o in ("fa1", "fa2")]),
+        "op_counts": lambda: viz.plot_op_counts({"fa2": count_ops("fa2", q, k, v, block_q=2, block_k=3)}),
+        "masks": lambda: viz.plot_masks({"causal": np.tril(np.ones((4, 4), bool))}),
+        "precision_study": lambda: viz.plot_precision_study(fm.precision_study(q, k, v, blocks=(1, 3))),
+        "accumulator_growth": lambda: viz.plot_accumulator_growth(
+            fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa2"),
+            fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa1")),
+        "mask_example": lambda: viz.plot_mask_example(mask_example, kind="window", param=5, block=4,
+                                                      N=16),
+        "paged_cache": lambda: viz.plot_paged_cache(np.array([[0, 2], [1, 3]]), np.array([5, 3]), 4, 4),
+        "gqa_heads": lambda: viz.plot_gqa_heads(8, 2),
+        "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
+        "loss_curves": lambda: plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
+    }
+
+
+SILENT = ("masks",)  # its words are the caller's titles; its axes are named "key m" and "query n" in both editions
+
+
+@pytest.mark.parametrize("name", list(static_cases()))
+def test_a_static_figure_draws_chinese(name, chinese):
+    check_figure(static_cases()[name](), speaks=name not in SILENT)
+
+
+def test_english_figures_keep_their_english_text():
+    """The same builder in English draws no Chinese (the marking changed nothing there)."""
+    fig = viz.plot_gqa_heads(8, 2)
+    assert texts(fig) and not any(CJK.search(t) for t in texts(fig))
+    assert "grouped-query attention: H = 8 query heads" in " ".join(texts(fig))
