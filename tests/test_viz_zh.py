@@ -79,15 +79,14 @@ def widget_cases():
 
 
 def options(control):
-    """The values a control offers: every one for a short list, else first, middle and last."""
+    """The values a control offers: every option of a list (each may title the figure its own way); a slider's
+    first, middle and last value (the steps between draw the same texts with other numbers)."""
     if hasattr(control, "options"):
         values = [o[1] if isinstance(o, tuple) else o for o in control.options]
-    elif hasattr(control, "base"):  # a log slider: min and max are exponents
-        values = [control.base ** e for e in (control.min, (control.min + control.max) / 2, control.max)]
-    else:
-        values = list(range(control.min, control.max + 1)) if control.max - control.min < 20 else [
-            control.min, (control.min + control.max) // 2, control.max]
-    return values if len(values) <= 20 else values[:: len(values) // 10] + values[-1:]
+        return values if len(values) <= 12 else values[:: len(values) // 6] + values[-1:]
+    if hasattr(control, "base"):  # a log slider: min and max are exponents
+        return [control.base ** e for e in (control.min, (control.min + control.max) / 2, control.max)]
+    return sorted({control.min, (control.min + control.max) // 2, control.max})
 
 
 CODE_NAMED = ("kernel_memory", "tile_traffic", "scale", "ops")
