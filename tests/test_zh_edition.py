@@ -194,9 +194,8 @@ def test_the_compiled_catalog_matches_the_po():
 
 
 def test_the_font_covers_every_character_of_the_catalog():
-    from matplotlib.ft2font import FT2Font
-
     from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
 
     charmap = FT2Font(str(fonts.FONT_PATH)).get_charmap()
     # DejaVu Sans, the first family, draws what it has (the subscripts of x_i, g_m written without mathtext)
