@@ -27,7 +27,7 @@ EN_DIR = ROOT / "notebooks"
 ZH_DIR = EN_DIR / "zh"
 LANGUAGE = "zh_CN"
 LANGUAGE_CELL = ('import flashmath\n\n'
-                 'flashmath.set_language("zh_CN")  # 中文版：检查器的判语、打印的表格和图中文字都用中文')
+                 'flashmath.set_language("zh_CN")  # 中文版：检查器的判语、图中文字和控件标签都用中文')
 SEPARATOR = "%%"
 
 
