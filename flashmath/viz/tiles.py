@@ -241,8 +241,9 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     kib = sweeps[0].sram_bytes / 1024
     for sweep in sweeps:
+        blocks = _("Algorithm 1 blocks") if sweep.order == "fa1" else _("query tile large")
         ax.loglog(kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4,
-                  label=f"{sweep.order} ({_('Algorithm 1 blocks') if sweep.order == 'fa1' else _('query tile large')})")
+                  label=f"{sweep.order} ({blocks})")
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
     ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=_(r"$\propto N^2 D^2 / S$ (Theorem 2)"))
