@@ -8,7 +8,8 @@ conventions' one home) -> the row-state algebra and the tiles (:mod:`flashmath.r
 :mod:`flashmath.counting`, :mod:`flashmath.opcount`; the model in :mod:`flashmath.traffic`) -> drawing
 (:mod:`flashmath.viz`) and widgets (:mod:`flashmath.widgets`), imported only when a notebook asks for them. The
 real attention heads are in :mod:`flashmath.data`. :func:`set_language` selects the language of what the learner
-reads (:mod:`flashmath.i18n`; the Chinese edition calls it once). The names below are the public API the notebooks
+reads (:mod:`flashmath.i18n`; the Chinese edition calls it once), and :func:`tr` marks what a chapter's own code
+prints, so that it is translated too. The names below are the public API the notebooks
 use.
 """
 
@@ -29,7 +30,7 @@ from flashmath.attention import (
 from flashmath.backward import attention_backward
 from flashmath.counting import FlashTrace, counted_attention, flash_trace
 from flashmath.flash import flash_attention
-from flashmath.i18n import set_language
+from flashmath.i18n import set_language, tr
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
 from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
@@ -122,6 +123,7 @@ __all__ = [
     "sram_sweep",
     "standard_attention",
     "two_loop_attention",
+    "tr",
     "two_loop_trace",
     "unit_roundoff",
 ]

@@ -22,14 +22,37 @@ How the package marks a string (Babel extracts both keywords; see ``babel.cfg``)
 
 Placeholders stay outside the message: ``_("expected {what}, got {got}").format(...)``, never an f-string inside
 ``_()`` (the catalog would hold one message per value).
+
+A chapter's own code cells are the same in both editions, so what they print is marked with :func:`tr`
+(``fm.tr("key tile j")``, ``fm.tr("after {n} keys").format(n=n)``); Babel reads the code cells of
+``notebooks/*.ipynb`` with :func:`extract_notebook`. ``tr`` returns a :class:`Text`, whose padding in an f-string
+(``f"{fm.tr('keys'):>8}"``) counts a Chinese character as two columns, so printed tables stay aligned.
 """
 
 from __future__ import annotations
 
 import gettext as _gettext
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
-__all__ = ["DOMAIN", "Filled", "LANGUAGES", "LOCALE_DIR", "get_language", "gettext", "gettext_noop", "set_language"]
+__all__ = [
+    "DOMAIN",
+    "LANGUAGES",
+    "LOCALE_DIR",
+    "Filled",
+    "Text",
+    "display_width",
+    "extract_notebook",
+    "get_language",
+    "gettext",
+    "gettext_noop",
+    "set_language",
+    "tr",
+]
 
 DOMAIN = "flashmath"
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -98,3 +121,79 @@ def gettext(message: str) -> str:
 def gettext_noop(message: str) -> str:
     """``message`` unchanged: marks a string for extraction whose translation happens later, where it is shown."""
     return message
+
+
+def display_width(text: str) -> int:
+    """The columns ``text`` takes in a monospaced font: 2 for a wide or full-width character (Chinese, ``，``), else 1.
+
+    Unicode's East Asian Width property (UAX #11), as terminals and JupyterLab's output area lay text out.
+    """
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+# A string's format spec: [[fill]align][width][.precision] (format spec mini-language; no sign or "=" for strings).
+_STR_SPEC = re.compile(r"(?P<align>(?:.?[<>^])?)(?P<width>\d*)(?P<rest>(?:\.\d+)?s?)", re.DOTALL)
+
+
+class Text(str):
+    """A translated string whose padding in a format spec counts display columns (:func:`display_width`).
+
+    ``f"{Text('键'):>4}"`` is ``"  键"``: two spaces and a character two columns wide, so a table whose headers are
+    translated keeps its columns under their headers in both editions. Anything else a ``str`` does is unchanged;
+    for English text the padding is exactly ``str``'s.
+    """
+
+    def __format__(self, spec: str) -> str:
+        match = _STR_SPEC.fullmatch(spec)
+        if not match or not match["width"]:
+            return str.__format__(self, spec)
+        shown = str.__format__(self, match["rest"]) if match["rest"] else str(self)
+        extra = display_width(shown) - len(shown)
+        width = max(int(match["width"]) - extra, 0)
+        return str.__format__(self, f"{match['align']}{width}{match['rest']}")
+
+
+def tr(message: str) -> Text:
+    """``message`` in the selected language, for what a chapter's own code prints (its tables, its sentences).
+
+    Args:
+        message: the English text, a literal (Babel extracts it from the notebooks' code cells); placeholders are
+            filled after translation: ``fm.tr("{n} keys").format(n=M)``.
+
+    Returns:
+        A :class:`Text`: the translation, or ``message`` itself in English or when the catalog lacks it.
+    """
+    return Text(gettext(message))
+
+
+def extract_notebook(
+    fileobj: IO[bytes], keywords: Any, comment_tags: Any, options: dict
+) -> Iterator[tuple[int, str, str, list[str]]]:
+    """Babel's extraction method for a notebook (``babel.cfg``: ``[ipynb: notebooks/*.ipynb]``): the messages of its
+    code cells' ``tr("...")`` calls, and those of Babel's keywords (``_``, ``N_``), as plain ``"_"`` messages.
+
+    Each cell is read with :mod:`ast`, so a call inside an f-string (``f"{fm.tr('keys'):>8}"``) is found on every
+    Python (Babel's own Python reader sees into f-strings only from Python 3.12). Lines that IPython runs as magics
+    or shell commands (``%pip ...``, ``!ls``) are blanked first; line numbers count through the code cells, one
+    after another.
+    """
+    import ast
+
+    names = {"tr", *keywords}
+    offset = 0
+    for cell in json.load(fileobj)["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        source = re.sub(r"^\s*[%!].*$", "", source, flags=re.MULTILINE)
+        calls = []
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name in names and isinstance(node.args[0].value, str):
+                calls.append((node.lineno, node.col_offset, node.args[0].value))
+        for lineno, _col, message in sorted(calls):
+            # Reported as ``_`` (one message, same signature): Babel looks the name up in its keywords, without tr.
+            yield lineno + offset, "_", message, []
+        offset += source.count("\n") + 1

@@ -155,12 +155,13 @@ def test_placeholders_survive_translation():
 
 
 def test_the_catalog_holds_every_message_the_package_marks():
-    """Extract the marked strings from the source again (Babel, babel.cfg): none may be missing from the template
-    or the catalog (its msgstr would fall back to English), and none may be left over."""
+    """Extract the marked strings from the source again (Babel, babel.cfg: the package and the English chapters'
+    code cells): none may be missing from the template or the catalog (its msgstr would fall back to English), and
+    none may be left over."""
     from babel.messages.extract import extract_from_dir
     from babel.messages.pofile import read_po
 
-    method_map = [("flashmath/**.py", "python")]
+    method_map = [("flashmath/**.py", "python"), ("notebooks/*.ipynb", "flashmath.i18n:extract_notebook")]
     in_code = {message for _, _, message, _, _ in extract_from_dir(str(ROOT), method_map)
                if isinstance(message, str)}
     with POT.open("rb") as f:
@@ -332,3 +333,36 @@ def test_later_checkers_name_their_mistakes_in_chinese(checker, wrong, english, 
     assert english not in report and "looks like" not in report and "expected" not in report
     english_report = repr(check(wrong))
     assert f"looks like {english}: " in english_report and not CJK.search(english_report)
+
+
+def test_a_notebooks_tr_messages_are_extracted_and_its_magics_skipped(tmp_path):
+    """The notebook extractor finds ``tr`` (and ``_``) in code cells only, past a ``%pip`` line, with line numbers
+    counted through the cells."""
+    import json
+
+    from babel.messages.extract import extract
+
+    notebook = {"cells": [
+        {"cell_type": "markdown", "source": 'fm.tr("not code")'},
+        {"cell_type": "code", "source": ["%pip install x\n", 'print(fm.tr("key tile j"))']},
+        {"cell_type": "code", "source": 'x = 1\ny = f"{fm.tr(\'keys\'):>8}" + _("a verdict") + other("no")'},
+    ]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook))
+    with path.open("rb") as f:
+        found = [(line, message) for line, message, _, _ in extract("flashmath.i18n:extract_notebook", f)]
+    assert found == [(2, "key tile j"), (4, "keys"), (4, "a verdict")]
+
+
+def test_tr_pads_by_display_columns_so_translated_tables_stay_aligned():
+    from flashmath.i18n import Text, display_width
+
+    assert display_width("键块 j") == 6 and display_width("key") == 3 and display_width("，") == 2
+    for text in ("key tile j", "键块 j", "最大误差", "u"):
+        for spec in (">12", "<12", "^12", "12"):
+            shown = format(Text(text), spec)
+            assert display_width(shown) == max(12, display_width(text)), (text, spec, shown)
+            assert shown.strip() == text
+    assert format(Text("key tile j"), ">12") == format("key tile j", ">12")  # English: exactly str's
+    assert format(Text("最大误差"), ">12.2") == "        最大"
+    assert format(Text("最大误差"), "") == "最大误差"
