@@ -3,7 +3,8 @@
 The Chinese edition selects its language after importing flashmath, so figures translate their titles, labels and
 legends where they draw them. A text that mixes Chinese with ``$...$`` is drawn by mathtext, which has no fallback
 to the Chinese font (tofu boxes, "Glyph ... missing" warnings): each figure here is drawn with warnings as errors,
-through every state its controls offer (the titles change with the state), and no text of it may hold both.
+through every state its controls offer (the titles change with the state), and no text of it may hold both. A
+widget's states are checked against the fonts' character maps, its last state by a real draw.
 """
 
 import io
@@ -41,6 +42,29 @@ def texts(fig):
     from matplotlib.text import Text
 
     return [t.get_text() for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+
+
+def uncovered(fig):
+    """The characters of the figure's texts that no font of their fallback list has (matplotlib's own lookup,
+    ``font_manager._find_fonts_by_props``): what a draw would warn about as "Glyph ... missing" and show as tofu.
+    Mathtext (``$...$``) is left out: it uses its own fonts, and Chinese never goes in it (checked below)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+    from matplotlib.text import Text
+
+    missing = set()
+    for t in fig.findobj(Text):
+        shown = re.sub(r"\$[^$]*\$", "", t.get_text()) if t.get_visible() else ""
+        if not shown.strip():
+            continue
+        paths = tuple(font_manager.fontManager._find_fonts_by_props(t.get_fontproperties()))
+        if paths not in _CHARMAPS:
+            _CHARMAPS[paths] = set().union(*(FT2Font(str(p)).get_charmap() for p in paths))
+        missing |= {ch for ch in shown if not ch.isspace() and ord(ch) not in _CHARMAPS[paths]}
+    return missing
+
+
+_CHARMAPS: dict = {}
 
 
 def check_figure(fig, speaks=True):
@@ -102,10 +126,15 @@ def test_a_widget_draws_chinese_in_every_state(name, chinese):
         labels = [c.description for c in ui.kwargs_widgets]
         if name not in CODE_NAMED:  # their controls are named after code (BLOCK_M, num_warps, B_r = B_c, D)
             assert any(CJK.search(label) for label in labels), f"no Chinese control label: {labels}"
+        # Every state's texts against the fonts' character maps (a full draw of each state with savefig took
+        # three quarters of this file's time); the last state is drawn for real, with warnings as errors.
         for control in ui.kwargs_widgets:
             for value in options(control):
                 control.value = value
-                check_figure(plot.fig)
+                assert not uncovered(plot.fig), (control.description, value, uncovered(plot.fig))
+                mixed = [t for t in texts(plot.fig) if "$" in t and CJK.search(t)]
+                assert not mixed, f"Chinese inside mathtext draws tofu: {mixed}"
+        check_figure(plot.fig)
 
 
 def static_cases():
@@ -149,3 +178,17 @@ def test_english_figures_keep_their_english_text():
     fig = viz.plot_gqa_heads(8, 2)
     assert texts(fig) and not any(CJK.search(t) for t in texts(fig))
     assert "grouped-query attention: H = 8 query heads" in " ".join(texts(fig))
+
+
+def test_the_character_map_check_finds_a_glyph_that_no_font_has(chinese):
+    """The per-state check must be able to fail: a character outside the subset (and outside DejaVu Sans) is found,
+    and a real draw of it warns, as the last-state draw would."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_title("分块 $x_i$")
+    assert not uncovered(fig)
+    ax.set_xlabel("龘")  # U+9F98: in no catalog message, so not in the subset
+    assert uncovered(fig) == {"龘"}
+    with pytest.raises(UserWarning, match="missing from font"):
+        fig.savefig(io.BytesIO(), format="png")
