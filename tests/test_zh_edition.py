@@ -368,6 +368,16 @@ def test_tr_pads_by_display_columns_so_translated_tables_stay_aligned():
     assert format(Text("最大误差"), "") == "最大误差"
 
 
+def test_a_filled_tr_message_still_pads_by_display_columns():
+    """``fm.tr("{n} rows;").format(n=n)`` padded in an f-string: chapter 1's table header, aligned in Chinese."""
+    from flashmath.i18n import Text, display_width
+
+    filled = Text("{n} 行；").format(n=1104)
+    assert isinstance(filled, Text) and filled == "1104 行；"
+    assert display_width(f"{filled:>10}") == 10 and f"{filled:>10}" == " 1104 行；"
+    assert f"{Text('{n} rows;').format(n=1104):>10}" == f"{'1104 rows;':>10}"  # English: exactly str's
+
+
 # Words a Chinese chapter's printed text may keep in English: the glossary's terms kept as they are (chapter 0),
 # names of libraries, units, and Python's and numpy's own words (nan, True, float16...).
 KEPT_IN_ENGLISH = set("""
