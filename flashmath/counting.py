@@ -27,6 +27,8 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array
 from flashmath.attention import loop_arrays, one_loop_run, standard_arrays, standard_run, two_loop_run
 from flashmath.flash import LOOPS, tile_arrays, tile_result, trace_steps
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.memory import CountedMemory, TrafficCount
 from flashmath.softmax import merge
@@ -66,11 +68,11 @@ def naive_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_("sum of exp"):
+    with mem.pass_(_("sum of exp")):
         d = 0.0
         for i in range(len(xs)):
             d += _exp(xs[i])  # d = sum_j exp(x_j)
-    with mem.pass_("divide"):
+    with mem.pass_(_("divide")):
         for i in range(len(xs)):
             ys[i] = _div(_exp(xs[i]), d)  # y_i = exp(x_i) / d
     return mem.array("y").copy(), mem.count
@@ -83,15 +85,15 @@ def safe_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_("max"):
+    with mem.pass_(_("max")):
         g = -math.inf
         for i in range(len(xs)):
             g = _max(g, xs[i])  # g = max_j x_j
-    with mem.pass_("sum"):
+    with mem.pass_(_("sum")):
         s = 0.0
         for i in range(len(xs)):
             s += _exp_shifted(xs[i], g)  # s = sum_j exp(x_j - g)
-    with mem.pass_("divide"):
+    with mem.pass_(_("divide")):
         for i in range(len(xs)):
             e = _exp_shifted(xs[i], g)
             ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g) / s; a fully masked row gives 0
@@ -108,12 +110,12 @@ def online_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_("max and sum (online)"):
+    with mem.pass_(_("max and sum (online)")):
         g, s = -math.inf, 0.0
         for i in range(len(xs)):
             # g_i = max(g_{i-1}, x_i);  s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
             g, s = (float(value) for value in merge(g, s, xs[i], 1.0))
-    with mem.pass_("divide"):
+    with mem.pass_(_("divide")):
         for i in range(len(xs)):
             e = _exp_shifted(xs[i], g)
             ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g_N) / s_N; a fully masked row gives 0
@@ -121,11 +123,12 @@ def online_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
 
 
 SOFTMAX_VARIANTS = {
-    "naive softmax": naive_softmax_counted,
-    "safe softmax": safe_softmax_counted,
-    "online softmax": online_softmax_counted,
+    N_("naive softmax"): naive_softmax_counted,
+    N_("safe softmax"): safe_softmax_counted,
+    N_("online softmax"): online_softmax_counted,
 }
-"""The counted variants by name, in the order of Milakov and Gimelshein's memory-access table."""
+"""The counted variants by name (English, marked: a chapter shows ``fm.tr(name)``), in the order of Milakov and
+Gimelshein's memory-access table."""
 
 
 # Scalar helpers with numpy's IEEE semantics (inf, NaN) instead of Python's exceptions.
