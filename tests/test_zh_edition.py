@@ -369,12 +369,14 @@ def test_tr_pads_by_display_columns_so_translated_tables_stay_aligned():
 
 
 # Words a Chinese chapter's printed text may keep in English: the glossary's terms kept as they are (chapter 0),
-# names of libraries, units, and Python's and numpy's own words (nan, True, float16...).
+# names of libraries, units, and Python's and numpy's own words (nan, True, float16...), the notation's symbols
+# (dQ, lse) and product names (RTX, Mistral).
 KEPT_IN_ENGLISH = set("""
 softmax logsumexp attention query queries key keys value values kernel kernels token tokens batch padding loss split
 KV cache dtype SRAM HBM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch triton matplotlib ipywidgets flashmath
 Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi
+dQ dK dV lse RTX Mistral
 """.split())
 
 
