@@ -18,6 +18,8 @@ import warnings
 
 import numpy as np
 
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 
 __all__ = ["TORCH_VERSION", "INSTALL_COMMANDS", "INSTALL_HINT", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM",
@@ -89,14 +91,20 @@ def require_triton() -> None:
         ) from _IMPORT_ERROR
 
 
+#: The chapters that check the extra in their first cell (``require_extra("Chapter 11")``): marked, so that the line
+#: saying the extra is installed is translated whole when a language was selected before that cell.
+CHAPTER_NAMES = (N_("This chapter"), N_("Chapter 11"), N_("Chapter 12"))
+
+
 def require_extra(chapter: str = "This chapter") -> None:
     """Stop with the install commands unless PyTorch and Triton are installed (the first code cell of chapter 11).
 
-    Prints one line when they are. Raises:
+    Prints one line when they are, in the selected language (:mod:`flashmath.i18n`). Raises:
         ExtraNotInstalled: (a ModuleNotFoundError) naming what is missing and the commands that install it.
     """
     if _IMPORT_ERROR is None:
-        print(f"{chapter} needs PyTorch and Triton (the triton extra): both are installed.")
+        print(_("{chapter} needs PyTorch and Triton (the triton extra): both are installed.").format(
+            chapter=_(chapter)))
         return
     commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
     raise ExtraNotInstalled(

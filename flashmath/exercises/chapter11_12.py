@@ -323,8 +323,8 @@ PLACES = {"registers": ("registers", "register", "register file", "rf", "寄存�
 PLACE_NAMES = {"registers": N_("registers"), "shared memory": N_("shared memory"), "HBM": N_("HBM")}
 
 WHERE = {
-    "Q, K, V (the whole arrays)": ({"HBM"}, N_("the inputs stay in the GPU's main memory (HBM); a program loads only "
-                                               "its tiles")),
+    N_("Q, K, V (the whole arrays)"): ({"HBM"}, N_("the inputs stay in the GPU's main memory (HBM); a program loads "
+                                                   "only its tiles")),
     "q_tile": ({"registers", "shared memory"}, N_("loaded once per program and kept for the whole sweep")),
     "k_tile, v_tile": ({"shared memory"}, N_("streamed: one tile per step, staged in shared memory for the matrix "
                                              "unit (num_stages tiles in flight when the loads are pipelined)")),
@@ -333,9 +333,10 @@ WHERE = {
     "m_i, l_i": ({"registers"}, N_("one float32 per row of the tile, updated every step: registers")),
     "acc": ({"registers"}, N_("(B_r, Dv) float32, updated every step and written once at the end: registers, spread "
                               "over the program's threads (num_warps x 32 of them)")),
-    "A, LSE (the results)": ({"HBM"}, N_("written once, at the end, to HBM")),
+    N_("A, LSE (the results)"): ({"HBM"}, N_("written once, at the end, to HBM")),
 }
-"""For each quantity of the kernel: the right places, and why."""
+"""For each quantity of the kernel: the right places, and why. The learner's dict uses these English keys in both
+editions; a key holding words is marked, and its case in the report is named in the selected language."""
 
 SCORES_IN_SHARED_MEMORY = (
     N_("tl.dot leaves the score tile in registers, where Ampere's and Hopper's matrix units write their results "
@@ -386,7 +387,7 @@ def check_where_it_lives(answers) -> CheckReport:
     streamed tile in registers for the whole sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and
     writes it each step; FlashAttention-2 does not).
     """
-    report = _check_quiz("check_where_it_lives", answers, [(quantity, quantity) for quantity in WHERE],
+    report = _check_quiz("check_where_it_lives", answers, [(_(quantity), quantity) for quantity in WHERE],
                          what=N_("quantity: place"), parse=_where_parse, right=lambda quantity: WHERE[quantity][0],
                          verdict=_where_verdict)
     extra = sorted(set(answers) - set(WHERE), key=str) if isinstance(answers, dict) else []
