@@ -1,7 +1,7 @@
 """The language of what the learner reads: checker verdicts, mistake names, printed tables (Python's ``gettext``).
 
-English is the default and needs nothing. A Chinese notebook selects its language once, in its own cell right after
-its first import cell::
+English is the default and needs nothing. A Chinese notebook selects its language once, in its own cell right before
+the first cell that imports flashmath (so that everything the chapter's code prints comes after it)::
 
     fm.set_language("zh_CN")
 

@@ -1,7 +1,8 @@
 """Keep a chapter of the Chinese edition (notebooks/zh/) in step with its English chapter (notebooks/).
 
 The two editions share their code cells byte for byte (tests/test_zh_edition.py); the Chinese one has one more
-code cell, :data:`LANGUAGE_CELL`, right after the first code cell that imports flashmath. The Markdown is written
+code cell, :data:`LANGUAGE_CELL`, right before the first code cell that imports flashmath (so that
+all the chapter's code prints is in Chinese; Colab's install cell, which does not import it, comes before). The Markdown is written
 in Chinese by us, cell for cell. Three commands (CONTRIBUTING.md, "Translations"):
 
     python scripts/zh_notebook.py new notebooks/04_loop_swap.ipynb          # a skeleton: English Markdown to rewrite
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -27,7 +29,7 @@ EN_DIR = ROOT / "notebooks"
 ZH_DIR = EN_DIR / "zh"
 LANGUAGE = "zh_CN"
 LANGUAGE_CELL = ('import flashmath\n\n'
-                 'flashmath.set_language("zh_CN")  # 中文版：检查器的判语、图中文字和控件标签都用中文')
+                 'flashmath.set_language("zh_CN")  # 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文')
 SEPARATOR = "%%"
 
 
@@ -37,10 +39,10 @@ def is_language_cell(cell) -> bool:
 
 
 def language_cell_position(en_cells) -> int:
-    """Where the language cell goes: right after the first code cell that imports flashmath."""
+    """Where the language cell goes: right before the first code cell that imports flashmath."""
     for i, cell in enumerate(en_cells):
-        if cell.cell_type == "code" and ("import flashmath" in cell.source or "from flashmath" in cell.source):
-            return i + 1
+        if cell.cell_type == "code" and re.search(r"^(import flashmath|from flashmath)", cell.source, re.MULTILINE):
+            return i
     raise SystemExit("the English chapter never imports flashmath: where should the language be selected?")
 
 

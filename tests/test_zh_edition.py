@@ -82,13 +82,13 @@ class TestPairedWithEnglish:
         zh, en = cells(path), cells(ROOT / "notebooks" / path.name)
         return [c for c in zh if not is_language_cell(c)], en, zh
 
-    def test_one_language_cell_right_after_the_first_flashmath_import(self, path):
+    def test_one_language_cell_right_before_the_first_flashmath_import(self, path):
         zh_cells, en, zh = self.pair(path)
         where = [k for k, c in enumerate(zh) if is_language_cell(c)]
         assert len(where) == 1, "exactly one cell calls flashmath.set_language('zh_CN')"
         first_import = next(k for k, c in enumerate(en) if c["cell_type"] == "code" and re.search(
             r"^(import flashmath|from flashmath)", source(c), re.MULTILINE))
-        assert where[0] == first_import + 1, "the language cell follows the first cell that imports flashmath"
+        assert where[0] == first_import, "the language cell comes right before the first cell that imports flashmath"
 
     def test_same_cells_in_the_same_order(self, path):
         zh_cells, en, _ = self.pair(path)
