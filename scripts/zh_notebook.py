@@ -35,7 +35,7 @@ SEPARATOR = "%%"
 
 def is_language_cell(cell) -> bool:
     """The one code cell that only the Chinese edition has."""
-    return cell.cell_type == "code" and cell.source == LANGUAGE_CELL
+    return cell.cell_type == "code" and cell.source.startswith(LANGUAGE_CELL.split("  #")[0])
 
 
 def language_cell_position(en_cells) -> int:
