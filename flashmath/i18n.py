@@ -152,6 +152,10 @@ class Text(str):
         width = max(int(match["width"]) - extra, 0)
         return str.__format__(self, f"{match['align']}{width}{match['rest']}")
 
+    def format(self, *args: object, **kwargs: object) -> Text:
+        """The message filled in (``str.format``), still a :class:`Text`: a filled label pads by display columns."""
+        return Text(str.format(self, *args, **kwargs))
+
 
 def tr(message: str) -> Text:
     """``message`` in the selected language, for what a chapter's own code prints (its tables, its sentences).

@@ -366,6 +366,8 @@ def test_tr_pads_by_display_columns_so_translated_tables_stay_aligned():
     assert format(Text("key tile j"), ">12") == format("key tile j", ">12")  # English: exactly str's
     assert format(Text("最大误差"), ">12.2") == "        最大"
     assert format(Text("最大误差"), "") == "最大误差"
+    filled = Text("{n} 个 key").format(n=3)  # a label filled in, then padded: still by display columns
+    assert isinstance(filled, Text) and format(filled, ">10") == "  3 个 key"
 
 
 # Words a Chinese chapter's printed text may keep in English: the glossary's terms kept as they are (chapter 0),
