@@ -376,7 +376,7 @@ def test_tr_pads_by_display_columns_so_translated_tables_stay_aligned():
 KEPT_IN_ENGLISH = set("""
 softmax logsumexp attention query queries key keys value values kernel kernels token tokens batch padding loss split
 KV cache dtype SRAM HBM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch triton matplotlib ipywidgets flashmath
-Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
+Python np autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi
 Dv lse kB
 """.split())
@@ -400,6 +400,8 @@ def _code_names(code: str) -> set[str]:
         elif isinstance(node, ast.Attribute):
             names.add(node.attr)
         elif isinstance(node, ast.keyword) and node.arg:
+            names.add(node.arg)
+        elif isinstance(node, ast.arg):  # a parameter of a function the cell defines (an exercise's out, q, k)
             names.add(node.arg)
     return names
 
