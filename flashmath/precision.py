@@ -39,6 +39,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from flashmath._checks import DTYPES, as_float_array, float_dtype, size
 from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
+from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import compute_operands, prepare_attention_inputs
 from flashmath.rowstate import weighted_values
 
@@ -55,7 +56,7 @@ __all__ = [
     "PrecisionStudy",
 ]
 
-VARIANTS = ("rounded reference", "naive", "one_loop", "two_loop", "fa1", "fa2", "rounded P")
+VARIANTS = (N_("rounded reference"), N_("naive"), "one_loop", "two_loop", "fa1", "fa2", N_("rounded P"))
 """The rows of a :class:`PrecisionStudy`: the float64 reference rounded to the dtype (the floor), naive
 low-precision attention, :func:`flashmath.one_loop_attention`, :func:`flashmath.two_loop_attention`, and
 :func:`flashmath.flash_attention` in both loop orders."""

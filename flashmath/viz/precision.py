@@ -78,7 +78,7 @@ class PrecisionPlot(LivePlot):
         handles = [Line2D([], [], color=DTYPE_COLORS.get(d, UNSEEN), marker=DTYPE_MARKERS.get(d, "o"), mfc="none",
                           lw=2, label=d) for d in study.dtypes]
         handles += [Line2D([], [], color="k", ls="-", lw=1.5, label="fa2"),
-                    Line2D([], [], color="k", ls=":", lw=1.8, label="naive")]
+                    Line2D([], [], color="k", ls=":", lw=1.8, label=_("naive"))]
         ax_e.legend(handles=handles, ncol=len(handles), handlelength=1.8, columnspacing=1.0, **LEGEND_ABOVE)
 
         width = 0.8 / len(study.dtypes)
@@ -90,7 +90,7 @@ class PrecisionPlot(LivePlot):
                      for v, variant in enumerate(BAR_VARIANTS)}
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
-        ax_m.set_xticks(groups, [_(BAR_LABELS[v]) if v in BAR_LABELS else v for v in BAR_VARIANTS])
+        ax_m.set_xticks(groups, [_(BAR_LABELS.get(v, v)) for v in BAR_VARIANTS])  # fa1, fa2: not in the catalog
         ax_m.set_ylabel(_("%% of outputs not correctly rounded") % ())  # a python-format message: "%%" is "%"
         ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
                              for c, d in zip(colors, study.dtypes, strict=False)],
