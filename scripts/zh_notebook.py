@@ -1,9 +1,9 @@
 """Keep a chapter of the Chinese edition (notebooks/zh/) in step with its English chapter (notebooks/).
 
 The two editions share their code cells byte for byte (tests/test_zh_edition.py); the Chinese one has one more
-code cell, :data:`LANGUAGE_CELL`, right before the first code cell that imports flashmath (so that
-all the chapter's code prints is in Chinese; Colab's install cell, which does not import it, comes before). The Markdown is written
-in Chinese by us, cell for cell. Three commands (CONTRIBUTING.md, "Translations"):
+code cell, :data:`LANGUAGE_CELL`, right before the first code cell that imports flashmath (so that all the
+chapter's code prints is in Chinese; Colab's install cell, which does not import it, comes before). The Markdown is
+written in Chinese by us, cell for cell. Three commands (CONTRIBUTING.md, "Translations"):
 
     python scripts/zh_notebook.py new notebooks/04_loop_swap.ipynb          # a skeleton: English Markdown to rewrite
     python scripts/zh_notebook.py fill notebooks/zh/04_loop_swap.ipynb 04.md  # Markdown cells from a text file
@@ -29,7 +29,8 @@ EN_DIR = ROOT / "notebooks"
 ZH_DIR = EN_DIR / "zh"
 LANGUAGE = "zh_CN"
 LANGUAGE_CELL = ('import flashmath\n\n'
-                 'flashmath.set_language("zh_CN")  # 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文')
+                 'flashmath.set_language("zh_CN")  '
+                 '# 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文')
 SEPARATOR = "%%"
 
 

@@ -423,14 +423,7 @@ def _code_names(code: str) -> set[str]:
     return names
 
 
-# Chapters whose own code cells still print English (issue 23: being marked with fm.tr); strict xfail, so a chapter
-# leaves this set when it is done.
-PRINTS_ENGLISH: set[str] = set()
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(reason="its code cells still print English")) if p.name[:2] in
-    PRINTS_ENGLISH else p for p in ZH_NOTEBOOKS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
 def test_what_a_chinese_chapter_prints_is_chinese(path):
     """No English word in a Chinese chapter's stored text outputs, except the words above, the names its own code
     uses, lines of the package's source that a chapter prints (chapter 11 shows its kernel; its line-for-line tables
@@ -453,7 +446,8 @@ def test_what_a_chinese_chapter_prints_is_chinese(path):
             code = line.split(" | ", 1)[-1].strip()  # a line-for-line table: "numpy  | <a line of the package>"
             if line.strip() and (line.strip() in package_source or code and code in package_source):
                 continue
-            line = re.sub(r"'[^'\s]*'", "", line)  # a quoted word is data (a token, a repr); not A'_m ... A'_M
+            # a quoted string is data (a token, a repr, an answer to type); a prime (A'_m ... A'_M) starts none
+            line = re.sub(r"(?<![\w'])'[^']*'", "", line)
             words = {w for w in re.findall(r"(?<![\w.])[A-Za-z][A-Za-z]+(?![\w(])", line) if w not in allowed}
             if words:
                 english.append(f"cell {index}: {sorted(words)} in {line.strip()[:100]!r}")
