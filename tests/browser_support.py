@@ -655,14 +655,22 @@ class NotebookDriver:
         what = f"slider {s['label'] or '#' + s['id']!r} (cell {s['cell']})"
         handle.scroll_into_view_if_needed()
         handle.focus()
-        value0 = self._value(handle)
-        # move away from the end the handle sits at: ArrowLeft when it starts at its maximum
-        key = "ArrowRight"
-        handle.press("ArrowRight")
-        if self._value(handle) == value0:
-            key = "ArrowLeft"
+        # move away from the end the handle sits at: ArrowLeft when it starts at its maximum (noUiSlider's
+        # aria-valuenow and aria-valuemax say so; without them, a probing press to the right and back)
+        try:
+            at_max = float(handle.get_attribute("aria-valuenow")) >= float(handle.get_attribute("aria-valuemax"))
+        except (TypeError, ValueError):
+            at_max = None
+        if at_max is not None:
+            key = "ArrowLeft" if at_max else "ArrowRight"
         else:
-            handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
+            value0 = self._value(handle)
+            key = "ArrowRight"
+            handle.press("ArrowRight")
+            if self._value(handle) == value0:
+                key = "ArrowLeft"
+            else:
+                handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
         self.wait_settled(60, quiet=0.5, label=f"before timing {what}")
         self._wait_for_picture_to_settle(s["scope"])
         times, stuck = [], 0
