@@ -233,6 +233,23 @@ JS_KERNEL_STATUS = """() => {
   return {status: k ? k.status : 'no-kernel', running: running};
 }"""
 
+# True-ish once the kernel has been idle with no [*] prompt for ``quiet`` ms on end ("settled"), or at once with the
+# kernel's status when it is dead or gone. ``key`` names this wait's state in the page (a fresh one per wait).
+JS_SETTLED = """([quiet, key]) => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const status = k ? k.status : 'no-kernel';
+  if (['dead', 'no-kernel', 'unknown'].includes(status)) return status;
+  const busy = status !== 'idle' || Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
+    .some(e => e.textContent.includes('*'));
+  const st = window.__fmSettled && window.__fmSettled.key === key ? window.__fmSettled
+    : (window.__fmSettled = {key: key, since: null});
+  const now = performance.now();
+  if (busy) { st.since = null; return false; }
+  if (st.since === null) st.since = now;
+  return now - st.since >= quiet ? 'settled' : false;
+}"""
+
 JS_CELLS = """() => {
   const w = window.jupyterapp.shell.currentWidget;
   const cells = w.content.model.cells;
@@ -423,6 +440,14 @@ JS_STOP_PLAY = """(id) => {
 JS_PLAY_STOPPED = """(id) => !document.querySelector(`[data-fm-play="${id}"] button i.fa-pause`)"""
 
 
+_wait_counter = iter(range(1 << 62))
+
+
+def _fresh_key() -> int:
+    """A fresh key for one wait's state in the page."""
+    return next(_wait_counter)
+
+
 def dark_fraction(png: bytes) -> float:
     """The fraction of pixels of a screenshot darker than light grey: about 0 for a blank (white) picture."""
     import io
@@ -512,26 +537,21 @@ class NotebookDriver:
         return self.page.evaluate(JS_KERNEL_STATUS)
 
     def wait_settled(self, timeout: float, quiet: float = 1.0, label: str = "") -> None:
-        """Wait until the kernel is idle and no cell shows [*], continuously for ``quiet`` s."""
-        deadline = time.monotonic() + timeout
-        quiet_since = None
-        while True:
+        """Wait until the kernel is idle and no cell shows [*], continuously for ``quiet`` s.
+
+        The page checks every 100 ms itself (one call from here, not a round trip per look)."""
+        try:
+            result = self.page.wait_for_function(
+                JS_SETTLED, arg=[quiet * 1000, _fresh_key()], timeout=timeout * 1000, polling=100
+            ).json_value()
+        except Exception:  # Playwright's TimeoutError: say what the kernel was doing
             st = self.kernel_state()
-            now = time.monotonic()
-            if st["status"] == "idle" and st["running"] == 0:
-                quiet_since = quiet_since or now
-                if now - quiet_since >= quiet:
-                    return
-            else:
-                quiet_since = None
-                if st["status"] in ("dead", "no-kernel", "unknown"):
-                    raise NotebookCheckFailure(f"{self.name}: kernel is {st['status']} {label}")
-            if now > deadline:
-                raise NotebookCheckFailure(
-                    f"{self.name}: kernel still busy after {timeout:.0f} s {label} "
-                    f"(status {st['status']}, {st['running']} cell(s) showing [*])"
-                )
-            self.page.wait_for_timeout(100)
+            raise NotebookCheckFailure(
+                f"{self.name}: kernel still busy after {timeout:.0f} s {label} "
+                f"(status {st['status']}, {st['running']} cell(s) showing [*])"
+            ) from None
+        if result != "settled":
+            raise NotebookCheckFailure(f"{self.name}: kernel is {result} {label}")
 
     def run_all(self, timeout: float = 240.0) -> None:
         t0 = time.monotonic()
