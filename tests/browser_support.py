@@ -56,11 +56,14 @@ SETTING_OVERRIDES = {
 class JupyterLabServer:
     """JupyterLab on 127.0.0.1 with isolated config, data, settings and workspace dirs.
 
-    ``notebooks`` are copied into a fresh root dir, so the repository is never written to.
+    ``notebooks`` are copied into a fresh root dir, so the repository is never written to: to their path relative to
+    ``base`` when given (``notebooks/zh/01_softmax.ipynb`` with base ``notebooks`` is ``zh/01_softmax.ipynb`` in
+    JupyterLab), else to their file name.
     """
 
-    def __init__(self, notebooks: list[Path], startup_timeout: float = 90.0):
+    def __init__(self, notebooks: list[Path], startup_timeout: float = 90.0, base: Path | None = None):
         self.notebooks = list(notebooks)
+        self.base = base
         self.startup_timeout = startup_timeout
         self.tmp = Path(tempfile.mkdtemp(prefix="flashmath-browser-"))
         self.root = self.tmp / "root"
@@ -74,7 +77,9 @@ class JupyterLabServer:
     def start(self) -> JupyterLabServer:
         self.root.mkdir()
         for nb in self.notebooks:
-            shutil.copy2(nb, self.root / nb.name)
+            dest = self.root / self.lab_path(nb)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(nb, dest)
         config_dir = self.tmp / "config"
         (config_dir / "labconfig").mkdir(parents=True)
         (config_dir / "labconfig" / "default_setting_overrides.json").write_text(
@@ -157,6 +162,10 @@ class JupyterLabServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def lab_path(self, notebook: Path) -> str:
+        """The notebook's path in JupyterLab (relative to the server's root, with "/")."""
+        return notebook.relative_to(self.base).as_posix() if self.base is not None else notebook.name
+
     # -- inspection ------------------------------------------------------------------------
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -182,12 +191,63 @@ JS_NOTEBOOK_READY = """(name) => {
   return !!(k && k.status === 'idle' && w.content && w.content.isAttached);
 }"""
 
+# JupyterLab has started and restored its layout: its commands can open documents.
+JS_APP_READY = """() => {
+  const app = window.jupyterapp;
+  return !!(app && app.shell && app.commands && app.commands.hasCommand('docmanager:open') &&
+            app.commands.hasCommand('notebook:run-all-cells'));
+}"""
+
+# Open a notebook in the running JupyterLab (no page load), as File > Open does.
+JS_OPEN = """async (name) => {
+  const app = window.jupyterapp;
+  await app.restored;
+  await app.commands.execute('docmanager:open', {path: name});
+  return true;
+}"""
+
+# The documents open in the main area, and the notebooks in the DOM: one each while a notebook is checked, so that
+# every query of the page (cells, sliders, errors) sees that notebook only.
+JS_OPEN_DOCUMENTS = """() => ({
+  documents: Array.from(window.jupyterapp.shell.widgets('main')).filter(w => w.context).map(w => w.context.path),
+  notebooks: document.querySelectorAll('.jp-Notebook').length,
+})"""
+
+# Close a notebook and shut its kernel down (and wait for both), unsaved: the next notebook opens in the same page.
+JS_CLOSE = """async (name) => {
+  const app = window.jupyterapp;
+  const ws = Array.from(app.shell.widgets('main')).filter(w => w.context && w.context.path === name);
+  for (const w of ws) {
+    if (w.sessionContext && w.sessionContext.session) await w.sessionContext.shutdown();
+    w.context.model.dirty = false;
+    w.dispose();
+  }
+  return ws.length;
+}"""
+
 JS_KERNEL_STATUS = """() => {
   const w = window.jupyterapp.shell.currentWidget;
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
   const running = Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
     .filter(e => e.textContent.includes('*')).length;
   return {status: k ? k.status : 'no-kernel', running: running};
+}"""
+
+# True-ish once the kernel has been idle with no [*] prompt for ``quiet`` ms on end ("settled"), or at once with the
+# kernel's status when it is dead or gone. ``key`` names this wait's state in the page (a fresh one per wait).
+JS_SETTLED = """([quiet, key]) => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const status = k ? k.status : 'no-kernel';
+  if (['dead', 'no-kernel', 'unknown'].includes(status)) return status;
+  const busy = status !== 'idle' || Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
+    .some(e => e.textContent.includes('*'));
+  const st = window.__fmSettled && window.__fmSettled.key === key ? window.__fmSettled
+    : (window.__fmSettled = {key: key, since: null});
+  const now = performance.now();
+  if (busy) { st.since = null; return false; }
+  if (st.since === null) st.since = now;
+  return now - st.since >= quiet ? 'settled' : false;
 }"""
 
 JS_CELLS = """() => {
@@ -380,6 +440,14 @@ JS_STOP_PLAY = """(id) => {
 JS_PLAY_STOPPED = """(id) => !document.querySelector(`[data-fm-play="${id}"] button i.fa-pause`)"""
 
 
+_wait_counter = iter(range(1 << 62))
+
+
+def _fresh_key() -> int:
+    """A fresh key for one wait's state in the page."""
+    return next(_wait_counter)
+
+
 def dark_fraction(png: bytes) -> float:
     """The fraction of pixels of a screenshot darker than light grey: about 0 for a blank (white) picture."""
     import io
@@ -401,28 +469,59 @@ class NotebookDriver:
     def __init__(self, page, server: JupyterLabServer, name: str):
         self.page = page
         self.server = server
-        self.name = name
+        self.name = name  # the notebook's path in JupyterLab
         self.timings: dict[str, float] = {}
         self.exercised = {"sliders": 0, "plays": 0, "play_frames": 0}
         self.latencies: dict[str, list[float]] = {}  # slider -> milliseconds from key press to new picture
         self.play_samples: dict[str, dict] = {}  # Play button -> what the pictures did while it played
         self.page_errors: list[str] = []
-        page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+        self._on_page_error = lambda e: self.page_errors.append(str(e))
+        page.on("pageerror", self._on_page_error)
 
     # -- opening and running -----------------------------------------------------------------
-    def open(self, timeout: float = 90.0) -> None:
-        t0 = time.monotonic()
-        # ?reset: start from an empty workspace, so only this notebook is open.
-        url = f"{self.server.url}/lab/tree/{urllib.parse.quote(self.name)}?reset"
-        self.page.goto(url, wait_until="domcontentloaded")
+    def load_lab(self, timeout: float = 90.0) -> None:
+        """Load JupyterLab in the page, with an empty workspace (``?reset``), and wait until it can open documents."""
+        self.page.goto(f"{self.server.url}/lab?reset", wait_until="domcontentloaded")
         try:
-            self.page.wait_for_function(JS_NOTEBOOK_READY, arg=self.name, timeout=timeout * 1000, polling=250)
+            self.page.wait_for_function(JS_APP_READY, timeout=timeout * 1000, polling=100)
+        except Exception as exc:  # Playwright's TimeoutError; say what was missing
+            raise NotebookCheckFailure(
+                f"JupyterLab did not start in the page within {timeout:.0f} s ({exc.__class__.__name__}).\n"
+                f"Page errors: {self.page_errors[-5:]}\nJupyterLab log:\n{self.server.log_tail(20)}"
+            ) from None
+
+    def open(self, timeout: float = 90.0) -> None:
+        """Open the notebook in the page's JupyterLab (loaded first if the page does not show it yet) and wait
+        until it is rendered with an idle kernel. Several notebooks can be checked one after the other in one page:
+        :meth:`close` each before opening the next."""
+        t0 = time.monotonic()
+        if not self.page.evaluate(JS_APP_READY):
+            self.load_lab(timeout)
+        before = self.page.evaluate(JS_OPEN_DOCUMENTS)
+        if before["documents"] or before["notebooks"]:
+            raise NotebookCheckFailure(f"{self.name}: the page still shows another document {before}")
+        self.page.evaluate(JS_OPEN, self.name)
+        try:
+            self.page.wait_for_function(JS_NOTEBOOK_READY, arg=self.name, timeout=timeout * 1000, polling=100)
         except Exception as exc:  # Playwright's TimeoutError; say what was missing
             raise NotebookCheckFailure(
                 f"{self.name}: notebook or its kernel not ready within {timeout:.0f} s ({exc.__class__.__name__}).\n"
                 f"Page errors: {self.page_errors[-5:]}\nJupyterLab log:\n{self.server.log_tail(20)}"
             ) from None
+        now = self.page.evaluate(JS_OPEN_DOCUMENTS)
+        if now != {"documents": [self.name], "notebooks": 1}:
+            raise NotebookCheckFailure(f"{self.name}: expected this notebook alone in the page, found {now}")
         self.timings["open"] = time.monotonic() - t0
+
+    def close(self) -> None:
+        """Close the notebook without saving and shut its kernel down (waiting for both); any kernel left over
+        too. Best effort: after a failure the caller loads a fresh page anyway."""
+        try:
+            self.page.evaluate(JS_CLOSE, self.name)
+        except Exception:  # noqa: BLE001
+            pass
+        self.shutdown_kernels()
+        self.page.remove_listener("pageerror", self._on_page_error)
 
     def command(self, cmd: str, args: dict | None = None, wait: bool = True) -> None:
         """Execute a JupyterLab command; with ``wait=False`` do not await its promise."""
@@ -438,26 +537,21 @@ class NotebookDriver:
         return self.page.evaluate(JS_KERNEL_STATUS)
 
     def wait_settled(self, timeout: float, quiet: float = 1.0, label: str = "") -> None:
-        """Wait until the kernel is idle and no cell shows [*], continuously for ``quiet`` s."""
-        deadline = time.monotonic() + timeout
-        quiet_since = None
-        while True:
+        """Wait until the kernel is idle and no cell shows [*], continuously for ``quiet`` s.
+
+        The page checks every 100 ms itself (one call from here, not a round trip per look)."""
+        try:
+            result = self.page.wait_for_function(
+                JS_SETTLED, arg=[quiet * 1000, _fresh_key()], timeout=timeout * 1000, polling=100
+            ).json_value()
+        except Exception:  # Playwright's TimeoutError: say what the kernel was doing
             st = self.kernel_state()
-            now = time.monotonic()
-            if st["status"] == "idle" and st["running"] == 0:
-                quiet_since = quiet_since or now
-                if now - quiet_since >= quiet:
-                    return
-            else:
-                quiet_since = None
-                if st["status"] in ("dead", "no-kernel", "unknown"):
-                    raise NotebookCheckFailure(f"{self.name}: kernel is {st['status']} {label}")
-            if now > deadline:
-                raise NotebookCheckFailure(
-                    f"{self.name}: kernel still busy after {timeout:.0f} s {label} "
-                    f"(status {st['status']}, {st['running']} cell(s) showing [*])"
-                )
-            self.page.wait_for_timeout(100)
+            raise NotebookCheckFailure(
+                f"{self.name}: kernel still busy after {timeout:.0f} s {label} "
+                f"(status {st['status']}, {st['running']} cell(s) showing [*])"
+            ) from None
+        if result != "settled":
+            raise NotebookCheckFailure(f"{self.name}: kernel is {result} {label}")
 
     def run_all(self, timeout: float = 240.0) -> None:
         t0 = time.monotonic()
@@ -581,14 +675,22 @@ class NotebookDriver:
         what = f"slider {s['label'] or '#' + s['id']!r} (cell {s['cell']})"
         handle.scroll_into_view_if_needed()
         handle.focus()
-        value0 = self._value(handle)
-        # move away from the end the handle sits at: ArrowLeft when it starts at its maximum
-        key = "ArrowRight"
-        handle.press("ArrowRight")
-        if self._value(handle) == value0:
-            key = "ArrowLeft"
+        # move away from the end the handle sits at: ArrowLeft when it starts at its maximum (noUiSlider's
+        # aria-valuenow and aria-valuemax say so; without them, a probing press to the right and back)
+        try:
+            at_max = float(handle.get_attribute("aria-valuenow")) >= float(handle.get_attribute("aria-valuemax"))
+        except (TypeError, ValueError):
+            at_max = None
+        if at_max is not None:
+            key = "ArrowLeft" if at_max else "ArrowRight"
         else:
-            handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
+            value0 = self._value(handle)
+            key = "ArrowRight"
+            handle.press("ArrowRight")
+            if self._value(handle) == value0:
+                key = "ArrowLeft"
+            else:
+                handle.press("ArrowLeft")  # back to the start: the timed presses begin from a settled picture
         self.wait_settled(60, quiet=0.5, label=f"before timing {what}")
         self._wait_for_picture_to_settle(s["scope"])
         times, stuck = [], 0
@@ -657,7 +759,7 @@ class NotebookDriver:
             shots += 1
             blank_shots += dark_fraction(shot) < 0.005
         samples = self.page.evaluate(JS_STOP_SAMPLER)
-        samples.update(shots=shots, blank_shots=blank_shots, slow_shots=slow_shots)
+        samples.update(shots=shots, blank_shots=blank_shots, slow_shots=slow_shots, seconds=sample_seconds)
         if not shots:
             raise NotebookCheckFailure(f"{self.name}: no screenshot of the picture of {what} succeeded in "
                                        f"{sample_seconds:.0f} s ({slow_shots} timed out after 2 s)")
@@ -689,7 +791,8 @@ class NotebookDriver:
 
     def shutdown_kernels(self) -> None:
         try:
-            self.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")
+            self.page.evaluate("async () => { const m = window.jupyterapp.serviceManager; "
+                               "await m.sessions.shutdownAll(); await m.kernels.shutdownAll(); }")
         except Exception:  # noqa: BLE001 - best effort; the server fixture stops everything anyway
             pass
 

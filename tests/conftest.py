@@ -31,15 +31,15 @@ def pytest_runtest_logreport(report):
 
 
 def latency_lines(log: dict) -> list[str]:
-    lines = [f"{'notebook':<26} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
+    lines = [f"{'notebook':<29} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
     for notebook, entry in sorted(log.items()):
         for slider, times in entry["sliders"].items():
-            lines.append(f"{notebook:<26} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
+            lines.append(f"{notebook:<29} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
                          f"{max(times):7.0f}")
         for play, s in entry["plays"].items():
-            lines.append(f"{notebook:<26} {play[:44]:<44} Play: {s['changes']} new pictures in 3 s; "
-                         f"{s['samples']} DOM samples, {s['missing']} without a picture ({s['loading']} loading the "
-                         f"next); {s['shots']} screenshots, {s['blank_shots']} blank")
+            lines.append(f"{notebook:<29} {play[:44]:<44} Play: {s['changes']} new pictures in "
+                         f"{s.get('seconds', 3):g} s; {s['samples']} DOM samples, {s['missing']} without a picture "
+                         f"({s['loading']} loading the next); {s['shots']} screenshots, {s['blank_shots']} blank")
     lines.append("(key press to new picture decoded on the page; written to artifacts/slider_latency.json)")
     return lines
 

@@ -1,25 +1,40 @@
-"""Every notebook, run in a real JupyterLab in headless Chromium.
+"""Every notebook, English and Chinese, run in a real JupyterLab in headless Chromium.
 
-For each ``notebooks/*.ipynb``: open it in JupyterLab, Run All, fail on any error output; then
-move every ipywidgets slider with the keyboard and press every Play button, checking that the
-plotted image changes and that no traceback appears (``ipywidgets.interactive`` shows a
-callback's exception inside its output widget instead of raising it).
+For each ``notebooks/*.ipynb`` and ``notebooks/zh/*.ipynb``: open it in JupyterLab, Run All, fail on any error
+output; then move every ipywidgets slider with the keyboard and press every Play button, checking that the plotted
+image changes and that no traceback appears (``ipywidgets.interactive`` shows a callback's exception inside its
+output widget instead of raising it).
 
-Measured on the way: for every slider, the milliseconds from a key press to the new picture
-decoded on the page (several presses each), and, for every Play button, 3 s of play sampled every
-50 ms in the page and by screenshots meanwhile: a picture must be present in every sample and no
-screenshot may be blank (no blank flash). The latencies go to
-``artifacts/slider_latency.json`` and pytest's summary; a screenshot per notebook goes to
-``artifacts/screenshots/<stem>.png``.
+Measured on the way: for every slider, the milliseconds from a key press to the new picture decoded on the page
+(several presses each), and, for every Play button, 3 s of play sampled every 50 ms in the page and by screenshots
+meanwhile: a picture must be present in every sample and no screenshot may be blank (no blank flash). The latencies
+go to ``artifacts/slider_latency.json`` and pytest's summary; a screenshot per notebook goes to
+``artifacts/screenshots/<stem>.png`` (``artifacts/screenshots/zh/<stem>.png`` for a Chinese chapter).
+
+The Chinese chapters: every one whose stored outputs hold a slider or a Play button (today all 15). Their code cells
+are byte for byte the English ones but for the ``flashmath.set_language("zh_CN")`` cell, so what the language can
+break is what they are checked for: Run All without error output, every slider moved to a new picture and to both
+ends without a traceback, every Play button started and changing the picture; and their slider labels in the page
+are Chinese (no label the catalog translates left in English, and Chinese characters where the stored chapter has
+them), so that the test fails if the language cell stops working. The timings are the English chapters' business
+(the same callbacks and pictures): a Chinese slider is timed on one key press instead of four and a Chinese Play
+button sampled for 1 s instead of 3. Measured on 1 December 2026 (2 shared cores, load average 3-7): the 15 English
+chapters about 190 s of CPU time, the 15 Chinese ones about 145 s more (their Run All is most of it).
+
+All notebooks run one after the other in one JupyterLab page: each is opened with JupyterLab's ``docmanager:open``
+command, checked, then closed unsaved with its kernel shut down; the page is loaded afresh only after a failure (so
+one notebook's failure cannot leave a dialog or a kernel behind for the next).
 
 Run only these:  python -m pytest -m browser -p no:nbval -o addopts=""
-Set FLASHMATH_BROWSER_NOTEBOOKS=<dir> to run the test on the notebooks in another directory.
+Set FLASHMATH_BROWSER_NOTEBOOKS=<dir> to run the test on the notebooks in another directory (and its ``zh/``).
 """
 
 from __future__ import annotations
 
+import gettext
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -28,9 +43,32 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS, JupyterLabServer, NotebookC
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = Path(os.environ.get("FLASHMATH_BROWSER_NOTEBOOKS", REPO / "notebooks"))
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 LATENCY_FILE = REPO / "artifacts" / "slider_latency.json"
+ZH = "zh"  # the Chinese edition's folder under NOTEBOOK_DIR
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def _stored_widget_models(notebook: Path) -> list[dict]:
+    """The widget models saved in a notebook's metadata (its stored widget state)."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return list(state.get("state", {}).values())
+
+
+def _has_sliders_or_play(notebook: Path) -> bool:
+    return any(m.get("model_name", "").endswith(("SliderModel", "PlayModel")) for m in _stored_widget_models(notebook))
+
+
+def _stored_slider_labels(notebook: Path) -> list[str]:
+    return [m["state"].get("description") or "" for m in _stored_widget_models(notebook)
+            if m.get("model_name", "").endswith("SliderModel")]
+
+
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb")) + [
+    nb for nb in sorted((NOTEBOOK_DIR / ZH).glob("*.ipynb")) if _has_sliders_or_play(nb)
+]
+IDS = [nb.relative_to(NOTEBOOK_DIR).as_posix() for nb in NOTEBOOKS]
 
 pytestmark = pytest.mark.browser
 
@@ -55,12 +93,46 @@ def browser():
 @pytest.fixture(scope="module")
 def jupyterlab(browser):
     # Depends on ``browser`` so that a missing Chromium/Playwright skips before the server starts.
-    server = JupyterLabServer(NOTEBOOKS)
+    server = JupyterLabServer(NOTEBOOKS, base=NOTEBOOK_DIR)
     try:
         server.start()
         yield server
     finally:
         server.stop()
+
+
+class LabPage:
+    """One browser page that keeps JupyterLab loaded from one notebook to the next; :meth:`discard` after a failure
+    drops it (and its browser context), and the next notebook gets a fresh one."""
+
+    def __init__(self, browser):
+        self.browser = browser
+        self.context = None
+        self.page = None
+
+    def get(self):
+        if self.page is None:
+            self.context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+            self.context.set_default_timeout(30_000)
+            self.page = self.context.new_page()
+        return self.page
+
+    def discard(self) -> None:
+        context, self.context, self.page = self.context, None, None
+        if context is not None:
+            try:
+                context.close()
+            except Exception:  # noqa: BLE001 - a crashed page: nothing left to close
+                pass
+
+
+@pytest.fixture(scope="module")
+def lab_page(browser):
+    holder = LabPage(browser)
+    try:
+        yield holder
+    finally:
+        holder.discard()
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +147,28 @@ def latency_log():
         LATENCY_FILE.write_text(json.dumps(log, indent=1))
 
 
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+@pytest.fixture(scope="module")
+def zh_translation():
+    """flashmath's Chinese message catalog (Python's gettext), to tell an English label the catalog translates."""
+    from flashmath.i18n import DOMAIN, LOCALE_DIR
+
+    return gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=["zh_CN"])
+
+
+def check_chinese_labels(name: str, notebook: Path, sliders: list[dict], translation) -> None:
+    """The slider labels on the page are Chinese: none is an English text that the catalog translates, and, where
+    the stored chapter's slider labels have Chinese characters, so do the live ones."""
+    labels = [s["label"] for s in sliders]
+    english = [f"{label!r} (the catalog has {translation.gettext(label)!r})" for label in labels
+               if label and translation.gettext(label) != label]
+    if english:
+        raise NotebookCheckFailure(f"{name}: slider label(s) in English: {', '.join(english)}; "
+                                   "set_language('zh_CN') did not take effect")
+    if any(CJK.search(label) for label in _stored_slider_labels(notebook)) and not any(
+        CJK.search(label) for label in labels
+    ):
+        raise NotebookCheckFailure(f"{name}: no slider label has Chinese characters ({labels}), though the stored "
+                                   f"chapter's have ({_stored_slider_labels(notebook)})")
 
 
 def _screenshot(driver: NotebookDriver, path: Path) -> None:
@@ -101,11 +187,16 @@ def _screenshot(driver: NotebookDriver, path: Path) -> None:
     page.screenshot(path=str(path))
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.name for nb in NOTEBOOKS])
-def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, page, record_property, latency_log):
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property,
+                                latency_log, zh_translation):
     t0 = time.monotonic()
-    driver = NotebookDriver(page, jupyterlab, notebook.name)
-    failure = None
+    name = jupyterlab.lab_path(notebook)
+    chinese = name.startswith(ZH + "/")
+    # the Chinese chapters: one timed key press per slider, 1 s of Play (the module's docstring says why)
+    presses, play_seconds = (1, 1.0) if chinese else (4, 3.0)
+    driver = NotebookDriver(lab_page.get(), jupyterlab, name)
+    failure, done = None, False
     try:
         driver.open()
         driver.run_all()
@@ -113,27 +204,32 @@ def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, pa
         driver.check_all_executed()
 
         controls = driver.controls()
+        if chinese:
+            check_chinese_labels(name, notebook, controls["sliders"], zh_translation)
         for slider in controls["sliders"]:
             if not slider["disabled"]:
-                driver.exercise_slider(slider)
+                driver.exercise_slider(slider, presses=presses)
         for play in controls["plays"]:
             if not play["disabled"]:
-                driver.exercise_play(play)
+                driver.exercise_play(play, sample_seconds=play_seconds)
         driver.check_no_errors("after exercising the widgets")
+        done = True
     except NotebookCheckFailure as exc:
         failure = str(exc)
     finally:
         try:
-            _screenshot(driver, SCREENSHOTS / f"{notebook.stem}.png")
+            _screenshot(driver, (SCREENSHOTS / name).with_suffix(".png"))
         finally:
-            driver.shutdown_kernels()
+            driver.close()
+            if not done:  # a failure may leave a dialog, a busy kernel or a half-closed notebook: a fresh page next
+                lab_page.discard()
         driver.timings["total"] = time.monotonic() - t0
-        latency_log[notebook.name] = {"sliders": driver.latencies, "plays": driver.play_samples}
-        record_property("slider_latency", json.dumps({notebook.name: latency_log[notebook.name]}))
+        latency_log[name] = {"sliders": driver.latencies, "plays": driver.play_samples}
+        record_property("slider_latency", json.dumps({name: latency_log[name]}))
         for k, v in driver.timings.items():
             record_property(f"seconds_{k}", round(v, 1))
         print(
-            f"{notebook.name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in driver.timings.items())
+            f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in driver.timings.items())
             + f"; {driver.exercised['sliders']} slider(s), {driver.exercised['plays']} Play button(s) checked "
             f"({driver.exercised['play_frames']} new frames while playing)"
         )
