@@ -20,6 +20,7 @@ CI_RESULTS = os.environ.pop("FLASHMATH_CI_RESULTS", None)
 
 
 LATENCY: dict = {}  # the browser test's slider latencies, {notebook: entry}, from its reports
+LATENCY_FILE = Path(__file__).resolve().parents[1] / "artifacts" / "slider_latency.json"
 
 
 def pytest_runtest_logreport(report):
@@ -45,9 +46,12 @@ def latency_lines(log: dict) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The browser test's slider latencies (tests/test_browser.py), when it ran; under .ci/run, the results of
-    the other Pythons, so that the log's last lines tell the whole story."""
+    """The browser test's slider latencies (tests/test_browser.py and test_browser_zh.py), when it ran, also
+    written to artifacts/slider_latency.json; under .ci/run, the results of the other Pythons, so that the log's
+    last lines tell the whole story."""
     if LATENCY:
+        LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        LATENCY_FILE.write_text(json.dumps(LATENCY, indent=1, sort_keys=True))
         terminalreporter.section("slider latency in JupyterLab (tests/test_browser.py)")
         for line in latency_lines(LATENCY):
             terminalreporter.write_line(line)
@@ -78,10 +82,10 @@ FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attenti
                 "test_exercises_ch13"}
 
 
-# The longest files first (tests/test_browser.py, then tests/test_install.py): with addopts' pytest-xdist options
+# The longest files first (the browser test's two editions, then tests/test_install.py): with addopts' xdist options
 # (--dist loadfile --no-loadscope-reorder) the files go to the workers in this order, and the other workers work
 # through the rest meanwhile instead of waiting for them at the end.
-FIRST = ("test_browser", "test_install")
+FIRST = ("test_browser", "test_browser_zh", "test_install")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -92,3 +96,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
     # a stable sort: a notebook's nbval cells keep their order
     items.sort(key=lambda item: FIRST.index(item.path.stem) if item.path.stem in FIRST else len(FIRST))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: tests/test_install.py runs some tests without xdist
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (addopts): one pytest-xdist worker per core this process may use, plus one. The browser tests'
+    two workers wait much of their time (JupyterLab to load a notebook, a Play button to be sampled), and the extra
+    worker runs other files meanwhile."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + 1

@@ -1,9 +1,10 @@
 """Every notebook, English and Chinese, run in a real JupyterLab in headless Chromium.
 
-For each ``notebooks/*.ipynb`` and ``notebooks/zh/*.ipynb``: open it in JupyterLab, Run All, fail on any error
-output; then move every ipywidgets slider with the keyboard and press every Play button, checking that the plotted
-image changes and that no traceback appears (``ipywidgets.interactive`` shows a callback's exception inside its
-output widget instead of raising it).
+For each ``notebooks/*.ipynb`` (here) and ``notebooks/zh/*.ipynb`` (tests/test_browser_zh.py, the same checks in a
+module of its own, so that pytest-xdist's ``--dist loadfile`` runs the two editions on two workers at once): open it
+in JupyterLab, Run All, fail on any error output; then move every ipywidgets slider with the keyboard and press every
+Play button, checking that the plotted image changes and that no traceback appears (``ipywidgets.interactive`` shows
+a callback's exception inside its output widget instead of raising it).
 
 Measured on the way: for every slider, the milliseconds from a key press to the new picture decoded on the page
 (several presses each), and, for every Play button, 3 s of play sampled every 50 ms in the page and by screenshots
@@ -44,7 +45,6 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS, JupyterLabServer, NotebookC
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = Path(os.environ.get("FLASHMATH_BROWSER_NOTEBOOKS", REPO / "notebooks"))
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-LATENCY_FILE = REPO / "artifacts" / "slider_latency.json"
 ZH = "zh"  # the Chinese edition's folder under NOTEBOOK_DIR
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -65,10 +65,12 @@ def _stored_slider_labels(notebook: Path) -> list[str]:
             if m.get("model_name", "").endswith("SliderModel")]
 
 
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb")) + [
-    nb for nb in sorted((NOTEBOOK_DIR / ZH).glob("*.ipynb")) if _has_sliders_or_play(nb)
-]
-IDS = [nb.relative_to(NOTEBOOK_DIR).as_posix() for nb in NOTEBOOKS]
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))  # a module's notebooks: the jupyterlab fixture serves them
+CHINESE = [nb for nb in sorted((NOTEBOOK_DIR / ZH).glob("*.ipynb")) if _has_sliders_or_play(nb)]
+
+
+def ids(notebooks: list[Path]) -> list[str]:
+    return [nb.relative_to(NOTEBOOK_DIR).as_posix() for nb in notebooks]
 
 pytestmark = pytest.mark.browser
 
@@ -91,9 +93,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(browser):
+def jupyterlab(browser, request):
     # Depends on ``browser`` so that a missing Chromium/Playwright skips before the server starts.
-    server = JupyterLabServer(NOTEBOOKS, base=NOTEBOOK_DIR)
+    server = JupyterLabServer(request.module.NOTEBOOKS, base=NOTEBOOK_DIR)
     try:
         server.start()
         yield server
@@ -137,14 +139,11 @@ def lab_page(browser):
 
 @pytest.fixture(scope="module")
 def latency_log():
-    """Collects {notebook: {"sliders": {slider: [ms, ...]}, "plays": {...}}}; written to artifacts/ at the end. Each
-    test also records its entry as the property ``slider_latency``, from which tests/conftest.py writes pytest's
-    summary (under pytest-xdist this module runs in a worker; only the reports reach the summary)."""
-    log: dict = {}
-    yield log
-    if log:
-        LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
-        LATENCY_FILE.write_text(json.dumps(log, indent=1))
+    """Collects {notebook: {"sliders": {slider: [ms, ...]}, "plays": {...}}}. Each test records its entry as the
+    property ``slider_latency``, from which tests/conftest.py writes pytest's summary and
+    ``artifacts/slider_latency.json`` (under pytest-xdist the two modules run in two workers; only the reports reach
+    the main process)."""
+    return {}
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +186,15 @@ def _screenshot(driver: NotebookDriver, path: Path) -> None:
     page.screenshot(path=str(path))
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property,
                                 latency_log, zh_translation):
+    check_notebook(notebook, jupyterlab, lab_page, record_property, latency_log, zh_translation)
+
+
+def check_notebook(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property, latency_log,
+                   zh_translation) -> None:
+    """Open, Run All, exercise every control, close (the module's docstring); fail the test on any finding."""
     t0 = time.monotonic()
     name = jupyterlab.lab_path(notebook)
     chinese = name.startswith(ZH + "/")
