@@ -393,17 +393,9 @@ dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB
 """.split())
 
 
-# An output with a picture, a widget or HTML (chapter 6's animation): its text/plain is a placeholder
+# An output with a picture, a widget or HTML (chapters 2 and 6's animations): its text/plain is a placeholder
 # (<Figure size ...>, interactive(...), <IPython.core.display.HTML object>).
 PICTURES = {"image/png", "image/svg+xml", "application/vnd.jupyter.widget-view+json", "text/html"}
-
-
-def _is_picture(out: dict) -> bool:
-    """A picture, a widget, or an HTML display (chapter 2's animation) whose text/plain is IPython's placeholder
-    ``<IPython.core.display.HTML object>``."""
-    data = out.get("data", {})
-    return bool({*data} & PICTURES) or bool(
-        re.fullmatch(r"<IPython\.core\.display\.\w+ object>", "".join(data.get("text/plain", ""))))
 
 
 def _code_names(code: str) -> set[str]:
@@ -441,7 +433,7 @@ def test_what_a_chinese_chapter_prints_is_chinese(path):
             continue
         allowed = KEPT_IN_ENGLISH | _code_names(source(cell)) | tokens
         shown = "".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-                        for out in cell.get("outputs", []) if not _is_picture(out))
+                        for out in cell.get("outputs", []) if not {*out.get("data", {})} & PICTURES)
         for line in shown.splitlines():
             code = line.split(" | ", 1)[-1].strip()  # a line-for-line table: "numpy  | <a line of the package>"
             if line.strip() and (line.strip() in package_source or code and code in package_source):
