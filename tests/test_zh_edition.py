@@ -61,6 +61,13 @@ def text_outputs(cell) -> str:
                    for out in cell.get("outputs", []))
 
 
+def parse_cell(code: str):
+    """A code cell's syntax tree, its IPython magics and shell lines (``%pip``, ``!ls``) left out."""
+    import ast
+
+    return ast.parse(re.sub(r"^\s*[%!].*$", "", code, flags=re.MULTILINE))
+
+
 def read_catalog():
     from babel.messages.pofile import read_po
 
@@ -182,7 +189,7 @@ def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
         for cell in cells(path):
             if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
                 calls += 1
-                tree = ast.parse(re.sub(r"^[%!].*$", "", source(cell), flags=re.MULTILINE))
+                tree = parse_cell(source(cell))
                 sentences += [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
                               for k in node.keywords if k.arg == "why" and isinstance(k.value, ast.Constant)]
     assert calls and len(sentences) >= calls, "each cell that calls check_prediction passes a why= sentence"
@@ -404,7 +411,7 @@ def _code_names(code: str) -> set[str]:
     import ast
 
     names: set[str] = set()
-    tree = ast.parse(re.sub(r"^\s*[%!].*$", "", code, flags=re.MULTILINE))
+    tree = parse_cell(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
