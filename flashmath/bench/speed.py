@@ -155,6 +155,14 @@ def _max_row_error(out, q, k, v, causal: bool = False, rows: int = 8) -> float:
     return float(np.max(np.abs(np.asarray(out, np.float64)[picks] - ref)))
 
 
+def default_repeats(N: int) -> int:
+    """Timed calls after the first when ``--repeats`` is not given: 20 up to N = 2048, where one call takes a few
+    milliseconds and the best of four was mostly warm-up and noise (measured on 2 December 2026, N = M = 1024,
+    D = 64, no mask: flash/naive 1.70 from four calls, 0.92 from 21); 3 below N = 16384; 1 from 16384, where one
+    call takes seconds."""
+    return 20 if N <= 2048 else 3 if N < 16384 else 1
+
+
 def measure(case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, block_k=None, threads=None,
             causal: bool = False) -> dict:
     """Run one case in this process: ``{"ms": best time, "ms_all": [...], "peak_mib", "peak_exact", "error"}``.
@@ -310,7 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--masks", nargs="+", choices=("none", "causal"), default=["none", "causal"],
                         help="no mask and/or causal (default both)")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="timed calls per case after the first (default: 3, 1 from N = 16384)")
+                        help="timed calls per case after the first (default: 20 up to N = 2048, where a call takes "
+                             "milliseconds; 3 below N = 16384; 1 from N = 16384)")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="cases to run")
     parser.add_argument("--block-q", type=int, default=None, help="flash_attention's block_q (default: its own)")
     parser.add_argument("--block-k", type=int, default=None, help="flash_attention's block_k (default: its own)")
@@ -435,7 +444,7 @@ def main(argv=None) -> int:
 
     bq, bk = args.block_q or DEFAULT_BLOCK_Q, args.block_k or DEFAULT_BLOCK_K
     print(f"attention, N = M, float32; flash_attention blocks {bq} x {bk}; each case in its own process; "
-          f"time: best of the first call and {args.repeats or '3 (1 from N = 16384)'} more")
+          f"time: best of the first call and {args.repeats or '20 (3 from N = 4096, 1 from N = 16384)'} more")
     for line in _environment_lines():
         print(line)
     results, failed = {}, False
@@ -448,7 +457,7 @@ def main(argv=None) -> int:
                   ("flash err", 9)]
         print(" ".join(f"{name:>{width}}" for name, width in header))
         for N in args.sizes:
-            repeats = args.repeats if args.repeats is not None else (3 if N < 16384 else 1)
+            repeats = args.repeats if args.repeats is not None else default_repeats(N)
             for D in args.dims:
                 for mask in args.masks:
                     row = {}
