@@ -444,7 +444,7 @@ def main(argv=None) -> int:
 
     bq, bk = args.block_q or DEFAULT_BLOCK_Q, args.block_k or DEFAULT_BLOCK_K
     print(f"attention, N = M, float32; flash_attention blocks {bq} x {bk}; each case in its own process; "
-          f"time: best of the first call and {args.repeats or '20 (3 from N = 4096, 1 from N = 16384)'} more")
+          f"time: best of the first call and {args.repeats or '20 (to N = 2048; 3 below N = 16384; 1 from it)'} more")
     for line in _environment_lines():
         print(line)
     results, failed = {}, False
