@@ -36,6 +36,7 @@ from flashmath.opcount import count_ops
 from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
 from flashmath.precision import (
     PrecisionStudy,
+    blas_description,
     max_abs_error,
     max_rel_error,
     naive_attention,
@@ -82,6 +83,7 @@ __all__ = [
     "attention",
     "attention_backward",
     "attention_traffic",
+    "blas_description",
     "block_sizes_for_sram",
     "causal_mask",
     "count_ops",

@@ -39,6 +39,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from flashmath._checks import DTYPES, as_float_array, float_dtype, size
 from flashmath.attention import attention, one_loop_attention, standard_attention, two_loop_attention
 from flashmath.flash import flash_attention
+from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import compute_operands, prepare_attention_inputs
 from flashmath.rowstate import weighted_values
@@ -54,6 +55,7 @@ __all__ = [
     "rounded_p_attention",
     "precision_study",
     "PrecisionStudy",
+    "blas_description",
 ]
 
 VARIANTS = (N_("rounded reference"), N_("naive"), "one_loop", "two_loop", "fa1", "fa2", N_("rounded P"))
@@ -361,3 +363,25 @@ def _share_different(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.astype(np.float64), b.astype(np.float64)
     differ = (a != b) & ~(np.isnan(a) & np.isnan(b))
     return float(differ.mean()) if differ.size else 0.0
+
+
+def blas_description() -> str:
+    """numpy's BLAS library as threadpoolctl reports it: name, version, kernel (the ``architecture`` that OpenBLAS
+    chose for this CPU, e.g. ``Haswell`` or ``SkylakeX``; ``OPENBLAS_CORETYPE`` overrides it) and threads, e.g.
+    ``"OpenBLAS 0.3.31.188.0, SkylakeX kernel, 2 threads"`` (translated by :func:`flashmath.set_language`).
+
+    The last bits of a float32 or float64 matrix product depend on that kernel (its blocking, vector width and
+    fused multiply-adds decide the order of each dot product's additions), so chapter 9 prints it beside every
+    number that depends on it. Returns ``"none found by threadpoolctl"`` (translated) where it finds no BLAS.
+    """
+    from threadpoolctl import threadpool_info
+
+    names = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS", "flexiblas": "FlexiBLAS"}
+    found = [
+        _("{library} {version}, {kernel} kernel, {threads} threads").format(
+            library=names.get(info.get("internal_api"), info.get("internal_api")), version=info.get("version"),
+            kernel=info.get("architecture") or "?", threads=info.get("num_threads"))
+        for info in threadpool_info()
+        if info.get("user_api") == "blas"
+    ]
+    return "; ".join(found) or _("none found by threadpoolctl")

@@ -1,5 +1,7 @@
 """Notebook hygiene: every chapter is stored executed, clean, in order, and in the course's fixed shape."""
 
+import ast
+import configparser
 import json
 import re
 
@@ -31,6 +33,16 @@ LOCAL_PATH = re.compile(r"(/root\b|/home/|/tmp/|/work/|/Users/|[A-Z]:\\\\Users|/
 DATA_URI = re.compile(r"data:image/[a-z+]+;base64,[A-Za-z0-9+/=\\n]+")
 
 
+def sanitize_patterns() -> list[re.Pattern]:
+    """The regexes of nbval_sanitize.cfg (pyproject.toml's --nbval-sanitize-with): what they match, nbval ignores."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "nbval_sanitize.cfg")
+    return [re.compile(config[name]["regex"]) for name in config.sections()]
+
+
+SANITIZE = sanitize_patterns()
+
+
 def load(path):
     return json.loads(path.read_text())
 
@@ -51,6 +63,31 @@ def text_outputs(cell):
         for mime in ("text/plain", "text/html", "text/markdown"):
             if mime in out.get("data", {}):
                 yield DATA_URI.sub("", "".join(out["data"][mime]))
+
+
+def output_ignored(cell) -> str | None:
+    """Why nbval does not compare (all or part of) a code cell's stored output: its marker or tag, or a sanitize rule
+    that matches it; None where nbval compares all of it."""
+    if "NBVAL_IGNORE_OUTPUT" in source(cell) or "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []):
+        return "marked nbval-ignore-output"
+    text = json.dumps(cell.get("outputs", []))
+    for pattern in SANITIZE:
+        if pattern.search(text):
+            return f"the sanitize rule {pattern.pattern!r} matches its output"
+    return None
+
+
+def asserts_something(cell) -> bool:
+    """An assert statement or an ``assert_*`` call (numpy.testing's) in the cell's code (IPython magics left out)."""
+    code = "\n".join(line for line in source(cell).splitlines() if not line.lstrip().startswith(("%", "!")))
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name.startswith("assert"):
+                return True
+    return False
 
 
 def test_chapters_are_numbered_without_gaps():
@@ -135,6 +172,14 @@ class TestNotebook:
                     f"tag the widget cell nbval-ignore-output:\n{source(cell)[:200]}"
                 )
 
+    def test_an_output_nbval_ignores_is_still_asserted(self, path):
+        # the stored output of such a cell is never compared, so the cell itself must check what it shows
+        for cell in code_cells(load(path)):
+            why = output_ignored(cell)
+            if why:
+                assert asserts_something(cell), f"nbval ignores this cell's output ({why}); assert what it shows:\n" \
+                                                f"{source(cell)[:300]}"
+
     def test_stored_without_machine_specific_metadata(self, path):
         # flashmath/_notebook_format.py: what JupyterLab would rewrite on save (the kernel's Python version, whole
         # numbers stored as floats) and nbconvert's run timestamps; the bytes are those nbformat writes
@@ -151,3 +196,16 @@ class TestNotebook:
 
     def test_small(self, path):
         assert path.stat().st_size < 1_000_000, "keep notebooks under 1 MB: smaller figures, fewer frames"
+
+
+def test_the_ignored_output_check_can_fail():
+    marked = {"cell_type": "code", "source": "# NBVAL_IGNORE_OUTPUT\nprint(time.time())", "metadata": {}, "outputs": []}
+    assert output_ignored(marked) == "marked nbval-ignore-output" and not asserts_something(marked)
+    tagged = {"cell_type": "code", "source": "w = make()\nnp.testing.assert_allclose(w.x, 1)\nw",
+              "metadata": {"tags": ["nbval-ignore-output"]}, "outputs": []}
+    assert output_ignored(tagged) and asserts_something(tagged)
+    sanitized = {"cell_type": "code", "source": "%matplotlib inline\nobject()", "metadata": {},
+                 "outputs": [{"output_type": "execute_result", "data": {"text/plain": "<object at 0x7f0a1b2c3d4e>"}}]}
+    assert "sanitize rule" in output_ignored(sanitized) and not asserts_something(sanitized)
+    compared = {"cell_type": "code", "source": "print(1)", "metadata": {}, "outputs": []}
+    assert output_ignored(compared) is None

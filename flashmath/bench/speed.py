@@ -385,24 +385,11 @@ def _print_breakdown(args) -> int:
     return 0
 
 
-def blas_description() -> str:
-    """numpy's BLAS as threadpoolctl sees it: library, version, kernel (architecture), threads."""
-    import numpy  # noqa: F401  (loads numpy's BLAS, so that threadpoolctl can see it)
-    from threadpoolctl import threadpool_info
-
-    found = [
-        f"{info.get('internal_api')} {info.get('version')} ({info.get('architecture') or 'kernel not reported'}, "
-        f"{info.get('num_threads')} threads)"
-        for info in threadpool_info()
-        if info.get("user_api") == "blas"
-    ]
-    return "; ".join(found) or "none found by threadpoolctl"
-
-
 def _environment_lines() -> list[str]:
     import platform
 
     from flashmath._checks import available_cores
+    from flashmath.precision import blas_description
 
     overrides = " ".join(f"{name}={os.environ[name]}" for name in
                          ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
