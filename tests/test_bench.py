@@ -8,9 +8,10 @@ import sys
 import pytest
 from helpers import ROOT
 
-from flashmath import widgets
+from flashmath import viz, widgets
 from flashmath.bench import plain_text, sliders
 from flashmath.bench.__main__ import main as bench_main
+from flashmath.variants import mask_example
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 BUILDERS = set(widgets.__all__) - {"live_widget", "step_slider"}
@@ -57,6 +58,37 @@ def test_the_benchmark_runs_and_prints_a_row_per_widget(capsys):
 def test_sweep_moves_cover_the_range_and_come_back():
     assert sliders.sweep_moves([0, 1, 2, 3], 1) == [2, 3, 2, 1, 0, 1]
     assert sliders.sweep_moves(["a", "b"], "a") == ["b", "a"]
+
+
+def test_a_cut_sweep_comes_back_to_its_start_value():
+    # --max-moves N: the first N moves, then back to the start, where the next control's sweep begins
+    assert sliders.sweep_moves([0, 1, 2, 3], 1, max_moves=2) == [2, 3, 1]
+    assert sliders.sweep_moves([0, 1, 2, 3], 1, max_moves=4) == [2, 3, 2, 1]  # the cut already ends at 1
+    assert sliders.sweep_moves([0, 1, 2, 3], 1, max_moves=5) == [2, 3, 2, 1, 0, 1]  # ends at 0: back to 1
+    assert sliders.sweep_moves([0, 1, 2, 3], 1, max_moves=100) == sliders.sweep_moves([0, 1, 2, 3], 1)
+    for max_moves in range(1, 8):
+        moves = sliders.sweep_moves(list(range(6)), 2, max_moves=max_moves)
+        assert moves[-1] == 2 and len(moves) <= max_moves + 1
+        assert all(a != b for a, b in zip([2, *moves], moves, strict=False)), moves  # every move moves
+
+
+def test_a_cut_sweep_leaves_the_next_control_a_picture_to_change():
+    # chapter 13's mask: cut after 10 kinds it stood at "causal", where 'param' changes nothing (issue 31)
+    ui = {}
+
+    def build():
+        ui["widget"] = widgets.mask_explorer(kind="document", param=3, block=8)
+        return ui["widget"]
+
+    def fresh(kind, param, block):
+        return viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block)
+
+    result = sliders.measure(sliders.Case("13_variants", "mask_explorer", build, fresh), baseline_samples=1,
+                             max_moves=10)
+    controls = ui["widget"].kwargs_widgets
+    assert [c.value for c in controls] == ["document", 3, 8]  # every control back at its start
+    expected = sum(len(sliders.sweep_moves(sliders.control_values(c), c.value, max_moves=10)) for c in controls)
+    assert len(result.live_ms) == expected
 
 
 @pytest.mark.parametrize("live, interval, expected", [

@@ -44,11 +44,12 @@ def binder_environment() -> dict:
             "implementation_version": f"{minor}.99", "sys_platform": "linux", "platform_system": "Linux"}
 
 
-def readme_command(start: str) -> str:
-    """The one line of a ```bash block in README.md that starts with ``start`` (as .ci/run reads it)."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+def readme_command(start: str, readme: str = README) -> str:
+    """The one line of a ```bash block in README.md (or ``readme``) that starts with ``start`` (as .ci/run reads
+    README.md's)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
     found = [line for block in blocks for line in block.splitlines() if line.startswith(start)]
-    assert len(found) == 1, f"README.md needs exactly one command line starting with {start!r}: {found}"
+    assert len(found) == 1, f"the README needs exactly one command line starting with {start!r}: {found}"
     return found[0]
 
 
@@ -136,9 +137,33 @@ def test_readme_commands():
     tests = readme_command('pip install -e ".[lab,test]"')
     assert tests == 'pip install -e ".[lab,test]" -c constraints.txt && python -m pytest'
     assert readme_command("jupyter lab ").endswith("notebooks/00_welcome.ipynb")
-    assert setup.endswith(" && jupyter trust notebooks/*.ipynb"), "stored animations run before anything is run"
+    assert " && jupyter trust " in setup, "stored animations run before anything is run"
     assert f"cd {clone_folder()} && . .venv/bin/activate && jupyter lab notebooks/" in README, "README's next time"
     assert "jupyterlab" not in " ".join(PYPROJECT["project"]["optional-dependencies"]["test"])
+
+
+def trusted_notebooks(command: str) -> set[str]:
+    """The files that a command ending in ``jupyter trust <patterns>`` trusts, its patterns expanded in the clone."""
+    match = re.search(r"(?:^|&& )jupyter trust ([^&]+)$", command)
+    assert match, f"the command ends with `jupyter trust`: {command!r}"
+    return {p.relative_to(ROOT).as_posix() for pattern in match.group(1).split() for p in ROOT.glob(pattern)}
+
+
+@pytest.mark.parametrize("where", ["README.md", "README.zh-CN.md", "postBuild"])
+def test_the_set_up_trusts_both_editions(where):
+    # set up from either README (or on Binder), a learner may open either edition: its stored animations must run
+    editions = [*NOTEBOOKS, *sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))]
+    text = (ROOT / where).read_text()
+    if where == "postBuild":
+        command = text.strip().splitlines()[-1]
+    else:
+        command = readme_command("python3 -m venv ", text)
+        # .ci/run runs README.md's set-up line only: the Chinese README's is the same line
+        assert command == readme_command("python3 -m venv ")
+    assert trusted_notebooks(command) == {p.relative_to(ROOT).as_posix() for p in editions}
+    if where == "README.md":  # after an update: the set-up's last two commands again
+        trust = command[command.index("jupyter trust "):]
+        assert f'`pip install -e ".[lab]" -c constraints.txt && {trust}`' in text
 
 
 def test_python_started_above_the_clone_imports_the_course(tmp_path):

@@ -113,6 +113,17 @@ def test_readme_zh_lists_every_chapter_and_links_the_chinese_ones():
         assert (path is None) == (opens == "即将推出"), f"第 {number} 章（{title}）: link it or mark it 即将推出"
 
 
+def test_readme_says_which_chapters_the_chinese_edition_has():
+    # README.md's language line: "(the Chinese edition: chapters 0-14, in `notebooks/zh/`)" ("... so far" while
+    # chapters are missing); it said "0-5 so far" long after all 15 were translated (issue 31)
+    line = next(line for line in README.splitlines() if "(README.zh-CN.md)" in line)
+    match = re.search(r"the Chinese edition: chapters (\d+)-(\d+)( so far)?, in `notebooks/zh/`", line)
+    assert match, f"README.md's language line names the Chinese edition's chapters: {line!r}"
+    numbers = [int(p.name[:2]) for p in ZH_NOTEBOOKS]
+    assert numbers == list(range(int(match.group(1)), int(match.group(2)) + 1)), "the chapters in notebooks/zh/"
+    assert bool(match.group(3)) == (len(numbers) < SYLLABUS_CHAPTERS), "'so far' only while chapters are missing"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS + ZH_NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT / "notebooks")))
 class TestNotebook:
     def test_stored_executed_in_order(self, path):

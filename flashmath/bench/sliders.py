@@ -150,10 +150,20 @@ def control_values(control) -> list:
     return list(range(control.min, control.max + 1, control.step))
 
 
-def sweep_moves(values, start) -> list:
-    """The moves of one sweep: from ``start`` to the end of the range, back to its beginning, then to ``start``."""
+def sweep_moves(values, start, max_moves: int | None = None) -> list:
+    """The moves of one sweep: from ``start`` to the end of the range, back to its beginning, then to ``start``.
+
+    With ``max_moves``, the sweep's first ``max_moves`` moves, then one move back to ``start`` where the cut left the
+    control elsewhere: the next control's sweep starts from the widget's starting state, as after a whole sweep (a
+    control left elsewhere can make the next one change nothing: chapter 13's ``param`` on a causal mask).
+    """
     i = values.index(start) if start in values else 0
-    return values[i + 1:] + values[::-1][1:] + values[1:i + 1]
+    moves = values[i + 1:] + values[::-1][1:] + values[1:i + 1]
+    if max_moves is not None and len(moves) > max_moves:
+        moves = moves[:max_moves]
+        if moves and moves[-1] != start:
+            moves.append(start)
+    return moves
 
 
 def inline_png(fig) -> bytes:
@@ -227,9 +237,7 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
     shown = {_state_key(getattr(ui.result, "state", {}))}  # the state shown on construction
     for control in ui.kwargs_widgets:
         values = control_values(control)
-        moves = sweep_moves(values, control.value)
-        if max_moves is not None:
-            moves = moves[:max_moves]
+        moves = sweep_moves(values, control.value, max_moves)
         for value in moves:
             before = ui.image.value
             with contextlib.redirect_stdout(sink):
@@ -305,12 +313,21 @@ def report(results: list[Result], out=None) -> bool:
     return ok
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashmath.bench sliders", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="only the widgets whose notebook stem contains this text")
     parser.add_argument("--baseline-samples", type=int, default=8, help="states timed the old way per widget")
-    parser.add_argument("--max-moves", type=int, default=None, help="at most this many moves per control")
+    parser.add_argument("--max-moves", type=_positive, default=None,
+                        help="only the first N moves of each control's sweep, then one move back to its start value")
     args = parser.parse_args(argv)
 
     import matplotlib
