@@ -502,3 +502,23 @@ def test_rounded_p_attention_in_float32_is_plain_attention_and_keeps_the_convent
     np.testing.assert_array_equal(q_nan, before)
     with pytest.raises(ValueError):
         fm.rounded_p_attention(q16, k16[:, :, :3], v16)
+
+
+def test_blas_description_names_the_kernel_openblas_chose():
+    import os
+    import subprocess
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    import platform
+
+    if not any(info.get("internal_api") == "openblas" for info in threadpool_info()):
+        pytest.skip("numpy's BLAS is not OpenBLAS here (e.g. Accelerate on macOS)")
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("OpenBLAS's x86-64 kernels")
+    code = "import flashmath as fm; print(fm.blas_description())"
+    for kernel in ("Nehalem", "Haswell"):  # OPENBLAS_CORETYPE picks the kernel (nothing is computed with it here)
+        env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+        assert out.startswith("OpenBLAS ") and f", {kernel} kernel, " in out, out
