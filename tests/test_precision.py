@@ -506,12 +506,11 @@ def test_rounded_p_attention_in_float32_is_plain_attention_and_keeps_the_convent
 
 def test_blas_description_names_the_kernel_openblas_chose():
     import os
+    import platform
     import subprocess
     import sys
 
     from threadpoolctl import threadpool_info
-
-    import platform
 
     if not any(info.get("internal_api") == "openblas" for info in threadpool_info()):
         pytest.skip("numpy's BLAS is not OpenBLAS here (e.g. Accelerate on macOS)")
