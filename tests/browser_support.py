@@ -33,28 +33,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-# JupyterLab setting defaults for the test server.  They are written as
-# <JUPYTER_CONFIG_DIR>/labconfig/default_setting_overrides.json, which jupyterlab_server reads
-# on top of the schema defaults (and below user settings, which live in an empty temp dir).
-SETTING_OVERRIDES = {
-    "@jupyterlab/notebook-extension:tracker": {
-        # Attach every cell to the DOM, so off-screen outputs and widgets really render.
-        "windowingMode": "none",
-        # A notebook without kernelspec metadata gets python3 instead of a "Select kernel" dialog.
-        "autoStartDefaultKernel": True,
-    },
-    "@jupyterlab/apputils-extension:notification": {
-        # No "Would you like to get notified about official Jupyter news?" toast.
-        "fetchNews": "false",
-        "checkForUpdates": False,
-    },
-    # The extension manager would query PyPI.
-    "@jupyterlab/extensionmanager-extension:plugin": {"enabled": False},
-}
+# The course's Jupyter settings, the folder that README's set-up copies into the environment (`cp -R jupyter-config/etc
+# .venv/`): the test server reads this one (JUPYTER_CONFIG_PATH), so that it runs JupyterLab with the learner's
+# settings, whether or not this environment's copy is current. No test-only JupyterLab setting: the notebook's
+# windowing (which once hid chapter 2's stored animation) and everything else that draws the page are the learner's.
+COURSE_CONFIG = Path(__file__).resolve().parents[1] / "jupyter-config" / "etc" / "jupyter"
 
 
 class JupyterLabServer:
-    """JupyterLab on 127.0.0.1 with isolated config, data, settings and workspace dirs.
+    """JupyterLab on 127.0.0.1 with the course's settings (``COURSE_CONFIG``) and throw-away user folders (config,
+    data, settings, workspaces: a learner's fresh ones), the notebooks trusted as README's set-up does.
 
     ``notebooks`` are copied into a fresh root dir, so the repository is never written to: to their path relative to
     ``base`` when given (``notebooks/zh/01_softmax.ipynb`` with base ``notebooks`` is ``zh/01_softmax.ipynb`` in
@@ -80,14 +68,12 @@ class JupyterLabServer:
             dest = self.root / self.lab_path(nb)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(nb, dest)
-        config_dir = self.tmp / "config"
-        (config_dir / "labconfig").mkdir(parents=True)
-        (config_dir / "labconfig" / "default_setting_overrides.json").write_text(
-            json.dumps(SETTING_OVERRIDES, indent=1)
-        )
         env = dict(os.environ)
         env.update(
-            JUPYTER_CONFIG_DIR=str(config_dir),
+            JUPYTER_CONFIG_DIR=str(self.tmp / "config"),
+            # the course's settings: first in Jupyter's config path, before this environment's copy
+            # (sys.prefix/etc/jupyter) and the empty user folder above
+            JUPYTER_CONFIG_PATH=str(COURSE_CONFIG),
             # A user-level kernelspec (~/.local/share/jupyter/kernels/python3) must not shadow
             # the one that ipykernel installed in sys.prefix.
             JUPYTER_DATA_DIR=str(self.tmp / "data"),
@@ -98,7 +84,13 @@ class JupyterLabServer:
             PYTHONUNBUFFERED="1",
         )
         env.pop("JUPYTER_PATH", None)
-        env.pop("JUPYTER_CONFIG_PATH", None)
+        # README's `jupyter trust notebooks/*.ipynb` (its signatures go to JUPYTER_DATA_DIR): JupyterLab runs the
+        # scripts stored in a trusted notebook's outputs when it opens, such as chapter 2's stored animation
+        if self.notebooks:
+            subprocess.run(
+                [sys.executable, "-m", "jupyter", "trust", *(str(self.root / self.lab_path(nb)) for nb in self.notebooks)],
+                cwd=self.root, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=120,
+            )
         cmd = [
             sys.executable, "-m", "jupyter", "lab",
             "--no-browser", "--allow-root",
@@ -106,8 +98,11 @@ class JupyterLabServer:
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
             "--ServerApp.port_retries=0",
             f"--ServerApp.root_dir={self.root}",
-            # window.jupyterapp: lets the test run JupyterLab commands and read kernel status.
+            # Test-only, none of them changes what a notebook looks like. window.jupyterapp: lets the test run
+            # JupyterLab commands and read kernel status.
             "--LabApp.expose_app_in_browser=True",
+            # The server never tries the network, which the test machine may not have: the course's settings already
+            # keep the page from asking for news and updates, and the extension manager lists only what is installed.
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
             "--LabApp.extension_manager=readonly",
@@ -440,6 +435,27 @@ JS_STOP_PLAY = """(id) => {
 JS_PLAY_STOPPED = """(id) => !document.querySelector(`[data-fm-play="${id}"] button i.fa-pause`)"""
 
 
+# The stored jshtml animations (flashmath.viz.offline_jshtml, matplotlib's player) as the page shows them: the
+# picture's laid-out size and pixels, the frame its slider shows, and where its Play button is.
+JS_STORED_ANIMATIONS = """() => Array.from(document.querySelectorAll('.jp-Notebook img[id^="_anim_img"]')).map(img => {
+  const player = img.closest('.animation');
+  const slider = player && player.querySelector('input[id^="_anim_slider"]');
+  const play = player && player.querySelector('button[title="Play"]');
+  const r = img.getBoundingClientRect();
+  const p = play ? play.getBoundingClientRect() : null;
+  return {id: img.id, height: r.height, width: r.width, naturalWidth: img.naturalWidth, complete: img.complete,
+          frame: slider ? slider.value : null, play: p ? {x: p.x, y: p.y, width: p.width, height: p.height} : null};
+})"""
+JS_ANIMATION = """(id) => {
+  const img = document.getElementById(id);
+  const player = img.closest('.animation');
+  const play = player.querySelector('button[title="Play"]').getBoundingClientRect();
+  const top = document.querySelector('.jp-WindowedPanel-outer') || document.scrollingElement;
+  return {frame: player.querySelector('input[id^="_anim_slider"]').value, playY: play.y + top.scrollTop,
+          height: img.getBoundingClientRect().height};
+}"""
+
+
 _wait_counter = iter(range(1 << 62))
 
 
@@ -474,6 +490,7 @@ class NotebookDriver:
         self.exercised = {"sliders": 0, "plays": 0, "play_frames": 0}
         self.latencies: dict[str, list[float]] = {}  # slider -> milliseconds from key press to new picture
         self.play_samples: dict[str, dict] = {}  # Play button -> what the pictures did while it played
+        self.animations: list[dict] = []  # the stored jshtml animations checked: picture size, frames on first Play
         self.page_errors: list[str] = []
         self._on_page_error = lambda e: self.page_errors.append(str(e))
         page.on("pageerror", self._on_page_error)
@@ -788,6 +805,54 @@ class NotebookDriver:
             )
         self.exercised["play_frames"] += samples["changes"]
         self.exercised["plays"] += 1
+
+    def check_stored_animations(self, expected: int, timeout: float = 30.0) -> None:
+        """Right after opening, before any click: each of the notebook's ``expected`` stored jshtml animations shows
+        its picture (laid out with a non-zero size, decoded, not blank in a screenshot), and its first click on Play
+        plays (the frame advances) without its buttons moving."""
+        deadline = time.monotonic() + timeout
+        shown = self.page.evaluate(JS_STORED_ANIMATIONS)
+        while time.monotonic() < deadline and (len(shown) != expected or not all(
+                a["complete"] and a["naturalWidth"] > 0 and a["height"] > 0 and a["frame"] is not None for a in shown)):
+            self.page.wait_for_timeout(200)
+            shown = self.page.evaluate(JS_STORED_ANIMATIONS)
+        if len(shown) != expected:
+            raise NotebookCheckFailure(f"{self.name}: the stored notebook has {expected} jshtml animation(s), the page "
+                                       f"shows {len(shown)}")
+        for a in shown:
+            what = f"stored animation {a['id']}"
+            if not (a["complete"] and a["naturalWidth"] > 0 and a["height"] > 0 and a["width"] > 0):
+                raise NotebookCheckFailure(
+                    f"{self.name}: {what} shows no picture {timeout:.0f} s after the notebook opened: laid out at "
+                    f"{a['width']:.0f} x {a['height']:.0f} px, decoded width {a['naturalWidth']} px "
+                    f"(complete: {a['complete']})")
+            picture = self.page.locator(f"#{a['id']}")
+            picture.scroll_into_view_if_needed()  # the mouse wheel's doing, no click
+            shot = picture.screenshot(timeout=10_000)
+            if dark_fraction(shot) < 0.005:
+                raise NotebookCheckFailure(f"{self.name}: {what} is blank in a screenshot")
+            before = self.page.evaluate(JS_ANIMATION, a["id"])
+            if before["frame"] is None:
+                raise NotebookCheckFailure(f"{self.name}: {what} has no player (its script did not run: trusted?)")
+            player = picture.locator("xpath=ancestor::div[contains(@class, 'animation')][1]")
+            player.locator('button[title="Play"]').click()
+            try:
+                self.page.wait_for_function(f"() => ({JS_ANIMATION})({json.dumps(a['id'])}).frame !== "
+                                            f"{json.dumps(before['frame'])}", timeout=timeout * 1000, polling=100)
+            except Exception:  # Playwright's TimeoutError: the click did not play
+                after = self.page.evaluate(JS_ANIMATION, a["id"])
+                raise NotebookCheckFailure(
+                    f"{self.name}: the first click on {what}'s Play did not play within {timeout:.0f} s (frame "
+                    f"{before['frame']} -> {after['frame']}; its Play button moved by "
+                    f"{after['playY'] - before['playY']:.0f} px, the picture is {after['height']:.0f} px high)"
+                ) from None
+            after = self.page.evaluate(JS_ANIMATION, a["id"])
+            player.locator('button[title="Pause"]').click()
+            if abs(after["playY"] - before["playY"]) > 1:
+                raise NotebookCheckFailure(f"{self.name}: clicking {what}'s Play moved its buttons by "
+                                           f"{after['playY'] - before['playY']:.0f} px")
+            self.animations.append({"id": a["id"], "height": a["height"], "width": a["width"],
+                                    "frames": [before["frame"], after["frame"]]})
 
     def shutdown_kernels(self) -> None:
         try:

@@ -6,6 +6,13 @@ in JupyterLab, Run All, fail on any error output; then move every ipywidgets sli
 Play button, checking that the plotted image changes and that no traceback appears (``ipywidgets.interactive`` shows
 a callback's exception inside its output widget instead of raising it).
 
+JupyterLab runs with the learner's settings: the course's ``jupyter-config/`` (what README's set-up copies into the
+environment) and nothing test-only that changes the page (tests/browser_support.py), the notebooks trusted as README's
+``jupyter trust`` does. Before Run All, as the notebook opens and before any click: every stored jshtml animation
+(chapter 2's, ``flashmath.viz.offline_jshtml``) shows its picture (a laid-out size, not blank in a screenshot), and
+the first click on its Play plays without moving its buttons. (With JupyterLab's default notebook windowing, the
+stored animation once had a 0 x 0 px picture until its cell was clicked, and lost that first click.)
+
 Measured on the way: for every slider, the milliseconds from a key press to the new picture decoded on the page
 (several presses each), and, for every Play button, 3 s of play sampled every 50 ms in the page and by screenshots
 meanwhile: a picture must be present in every sample and no screenshot may be blank (no blank flash). The latencies
@@ -54,6 +61,14 @@ def _stored_widget_models(notebook: Path) -> list[dict]:
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     state = nb.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     return list(state.get("state", {}).values())
+
+
+def _stored_animations(notebook: Path) -> int:
+    """How many jshtml animations (matplotlib's player, through flashmath.viz.offline_jshtml) the notebook's stored
+    outputs hold."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    html = ["".join(o.get("data", {}).get("text/html", "")) for c in nb["cells"] for o in c.get("outputs", [])]
+    return sum(len(re.findall(r'<img id="_anim_img\w+"', h)) for h in html)
 
 
 def _has_sliders_or_play(notebook: Path) -> bool:
@@ -204,6 +219,8 @@ def check_notebook(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPa
     failure, done = None, False
     try:
         driver.open()
+        # the stored animations as the notebook opens, before Run All replaces them (and before any other click)
+        driver.check_stored_animations(_stored_animations(notebook))
         driver.run_all()
         driver.check_no_errors("after Run All")
         driver.check_all_executed()
@@ -237,6 +254,8 @@ def check_notebook(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPa
             f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in driver.timings.items())
             + f"; {driver.exercised['sliders']} slider(s), {driver.exercised['plays']} Play button(s) checked "
             f"({driver.exercised['play_frames']} new frames while playing)"
+            + "".join(f"; stored animation {a['width']:.0f} x {a['height']:.0f} px at opening, frame "
+                      f"{a['frames'][0]} -> {a['frames'][1]} on the first Play" for a in driver.animations)
         )
     if failure:
         pytest.fail(failure, pytrace=False)

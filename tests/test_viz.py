@@ -1,8 +1,12 @@
 """Drawing functions: animations redraw one figure per step; step plots draw into a given figure."""
 
+import io
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from PIL import Image
 
 import flashmath as fm
 from flashmath import viz
@@ -294,8 +298,58 @@ def test_the_offline_player_fetches_nothing_and_keeps_every_frame():
     plot = viz.ScalePlot(sweep, dpi=30)
     html = viz.offline_jshtml(viz.animate_steps(plot, steps=[1, 4, 16], name="D"))
     assert "font-awesome" not in html and "https://" not in html and 'class="fa ' not in html
-    assert html.count("data:image/png;base64") == 3
-    assert "\u25b6" in html and "\u23f8" in html  # play and pause, as characters
+    assert html.count("data:image/png;base64") == 3  # every frame, once
+
+
+def _player_buttons(html: str) -> dict[str, str]:
+    return dict(re.findall(r'<button title="([^"]+)"[^>]*>(.*?)</button>', html, flags=re.S))
+
+
+def test_the_offline_player_draws_its_buttons_without_fonts():
+    # ⏮ ⏸ ⏭ were empty boxes where the fonts lack them (a Debian with DejaVu and Liberation only): every button's
+    # content is one inline SVG, no character at all, and each button keeps matplotlib's title
+    sweep = fm.scale_sweep([1, 4], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
+    html = viz.offline_jshtml(viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4], name="D"))
+    buttons = _player_buttons(html)
+    assert set(buttons) == {"Decrease speed", "First frame", "Previous frame", "Play backwards", "Pause", "Play",
+                            "Next frame", "Last frame", "Increase speed"}
+    for title, content in buttons.items():
+        svg = re.fullmatch(r'\s*<svg [^>]*viewBox="0 0 16 16"[^>]*><path d="[^"]+"/></svg>\s*', content)
+        assert svg, (title, content)
+        assert 'fill="currentColor"' in content and 'aria-hidden="true"' in content
+    assert len(set(buttons.values())) == len(buttons)  # nine different icons
+    assert all(ord(c) < 128 for c in html if not c.isspace()), "a character some fonts lack"
+
+
+def test_the_offline_player_holds_its_first_frame_in_the_html():
+    # the <img> has the first frame and its size before any script runs (JupyterLab's content-visibility windowing
+    # laid out an <img> whose src a script set off-screen at 0 x 0 px); the script reads the frame back from it
+    import base64
+
+    sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
+    html = viz.offline_jshtml(viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4, 16], name="D"))
+    (img_id, src, width, height), = re.findall(
+        r'<img id="(_anim_img\w+)" src="(data:image/png;base64,[^"]+)" width="(\d+)" height="(\d+)">', html)
+    png = base64.b64decode(src.split(",", 1)[1])
+    assert Image.open(io.BytesIO(png)).size == (int(width), int(height)) != (0, 0)
+    frames = {int(i): data.replace("\\\n", "") for i, data in re.findall(r'frames\[(\d)\] = "([^"]+)"', html)}
+    assert set(frames) == {1, 2} and src not in frames.values()  # frame 0 is stored once, in the <img>
+    timeout = html[html.index("setTimeout(function() {"):]
+    assert timeout.index('frames[0] = document.getElementById(img_id).getAttribute("src");') < timeout.index(
+        "new Animation(frames, img_id")
+    assert f'var img_id = "{img_id}";' in html
+
+
+def test_the_offline_player_refuses_markup_it_does_not_know(monkeypatch):
+    sweep = fm.scale_sweep([1, 4], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
+    anim = viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4], name="D")
+    html = anim.to_jshtml()
+    for changed in (html.replace('<img id="_anim_img', '<img class="x" id="_anim_img'),
+                    html.replace("setTimeout(function() {", "window.requestAnimationFrame(function() {"),
+                    html.replace('<i class="fa fa-pause"></i>', "||")):
+        monkeypatch.setattr(anim, "to_jshtml", lambda changed=changed, **kwargs: changed)
+        with pytest.raises(ValueError, match="matplotlib's animation player changed"):
+            viz.offline_jshtml(anim)
 
 
 @pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
