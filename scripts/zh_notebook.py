@@ -7,11 +7,15 @@ written in Chinese by us, cell for cell. Three commands (CONTRIBUTING.md, "Trans
 
     python scripts/zh_notebook.py new notebooks/04_loop_swap.ipynb          # a skeleton: English Markdown to rewrite
     python scripts/zh_notebook.py fill notebooks/zh/04_loop_swap.ipynb 04.md  # Markdown cells from a text file
-    python scripts/zh_notebook.py sync notebooks/zh/04_loop_swap.ipynb      # code cells again from the English one
+    python scripts/zh_notebook.py sync notebooks/zh/04_loop_swap.ipynb      # the English chapter's cells again
 
-``fill`` reads a UTF-8 file whose Markdown cells, in order, are separated by lines holding only ``%%``. Every
-command writes the notebook without outputs; execute it afterwards from a clean kernel:
-``jupyter nbconvert --to notebook --execute --inplace notebooks/zh/04_loop_swap.ipynb``.
+``fill`` reads a UTF-8 file whose Markdown cells, in order, are separated by lines holding only ``%%``; ``new`` and
+``fill`` write the notebook without outputs. ``sync`` follows the English chapter cell by cell, matching the cells
+by their ids (the two editions share them): a code cell gets the English source and tags (its outputs kept where
+the source did not change), a Markdown cell keeps its Chinese text, a cell new in English is inserted at its
+position (a Markdown one with the English text under :data:`TO_TRANSLATE`, which tests/test_zh_edition.py flags
+until it is translated), a cell gone from English is removed, and the language cell keeps its id. Execute the
+chapter afterwards from a clean kernel (``nox -s execute -- 04`` syncs and executes both editions).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pathlib import Path
 
 import nbformat
 
+from flashmath._notebook_format import normalize  # the stored form (no machine-specific metadata)
+
 ROOT = Path(__file__).resolve().parents[1]
 EN_DIR = ROOT / "notebooks"
 ZH_DIR = EN_DIR / "zh"
@@ -32,6 +38,8 @@ LANGUAGE_CELL = ('import flashmath\n\n'
                  'flashmath.set_language("zh_CN")  '
                  '# 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文')
 SEPARATOR = "%%"
+#: The first line of a Markdown cell that ``sync`` copied from English: translate the text below it, then delete it.
+TO_TRANSLATE = "<!-- TO TRANSLATE: new in the English chapter; write it in Chinese, then delete this line -->"
 
 
 def is_language_cell(cell) -> bool:
@@ -86,19 +94,46 @@ def fill(zh_path: Path, text: Path) -> None:
     nbformat.write(zh, zh_path)
 
 
-def sync(zh_path: Path) -> None:
-    """Copy the English chapter's code cells into ``zh_path`` again (same count and order of cells required)."""
+def sync(zh_path: Path) -> list[str]:
+    """Follow the English chapter in ``zh_path``, cell by cell (the module docstring says how); returns what changed,
+    one line per cell."""
     en = nbformat.read(EN_DIR / zh_path.name, as_version=4)
     zh = nbformat.read(zh_path, as_version=4)
-    cells = [c for c in zh.cells if not is_language_cell(c)]
-    if [c.cell_type for c in cells] != [c.cell_type for c in en.cells]:
-        raise SystemExit("the cells differ in number or kind: add or remove the Markdown cells by hand first")
-    for k, theirs in enumerate(en.cells):
-        if theirs.cell_type == "code":
-            cells[k] = clean(theirs)
-    cells.insert(language_cell_position(en.cells), nbformat.v4.new_code_cell(LANGUAGE_CELL))
-    zh.cells = [clean(c) for c in cells]
-    nbformat.write(zh, zh_path)
+    languages = [c for c in zh.cells if is_language_cell(c)]
+    ours = [c for c in zh.cells if not is_language_cell(c)]
+    by_id = {c.get("id"): c for c in ours if c.get("id")}
+    if any(c.get("id") in by_id for c in en.cells):
+        matched = [by_id.get(c.get("id")) for c in en.cells]
+    elif [c.cell_type for c in ours] == [c.cell_type for c in en.cells]:  # no shared ids: cell for cell
+        matched = list(ours)
+    else:
+        raise SystemExit("the editions share no cell id and differ in their cells: add or remove cells by hand first")
+    changes, cells, followed = [], [], set()
+    for k, (theirs, mine) in enumerate(zip(en.cells, matched, strict=True)):
+        if mine is not None and mine.cell_type == theirs.cell_type:
+            followed.add(id(mine))
+        if mine is None or mine.cell_type != theirs.cell_type:
+            cell = clean(theirs)
+            if cell.cell_type == "markdown":
+                cell.source = f"{TO_TRANSLATE}\n\n{theirs.source}"
+            changes.append(f"cell {k}: new {theirs.cell_type} cell" + (" (to translate)" if
+                                                                      cell.cell_type == "markdown" else ""))
+        elif theirs.cell_type == "code" and mine.source != theirs.source:
+            cell = clean(theirs)
+            changes.append(f"cell {k}: code changed (outputs cleared)")
+        else:
+            cell = mine  # Chinese Markdown, or code unchanged with its outputs
+            if theirs.cell_type == "code":
+                cell.metadata = copy.deepcopy(theirs.metadata)  # the nbval tags
+                cell.metadata.pop("execution", None)
+        cells.append(cell)
+    changes += [f"removed a {c.cell_type} cell gone from English: {c.source[:60]!r}" for c in ours
+                if id(c) not in followed]
+    language = languages[0] if languages else nbformat.v4.new_code_cell(LANGUAGE_CELL)
+    cells.insert(language_cell_position(en.cells), language)
+    zh.cells = cells
+    nbformat.write(normalize(zh), zh_path)
+    return changes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "fill":
         fill(args.chinese, args.text)
     else:
-        sync(args.chinese)
+        for change in sync(args.chinese):
+            print(f"{args.chinese}: {change}")
     return 0
 
 

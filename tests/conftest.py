@@ -79,7 +79,7 @@ def close_figures():
 FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",
                 "test_opcount", "test_splitkv_backward", "test_hardware", "test_scaling", "test_any_input",
                 "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_flash_parallel", "test_variants",
-                "test_exercises_ch13"}
+                "test_exercises_ch13", "test_guides"}
 
 
 # The longest files first (the browser test's two editions, then tests/test_install.py): with addopts' xdist options

@@ -20,8 +20,10 @@ import re
 import warnings
 
 import matplotlib
+import nbformat
 import numpy as np
 import pytest
+import zh_notebook  # scripts/zh_notebook.py (tests/conftest.py puts scripts/ on sys.path)
 from helpers import ROOT
 
 from flashmath import fonts, i18n
@@ -66,6 +68,12 @@ def parse_cell(code: str):
     import ast
 
     return ast.parse(re.sub(r"^\s*[%!].*$", "", code, flags=re.MULTILINE))
+
+
+def untranslated(markdown: list[str]) -> list[str]:
+    """The Markdown cells (after the badges) still to translate: without Chinese, or marked by
+    ``scripts/zh_notebook.py sync`` as new in English."""
+    return [text[:80] for text in markdown[1:] if not CJK.search(text) or zh_notebook.TO_TRANSLATE in text]
 
 
 def read_catalog():
@@ -119,10 +127,9 @@ class TestPairedWithEnglish:
     def test_markdown_is_written_in_chinese(self, path):
         zh_cells, _, _ = self.pair(path)
         markdown = [source(c) for c in zh_cells if c["cell_type"] == "markdown"]
-        badges, prose = markdown[0], markdown[1:]
+        badges = markdown[0]
         assert f"notebooks/zh/{path.name}" in badges and f"notebooks/{path.name}" not in badges, "Chinese badges"
-        untranslated = [text[:80] for text in prose if not CJK.search(text)]
-        assert not untranslated, f"Markdown cells without Chinese: {untranslated}"
+        assert not untranslated(markdown), f"Markdown cells to translate: {untranslated(markdown)}"
 
     def test_outputs_are_chinese_where_the_package_speaks(self, path):
         """The checker's report and the 'predict, then check' placeholder come out in Chinese."""
@@ -131,6 +138,58 @@ class TestPairedWithEnglish:
         assert "cases passed" not in text and "No prediction yet" not in text, "English output in the Chinese edition"
         if "check_" in "".join(source(c) for c in zh_cells if c["cell_type"] == "code"):
             assert "个用例中通过" in text, "the checker's report is stored in Chinese"
+
+
+def test_sync_follows_the_english_chapter_and_keeps_the_chinese(tmp_path, monkeypatch):
+    """scripts/zh_notebook.py sync after an English change: a new code cell and a new Markdown cell are inserted at
+    their positions (the Markdown one in English, flagged until translated), a changed code cell is copied and its
+    outputs cleared, a removed cell is removed; the Chinese Markdown, the other outputs and the language cell's id
+    stay; a second sync changes nothing, and so does a sync of an unchanged chapter."""
+    name = "14_recap.ipynb"
+    (tmp_path / "zh").mkdir()
+    monkeypatch.setattr(zh_notebook, "EN_DIR", tmp_path)
+    en = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    zh_path = tmp_path / "zh" / name
+    zh_path.write_bytes((ROOT / "notebooks" / "zh" / name).read_bytes())
+    (tmp_path / name).write_bytes((ROOT / "notebooks" / name).read_bytes())
+    assert zh_notebook.sync(zh_path) == [] and zh_path.read_bytes() == (ROOT / "notebooks" / "zh" / name).read_bytes()
+
+    before = nbformat.read(zh_path, as_version=4)
+    language = next(c for c in before.cells if is_language_cell(c))
+    code = [k for k, c in enumerate(en.cells) if c.cell_type == "code"]
+    changed, removed = en.cells[code[-1]], en.cells[code[-2] + 1]  # the last code cell; a cell after another one
+    assert removed.cell_type == "markdown"
+    changed.source += "\nprint('one more line')"
+    new_code = nbformat.v4.new_code_cell("x = 1 + 1\nassert x == 2")
+    new_text = nbformat.v4.new_markdown_cell("### A new question\n\nWhy is $x = 2$?")
+    en.cells.remove(removed)
+    en.cells[code[2]:code[2]] = [new_text, new_code]
+    nbformat.write(en, tmp_path / name)
+
+    changes = zh_notebook.sync(zh_path)
+    assert len(changes) == 4, changes  # two new cells, one changed, one removed
+    after = nbformat.read(zh_path, as_version=4)
+    ours = [c for c in after.cells if not is_language_cell(c)]
+    assert [c.id for c in ours] == [c.id for c in en.cells]
+    assert [c.cell_type for c in ours] == [c.cell_type for c in en.cells]
+    assert all(mine.source == theirs.source for mine, theirs in zip(ours, en.cells, strict=True)
+               if theirs.cell_type == "code")
+    where = [k for k, c in enumerate(after.cells) if is_language_cell(c)]
+    assert where == [zh_notebook.language_cell_position(en.cells)] and after.cells[where[0]].id == language.id
+    old = {c.id: c for c in before.cells}
+    for cell in ours:
+        if cell.id == new_text.id:
+            assert cell.source.startswith(zh_notebook.TO_TRANSLATE) and new_text.source in cell.source
+        elif cell.id in (new_code.id, changed.id):
+            assert cell.outputs == [] and cell.execution_count is None
+        else:
+            assert cell == old[cell.id], "an untouched cell keeps its Chinese text, its outputs and its metadata"
+    assert removed.id not in {c.id for c in after.cells}
+    flagged = untranslated([source(c) for c in ours if c.cell_type == "markdown"])
+    assert len(flagged) == 1 and flagged[0].startswith(zh_notebook.TO_TRANSLATE[:40]), flagged
+
+    again = zh_path.read_bytes()
+    assert zh_notebook.sync(zh_path) == [] and zh_path.read_bytes() == again
 
 
 def test_nbval_collects_the_chinese_chapters(pytestconfig):
