@@ -51,7 +51,8 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.masks import causal_mask
 
-__all__ = ["AttentionInputs", "compute_operands", "prepare_attention_inputs", "require_keys"]
+__all__ = ["AttentionInputs", "check_causal", "check_scale", "compute_operands", "prepare_attention_inputs",
+           "require_keys"]
 
 
 class AttentionInputs(NamedTuple):
@@ -129,20 +130,8 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
             "do not broadcast"
         ) from None
 
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    else:
-        if isinstance(scale, (bool, np.bool_)) or np.ndim(scale) != 0 or np.asarray(scale).dtype.kind not in "iuf":
-            raise TypeError(f"scale must be a real number (or None for 1/sqrt(D)), got {scale!r}")
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite, got {scale}")
-
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(
-            f"causal must be True or False, got {causal!r}; for the top-left alignment pass "
-            "mask=flashmath.masks.causal_mask(N, M, align='top-left')"
-        )
+    scale = check_scale(scale, D)
+    check_causal(causal)
     keep = None
     if mask is not None:
         mask_arr: np.ndarray = np.asarray(mask)
@@ -182,6 +171,29 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
         raise TypeError(f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them to one dtype first") from None
     return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
+
+
+def check_scale(scale: Any, D: int) -> float:
+    """``scale`` as a Python float, ``1 / sqrt(D)`` for None. TypeError for anything but a real number (a bool is
+    not), ValueError for a non-finite one."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, (bool, np.bool_)) or np.ndim(scale) != 0 or np.asarray(scale).dtype.kind not in "iuf":
+        raise TypeError(f"scale must be a real number (or None for 1/sqrt(D)), got {scale!r}")
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be finite, got {value}")
+    return value
+
+
+def check_causal(causal: object) -> bool:
+    """``causal`` as a bool (``np.True_`` and ``np.False_`` accepted); TypeError for anything else."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(
+            f"causal must be True or False, got {causal!r}; for the top-left alignment pass "
+            "mask=flashmath.masks.causal_mask(N, M, align='top-left')"
+        )
+    return bool(causal)
 
 
 def compute_operands(inp: AttentionInputs) -> tuple[np.dtype, np.ndarray, np.ndarray, np.ndarray, tuple]:
