@@ -18,8 +18,14 @@ Conventions kept by every attention function of the package (this docstring is t
 * A row with no key to attend to (fully masked, or ``M == 0``) outputs 0 and has logsumexp ``-inf`` (natural
   log of 0). A row with a ``+inf`` score has logsumexp ``+inf`` and a NaN output (``inf / inf``).
 * A masked key is absent: the output equals attention with that key removed, whatever its ``k`` and ``v`` rows
-  hold (NaN or inf included), in every function, variant, tile size and loop order, numpy and kernel. Masked
-  scores and their value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN.
+  hold (NaN or inf included), in every numpy function, variant, tile size and loop order. Masked scores and their
+  value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN. One exception, in
+  the Triton kernels (:mod:`flashmath.triton_kernel`, :mod:`flashmath.triton_backward`), as in FlashAttention's: a
+  key that some rows of a query tile attend and others mask (a general mask, the causal diagonal, a window's edge)
+  enters the tile's ``P V`` product (``tl.dot``) with weight 0 for the rows that mask it, and ``0 x NaN`` is NaN, so
+  a NaN or inf in its ``v`` row makes those rows NaN (its ``k`` row stays absent: the score is selected away). A
+  key that every row of the tile masks (key padding, the keys past a causal or window tile, the keys past ``M``) is
+  not even loaded, and is absent in the kernels too. Finite values are exact either way.
   NaN in a row of ``q`` or in an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is
   ever silently turned into 0 except what is masked.
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first).

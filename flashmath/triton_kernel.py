@@ -230,7 +230,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
         arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``;
         a row that sees a NaN gives NaN and NaN; a row with a ``+inf`` score gives NaN and ``+inf`` (its weights are
-        measured against 0, so its sum is ``+inf``; a NaN reaches the sum even where ``tl.max`` skips it).
+        measured against 0, so its sum is ``+inf``; a NaN reaches the sum even where ``tl.max`` skips it). A masked
+        key is absent, with the exception stated in :mod:`flashmath.inputs` (and the module docstring): a NaN or inf
+        ``v`` row of a key that other rows of the same query tile attend reaches the rows that mask it as NaN
+        (``0 x NaN`` in the tile's ``P V`` product).
 
     Raises:
         ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
