@@ -37,7 +37,10 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+import warnings
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -311,8 +314,10 @@ def flash_attention(
             process-wide), so that workers and BLAS threads do not oversubscribe the cores, and for every
             value, 1 included, since OpenBLAS's multi-threaded products round differently from its one-thread
             ones. So the result is bitwise the same for every value: each row sees the same tiles in the same
-            order, each product is computed alike. ``order="fa1"`` ignores it and runs sequentially
-            (:func:`fa1_loop` says why).
+            order, each product is computed alike. Calls may overlap, from any threads: BLAS stays on one thread
+            until the last of them returns, then the process's setting is restored (a RuntimeWarning where another
+            thread's threadpoolctl limit prevents it: :class:`_OneBlasThread`). ``order="fa1"`` ignores it and
+            runs sequentially (:func:`fa1_loop` says why).
         enable_gqa, window, softcap, alibi_slopes, score_mod, mask_mod: the variants of chapter 13, conventions and
             sources in :mod:`flashmath.variants`. ``enable_gqa``: ``k``, ``v`` with ``H_kv`` heads, query head ``h``
             reads kv head ``h // G`` (PyTorch SDPA). ``window=(left, right)``: FlashAttention's ``window_size``,
@@ -366,6 +371,68 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
+class _OneBlasThread:
+    """numpy's BLAS on one thread while any :func:`flash_attention` call runs, from any thread, however many overlap.
+
+    The BLAS thread count is one setting for the whole process, so a limit entered and left by each call would let
+    the first call to return restore it while another still runs, and the last to return leave the process at one
+    thread. Instead the calls are counted (under a lock): the first to enter sets the limit, the last to leave
+    restores the process's setting. Both are done by one keeper thread of this module, because threadpoolctl
+    (3.8) lets only one thread at a time change OpenBLAS's pool (the thread that set a limit, until it has left its
+    limits): the keeper takes that role while calls run and gives it back when the last one leaves.
+
+    While another thread holds a threadpoolctl limit, the keeper cannot change the pool: a call then limits it from
+    its own thread, which works when that thread is the one holding the limit (``with threadpool_limits(4):
+    flash_attention(...)``), and otherwise warns (RuntimeWarning): the result is right but may differ in the last
+    bits from a call with BLAS on one thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._keeper: ThreadPoolExecutor | None = None
+        self._limit = contextlib.ExitStack()
+        self._kept = False  # whether the keeper's limit took effect
+
+    @staticmethod
+    def _blas_threads() -> list[int]:
+        return [info["num_threads"] for info in _blas_controller().select(user_api="blas").info()]
+
+    def _enter_limit(self) -> bool:  # in the keeper thread
+        self._limit.enter_context(_blas_controller().limit(limits=1, user_api="blas"))
+        return all(n == 1 for n in self._blas_threads())
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                if self._keeper is None:
+                    self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashmath-blas")
+                self._kept = self._keeper.submit(self._enter_limit).result()
+            self._users += 1
+            kept = self._kept
+        try:
+            with contextlib.ExitStack() as own:
+                if not kept:  # another thread holds a threadpoolctl limit: perhaps this one
+                    own.enter_context(_blas_controller().limit(limits=1, user_api="blas"))
+                    threads = self._blas_threads()
+                    if any(n != 1 for n in threads):
+                        warnings.warn(
+                            f"flash_attention could not limit numpy's BLAS to one thread (it runs {threads}): another "
+                            "thread holds a threadpoolctl limit, and threadpoolctl lets only that thread change "
+                            "OpenBLAS's threads. The result is right, but may differ in the last bits from a call "
+                            "with BLAS on one thread; call it from that thread, or leave that limit first",
+                            RuntimeWarning, stacklevel=5)  # the caller of flash_attention
+                yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._keeper is not None:
+                    self._keeper.submit(self._limit.close).result()  # the process's setting back, the role given up
+
+
+_one_blas_thread = _OneBlasThread()
+
+
 def _fa2_in_parallel(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int, workers: int) -> None:
     """Run fa2's query tiles on ``workers`` threads (one task per query tile), numpy's BLAS on one thread.
 
@@ -380,7 +447,7 @@ def _fa2_in_parallel(memory: Memory, inp: AttentionInputs, block_q: int, block_k
         for _ in fa2_loop(memory, inp, block_q, block_k, query_tiles=None if i is None else (i,)):
             pass
 
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with _one_blas_thread():
         if workers <= 1:
             run(None)  # the plain loop, in this thread
             return

@@ -18,8 +18,14 @@ Conventions kept by every attention function of the package (this docstring is t
 * A row with no key to attend to (fully masked, or ``M == 0``) outputs 0 and has logsumexp ``-inf`` (natural
   log of 0). A row with a ``+inf`` score has logsumexp ``+inf`` and a NaN output (``inf / inf``).
 * A masked key is absent: the output equals attention with that key removed, whatever its ``k`` and ``v`` rows
-  hold (NaN or inf included), in every function, variant, tile size and loop order, numpy and kernel. Masked
-  scores and their value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN.
+  hold (NaN or inf included), in every numpy function, variant, tile size and loop order. Masked scores and their
+  value terms are selected away (``np.where``), never multiplied by 0, since ``0 * NaN`` is NaN. One exception, in
+  the Triton kernels (:mod:`flashmath.triton_kernel`, :mod:`flashmath.triton_backward`), as in FlashAttention's: a
+  key that some rows of a query tile attend and others mask (a general mask, the causal diagonal, a window's edge)
+  enters the tile's ``P V`` product (``tl.dot``) with weight 0 for the rows that mask it, and ``0 x NaN`` is NaN, so
+  a NaN or inf in its ``v`` row makes those rows NaN (its ``k`` row stays absent: the score is selected away). A
+  key that every row of the tile masks (key padding, the keys past a causal or window tile, the keys past ``M``) is
+  not even loaded, and is absent in the kernels too. Finite values are exact either way.
   NaN in a row of ``q`` or in an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is
   ever silently turned into 0 except what is masked.
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first).
@@ -51,7 +57,8 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.masks import causal_mask
 
-__all__ = ["AttentionInputs", "compute_operands", "prepare_attention_inputs", "require_keys"]
+__all__ = ["AttentionInputs", "check_causal", "check_scale", "compute_operands", "prepare_attention_inputs",
+           "require_keys"]
 
 
 class AttentionInputs(NamedTuple):
@@ -129,20 +136,8 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
             "do not broadcast"
         ) from None
 
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    else:
-        if isinstance(scale, (bool, np.bool_)) or np.ndim(scale) != 0 or np.asarray(scale).dtype.kind not in "iuf":
-            raise TypeError(f"scale must be a real number (or None for 1/sqrt(D)), got {scale!r}")
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite, got {scale}")
-
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(
-            f"causal must be True or False, got {causal!r}; for the top-left alignment pass "
-            "mask=flashmath.masks.causal_mask(N, M, align='top-left')"
-        )
+    scale = check_scale(scale, D)
+    check_causal(causal)
     keep = None
     if mask is not None:
         mask_arr: np.ndarray = np.asarray(mask)
@@ -182,6 +177,29 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
         raise TypeError(f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
                         "convert them to one dtype first") from None
     return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
+
+
+def check_scale(scale: Any, D: int) -> float:
+    """``scale`` as a Python float, ``1 / sqrt(D)`` for None. TypeError for anything but a real number (a bool is
+    not), ValueError for a non-finite one."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, (bool, np.bool_)) or np.ndim(scale) != 0 or np.asarray(scale).dtype.kind not in "iuf":
+        raise TypeError(f"scale must be a real number (or None for 1/sqrt(D)), got {scale!r}")
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be finite, got {value}")
+    return value
+
+
+def check_causal(causal: object) -> bool:
+    """``causal`` as a bool (``np.True_`` and ``np.False_`` accepted); TypeError for anything else."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(
+            f"causal must be True or False, got {causal!r}; for the top-left alignment pass "
+            "mask=flashmath.masks.causal_mask(N, M, align='top-left')"
+        )
+    return bool(causal)
 
 
 def compute_operands(inp: AttentionInputs) -> tuple[np.dtype, np.ndarray, np.ndarray, np.ndarray, tuple]:

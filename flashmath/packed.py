@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.flash import LOOPS, fa2_tile_step, tile_arrays, tile_result
-from flashmath.inputs import prepare_attention_inputs
+from flashmath.inputs import check_causal, check_scale, prepare_attention_inputs
 from flashmath.memory import PlainMemory
 from flashmath.rowstate import finish, logsumexp_of, merge_states
 from flashmath.tiling import check_tiling, variant_tile_scores
@@ -68,6 +68,7 @@ def flash_attention_varlen(
         sequences.
     """
     block_q, block_k = check_tiling(block_q, block_k, order)
+    causal = check_causal(causal)  # per document, in the variant: not through prepare_attention_inputs
     heads = group_heads(q, k, v, None, enable_gqa)
     inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, fold_causal=False)
     docs = packed_documents(cu_seqlens_q, cu_seqlens_k, inp.N, inp.M)
@@ -141,8 +142,11 @@ def paged_attention(
         contiguous cache (:func:`gather_pages`).
 
     Raises:
-        TypeError: non-float ``q``/pages, non-integer table or lengths. ValueError: wrong shapes, a table entry
-        outside the pages, a length beyond the table, ``num_splits < 1``, heads that do not match.
+        TypeError: non-float ``q``/pages, ``q`` and pages with no common dtype (bfloat16 with float16), non-integer
+        table or lengths, ``enable_gqa`` or ``causal`` not a bool, a ``scale`` or ``alibi_slopes`` that are not real
+        numbers. ValueError: wrong shapes, ``D = 0``, pages without a key/value head (``H_kv = 0``), a table entry
+        outside the pages, a length beyond the table, ``num_splits < 1``, heads that do not match, ``alibi_slopes``
+        of a shape other than ``(H,)`` or ``(B, H)`` (either size may be 1), a non-finite ``scale``.
     """
     qa = as_float_array(q, "q", allow_int=False)
     kp, vp = as_float_array(k_pages, "k_pages", allow_int=False), as_float_array(v_pages, "v_pages", allow_int=False)
@@ -154,29 +158,42 @@ def paged_attention(
                          f"on D with q {qa.shape}")
     B, H, N, D = qa.shape
     H_kv, page_size, Dv = kp.shape[1], kp.shape[2], vp.shape[-1]
+    if D == 0:
+        raise ValueError(f"the head dimension D must be at least 1, got q of shape {qa.shape}")
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 1:
         raise ValueError(f"num_splits must be an integer >= 1, got {num_splits!r}")
+    if not isinstance(enable_gqa, (bool, np.bool_)):
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    causal = check_causal(causal)
+    scale = check_scale(scale, D)
+    if H_kv == 0:
+        raise ValueError(f"the pages must have at least one key/value head (H_kv >= 1) for the query heads H = {H}, "
+                         f"got k_pages {kp.shape} and v_pages {vp.shape}")
     if H != H_kv and not enable_gqa:
         raise ValueError(f"q has {H} heads and the pages {H_kv}: pass enable_gqa=True for grouped-query heads")
+    if H % H_kv:
+        raise ValueError(f"enable_gqa: the query heads H = {H} must be a multiple of the pages' heads H_kv = {H_kv}")
     if page_size == 0:
         raise ValueError("pages must hold at least one token (page_size >= 1)")
     table, lengths = _check_table(block_table, seqlens, kp.shape[0], page_size)
     if lengths.shape[0] != B:
         raise ValueError(f"block_table and seqlens describe {lengths.shape[0]} sequences, q has B = {B}")
     G = H // H_kv
-    if H % H_kv:
-        raise ValueError(f"enable_gqa: the query heads H = {H} must be a multiple of the pages' heads H_kv = {H_kv}")
     heads = GroupedHeads(None, None, None, None, G)  # query head h reads kv head h // G
-    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
-    dtype = compute_dtype(np.result_type(qa, kp, vp))
-    scale = (1.0 / np.sqrt(D)) if scale is None else float(scale)
+    slopes = _check_slopes(alibi_slopes, B, H)
+    try:
+        out_dtype = np.result_type(qa, kp, vp)
+    except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
+        raise TypeError(f"q, k_pages and v_pages have no common floating-point type: {qa.dtype}, {kp.dtype}, "
+                        f"{vp.dtype}; convert them to one dtype first") from None
+    dtype = compute_dtype(out_dtype)
     q_scaled = (qa.astype(np.float64) * scale).astype(dtype).reshape(B, H_kv, G, N, D)  # scale folded into Q
     out = np.zeros((B, H_kv, G, N, Dv), dtype)
     lse = np.full((B, H_kv, G, N), -np.inf, dtype)
     batch = (H_kv, G)
     for b in range(B):
         M = int(lengths[b])
-        slopes_b = slopes[b] if slopes is not None and slopes.ndim == 2 else slopes  # (B, H) or (H,)
+        slopes_b = slopes[min(b, slopes.shape[0] - 1)] if slopes is not None and slopes.ndim == 2 else slopes
         variant = make_variant(N, M, batch, groups=heads, causal=causal, window=window, softcap=softcap,
                                alibi_slopes=slopes_b)
         variant = replace(variant, b=np.full_like(variant.b, b))  # score_mod's batch index: this sequence
@@ -199,5 +216,20 @@ def paged_attention(
                 g_tile, s_tile, acc = fa2_tile_step(g_tile, s_tile, acc, x_tile, v_tile, keep)
             part_a, part_lse = finish(acc, s_tile), logsumexp_of(g_tile, s_tile)
             out[b], lse[b] = merge_states(out[b], lse[b], part_a, part_lse)  # split-KV: merge the partial states
-    a = out.reshape(B, H, N, Dv).astype(np.result_type(qa, kp, vp), copy=False)
+    a = out.reshape(B, H, N, Dv).astype(out_dtype, copy=False)
     return (a, lse.reshape(B, H, N)) if return_lse else a
+
+
+def _check_slopes(alibi_slopes: ArrayLike | None, B: int, H: int) -> np.ndarray | None:
+    """paged_attention's ALiBi slopes: ``(H,)`` or ``(B, H)``, either size possibly 1 (broadcast), as an array;
+    TypeError for non-real numbers, ValueError for another shape."""
+    if alibi_slopes is None:
+        return None
+    slopes = np.asarray(alibi_slopes)
+    if slopes.dtype.kind not in "iuf":
+        raise TypeError(f"alibi_slopes must be real numbers, got dtype {slopes.dtype}")
+    if slopes.ndim > 2 or (slopes.ndim >= 1 and slopes.shape[-1] not in (1, H)) or (
+            slopes.ndim == 2 and slopes.shape[0] not in (1, B)):
+        raise ValueError(f"alibi_slopes of shape {slopes.shape} must be (H,) or (B, H) (either size may be 1) for "
+                         f"q of (B, H) = ({B}, {H})")
+    return slopes

@@ -69,6 +69,8 @@ import inspect
 import math
 import sys
 
+import numpy as np
+
 from flashmath._checks import integer
 
 __all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available", "require_extra", "interpreted",
@@ -154,11 +156,19 @@ if available():
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
-            # chapter 13: softcap c tanh(x / c) on the scaled score (tanh from exp(-2|y|), which never overflows)
+            # chapter 13: softcap c tanh(x / c) on the scaled score, y = |x / c|
             if SOFTCAP:
-                t = tl.exp(-2.0 * tl.abs(x_tile / cap))
-                capped = cap * (1.0 - t) / (1.0 + t)
-                x_tile = tl.where(keep_tile, tl.where(x_tile < 0, -capped, capped), float("-inf"))
+                y = tl.abs(x_tile / cap)
+                # y >= 0.3: c (1 - t) / (1 + t), t = exp(-2y), which never overflows
+                t = tl.exp(-2.0 * y)
+                far = cap * (1.0 - t) / (1.0 + t)
+                # y < 0.3, where 1 - t would cancel (an error of c 2^-24 on every score): x tanh(y) / y by tanh's
+                # series, x (1 - y^2/3 + 2y^4/15 - 17y^6/315 + 62y^8/2835 - 1382y^10/155925), error below 2e-9
+                y2 = y * y
+                near = x_tile * (1.0 + y2 * (-1.0 / 3.0 + y2 * (2.0 / 15.0 + y2 * (-17.0 / 315.0 + y2 * (
+                    62.0 / 2835.0 + y2 * (-1382.0 / 155925.0))))))
+                capped = tl.where(y < 0.3, near, tl.where(x_tile < 0, -far, far))
+                x_tile = tl.where(keep_tile, capped, float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf
             m_new = tl.maximum(m_i, tl.max(x_tile, 1))
             # measured against 0 where g_new is -inf (no key yet) or +inf (a +inf score: exp(x - 0) makes the sum
@@ -220,7 +230,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
         arrays for numpy inputs, tensors on the inputs' device for tensors. A fully masked row gives 0 and ``-inf``;
         a row that sees a NaN gives NaN and NaN; a row with a ``+inf`` score gives NaN and ``+inf`` (its weights are
-        measured against 0, so its sum is ``+inf``; a NaN reaches the sum even where ``tl.max`` skips it).
+        measured against 0, so its sum is ``+inf``; a NaN reaches the sum even where ``tl.max`` skips it). A masked
+        key is absent, with the exception stated in :mod:`flashmath.inputs` (and the module docstring): a NaN or inf
+        ``v`` row of a key that other rows of the same query tile attend reaches the rows that mask it as NaN
+        (``0 x NaN`` in the tile's ``P V`` product).
 
     Raises:
         ModuleNotFoundError: PyTorch or Triton is not installed (the message gives the install command).
@@ -238,7 +251,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     if order != "fa2":
         raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
                          f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
-    variant = enable_gqa is not False or window is not None or softcap is not None
+    if not isinstance(enable_gqa, (bool, np.bool_)):  # np.True_ and np.False_ as numpy's functions take them
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    enable_gqa = bool(enable_gqa)
+    variant = enable_gqa or window is not None or softcap is not None
     if variant and torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
         raise NotImplementedError("enable_gqa, window and softcap are forward-only in the Triton kernels: the backward "
                                   "kernels do not take them yet (flashmath.flash_attention computes them in numpy)")
@@ -254,8 +270,8 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     extents = check_window(window)  # chapter 13: (left, right) or None
     cap = make_variant(0, 0, (), softcap=softcap).softcap
     G = 1
-    if enable_gqa is not False:
-        q, k, v, mask, G = _grouped_views(q, k, v, mask, enable_gqa)
+    if enable_gqa:
+        q, k, v, mask, G = _grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
 
     if too_late():
@@ -285,12 +301,13 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                         "compiled on a GPU")
     batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
     B = math.prod(batch)
-    # (B, N, D), (B, M, D), (B, M, Dv), contiguous in the last dimension (copies only where needed)
-    q_b, k_b, v_b = (x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous()
-                     for x in (q_t, k_t, v_t)) if G == 1 else (q_t.to(dtype).reshape(B, N, D).contiguous(), None, None)
-    if G > 1:  # grouped-query heads: (B / G, M, D), one kv head per group of G programs, nothing repeated
-        k_b, v_b = (x.to(dtype).expand(*batch[:-1], 1, *x.shape[-2:]).reshape(B // G, *x.shape[-2:]).contiguous()
-                    for x in (k_t, v_t))
+    # (B, N, D), contiguous in the last dimension (copies only where needed); q broadcast over the batch first
+    q_b = q_t.to(dtype).expand(*batch, N, D).reshape(B, N, D).contiguous()
+    # (B, M, D), (B, M, Dv); grouped-query heads: (B / G, M, D), one kv head per group of G programs, nothing
+    # repeated (batch ends with (H_kv, G); explicit sizes, never B // G, since G may be 0 with no query head)
+    kv_batch = batch if G == 1 else (*batch[:-1], 1)
+    k_b, v_b = (x.to(dtype).expand(*kv_batch, *x.shape[-2:]).reshape(math.prod(kv_batch), *x.shape[-2:]).contiguous()
+                for x in (k_t, v_t))
     a = torch.empty((B, N, Dv), dtype=dtype, device=device)
     lse = torch.empty((B, N), dtype=torch.float32, device=device)
     if mask is not None:
@@ -302,6 +319,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         keep_strides = keep.stride()  # 0 along the dimensions the mask broadcasts over: nothing is copied there
     else:
         keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
+    # the window's extents as int32 kernel arguments: an unbounded side (None), or any extent beyond M + N (which
+    # every key is within), is M + N, so that (i + 1) B_r + (M - N) + right cannot overflow (2**31 - 1 would)
+    left, right = ((M + N) if extents is None or extent is None else min(extent, M + N)
+                   for extent in (extents or (None, None)))
     if B > 0 and N > 0:
         grid = (triton.cdiv(N, block_m), B)
         with quiet_interpreter():
@@ -312,25 +333,23 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
                 N, M, D, Dv, scale, M - N,
                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=padded_width(D), BLOCK_DV=padded_width(Dv),
                 CAUSAL=bool(causal), HAS_KEEP=mask is not None,
-                G=G, left=M + N if extents is None or extents[0] is None else extents[0],
-                right=M + N if extents is None or extents[1] is None else extents[1], cap=cap or 1.0,
+                G=G, left=left, right=right, cap=cap or 1.0,
                 WINDOW=extents is not None, SOFTCAP=cap is not None,
                 num_warps=num_warps, num_stages=num_stages,
             )
     a, lse = a.reshape(*batch, N, Dv), lse.reshape(*batch, N)
-    if G > 1:  # (..., H_kv, G, N) back to (..., H, N)
-        a, lse = a.reshape(*batch[:-2], -1, N, Dv), lse.reshape(*batch[:-2], -1, N)
+    if enable_gqa:  # (..., H_kv, G, N) back to (..., H, N); explicit sizes, never -1: any of them may be 0
+        H = batch[-2] * batch[-1]
+        a, lse = a.reshape(*batch[:-2], H, N, Dv), lse.reshape(*batch[:-2], H, N)
     if not any(tensors):
         a, lse = a.cpu().numpy(), lse.cpu().numpy()
     return (a, lse) if return_lse else a
 
 
-def _grouped_views(q, k, v, mask, enable_gqa):
+def _grouped_views(q, k, v, mask):
     """Grouped-query heads for the kernel: ``q`` viewed as ``(..., H_kv, G, N, D)``, ``k``, ``v`` as ``(..., H_kv, 1,
     M, D)`` and the mask likewise (as :func:`flashmath.variants.group_heads`, on tensors too, nothing copied), and
-    ``G``. TypeError / ValueError as that function."""
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    ``G``. ValueError as that function."""
     shapes = [tuple(x.shape) for x in (q, k, v)]
     if min(len(sh) for sh in shapes) < 3:
         raise ValueError(f"enable_gqa needs a heads axis: q, k, v must be (..., H, L, D), got shapes {shapes}")

@@ -177,8 +177,10 @@ class GroupedHeads:
             return result
         if isinstance(result, tuple):
             a, lse = result
-            return self.restore(a), lse.reshape(lse.shape[:-3] + (-1,) + lse.shape[-1:])
-        return result.reshape(result.shape[:-4] + (-1,) + result.shape[-2:])
+            # (..., H_kv, G, N) -> (..., H_kv G, N); explicit sizes, never -1: any of them may be 0
+            return self.restore(a), lse.reshape(lse.shape[:-3] + (lse.shape[-3] * lse.shape[-2],) + lse.shape[-1:])
+        # (..., H_kv, G, N, Dv) -> (..., H_kv G, N, Dv)
+        return result.reshape(result.shape[:-4] + (result.shape[-4] * result.shape[-3],) + result.shape[-2:])
 
     def original_batch(self, batch_shape: tuple) -> tuple:
         """The leading dimensions ``(..., H)`` of the original ``q`` from the loop's ``(..., H_kv, G)``."""
@@ -430,6 +432,7 @@ def block_mask(N: int, M: int, *, block_q: int = 128, block_k: int = 128, causal
 
     Raises:
         TypeError / ValueError: as :func:`make_variant`, sizes that are not integers >= 0, blocks < 1.
+        ValueError: ``cu_seqlens_k`` without ``cu_seqlens_q``; ``cu_seqlens`` as :func:`packed_documents`.
     """
     N, M = integer(N, "N"), integer(M, "M")
     B, H = integer(B, "B"), integer(H, "H")
@@ -437,6 +440,9 @@ def block_mask(N: int, M: int, *, block_q: int = 128, block_k: int = 128, causal
     if min(N, M, B, H) < 0 or min(block_q, block_k) < 1:
         raise ValueError(f"sizes must be >= 0 and blocks >= 1, got N={N}, M={M}, block_q={block_q}, "
                          f"block_k={block_k}")
+    if cu_seqlens_k is not None and cu_seqlens_q is None:
+        raise ValueError("block_mask: cu_seqlens_k was given without cu_seqlens_q; pass cu_seqlens_q too (the "
+                         "queries' cumulative lengths; cu_seqlens_k alone would leave the queries without documents)")
     docs = packed_documents(cu_seqlens_q, cu_seqlens_k, N, M) if cu_seqlens_q is not None else None
     variant = make_variant(N, M, (B, H), causal=causal, window=window, mask_mod=mask_mod, docs=docs)
     rows = [(r, min(r + block_q, N)) for r in range(0, N, block_q)]

@@ -139,3 +139,79 @@ def test_default_is_the_cores_this_process_may_use(monkeypatch):
     assert available_cores() == 6
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert available_cores() == 1
+
+
+def test_overlapping_calls_from_threads_keep_blas_on_one_thread_and_restore_it_after_the_last(monkeypatch):
+    """Issue 33, fault 10 (flash-attention #637): thread A calls, thread B calls while A runs, A returns first.
+    Before, A's return restored the process's BLAS threads while B still ran, and B's return left the process at
+    one thread. The overlap is forced by events: no sleeps, no timing."""
+    rng = np.random.default_rng(7)
+    q, k, v = make(rng, 40, 24, 6, 5)
+    expected = flash_attention(q, k, v, block_q=5, block_k=8, workers=1, return_lse=True)  # sequential
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    seen, results = {}, {}
+    step = flash.fa2_tile_step
+
+    def spy(*args):
+        name = threading.current_thread().name
+        if name == "A" and "A" not in seen:
+            seen["A"] = blas_threads()
+            a_inside.set()
+            assert b_inside.wait(10)  # B enters while A runs
+        elif name == "B" and "B" not in seen:
+            seen["B"] = blas_threads()
+            b_inside.set()
+            assert a_done.wait(10)  # A has returned, B still runs
+            seen["B after A"] = blas_threads()
+        return step(*args)
+
+    def call(name, workers):
+        results[name] = flash_attention(q, k, v, block_q=5, block_k=8, workers=workers, return_lse=True)
+        if name == "A":
+            a_done.set()
+
+    # the process's own setting (a threadpoolctl limit held here would make this thread the only one that can
+    # change OpenBLAS's threads: test_a_call_that_cannot_limit_blas_warns)
+    before = blas_threads()
+    if not any(n > 1 for n in before.values()):
+        pytest.skip("BLAS runs one thread already: nothing to restore")
+    monkeypatch.setattr(flash, "fa2_tile_step", spy)
+    thread_a = threading.Thread(target=call, args=("A", 1), name="A")
+    thread_a.start()
+    assert a_inside.wait(10)
+    thread_b = threading.Thread(target=call, args=("B", 1), name="B")
+    thread_b.start()
+    thread_a.join(10)
+    thread_b.join(10)
+    after = blas_threads()
+    assert set(results) == {"A", "B"}  # both calls returned (a worker's exception would leave its name out)
+    for key in ("A", "B", "B after A"):
+        assert set(seen[key].values()) == {1}, key  # BLAS on one thread in every call, all the way through
+    assert after == before  # and the process's setting back after the last call
+    for name in ("A", "B"):  # bitwise the sequential results
+        np.testing.assert_array_equal(results[name][0], expected[0])
+        np.testing.assert_array_equal(results[name][1], expected[1])
+
+
+def test_a_call_that_cannot_limit_blas_warns():
+    """threadpoolctl lets only the thread holding a limit change OpenBLAS's threads: a call from another thread
+    then cannot limit them, and says so; from the thread that holds the limit it can."""
+    from threadpoolctl import threadpool_limits
+
+    q = np.ones((6, 3))
+    with threadpool_limits(limits=2, user_api="blas"):
+        if set(blas_threads().values()) != {2} or not any(
+                info["internal_api"] == "openblas" for info in threadpool_info()):
+            pytest.skip("needs an OpenBLAS that can run two threads")
+        np.testing.assert_array_equal(flash_attention(q, q, q, workers=1), np.ones((6, 3)))  # no warning here
+        caught = []
+
+        def call():
+            with pytest.warns(RuntimeWarning, match="could not limit numpy's BLAS to one thread"):
+                flash_attention(q, q, q, workers=1)
+            caught.append(True)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(10)
+    assert caught == [True]
