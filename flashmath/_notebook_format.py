@@ -22,12 +22,28 @@ agree byte for byte:
   (the README's set-up copies both into the virtual environment);
 - by hand: ``python -m flashmath._notebook_format notebooks/*.ipynb`` rewrites the files in place.
 
-tests/test_notebooks.py checks that every stored notebook is in this form. Only the standard library is used here:
+Re-executing a chapter must change only what its code changed (a reviewer reads the diff), so :func:`normalize`
+also removes what differs from run to run though the code did not change:
+
+- the widget state (``metadata.widgets``) and each output's widget view
+  (``application/vnd.jupyter.widget-view+json``, whose ``model_id`` is a new random id at every run): every slider
+  is followed by a static picture of its figure (the hygiene test checks it), which is what GitHub and nbviewer
+  show; in JupyterLab a widget shows its text form (``interactive(...)``) until its cell runs;
+- the random id that matplotlib's animation player gives each animation (``anim<uuid>``, ``_anim_img<uuid>``...):
+  replaced by a hash of the animation's own HTML, so the same frames give the same id, and two different
+  animations open in one JupyterLab page still have different ones;
+- a stream cut into several outputs by the kernel's timing: consecutive outputs of one stream become one (nbval
+  joins them the same way before it compares).
+
+tests/test_notebooks.py checks that every stored notebook is in this form, and tests/test_notebook_format.py that
+executing a chapter twice gives the same file. Only the standard library is used here:
 the Jupyter server imports this module when it starts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sys
 
 __all__ = ["normalize", "pre_save_hook", "preprocess", "MACHINE_KEYS"]
@@ -36,6 +52,8 @@ MACHINE_KEYS = {
     "language_info": ("version",),  # notebook metadata: the kernel's Python version
     "cell": ("execution",),  # cell metadata: nbconvert's timestamps of the last run
 }
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+ANIMATION_ID = re.compile(r"\banim([0-9a-f]{32})\b")  # matplotlib's to_jshtml: anim<uuid4 hex>, in every id it makes
 LARGEST_EXACT = 2 ** 53  # JavaScript writes whole numbers up to 1e21 without an exponent; doubles are exact to 2**53
 
 
@@ -64,12 +82,52 @@ def normalize(nb: dict) -> dict:
     if isinstance(language_info, dict):
         for key in MACHINE_KEYS["language_info"]:
             language_info.pop(key, None)
+    nb["metadata"].pop("widgets", None)
     for cell in nb["cells"]:
         metadata = cell.get("metadata")
         if isinstance(metadata, dict):
             for key in MACHINE_KEYS["cell"]:
                 metadata.pop(key, None)
+        if isinstance(cell.get("outputs"), list):
+            cell["outputs"] = _stable_outputs(cell["outputs"])
     return _whole_floats_as_ints(nb)
+
+
+def _stable_outputs(outputs: list) -> list:
+    """A cell's outputs without widget views, with animation ids from their content, and each stream in one piece."""
+    kept: list = []
+    for output in outputs:
+        data = output.get("data") if isinstance(output, dict) else None
+        if isinstance(data, dict):
+            data.pop(WIDGET_VIEW, None)
+            if "text/html" in data:
+                data["text/html"] = _stable_animation_ids(data["text/html"])
+        previous = kept[-1] if kept else None
+        if (isinstance(output, dict) and output.get("output_type") == "stream" and isinstance(previous, dict)
+                and previous.get("output_type") == "stream" and previous.get("name") == output.get("name")):
+            previous["text"] = _text(previous["text"]) + _text(output.get("text", ""))
+            continue
+        kept.append(output)
+    return kept
+
+
+def _text(value) -> str:
+    """A multiline string of a notebook, stored as one string or as a list of lines."""
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _stable_animation_ids(html):
+    """``html`` (a string or a list of lines) with each animation's random id replaced by a hash of its content."""
+    text = _text(html)
+    ids = sorted(set(ANIMATION_ID.findall(text)))
+    if not ids:
+        return html
+    blank = text
+    for old in ids:
+        blank = blank.replace(old, "")
+    for n, old in enumerate(ids):
+        text = text.replace(old, hashlib.sha256(f"{n}:{blank}".encode()).hexdigest()[:32])
+    return text.splitlines(keepends=True) if isinstance(html, list) else text
 
 
 def pre_save_hook(model: dict, **kwargs) -> None:
