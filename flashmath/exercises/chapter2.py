@@ -262,7 +262,8 @@ def normalizer_properties():
     Rules: the empty vector has the state (-inf, 0) (nothing seen); a +inf element gives g = +inf (the state's
     logsumexp is +inf; s is not compared); NaN gives NaN; integers are read as numbers.
     """
-    props = [(name, (x,)) for name, x in softmax_properties(translate=False) if x.dtype != np.float16]
+    props: list[tuple[str, tuple]] = [(name, (x,)) for name, x in softmax_properties(translate=False)
+                                      if x.dtype != np.float16]
     props = [(_(name.replace(": an empty vector out", ": the state (-inf, 0)").replace(": expected zeros", "")
                 .replace(": float64 probabilities out", "").replace("gives NaN (inf - inf), not zeros",
                                                                      "gives g = +inf")), args) for name, args in props]

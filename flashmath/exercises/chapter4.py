@@ -100,7 +100,7 @@ def _product(a, b):
 def traced(y, v):
     """``(y_traced, v_traced, log)``: object arrays of :class:`Traced` numbers holding ``y`` and ``v``, and their
     log."""
-    log = []
+    log: list = []
     y_t, v_t = np.empty(np.shape(y), dtype=object), np.empty(np.shape(v), dtype=object)
     for arr, out, source in ((y, y_t, "y"), (v, v_t, "v")):
         for index in np.ndindex(out.shape):
@@ -337,7 +337,8 @@ def check_loop_swap(fn) -> CheckReport:
         out = fn(y_in, v_in)
         if before != [id(e) for arr in (y_in, v_in) for e in arr.flat]:
             return PropertyFailure(INPUT_MODIFIED.message(), out)
-        order = order_problem(products(list(log)), *y.shape, v.shape[1])
+        N, M = y.shape
+        order = order_problem(products(list(log)), N, M, v.shape[1])
         if order is None:
             return out
         a, expected = _form(out), matmul_ndm(y, v)
