@@ -41,7 +41,7 @@ from flashmath._checks import as_float_array, compute_dtype, float_dtype
 # "flashmath.attention.prepare_attention_inputs" is where the course's text and older code find them.
 from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs, require_keys
 from flashmath.memory import Memory, PlainMemory
-from flashmath.rowstate import divisor, logsumexp_of, merge_rows, nonempty, weighted_values
+from flashmath.rowstate import logsumexp_of, max_or_zero, merge_rows, sum_or_one, weighted_values
 from flashmath.softmax import safe_softmax
 
 __all__ = [
@@ -144,15 +144,15 @@ def standard_run(memory: Memory, inp: AttentionInputs) -> None:
     """
     compute = memory["K"].dtype
     with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs, float16 overflow: on purpose
-        with memory.pass_("X = Q K^T"):
+        with memory.named_pass("X = Q K^T"):
             x = np.matmul(memory["Q"][...], np.swapaxes(memory["K"][...], -1, -2))  # (..., N, M)
             if inp.keep is not None:
                 x = np.where(inp.keep, x, -np.inf)  # masked scores are -inf
             memory["X"][...] = x
-        with memory.pass_("Y = softmax(X)"):
+        with memory.named_pass("Y = softmax(X)"):
             # a fully masked row gives zeros
             memory["Y"][...] = safe_softmax(memory["X"][...].astype(compute, copy=False))  # (..., N, M)
-        with memory.pass_("A = Y V"):
+        with memory.named_pass("A = Y V"):
             y = memory["Y"][...].astype(compute, copy=False)
             memory["A"][...] = weighted_values(y, memory["V"][...], inp.keep)  # (..., N, Dv)
 
@@ -256,7 +256,7 @@ def _loop_1(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, rows: tuple, 
 def _loop_2(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype,
             g_M: np.ndarray, s_M: np.ndarray) -> Iterator[tuple]:
     """Loop (2): ``A`` accumulates ``y_m * V[m, :]``, one key at a time. Yields ``(y_m, A_m)``."""
-    g_safe, s_safe = nonempty(g_M), divisor(s_M)  # a row that saw no key: weights exp(-inf) = 0, no 0 / 0
+    g_safe, s_safe = max_or_zero(g_M), sum_or_one(s_M)  # a row that saw no key: weights exp(-inf) = 0, no 0 / 0
     a = np.zeros(rows + (v.shape[-1],), dtype=dtype)  # A_0 = 0: (..., N, Dv)
     for m in range(k.shape[-2]):
         x_m = _score(q_scaled, k, keep, m)  # recomputed: X is never stored, (..., N)
@@ -367,10 +367,10 @@ def two_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.n
     q_on_chip = memory["Q"][...]  # every row's query stays on chip for the whole run
     g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
     s = np.zeros(rows, dtype=dtype)
-    with memory.pass_("loop (1)"):
+    with memory.named_pass("loop (1)"):
         _, g, s = _final(_loop_1(q_on_chip, memory["K"], inp.keep, rows, dtype), (None, g, s))
     a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-    with memory.pass_("loop (2)"):
+    with memory.named_pass("loop (2)"):
         _, a = _final(_loop_2(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype, g, s), (None, a))
     memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
     return g, s
@@ -385,7 +385,7 @@ def one_loop_run(memory: Memory, inp: AttentionInputs) -> tuple[np.ndarray, np.n
     g = np.full(rows, -np.inf, dtype=dtype)  # the state of M == 0: no key
     s = np.zeros(rows, dtype=dtype)
     a = np.zeros(rows + (inp.Dv,), dtype=dtype)
-    with memory.pass_("one loop"):
+    with memory.named_pass("one loop"):
         steps = _one_loop(q_on_chip, memory["K"], memory["V"], inp.keep, rows, dtype)
         _, g, s, _, _, a = _final(steps, (None, g, s, None, None, a))
     memory["A"][...] = _finish(a, g, s, inp, return_lse=False)  # A written once
@@ -539,7 +539,7 @@ def _one_loop(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, row
         # 2. max:    g_m = max(g_{m-1}, x_m)
         # 3. sum:    s_m = s_{m-1} * exp(g_{m-1} - g_m) + exp(x_m - g_m)
         g, s = merge_rows(g_prev, s_prev, x_m, one)
-        g_safe, s_safe = nonempty(g), divisor(s)  # no key seen yet: weights exp(-inf) = 0, no -inf - (-inf)
+        g_safe, s_safe = max_or_zero(g), sum_or_one(s)  # no key seen yet: weights exp(-inf) = 0, no -inf - (-inf)
         with np.errstate(invalid="ignore"):  # +inf - +inf: NaN, on purpose
             # correction_m = s_{m-1} * exp(g_{m-1} - g_m) / s_m;  weight_m = exp(x_m - g_m) / s_m  (they sum to 1)
             correction = s_prev * np.exp(g_prev - g_safe) / s_safe  # (..., N)

@@ -68,11 +68,11 @@ def naive_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_(_("sum of exp")):
+    with mem.named_pass(_("sum of exp")):
         d = 0.0
         for i in range(len(xs)):
             d += _exp(xs[i])  # d = sum_j exp(x_j)
-    with mem.pass_(_("divide")):
+    with mem.named_pass(_("divide")):
         for i in range(len(xs)):
             ys[i] = _div(_exp(xs[i]), d)  # y_i = exp(x_i) / d
     return mem.array("y").copy(), mem.count
@@ -85,15 +85,15 @@ def safe_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_(_("max")):
+    with mem.named_pass(_("max")):
         g = -math.inf
         for i in range(len(xs)):
             g = _max(g, xs[i])  # g = max_j x_j
-    with mem.pass_(_("sum")):
+    with mem.named_pass(_("sum")):
         s = 0.0
         for i in range(len(xs)):
             s += _exp_shifted(xs[i], g)  # s = sum_j exp(x_j - g)
-    with mem.pass_(_("divide")):
+    with mem.named_pass(_("divide")):
         for i in range(len(xs)):
             e = _exp_shifted(xs[i], g)
             ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g) / s; a fully masked row gives 0
@@ -110,12 +110,12 @@ def online_softmax_counted(x: ArrayLike) -> tuple[np.ndarray, TrafficCount]:
     """
     mem = _vector_memory(x)
     xs, ys = mem["x"], mem["y"]
-    with mem.pass_(_("max and sum (online)")):
+    with mem.named_pass(_("max and sum (online)")):
         g, s = -math.inf, 0.0
         for i in range(len(xs)):
             # g_i = max(g_{i-1}, x_i);  s_i = s_{i-1} * exp(g_{i-1} - g_i) + exp(x_i - g_i)
             g, s = (float(value) for value in merge(g, s, xs[i], 1.0))
-    with mem.pass_(_("divide")):
+    with mem.named_pass(_("divide")):
         for i in range(len(xs)):
             e = _exp_shifted(xs[i], g)
             ys[i] = e / s if s != 0 else 0.0  # y_i = exp(x_i - g_N) / s_N; a fully masked row gives 0

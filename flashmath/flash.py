@@ -18,10 +18,12 @@ fa2 is :func:`flashmath.attention.one_loop_attention` (chapter 5) with its divis
 read and write their arrays through a memory passed in (:mod:`flashmath.memory`): :func:`flash_attention`
 passes a plain one that counts nothing, :func:`flashmath.counting.counted_attention` a counted one, and
 :func:`flashmath.counting.flash_trace` a counted one to :func:`trace_steps`, reading the traffic between the tile
-steps (the trace of the tile sweep). The tile
-steps themselves are public (:func:`fa2_tile_step`, :func:`fa1_tile_step`); tiles and their keep masks come
-from :mod:`flashmath.tiling`. On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in memory are ``q``,
-``k``...
+steps (the trace of the tile sweep). The tile steps themselves are public (:func:`fa2_tile_step`,
+:func:`fa1_tile_step`); tiles, their keep masks and their scores come from :mod:`flashmath.tiling`. The loops
+here are the ones that run: :func:`flash_attention` only checks its arguments (chapter 13's variants are attached
+to the inputs by :func:`flashmath.variants.variant_inputs`, and read by the tiles) and hands fa2's query tiles to a
+thread pool (:mod:`flashmath.flash_parallel`). On-chip blocks are named ``*_tile`` (``q_tile``); whole arrays in
+memory are ``q``, ``k``...
 
 Conventions (shapes, scale, masks, dtypes, errors) are those of :mod:`flashmath.inputs`, and a masked key
 is absent: the output equals attention with that key removed whatever its ``k`` and ``v`` rows hold (NaN or
@@ -37,36 +39,19 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import threading
-import warnings
 from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from flashmath._checks import float_dtype, thread_count
-from flashmath.inputs import AttentionInputs, compute_operands, prepare_attention_inputs
+from flashmath.flash_parallel import run_query_tiles
+from flashmath.inputs import AttentionInputs, compute_operands
 from flashmath.memory import Memory, PlainMemory
-from flashmath.rowstate import finish, logsumexp_of, weighted_values
-
-# Chapter 11 prints the lines under the rule comments of this loop beside the kernel's
-# (flashmath.triton_kernel.line_for_line): the guard keeps the name those lines show.
-from flashmath.rowstate import nonempty as _nonempty
-from flashmath.tiling import (
-    DEFAULT_BLOCK_K,
-    DEFAULT_BLOCK_Q,
-    ORDERS,
-    check_tiling,
-    tile_keep,
-    tile_score_mod,
-    tiles,
-    variant_tile_scores,
-)
-from flashmath.variants import group_heads, make_variant
+from flashmath.rowstate import finish, logsumexp_of, max_or_zero, weighted_values
+from flashmath.tiling import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, ORDERS, check_tiling, tile_keep, tile_scores_for, tiles
+from flashmath.variants import variant_inputs
 
 __all__ = [
     "DEFAULT_BLOCK_K",
@@ -75,6 +60,7 @@ __all__ = [
     "fa1_loop",
     "fa1_tile_step",
     "fa2_loop",
+    "fa2_query_tile",
     "fa2_tile_step",
     "fa2_write",
     "flash_attention",
@@ -110,7 +96,7 @@ def fa2_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray, 
     with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
         # g_new = max(g, rowmax(X_ij))
         g_new = np.maximum(g_tile, x_tile.max(axis=-1))  # (..., B_r)
-        g_ref = _nonempty(g_new)
+        g_ref = max_or_zero(g_new)
         # alpha = exp(g - g_new): the rescale of everything summed so far
         alpha = np.exp(g_tile - g_ref)  # (..., B_r)
         # P_ij = exp(X_ij - g_new), computed in place: the score tile becomes the weight tile
@@ -152,11 +138,11 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
     with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
         # the state of this tile alone: g~ = rowmax(X_ij), P~ = exp(X_ij - g~), s~ = rowsum(P~)
         g_loc = x_tile.max(axis=-1)  # (..., B_r)
-        p_tile = np.exp(np.subtract(x_tile, _nonempty(g_loc)[..., None], out=x_tile), out=x_tile)
+        p_tile = np.exp(np.subtract(x_tile, max_or_zero(g_loc)[..., None], out=x_tile), out=x_tile)
         s_loc = p_tile.sum(axis=-1)
         # g_new = max(g, g~);  alpha = exp(g - g_new), beta = exp(g~ - g_new): two exponentials per row
         g_new = np.maximum(g_tile, g_loc)  # (..., B_r)
-        g_ref = _nonempty(g_new)
+        g_ref = max_or_zero(g_new)
         alpha, beta = np.exp(g_tile - g_ref), np.exp(g_loc - g_ref)
         # s_new = s alpha + s~ beta   (chapter 2's merge)
         old = s_tile * alpha
@@ -175,38 +161,46 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
 
 def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int,
              query_tiles: Collection[int] | None = None) -> Iterator[tuple]:
-    """FlashAttention-2 order: query tiles outside. After each tile step yields
+    """FlashAttention-2 order: query tiles outside (:func:`fa2_query_tile` for each). After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
 
     ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``lse`` written here
-    (:func:`tile_arrays`). ``query_tiles``: the indices ``i`` of the query tiles to run (default all); each query
-    tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse``, so loops over disjoint
-    sets of query tiles can run at the same time (:func:`flash_attention`'s ``workers``)."""
+    (:func:`tile_arrays`). ``query_tiles``: the indices ``i`` of the query tiles to run (default all)."""
+    for i, rows in enumerate(tiles(inp.N, block_q)):
+        if query_tiles is None or i in query_tiles:
+            yield from fa2_query_tile(memory, inp, i, rows, block_k)
+
+
+def fa2_query_tile(memory: Memory, inp: AttentionInputs, i: int, rows: tuple[int, int],
+                   block_k: int) -> Iterator[tuple]:
+    """Query tile ``i`` (rows ``r0:r1``) of :func:`fa2_loop`: its state stays on chip while every key tile streams
+    past; then one division, and ``A_i``, ``lse_i`` are written. Yields as :func:`fa2_loop`.
+
+    A query tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse``, so query tiles
+    can run at the same time (:func:`flash_attention`'s ``workers``: :mod:`flashmath.flash_parallel`)."""
     q, k, v, a, lse = (memory[name] for name in ("Q", "K", "V", "A", "lse"))
+    r0, r1 = rows
     batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
     key_tiles = tiles(inp.M, block_k)
-    for i, (r0, r1) in enumerate(tiles(inp.N, block_q)):
-        if query_tiles is not None and i not in query_tiles:
-            continue
-        q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
-        g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
-        s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
-        acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
-        for j, (c0, c1) in enumerate(key_tiles):
-            keep_tile = tile_keep(inp, r0, r1, c0, c1)
-            if keep_tile is not False:
-                if q_tile is None:
-                    q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
-                k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
-                with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                    x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
-                g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
-                del x_tile  # the score tile is dropped before the next one is made
-            if j == len(key_tiles) - 1:
-                fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
-            yield i, j, keep_tile is False, (r0, r1), g_tile, s_tile, acc_tile
-        if not key_tiles:  # M = 0: every row is empty
+    q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
+    g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
+    s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
+    acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
+    for j, (c0, c1) in enumerate(key_tiles):
+        keep_tile = tile_keep(inp, r0, r1, c0, c1)  # False: no pair attends, the tile is skipped
+        if keep_tile is not False:
+            if q_tile is None:
+                q_tile = q[..., r0:r1, :]  # load Q_i: (..., B_r, D)
+            k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
+            # X_ij = Q_i K_j^T, masked pairs -inf: (..., B_r, B_c)
+            x_tile = tile_scores_for(inp, q_tile, k_tile, keep_tile, r0, r1, c0, c1)
+            g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
+            del x_tile  # the score tile is dropped before the next one is made
+        if j == len(key_tiles) - 1:
             fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
+        yield i, j, keep_tile is False, (r0, r1), g_tile, s_tile, acc_tile
+    if not key_tiles:  # M = 0: every row is empty
+        fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
 
 
 def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -> Iterator[tuple]:
@@ -224,7 +218,6 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
     a[...] = 0
     s[...] = 0
     g[...] = -np.inf
-    batch = inp.batch_shape
     query_tiles = tiles(inp.N, block_q)
     for j, (c0, c1) in enumerate(tiles(inp.M, block_k)):
         k_tile: Any = None  # K_j, V_j: loaded by the first query tile that is not skipped
@@ -238,8 +231,8 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
                 k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # (..., B_c, D), (..., B_c, Dv)
             # load Q_i, A_i, g_i, s_i: (..., B_r, D), (..., B_r, Dv), (..., B_r), (..., B_r)
             q_tile, a_tile, g_tile, s_tile = q[..., r0:r1, :], a[..., r0:r1, :], g[..., r0:r1], s[..., r0:r1]
-            with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
-                x_tile = variant_tile_scores(q_tile, k_tile, keep_tile, batch, tile_score_mod(inp, r0, r1, c0, c1))
+            # X_ij = Q_i K_j^T, masked pairs -inf: (..., B_r, B_c)
+            x_tile = tile_scores_for(inp, q_tile, k_tile, keep_tile, r0, r1, c0, c1)
             g_new, s_new, a_new = fa1_tile_step(g_tile, s_tile, a_tile, x_tile, v_tile, keep_tile)
             del x_tile
             # write A_i, g_i, s_i back to memory
@@ -316,7 +309,7 @@ def flash_attention(
             ones. So the result is bitwise the same for every value: each row sees the same tiles in the same
             order, each product is computed alike. Calls may overlap, from any threads: BLAS stays on one thread
             until the last of them returns, then the process's setting is restored (a RuntimeWarning where another
-            thread's threadpoolctl limit prevents it: :class:`_OneBlasThread`). ``order="fa1"`` ignores it and
+            thread's threadpoolctl limit prevents it: :mod:`flashmath.flash_parallel`). ``order="fa1"`` ignores it and
             runs sequentially (:func:`fa1_loop` says why).
         enable_gqa, window, softcap, alibi_slopes, score_mod, mask_mod: the variants of chapter 13, conventions and
             sources in :mod:`flashmath.variants`. ``enable_gqa``: ``k``, ``v`` with ``H_kv`` heads, query head ``h``
@@ -346,116 +339,22 @@ def flash_attention(
     block_q, block_k = check_tiling(block_q, block_k, order)
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     workers = thread_count(workers, "workers")
-    heads = group_heads(q, k, v, mask, enable_gqa)  # grouped-query heads: (..., H_kv, G, N, D), nothing copied
-    inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask,
-                                   fold_causal=False)
-    if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
-        inp = inp._replace(variant=make_variant(inp.N, inp.M, inp.batch_shape, groups=heads, window=window,
-                                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod,
-                                                mask_mod=mask_mod))
+    # the checked inputs, chapter 13's variant attached (grouped-query heads: (..., H_kv, G, N, D), nothing copied)
+    heads, inp = variant_inputs(q, k, v, scale=scale, causal=causal, mask=mask, enable_gqa=enable_gqa, window=window,
+                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod, mask_mod=mask_mod)
     memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
-    if order == "fa2":
-        _fa2_in_parallel(memory, inp, block_q, block_k, workers)
+    if order == "fa2":  # the query tiles on `workers` threads, BLAS on one thread
+        query_tiles = tiles(inp.N, block_q)
+
+        def run(i: int) -> None:
+            for _ in fa2_query_tile(memory, inp, i, query_tiles[i], block_k):
+                pass
+
+        run_query_tiles(run, len(query_tiles), workers, causal=inp.causal)
     else:
-        for _ in LOOPS[order](memory, inp, block_q, block_k):
+        for _ in fa1_loop(memory, inp, block_q, block_k):
             pass
     return heads.restore(tile_result(memory, inp, order, return_lse))
-
-
-@functools.cache
-def _blas_controller() -> Any:
-    """threadpoolctl's view of the BLAS and OpenMP libraries loaded now (numpy's BLAS is loaded with numpy),
-    made once: looking them up costs milliseconds, a limit through it a fraction of one."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-class _OneBlasThread:
-    """numpy's BLAS on one thread while any :func:`flash_attention` call runs, from any thread, however many overlap.
-
-    The BLAS thread count is one setting for the whole process, so a limit entered and left by each call would let
-    the first call to return restore it while another still runs, and the last to return leave the process at one
-    thread. Instead the calls are counted (under a lock): the first to enter sets the limit, the last to leave
-    restores the process's setting. Both are done by one keeper thread of this module, because threadpoolctl
-    (3.8) lets only one thread at a time change OpenBLAS's pool (the thread that set a limit, until it has left its
-    limits): the keeper takes that role while calls run and gives it back when the last one leaves.
-
-    While another thread holds a threadpoolctl limit, the keeper cannot change the pool: a call then limits it from
-    its own thread, which works when that thread is the one holding the limit (``with threadpool_limits(4):
-    flash_attention(...)``), and otherwise warns (RuntimeWarning): the result is right but may differ in the last
-    bits from a call with BLAS on one thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._keeper: ThreadPoolExecutor | None = None
-        self._limit = contextlib.ExitStack()
-        self._kept = False  # whether the keeper's limit took effect
-
-    @staticmethod
-    def _blas_threads() -> list[int]:
-        return [info["num_threads"] for info in _blas_controller().select(user_api="blas").info()]
-
-    def _enter_limit(self) -> bool:  # in the keeper thread
-        self._limit.enter_context(_blas_controller().limit(limits=1, user_api="blas"))
-        return all(n == 1 for n in self._blas_threads())
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._users == 0:
-                if self._keeper is None:
-                    self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashmath-blas")
-                self._kept = self._keeper.submit(self._enter_limit).result()
-            self._users += 1
-            kept = self._kept
-        try:
-            with contextlib.ExitStack() as own:
-                if not kept:  # another thread holds a threadpoolctl limit: perhaps this one
-                    own.enter_context(_blas_controller().limit(limits=1, user_api="blas"))
-                    threads = self._blas_threads()
-                    if any(n != 1 for n in threads):
-                        warnings.warn(
-                            f"flash_attention could not limit numpy's BLAS to one thread (it runs {threads}): another "
-                            "thread holds a threadpoolctl limit, and threadpoolctl lets only that thread change "
-                            "OpenBLAS's threads. The result is right, but may differ in the last bits from a call "
-                            "with BLAS on one thread; call it from that thread, or leave that limit first",
-                            RuntimeWarning, stacklevel=5)  # the caller of flash_attention
-                yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0 and self._keeper is not None:
-                    self._keeper.submit(self._limit.close).result()  # the process's setting back, the role given up
-
-
-_one_blas_thread = _OneBlasThread()
-
-
-def _fa2_in_parallel(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int, workers: int) -> None:
-    """Run fa2's query tiles on ``workers`` threads (one task per query tile), numpy's BLAS on one thread.
-
-    numpy's matrix products and ufuncs release the GIL, so the threads compute at the same time; each task writes
-    only its own rows of ``A`` and ``lse``, so no two tasks write the same element. BLAS is on one thread for
-    every ``workers``, 1 included: OpenBLAS's multi-threaded products round differently from its one-thread ones
-    (measured), so this keeps the result bitwise the same whatever ``workers`` and the BLAS thread settings."""
-    n_query_tiles = len(tiles(inp.N, block_q))
-    workers = min(workers, n_query_tiles)
-
-    def run(i: int | None) -> None:
-        for _ in fa2_loop(memory, inp, block_q, block_k, query_tiles=None if i is None else (i,)):
-            pass
-
-    with _one_blas_thread():
-        if workers <= 1:
-            run(None)  # the plain loop, in this thread
-            return
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            # the longest tiles first (causal: later query tiles see more keys), so that none is left to run alone
-            tile_order = range(n_query_tiles - 1, -1, -1) if inp.causal else range(n_query_tiles)
-            for _ in pool.map(run, tile_order):  # re-raises a worker's exception here
-                pass
 
 
 def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:

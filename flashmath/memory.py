@@ -36,7 +36,7 @@ class PlainMemory:
     Args:
         arrays: ``{name: array}``, held as given (not copied): inputs are only read, outputs written in place.
 
-    The same interface as :class:`CountedMemory` (``memory[name]``, :meth:`array`, :meth:`pass_`), so a loop
+    The same interface as :class:`CountedMemory` (``memory[name]``, :meth:`array`, :meth:`named_pass`), so a loop
     runs unchanged on either.
     """
 
@@ -54,7 +54,7 @@ class PlainMemory:
         return self._data[name]
 
     @contextmanager
-    def pass_(self, name: str) -> Iterator[PlainMemory]:
+    def named_pass(self, name: str) -> Iterator[PlainMemory]:
         """A named pass: nothing to count here."""
         yield self
 
@@ -65,7 +65,7 @@ class TrafficCount:
 
     Attributes:
         arrays: ``{name: (loads, stores)}`` in elements, for every array in memory (untouched ones are ``(0, 0)``).
-        passes: ``[(name, loads, stores), ...]`` for the passes named with :meth:`CountedMemory.pass_`, in order.
+        passes: ``[(name, loads, stores), ...]`` for the passes named with :meth:`CountedMemory.named_pass`, in order.
         length: the number of elements of the input vector, for :meth:`per_element` (softmax); 0 otherwise.
         bytes_per_element: the size of one element in memory, in bytes.
     """
@@ -146,7 +146,7 @@ class CountedMemory:
             itemsize among the arrays.
         length: stored in :attr:`TrafficCount.length` (the vector length of the softmax counts).
 
-    ``memory["K"]`` is the :class:`CountedArray` of ``K``; :meth:`pass_` names the sweep in progress;
+    ``memory["K"]`` is the :class:`CountedArray` of ``K``; :meth:`named_pass` names the sweep in progress;
     :attr:`count` holds the tally; :meth:`array` returns an array's current contents without counting.
     """
 
@@ -174,7 +174,7 @@ class CountedMemory:
             self._current[2] += stores
 
     @contextmanager
-    def pass_(self, name: str) -> Iterator[CountedMemory]:
+    def named_pass(self, name: str) -> Iterator[CountedMemory]:
         """Count the loads and stores made inside the ``with`` block as one pass called ``name``."""
         current: list = [name, 0, 0]
         self._current = current
@@ -190,4 +190,4 @@ class CountedMemory:
 
 
 Memory = PlainMemory | CountedMemory
-"""What a loop accepts as its memory: either kind (they share ``memory[name]``, ``array``, ``pass_``)."""
+"""What a loop accepts as its memory: either kind (they share ``memory[name]``, ``array``, ``named_pass``)."""

@@ -8,7 +8,7 @@ already checked (the public, checked forms are :func:`flashmath.softmax.merge` a
 * :func:`merge_rows` - the merge of two ``(g, s)`` states (chapter 2);
 * :func:`merge_states` - the merge of two ``(A, L)`` states (chapter 10, split-KV);
 * :func:`logsumexp_of` - ``L`` from ``(g, s)``;
-* :func:`nonempty` and :func:`divisor` - the one guard for a row that has seen no key yet: ``g = -inf`` is
+* :func:`max_or_zero` and :func:`sum_or_one` - the one guard for a row that has seen no key yet: ``g = -inf`` is
   measured against 0 and ``s = 0`` divides as 1, so ``-inf - (-inf)`` and ``0 / 0`` never occur;
 * :func:`weighted_values` - ``P V`` with masked keys absent (never ``0 * NaN``);
 * :func:`finish` - the end of a row: ``A = acc / s``, 0 for a row that saw no key.
@@ -31,13 +31,13 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array
 
 __all__ = [
-    "divisor",
     "empty_state",
     "finish",
     "logsumexp_of",
+    "max_or_zero",
     "merge_rows",
     "merge_states",
-    "nonempty",
+    "sum_or_one",
     "weighted_values",
 ]
 
@@ -47,14 +47,16 @@ def empty_state(rows: tuple, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     return np.full(rows, -np.inf, dtype=dtype), np.zeros(rows, dtype=dtype)
 
 
-def nonempty(g: np.ndarray) -> np.ndarray:
-    """``g`` with ``-inf`` (a row that has seen no key yet) replaced by 0, where ``g`` is subtracted: the weights
-    of such a row come out as ``exp(-inf - 0) = 0`` instead of ``exp(-inf - (-inf)) = NaN``. NaN passes through."""
+def max_or_zero(g: np.ndarray) -> np.ndarray:
+    """The running max ``g`` to measure the scores against: ``g``, with 0 where it is ``-inf`` (a row that has seen
+    no key yet), so that the weights of such a row come out as ``exp(-inf - 0) = 0`` instead of
+    ``exp(-inf - (-inf)) = NaN``. ``+inf`` and NaN pass through."""
     return np.where(g == -np.inf, 0, g)
 
 
-def divisor(s: np.ndarray) -> np.ndarray:
-    """``s`` with 0 (a row that has seen no key) replaced by 1, where ``s`` divides: ``0 / 1 = 0``, not ``0 / 0``."""
+def sum_or_one(s: np.ndarray) -> np.ndarray:
+    """The running sum ``s`` to divide by: ``s``, with 1 where it is 0 (a row that has seen no key), so that
+    ``0 / 1 = 0``, not ``0 / 0``."""
     return np.where(s == 0, 1, s)
 
 
@@ -62,7 +64,7 @@ def finish(acc: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``A = acc / s`` for an unnormalised accumulator ``acc (..., R, Dv)`` and sums ``s (..., R)``; a row that saw
     no key (``s = 0``, ``acc = 0``) gives 0."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return acc / divisor(s)[..., None]
+        return acc / sum_or_one(s)[..., None]
 
 
 def merge_rows(g1: Any, s1: Any, g2: Any, s2: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ __all__ = [
     "tile_keep",
     "tile_score_mod",
     "tile_scores",
+    "tile_scores_for",
     "tiles",
     "variant_tile_scores",
 ]
@@ -166,3 +167,13 @@ def variant_tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.nd
     if keep_tile is not None:
         x_tile = np.where(keep_tile, x_tile, -np.inf)  # then the mask, as tile_scores does
     return x_tile
+
+
+def tile_scores_for(inp: AttentionInputs, q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None,
+                    r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+    """The score tile ``X_ij`` of tile ``(r0:r1, c0:c1)`` as the loops of :mod:`flashmath.flash` compute it: a new
+    array ``(..., B_r, B_c)``, masked pairs ``-inf`` (:func:`tile_scores`), with the element-wise line of
+    ``inp``'s variant when it has one (chapter 13: :func:`variant_tile_scores`, :func:`tile_score_mod`). inf or
+    NaN in the inputs give NaN, without a warning."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN in the inputs: NaN out
+        return variant_tile_scores(q_tile, k_tile, keep_tile, inp.batch_shape, tile_score_mod(inp, r0, r1, c0, c1))

@@ -76,13 +76,12 @@ from flashmath.triton_setup import (
     as_tensor,
     available,
     check_kernel_inputs,
-    interpreted,
+    kernel_device,
     padded_width,
     quiet_interpreter,
     require_triton,
     rule_blocks,
     tl,
-    too_late,
     torch,
     triton,
 )
@@ -300,7 +299,7 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
         if tuple(arr.shape) != shape:
             raise ValueError(f"{name} must have shape (..., N{', Dv' if name != 'lse' else ''}) = {shape} "
                              f"(from q, k, v), got {tuple(arr.shape)}")
-    device = _device(q, k, v, tensors)
+    device = kernel_device(q, k, v, tensors)
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     if dtype == torch.bfloat16 and device.type == "cpu":
@@ -347,23 +346,6 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     if not any(tensors):
         grads = [g.cpu().numpy() for g in grads]
     return tuple(grads)
-
-
-def _device(q, k, v, tensors):
-    """The device the kernels run on: the tensors' device, else the GPU, else the CPU under the interpreter."""
-    if too_late():
-        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
-                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
-                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
-    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=True) if is_t), None)
-    if device is None or device.type == "cpu":
-        if interpreted():
-            return torch.device("cpu")
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
-                           "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU")
-    return device
 
 
 # ------------------------------------------------------------------------------------------------------------------

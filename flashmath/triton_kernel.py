@@ -94,6 +94,7 @@ from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests us
     available,
     check_kernel_inputs,
     interpreted,
+    kernel_device,
     padded_width,
     quiet_interpreter,
     require_extra,
@@ -274,19 +275,7 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         q, k, v, mask, G = _grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
 
-    if too_late():
-        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
-                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
-                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
-    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=False) if is_t), None)
-    if device is None or device.type == "cpu":
-        if interpreted():
-            device = torch.device("cpu")
-        elif torch.cuda.is_available():
-            device = torch.device("cuda")
-        else:
-            raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
-                               "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernel on the CPU")
+    device = kernel_device(q, k, v, tensors)
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     scale = inp.scale

@@ -24,8 +24,8 @@ from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 
 __all__ = ["TORCH_VERSION", "INSTALL_COMMANDS", "INSTALL_HINT", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM",
            "FLOAT32_SCALES", "ExtraNotInstalled", "available", "interpreted", "too_late", "require_triton",
-           "require_extra", "padded_width", "stand_in", "check_kernel_inputs", "quiet_interpreter",
-           "as_tensor", "rule_blocks"]
+           "require_extra", "padded_width", "stand_in", "check_kernel_inputs", "kernel_device",
+           "quiet_interpreter", "as_tensor", "rule_blocks"]
 
 TORCH_VERSION = "2.13.0"
 """The PyTorch release the stored outputs of chapter 11 were made with (README.md's command pins it too)."""
@@ -174,6 +174,30 @@ def check_kernel_inputs(q, k, v, *, scale=None, causal=False, mask=None) -> Atte
         if size > MAX_HEAD_DIM:
             raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
     return inp
+
+
+def kernel_device(q, k, v, tensors):
+    """The device both kernels' wrappers run on: the device of the first tensor among ``q``, ``k``, ``v``
+    (``tensors``: which of them are tensors) unless it is the CPU; else the CPU under Triton's interpreter, else
+    the GPU.
+
+    Raises:
+        RuntimeError: no GPU and Triton imported before this module (:func:`too_late`), or no GPU and the
+        interpreter switched off.
+    """
+    if too_late():
+        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
+                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
+                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
+    device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=True) if is_t), None)
+    if device is None or device.type == "cpu":
+        if interpreted():
+            return torch.device("cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
+                           "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU")
+    return device
 
 
 @contextlib.contextmanager

@@ -51,6 +51,7 @@ from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
 from flashmath.i18n import gettext as _
+from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 
 __all__ = [
     "MASK_KINDS",
@@ -69,6 +70,7 @@ __all__ = [
     "packed_documents",
     "prefix_lm_mask_mod",
     "strided_mask_mod",
+    "variant_inputs",
 ]
 
 Window = tuple[int | None, int | None]
@@ -382,6 +384,31 @@ def make_variant(N: int, M: int, batch_shape: tuple, *, groups: GroupedHeads | N
             ) from None
         slopes = full.reshape(batch_shape + (1, 1))
     return Variant(N, M, bool(causal), win, cap, slopes, score_mod, mask_mod, b, h, docs)
+
+
+def variant_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None, causal: bool,
+                   mask: ArrayLike | None, enable_gqa: bool = False, window: object = None, softcap: object = None,
+                   alibi_slopes: ArrayLike | None = None, score_mod: ScoreMod | None = None,
+                   mask_mod: MaskMod | None = None) -> tuple[GroupedHeads, AttentionInputs]:
+    """The checked inputs of a tiled loop (:func:`flashmath.flash.flash_attention`'s arguments), with the variant
+    these arguments ask for attached (``variant`` None when they ask for none), and the grouped heads whose
+    :meth:`GroupedHeads.restore` gives the loop's output the heads of ``q`` back.
+
+    The causal mask is not folded into the keep mask (``fold_causal=False``): the loops classify each tile
+    themselves (:func:`flashmath.tiling.tile_keep`).
+
+    Raises:
+        as :func:`group_heads`, :func:`flashmath.inputs.prepare_attention_inputs` and :func:`make_variant`, in that
+        order.
+    """
+    heads = group_heads(q, k, v, mask, enable_gqa)  # grouped-query heads: (..., H_kv, G, N, D), nothing copied
+    inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask,
+                                   fold_causal=False)
+    if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
+        inp = inp._replace(variant=make_variant(inp.N, inp.M, inp.batch_shape, groups=heads, window=window,
+                                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod,
+                                                mask_mod=mask_mod))
+    return heads, inp
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,8 @@ def test_no_private_attribute_of_another_module_is_used():
     assert not crossing, "\n".join(crossing)
 
 
-ALGORITHMS = ("softmax", "attention", "flash", "splitkv", "backward", "precision", "scaling", "masks", "inputs",
-              "rowstate", "tiling")
+ALGORITHMS = ("softmax", "attention", "flash", "flash_parallel", "splitkv", "backward", "precision", "scaling",
+              "masks", "inputs", "rowstate", "tiling")
 
 
 @pytest.mark.parametrize("module", ALGORITHMS)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashmath.attention import attention
-from flashmath.counting import flash_trace
+from flashmath.counting import counted_attention, flash_trace
 from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention
 from flashmath.masks import causal_mask
 
@@ -208,6 +208,31 @@ def test_trace_states(order):
     np.testing.assert_array_equal(sum(by_array.values())[:, 0], trace.loaded_bytes)
     np.testing.assert_array_equal(sum(by_array.values())[:, 1], trace.stored_bytes)
     assert by_array["Q"][-1, 0] == 4 * trace.traffic.arrays["Q"][0]
+
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "random"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_plain_counted_and_traced_loops_agree_bit_for_bit(order, kind):
+    """The loop that is counted and traced is the loop that runs: flash_attention (a plain memory, on one worker
+    and on three), counted_attention (a counted memory) and flash_trace (the loop step by step, on a counted memory)
+    give the same bits, and so does the trace's last state."""
+    rng = np.random.default_rng(41)
+    N, M = 23, 31
+    q, k, v = (a.astype(np.float32) for a in make(rng, N, M, 5, 4))
+    kwargs = reference_mask_kwargs(kind, N, M, rng)[0]
+    blocks = {"block_q": 4, "block_k": 8, "order": order}
+    a, lse = flash_attention(q, k, v, return_lse=True, workers=1, **blocks, **kwargs)
+    a3, lse3 = flash_attention(q, k, v, return_lse=True, workers=3, **blocks, **kwargs)
+    counted, count = counted_attention(order, q, k, v, block_q=4, block_k=8, **kwargs)
+    trace = flash_trace(q, k, v, **blocks, **kwargs)
+    assert count.loads > 0 and len(trace) == 6 * 4  # the instrumented runs did count: T_r x T_c steps
+    for got in (a3, counted, trace.output, trace.a[-1]):
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, a)
+    for got in (lse3, trace.lse):
+        np.testing.assert_array_equal(got, lse)
+    assert_close(a, attention(q, k, v, **kwargs), 1e-5)  # and right, not only the same
 
 
 def test_trace_errors():

@@ -203,7 +203,7 @@ def test_model_errors():
 def test_counted_memory_counts_slices_per_array_and_pass():
     mem = CountedMemory({"a": np.arange(12.0).reshape(3, 4), "b": np.zeros(5)})
     a, b = mem["a"], mem["b"]
-    with mem.pass_("read"):
+    with mem.named_pass("read"):
         assert a[1:, ::2].shape == (2, 2)
         assert a[0, 3] == 3.0
     b[1:4] = 7.0

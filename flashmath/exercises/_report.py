@@ -143,16 +143,6 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
     return None, False
 
 
-def report_value(report: CheckReport, name: str, got, expected, ok: bool, mistake: Mistake | None, what: str = ""):
-    """Record a case whose answer has the right shape: a pass, or what was expected and got, then the named
-    mistake or, when none matches, where the two differ most. ``what`` names the quantity ("A' = ")."""
-    if ok:
-        report.add(name, True)
-        return
-    text = _("expected {what}{expected}, got {got}").format(what=what, expected=fmt(expected), got=fmt(got))
-    report.add(name, False, f"{text}: {mistake.message()}" if mistake is not None else text + error_note(got, expected))
-
-
 def pick(mistakes, *names):
     """The mistakes of a catalogue with these names, in that order."""
     by_name = {mistake.name: mistake for mistake in mistakes}

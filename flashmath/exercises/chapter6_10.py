@@ -19,7 +19,7 @@ from flashmath.flash import fa1_tile_step, fa2_tile_step
 from flashmath.i18n import Filled
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.rowstate import nonempty  # the one guard: g = -inf (no key seen yet) measured against 0
+from flashmath.rowstate import max_or_zero  # the one guard: g = -inf (no key seen yet) measured against 0
 
 # ------------------------------------------------------------------------------------------------------------------
 # What every checker of chapters 6-12 shares: raw shape errors explained, an answer of the wrong shape named, the
@@ -128,8 +128,8 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
         if keep is not None:
             x = np.where(keep, x, -np.inf)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
-        r = base(g - nonempty(g_new)) if rescale is None else rescale(g, g_new)
-        p = base(x - nonempty(g_new)[:, None]) if p_of is None else p_of(x, g, g_new)
+        r = base(g - max_or_zero(g_new)) if rescale is None else rescale(g, g_new)
+        p = base(x - max_or_zero(g_new)[:, None]) if p_of is None else p_of(x, g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
         pv = p @ V
         if a_update is None:
@@ -174,17 +174,17 @@ TILE_MISTAKES = (
             N_("the tile's weights are P = e^{X - g_new}: the old g is -inf before the first tile (e^{X + inf} = "
                "inf), and below the tile's scores whenever the max jumps"),
             (_tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
-             _tile_model(p_of=lambda x, g, gn: np.exp(x - nonempty(g)[:, None])))),
+             _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])))),
     Mistake(N_("the rescale inverted (e^{g_new - g})"),
             N_("the old state is measured against the old max g; against the larger g_new it shrinks by e^{g - g_new} "
                "<= 1, not e^{g_new - g} (which is inf for a row that has seen no key yet)"),
             (_tile_model(rescale=lambda g, gn: np.exp(gn - g)),
-             _tile_model(rescale=lambda g, gn: np.exp(nonempty(gn) - g)),
-             _tile_model(rescale=lambda g, gn: np.exp(gn - nonempty(g))))),
+             _tile_model(rescale=lambda g, gn: np.exp(max_or_zero(gn) - g)),
+             _tile_model(rescale=lambda g, gn: np.exp(gn - max_or_zero(g))))),
     Mistake(N_("the max started at 0"),
             N_("a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
                "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"),
-            (_tile_model(g_of=lambda g, x: np.maximum(nonempty(g), x.max(axis=1))),
+            (_tile_model(g_of=lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1))),
              _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
     INPUT_MODIFIED,
     shape_mistake(tile_step_reference),
@@ -298,7 +298,7 @@ def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
         keep = keep if mask_of is None else np.broadcast_to(mask_of(keep), keep.shape)
         x = np.where(keep, x, -np.inf if fill is None else fill) if score is None else score(x, keep)
         g_new = np.maximum(g, x.max(axis=1))
-        ref = nonempty(g_new) if guard else g_new
+        ref = max_or_zero(g_new) if guard else g_new
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
@@ -415,7 +415,7 @@ def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
-        r, p = base(g - nonempty(g_new)), base(x - nonempty(g_new)[:, None])
+        r, p = base(g - max_or_zero(g_new)), base(x - max_or_zero(g_new)[:, None])
         if rescale is not None:
             r = rescale(g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
@@ -438,8 +438,8 @@ NUMERATOR_MISTAKES = (
                "row that has seen no key yet)"),
             (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),
              *(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, rescale=inverted)
-               for inverted in (lambda g, gn: np.exp(gn - g), lambda g, gn: np.exp(nonempty(gn) - g),
-                                lambda g, gn: np.exp(gn - nonempty(g)))))),
+               for inverted in (lambda g, gn: np.exp(gn - g), lambda g, gn: np.exp(max_or_zero(gn) - g),
+                                lambda g, gn: np.exp(gn - max_or_zero(g)))))),
     Mistake(N_("the rescale of s missing"), N_("s_new = s e^{g - g_new} + rowsum P"),
             (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv,
                               s_update=lambda s, r, p: s + p.sum(axis=1)),)),
@@ -449,7 +449,7 @@ NUMERATOR_MISTAKES = (
             N_("a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
                "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"),
             tuple(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, g_of=g_of)
-                  for g_of in (lambda g, x: np.maximum(nonempty(g), x.max(axis=1)),
+                  for g_of in (lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1)),
                                lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
     INPUT_MODIFIED,
     shape_mistake(numerator_step_reference),
