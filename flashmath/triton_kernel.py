@@ -330,8 +330,9 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     if enable_gqa:  # (..., H_kv, G, N) back to (..., H, N); explicit sizes, never -1: any of them may be 0
         H = batch[-2] * batch[-1]
         a, lse = a.reshape(*batch[:-2], H, N, Dv), lse.reshape(*batch[:-2], H, N)
-    if not any(tensors):
-        a, lse = a.cpu().numpy(), lse.cpu().numpy()
+    if not any(tensors):  # numpy in, numpy out
+        a_np, lse_np = a.cpu().numpy(), lse.cpu().numpy()
+        return (a_np, lse_np) if return_lse else a_np
     return (a, lse) if return_lse else a
 
 
