@@ -12,9 +12,8 @@ learner's code, never raises), ``Diagnosis`` (names the mistake whose model give
 cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them, after
 the property battery (``_cases.PROPERTIES``: the inputs unchanged, the result's form, the edge inputs).
 
-One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
-``chapter11_12``, ``chapter12``, ``chapter13``), and :mod:`~flashmath.exercises.predict` for the 'predict, then
-check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
+One module per chapter (``chapter0`` ... ``chapter14``; chapters 6-12's shared shape and tile helpers in
+``_tiles``), and :mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
 ``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
 
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
@@ -27,10 +26,14 @@ from flashmath.exercises import (
                                               chapter3,
                                               chapter4,
                                               chapter5,
-                                              chapter6_10,
-                                              chapter11_12,
+                                              chapter6,
+                                              chapter7,
+                                              chapter8,
+                                              chapter10,
+                                              chapter11,
                                               chapter12,
                                               chapter13,
+                                              chapter14,
 )
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter0 import check_score_row
@@ -39,22 +42,12 @@ from flashmath.exercises.chapter2 import OnePassVector, check_merge, check_merge
 from flashmath.exercises.chapter3 import check_attention
 from flashmath.exercises.chapter4 import Traced, check_loop_swap
 from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
-from flashmath.exercises.chapter6_10 import (
-                                              check_causal_mask,
-                                              check_finish,
-                                              check_masked_tile_step,
-                                              check_merge_states,
-                                              check_numerator_step,
-                                              check_tile_step,
-)
+from flashmath.exercises.chapter6 import check_tile_step
+from flashmath.exercises.chapter7 import check_finish, check_numerator_step
+from flashmath.exercises.chapter8 import check_causal_mask, check_masked_tile_step
 from flashmath.exercises.chapter9 import check_flash_test_ratio
-from flashmath.exercises.chapter11_12 import (
-                                              check_flash_row,
-                                              check_recap_quiz,
-                                              check_row_lse,
-                                              check_where_it_lives,
-                                              print_recap_quiz,
-)
+from flashmath.exercises.chapter10 import check_merge_states
+from flashmath.exercises.chapter11 import check_row_lse, check_where_it_lives
 from flashmath.exercises.chapter12 import check_backward_tiles
 from flashmath.exercises.chapter13 import (
                                               check_alibi,
@@ -64,6 +57,7 @@ from flashmath.exercises.chapter13 import (
                                               check_tile_kind,
                                               check_window_mask,
 )
+from flashmath.exercises.chapter14 import check_flash_row, check_recap_quiz, print_recap_quiz
 from flashmath.exercises.predict import check_prediction
 
 __all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
@@ -85,13 +79,14 @@ MISTAKES = {
     "check_loop_swap": chapter4.MISTAKES,
     "check_one_loop_step": chapter5.STEP_MISTAKES,
     "check_block_step": chapter5.BLOCK_MISTAKES,
-    "check_tile_step": chapter6_10.TILE_MISTAKES,
-    "check_numerator_step": chapter6_10.NUMERATOR_MISTAKES,
-    "check_finish": chapter6_10.FINISH_MISTAKES,
-    "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
-    "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
-    "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
-    **chapter11_12.MISTAKES,
+    "check_tile_step": chapter6.TILE_MISTAKES,
+    "check_numerator_step": chapter7.NUMERATOR_MISTAKES,
+    "check_finish": chapter7.FINISH_MISTAKES,
+    "check_causal_mask": chapter8.CAUSAL_MISTAKES,
+    "check_masked_tile_step": chapter8.MASKED_MISTAKES,
+    "check_merge_states": chapter10.MERGE_STATES_MISTAKES,
+    **chapter11.MISTAKES,
     **chapter12.MISTAKES,
     **chapter13.MISTAKES,
+    **chapter14.MISTAKES,
 }

@@ -14,7 +14,7 @@ import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
-from flashmath.exercises.chapter6_10 import inputs_unchanged, shape_hint, shape_mistake
+from flashmath.exercises._tiles import inputs_unchanged, shape_hint, shape_mistake
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
