@@ -1,5 +1,5 @@
-"""The checkers of chapters 11 and 14 (flashmath.exercises.chapter11 and chapter14): the solutions pass, each named mistake is
-caught by its name, and nothing a learner writes makes a checker raise.
+"""The checkers of chapters 11 and 14 (flashmath.exercises.chapter11 and chapter14): each named mistake is caught by
+its name, and nothing a learner writes makes a checker raise.
 
 The wrong answers here are written independently of the checker's own models: a numpy emulation of a streamed
 kernel with one switch per mistake, run the way a learner's kernel would run (same block, same padding).
@@ -10,7 +10,9 @@ import math
 
 import numpy as np
 import pytest
+from helpers import checker_tests
 
+from flashmath import exercises
 from flashmath.exercises import chapter11, chapter14
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -55,21 +57,6 @@ def no_max(x):
     import torch
 
     return torch.log(torch.exp(x).sum(dim=1))
-
-
-@needs_torch
-@pytest.mark.parametrize("fn, name", [
-    (emulated_kernel(other=0.0), "the padding read as 0"),
-    (no_max, "the max not subtracted"),
-    (emulated_kernel(rescale=False), "the rescale of s missing"),
-    (emulated_kernel(g0=0.0), "the running max started at 0"),
-    (emulated_kernel(with_g=False), "g left out of the result"),
-    (emulated_kernel(exp=np.exp2, log=np.log2), "base 2 instead of e"),
-])
-def test_row_lse_mistakes_are_named(fn, name):
-    report = chapter11.check_row_lse(fn)
-    assert not report.passed
-    assert f"looks like {name}" in messages(report)
 
 
 def stride_ignoring_kernel(x):
@@ -194,8 +181,8 @@ WHERE = {"Q, K, V (the whole arrays)": "HBM", "q_tile": "shared memory", "k_tile
 
 def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
     assert chapter11.check_where_it_lives(WHERE).passed
-    report = chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM", "k_tile, v_tile": "registers",
-                                      "m_i, l_i": "the cloud"})
+    report = chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM",
+                                             "k_tile, v_tile": "registers", "m_i, l_i": "the cloud"})
     text = messages(report)
     assert "standard attention" in text  # the score tile in HBM
     assert "Algorithm 1" in text  # acc in HBM is FlashAttention's first loop order
@@ -248,31 +235,9 @@ def learner_flash_row(*, scale=True, rescale_acc=True, rescale_s=True, g0=-math.
     return fn
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"divide": False}, "acc not divided by s at the end"),
-    ({"scale": False}, "the scale 1/sqrt(D) missing"),
-    ({"rescale_acc": False}, "acc not rescaled"),
-    ({"rescale_s": False}, "s not rescaled"),
-    ({"rescale_acc": False, "rescale_s": False}, "both rescales missing"),
-    ({"g0": 0.0}, "the running max started at 0"),
-    ({"subtract_max": False}, "the max not subtracted"),
-    ({"lse_g": False}, "g left out of the logsumexp"),
-])
-def test_flash_row_mistakes_are_named(kwargs, name):
-    report = chapter14.check_flash_row(learner_flash_row(**kwargs))
-    assert not report.passed
-    assert f"looks like {name}" in messages(report)
-
-
-def test_flash_row_float32_is_named():
-    right = learner_flash_row()
-
-    def in_float32(q_n, K, V, B_c):
-        a, lse = right(*(np.asarray(arr, np.float32) for arr in (q_n, K, V)), B_c)
-        return a.astype(np.float32), lse
-
-    report = chapter14.check_flash_row(in_float32)
-    assert not report.passed and "looks like float32 instead of float64" in messages(report), report
+def flash_row_in_float32(q_n, K, V, B_c):
+    a, lse = learner_flash_row()(*(np.asarray(arr, np.float32) for arr in (q_n, K, V)), B_c)
+    return a.astype(np.float32), lse
 
 
 def test_flash_row_a_shape_error_is_explained():
@@ -367,9 +332,43 @@ def test_flash_row_solution_passes_and_bad_answers_are_reported():
     assert "shape" in messages(chapter14.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
 
 
-def test_mistake_catalogue():
-    catalogues = {**chapter11.MISTAKES, **chapter14.MISTAKES}
-    assert set(catalogues) == {"check_row_lse", "check_flash_row"}
-    for mistakes in catalogues.values():
-        names = [m.name for m in mistakes]
-        assert len(names) == len(set(names)) and all(m.models and m.fix for m in mistakes)
+# ------------------------------------------------------------------------------------------------------------------
+# Every mistake of chapters 11 and 14's catalogues, made by a learner-style wrong solution and named
+# ------------------------------------------------------------------------------------------------------------------
+
+WRONG = {
+    "check_row_lse": {
+        "the padding read as 0": emulated_kernel(other=0.0),
+        "the max not subtracted": no_max,
+        "the rescale of s missing": emulated_kernel(rescale=False),
+        "the running max started at 0": emulated_kernel(g0=0.0),
+        "g left out of the result": emulated_kernel(with_g=False),
+        "base 2 instead of e": emulated_kernel(exp=np.exp2, log=np.log2),
+        "the row stride ignored": stride_ignoring_kernel,
+        "FlashAttention-2's +inf convention": plus_inf_kernel,
+    },
+    "check_flash_row": {
+        "acc not divided by s at the end": learner_flash_row(divide=False),
+        "the scale 1/sqrt(D) missing": learner_flash_row(scale=False),
+        "acc not rescaled": learner_flash_row(rescale_acc=False),
+        "s not rescaled": learner_flash_row(rescale_s=False),
+        "both rescales missing": learner_flash_row(rescale_acc=False, rescale_s=False),
+        "the running max started at 0": learner_flash_row(g0=0.0),
+        "the max not subtracted": learner_flash_row(subtract_max=False),
+        "g left out of the logsumexp": learner_flash_row(lse_g=False),
+        "float32 instead of float64": flash_row_in_float32,
+    },
+}
+CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]
+
+
+@pytest.mark.parametrize("checker, mistake", CASES, ids=[f"{c}: {m}" for c, m in CASES])
+def test_each_mistake_is_caught_and_named(checker, mistake):
+    if checker == "check_row_lse" and not HAVE_TORCH:
+        pytest.skip('PyTorch is not installed: see README, "The triton extra"')
+    report = getattr(exercises, checker)(WRONG[checker][mistake])
+    assert not report.passed
+    assert f"looks like {mistake}" in messages(report), report
+
+
+test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import inputs_unchanged, shape_hint, shape_mistake
 from flashmath.i18n import gettext as _
@@ -110,6 +111,7 @@ def _mix(a1, l1, a2, l2, L):
         return np.where(l1[..., None] == -np.inf, 0, w1 * a1) + np.where(l2[..., None] == -np.inf, 0, w2 * a2)
 
 
+@exercise("10.1", MERGE_STATES_MISTAKES, solution="merge_states")
 def check_merge_states(fn) -> CheckReport:
     """Check ``fn(a1, lse1, a2, lse2) -> (a, lse)``, the split-KV merge (10.1), against
     :func:`flashmath.merge_states`. Cases: two ranges of one row, ranges with very different logsumexps, large

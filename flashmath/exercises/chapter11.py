@@ -20,11 +20,12 @@ import functools
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, Said, check_function, check_quiz, property_cases, same_arrays
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, fmt
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-__all__ = ["MISTAKES", "check_row_lse", "check_where_it_lives"]
+__all__ = ["ROW_LSE_MISTAKES", "check_row_lse", "check_where_it_lives"]
 
 
 def _same(a, b, rtol: float) -> bool:
@@ -203,6 +204,7 @@ class _RowLseDiagnosis:
         return self.catalogue.for_case(i)
 
 
+@exercise("11.1", ROW_LSE_MISTAKES, solution="row_lse", solutions="flashmath.solutions_triton")
 def check_row_lse(fn) -> CheckReport:
     """Check a learner's ``fn(x) -> L``: ``x`` a float32 PyTorch tensor ``(R, C)`` (on the GPU where the kernels are
     compiled, on the CPU in Triton's interpreter), ``L`` a float32 tensor ``(R,)`` on ``x``'s device, the logsumexp
@@ -332,6 +334,7 @@ def _where_verdict(quantity: str, place: str) -> tuple[str, str]:
     return _("not {place}").format(place=_(PLACE_NAMES[place])), why
 
 
+@exercise("11.2", solution="where_it_lives", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
 def check_where_it_lives(answers) -> CheckReport:
     """Check a learner's ``{quantity: place}`` for the quantities of :data:`WHERE` (exercise 11.2); a place is
     ``"registers"``, ``"shared memory"`` or ``"HBM"`` (synonyms accepted: ``"smem"``, ``"global memory"``...).
@@ -351,6 +354,3 @@ def check_where_it_lives(answers) -> CheckReport:
             extra=extra, quantities=list(WHERE)))
     return report
 
-
-#: For each checker, the mistakes it names, in the order it tries them.
-MISTAKES: dict[str, tuple] = {"check_row_lse": ROW_LSE_MISTAKES}

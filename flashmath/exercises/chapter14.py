@@ -23,12 +23,13 @@ import math
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, check_quiz, property_cases, same_arrays
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, fmt
 from flashmath.exercises._tiles import shape_hint
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-__all__ = ["MISTAKES", "RECAP_QUESTIONS", "check_recap_quiz", "check_flash_row", "print_recap_quiz"]
+__all__ = ["FLASH_ROW_MISTAKES", "RECAP_QUESTIONS", "check_recap_quiz", "check_flash_row", "print_recap_quiz"]
 
 
 def _same(a, b, rtol: float) -> bool:
@@ -103,6 +104,7 @@ def _recap_parse(answers, number):
         answer=repr(answer), choices=sorted(choices)))
 
 
+@exercise("14.1", solution="recap_quiz", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
 def check_recap_quiz(answers) -> CheckReport:
     """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1), one case per
     question through the harness (:func:`~flashmath.exercises._cases.check_function`); a wrong letter is answered
@@ -275,6 +277,7 @@ class _FlashRowDiagnosis:
         return (self.by_a if self.a_wrong[i] else self.by_pair).for_case(i)
 
 
+@exercise("14.2", FLASH_ROW_MISTAKES, solution="flash_row", solutions="flashmath.solutions_triton", property_cases=2)
 def check_flash_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K, V, B_c) -> (a_n, lse_n)``: attention of one query row ``q_n (D,)`` over keys
     ``K (M, D)`` and values ``V (M, Dv)``, computed as FlashAttention-2 does, key tiles of ``B_c`` at a time with a
@@ -293,6 +296,3 @@ def check_flash_row(fn) -> CheckReport:
                           compare=functools.partial(_same, rtol=1e-9), describe=_flash_row_describe,
                           diagnosis=_FlashRowDiagnosis, hint=_flash_row_hint)
 
-
-#: For each checker, the mistakes it names, in the order it tries them.
-MISTAKES: dict[str, tuple] = {"check_flash_row": FLASH_ROW_MISTAKES}

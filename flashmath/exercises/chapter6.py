@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import (
     NOT_A_STATE,
@@ -126,6 +127,7 @@ def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     report.add(name, ok, "" if ok else _("the folded output differs from attention (the cases above say why)"))
 
 
+@exercise("6.1", TILE_MISTAKES, solution="tile_step")
 def check_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile) -> (g_new, s_new, a_new)``, one key tile for a query tile (exercise 6.1).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import inputs_unchanged, shape_hint, shape_mistake, tile_cases, tile_properties
 from flashmath.flash import fa2_tile_step
@@ -77,6 +78,7 @@ NUMERATOR_MISTAKES = (
 )
 
 
+@exercise("7.1", NUMERATOR_MISTAKES, solution="numerator_step")
 def check_numerator_step(fn) -> CheckReport:
     """Check ``fn(g, s, u, x_tile, v_tile) -> (g_new, s_new, u_new)``, FlashAttention-2's tile step (7.1).
 
@@ -136,6 +138,7 @@ FINISH_MISTAKES = (
 )
 
 
+@exercise("7.2", FINISH_MISTAKES, solution="finish")
 def check_finish(fn) -> CheckReport:
     """Check ``fn(g, s, u) -> (a, lse)``, the end of a FlashAttention-2 query tile (7.2): ``A = U / s`` (0 for a row
     with no key) and ``L = g + log(s)`` (natural log; -inf for a row with no key). Property cases first: no rows,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import (
     NOT_A_STATE,
@@ -58,6 +59,7 @@ CAUSAL_MISTAKES = (
 )
 
 
+@exercise("8.1", CAUSAL_MISTAKES, solution="causal_mask")
 def check_causal_mask(fn) -> CheckReport:
     """Check ``fn(N, M) -> (N, M)`` boolean, the bottom-right causal mask (8.1): query ``n`` sees key ``m`` when
     ``m <= n + M - N``. Property cases first (N = 0, M = 0, N = M = 1, numpy integers), then N = M, N < M,
@@ -160,6 +162,7 @@ def _masked_properties(keep):
     return cases
 
 
+@exercise("8.2", MASKED_MISTAKES, solution="masked_tile_step")
 def check_masked_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile, keep) -> (g_new, s_new, a_new)``: the tile step with a mask (8.2).
 
