@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from flashmath.exercises._registry import solution_names
+from flashmath.exercises import solution_names
 from flashmath.i18n import gettext as _
 
 #: ``show`` and every solution that an exercise's declaration names here (``@exercise(..., solution="tile_step")``).

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from flashmath.exercises._registry import solution_names
+from flashmath.exercises import solution_names
 from flashmath.solutions import source_of
 
 #: ``show`` and every solution that an exercise's declaration names here (``solutions="flashmath.solutions_triton"``).

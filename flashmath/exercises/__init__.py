@@ -55,8 +55,15 @@ EXERCISES: tuple[Exercise, ...] = declared()
 #: For each checker with a catalogue, the mistakes it names, in the order it tries them.
 MISTAKES: dict[str, tuple[Mistake, ...]] = {e.name: e.mistakes for e in EXERCISES if e.mistakes}
 
+
+def solution_names(module: str) -> list[str]:
+    """The names of the solutions that ``module`` (``"flashmath.solutions"``) holds, as the exercises' declarations
+    give them, in the course's order: what ``solutions.show`` lists."""
+    return [e.solution for e in EXERCISES if e.solutions == module]
+
+
 # Every checker by its name (check_tile_step, ...), as the notebooks import it: from flashmath.exercises import ...
 globals().update({e.name: e.checker for e in EXERCISES})
 
 __all__ = ["CheckReport", "Mistake", "Exercise", "EXERCISES", "MISTAKES", "OnePassVector", "Traced",
-           "check_prediction", "print_recap_quiz", *(e.name for e in EXERCISES)]
+           "check_prediction", "print_recap_quiz", "solution_names", *(e.name for e in EXERCISES)]

@@ -91,10 +91,3 @@ def exercise(number: str, mistakes: tuple[Mistake, ...] = (), *, solution: str,
 def declared() -> tuple[Exercise, ...]:
     """Every exercise declared so far, in the course's order (chapter, then number)."""
     return tuple(sorted(_DECLARED.values(), key=Exercise.sort_key))
-
-
-def solution_names(module: str) -> list[str]:
-    """The names of the solutions that ``module`` (``"flashmath.solutions"``) holds, in the course's order."""
-    from flashmath import exercises  # noqa: F401  (imports every chapter module, so that every exercise is declared)
-
-    return [e.solution for e in declared() if e.solutions == module]
