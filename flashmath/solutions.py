@@ -12,12 +12,11 @@ import math
 
 import numpy as np
 
+from flashmath.exercises import solution_names
 from flashmath.i18n import gettext as _
 
-__all__ = ["show", "score_row", "safe_softmax", "online_normalizer", "merge", "merge_three", "attention", "loop_swap",
-           "one_loop_step", "block_step", "tile_step", "numerator_step", "finish", "causal_mask", "masked_tile_step",
-           "merge_states", "flash_test_ratio", "window_mask", "document_mask", "softcap", "alibi", "tile_kind",
-           "page_gather"]
+#: ``show`` and every solution that an exercise's declaration names here (``@exercise(..., solution="tile_step")``).
+__all__ = ["show", *solution_names(__name__)]
 
 
 def score_row(q_n, K):
@@ -285,13 +284,13 @@ def page_gather(pages, block_table, b, t):
 
 
 def show(name: str | None = None) -> None:
-    """Print the source of the solution called ``name`` (one of ``__all__`` except ``show``); without a name, the
-    list of names.
+    """Print the source of the solution called ``name`` (one that an exercise's declaration names in this module);
+    without a name, the list of names.
 
     Raises:
         ValueError: no solution has that name.
     """
-    print(source_of(name, globals(), __all__, "solutions"))
+    print(source_of(name, globals(), solution_names(__name__), "solutions"))
 
 
 def source_of(name, namespace: dict, names, module: str) -> str:

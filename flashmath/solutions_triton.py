@@ -13,9 +13,11 @@ import sys
 
 import numpy as np
 
+from flashmath.exercises import solution_names
 from flashmath.solutions import source_of
 
-__all__ = ["show", "row_lse", "where_it_lives", "recap_quiz", "flash_row", "backward_tiles"]
+#: ``show`` and every solution that an exercise's declaration names here (``solutions="flashmath.solutions_triton"``).
+__all__ = ["show", *solution_names(__name__)]
 
 from flashmath import triton_kernel  # without a GPU, importing it switches Triton to its interpreter
 
@@ -85,12 +87,13 @@ def flash_row(q_n, K, V, B_c):
 
 
 def show(name: str | None = None) -> None:
-    """Print the solution called ``name`` (one of ``__all__`` except ``show``); without a name, the list of names.
+    """Print the solution called ``name`` (one that an exercise's declaration names in this module); without a name,
+    the list of names.
 
     Raises:
         ValueError: no solution has that name.
     """
-    text = source_of(name, globals(), __all__, "solutions_triton")  # checks the name
+    text = source_of(name, globals(), solution_names(__name__), "solutions_triton")  # checks the name
     if name == "row_lse":  # the kernel is defined under a "triton installed" guard: print it first
         module = inspect.getsource(sys.modules[__name__])
         start = module.index("    @triton.jit\n    def row_lse_kernel")

@@ -1,14 +1,15 @@
-"""The checkers pass the solutions, catch every classic mistake and name it, and never raise.
+"""The checkers of chapters 0-5 catch every classic mistake and name it, and never raise.
 
 ``WRONG[checker][mistake name]`` is a wrong solution written the way a learner would write it, with that one
-mistake; the checker must fail it and name that mistake (and no other, except the ones listed in ``ALSO``).
+mistake; the checker must fail it and name that mistake (and no other, except the ones listed in ``ALSO``). That the
+solutions pass, with their property cases, is tested for every exercise in ``tests/test_exercises_registry.py``.
 """
 
 import math
 
 import numpy as np
 import pytest
-from helpers import named
+from helpers import checker_tests
 
 from flashmath import exercises, solutions
 from flashmath.exercises import chapter2, chapter4
@@ -624,67 +625,13 @@ ALSO = {
     ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
 }
 
-SOLUTIONS = {
-    "check_score_row": solutions.score_row,
-    "check_safe_softmax": solutions.safe_softmax,
-    "check_online_normalizer": solutions.online_normalizer,
-    "check_merge": solutions.merge,
-    "check_merge_three": solutions.merge_three,
-    "check_attention": solutions.attention,
-    "check_loop_swap": solutions.loop_swap,
-    "check_one_loop_step": solutions.one_loop_step,
-    "check_block_step": solutions.block_step,
-}
-
-
-@pytest.mark.parametrize("checker", list(SOLUTIONS))
-def test_the_solutions_pass(checker):
-    report = getattr(exercises, checker)(SOLUTIONS[checker])
-    assert report.passed, repr(report)
-    assert repr(report).endswith("All good.")
-
-
-def test_every_named_mistake_has_a_wrong_solution_here():
-    # chapters 6-10 (tests/test_exercises_6_10.py), 11 and 14 (tests/test_exercises_triton.py), 12
-    # (tests/test_exercises_ch12.py) and 13 (tests/test_exercises_ch13.py) have their own files
-    elsewhere = {name for name, catalogue in exercises.MISTAKES.items()
-                 if catalogue in (exercises.chapter11_12.ROW_LSE_MISTAKES, exercises.chapter11_12.FLASH_ROW_MISTAKES,
-                                  exercises.chapter12.BACKWARD_MISTAKES)
-                 or name in exercises.chapter13.MISTAKES
-                 or any(catalogue is getattr(exercises.chapter6_10, attr) for attr in dir(exercises.chapter6_10)
-                        if attr.endswith("MISTAKES"))}
-    assert elsewhere and set(WRONG) == set(exercises.MISTAKES) - elsewhere
-    for checker, mistakes in exercises.MISTAKES.items():
-        if checker in elsewhere:
-            continue
-        names = [m.name for m in mistakes]
-        assert len(names) == len(set(names)), checker
-        assert set(WRONG[checker]) == set(names), checker
-
-
-@pytest.mark.parametrize("checker, mistake", [(c, m) for c in WRONG for m in WRONG[c]])
-def test_each_mistake_is_caught_and_named(checker, mistake):
-    report = getattr(exercises, checker)(WRONG[checker][mistake])
-    assert not report.passed
-    assert "All good." not in repr(report)
-    found = named(report)
-    assert mistake in found, repr(report)
-    assert found <= {mistake} | ALSO.get((checker, mistake), set()), (found, repr(report))
+test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(
+    WRONG, ALSO)
 
 
 def test_a_plus_inf_row_turned_into_zeros_is_named():
     report = exercises.check_safe_softmax(softmax_inf_row_zeros)
     assert "NaN or +inf turned into zeros" in message(report, "property: +inf")
-
-
-@pytest.mark.parametrize("checker", list(SOLUTIONS))
-def test_exceptions_become_failures(checker):
-    def not_done(*args):
-        raise NotImplementedError
-
-    report = getattr(exercises, checker)(not_done)
-    assert not report.passed
-    assert all(msg == "not implemented yet" for _, _, msg in report.cases)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from helpers import checker_tests
 
 from flashmath.exercises import chapter12 as ex
 from flashmath.exercises import check_backward_tiles
@@ -13,10 +14,6 @@ def solution(*args):
     from flashmath import solutions_triton
 
     return solutions_triton.backward_tiles(*args)
-
-
-def test_solution_passes():
-    assert check_backward_tiles(solution).passed
 
 
 def learner(*, forget_delta=False, overwrite_dq=False, no_mask=False, no_scale_dk=False, tile_softmax=False):
@@ -78,15 +75,7 @@ def test_a_broadcast_error_is_explained():
 
     text = repr(check_backward_tiles(no_keepdims))
     assert "raised ValueError" in text and "[:, None]" in text, text
-"""For each mistake the checker names, a wrong solution that makes it (test_exercises.py checks the catalogue)."""
-
-
-@pytest.mark.parametrize("mistake", list(WRONG["check_backward_tiles"]))
-def test_each_mistake_is_caught_and_named_alone(mistake):
-    report = check_backward_tiles(WRONG["check_backward_tiles"][mistake])
-    assert not report.passed
-    found = {m.name for m in ex.BACKWARD_MISTAKES if m.name in repr(report)}
-    assert found == {mistake}, repr(report)
+test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)
 
 
 def test_wrong_transpose_and_wrong_form_are_named():

@@ -88,19 +88,17 @@ PAGE = {
     "// and % swapped": lambda pages, table, b, t: pages[table[b][t % 4]][t // 4],
 }
 
-CHECKERS = {
-    "check_window_mask": (solutions.window_mask, WINDOW),
-    "check_document_mask": (solutions.document_mask, DOCUMENT),
-    "check_softcap": (solutions.softcap, SOFTCAP),
-    "check_alibi": (solutions.alibi, ALIBI),
-    "check_tile_kind": (solutions.tile_kind, TILE_KIND),
-    "check_page_gather": (solutions.page_gather, PAGE),
+WRONG = {
+    "check_window_mask": WINDOW,
+    "check_document_mask": DOCUMENT,
+    "check_softcap": SOFTCAP,
+    "check_alibi": ALIBI,
+    "check_tile_kind": TILE_KIND,
+    "check_page_gather": PAGE,
 }
 
 
-(test_the_solution_passes, test_each_mistake_is_caught_and_named,
- test_every_mistake_in_the_catalogue_has_a_wrong_solution,
- test_an_unfinished_exercise_is_reported_not_raised) = checker_tests(CHECKERS)
+test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)
 
 
 def test_the_solutions_can_be_shown():

@@ -1,5 +1,5 @@
-"""The checkers of chapters 11 and 12 (flashmath.exercises.chapter11_12): the solutions pass, each named mistake is
-caught by its name, and nothing a learner writes makes a checker raise.
+"""The checkers of chapters 11 and 14 (flashmath.exercises.chapter11 and chapter14): each named mistake is caught by
+its name, and nothing a learner writes makes a checker raise.
 
 The wrong answers here are written independently of the checker's own models: a numpy emulation of a streamed
 kernel with one switch per mistake, run the way a learner's kernel would run (same block, same padding).
@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from helpers import checker_tests
 
-from flashmath.exercises import chapter11_12 as ex
+from flashmath import exercises
+from flashmath.exercises import chapter11, chapter14
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
@@ -57,21 +59,6 @@ def no_max(x):
     return torch.log(torch.exp(x).sum(dim=1))
 
 
-@needs_torch
-@pytest.mark.parametrize("fn, name", [
-    (emulated_kernel(other=0.0), "the padding read as 0"),
-    (no_max, "the max not subtracted"),
-    (emulated_kernel(rescale=False), "the rescale of s missing"),
-    (emulated_kernel(g0=0.0), "the running max started at 0"),
-    (emulated_kernel(with_g=False), "g left out of the result"),
-    (emulated_kernel(exp=np.exp2, log=np.log2), "base 2 instead of e"),
-])
-def test_row_lse_mistakes_are_named(fn, name):
-    report = ex.check_row_lse(fn)
-    assert not report.passed
-    assert f"looks like {name}" in messages(report)
-
-
 def stride_ignoring_kernel(x):
     """A learner's kernel that steps rows by n_cols: it reads the storage as if x were contiguous."""
     import torch
@@ -99,7 +86,7 @@ def viewing_wrapper(x):
 @pytest.mark.parametrize("fn, name", [(stride_ignoring_kernel, "the row stride ignored"),
                                       (plus_inf_kernel, "FlashAttention-2's +inf convention")])
 def test_row_lse_strides_and_the_plus_inf_convention_are_named(fn, name):
-    report = ex.check_row_lse(fn)
+    report = chapter11.check_row_lse(fn)
     assert not report.passed
     assert f"looks like {name}" in messages(report), report
     assert sum(not ok for _, ok, _ in report.cases) == 1, report  # only the case that shows it
@@ -109,14 +96,14 @@ def test_row_lse_strides_and_the_plus_inf_convention_are_named(fn, name):
 def test_row_lse_a_view_error_is_explained_and_torch_logsumexp_passes():
     import torch
 
-    text = messages(ex.check_row_lse(viewing_wrapper))
+    text = messages(chapter11.check_row_lse(viewing_wrapper))
     assert "non-contiguous" in text and "stride" in text, text
-    assert ex.check_row_lse(lambda x: torch.logsumexp(x, dim=1)).passed
+    assert chapter11.check_row_lse(lambda x: torch.logsumexp(x, dim=1)).passed
 
 
 @needs_torch
 def test_row_lse_nan_on_a_fully_masked_row_is_named():
-    report = ex.check_row_lse(emulated_kernel(guard_empty=False))
+    report = chapter11.check_row_lse(emulated_kernel(guard_empty=False))
     assert not report.passed
     assert "a fully masked row gives NaN" in messages(report)
     assert sum(not ok for _, ok, _ in report.cases) == 1  # only that case fails
@@ -124,25 +111,25 @@ def test_row_lse_nan_on_a_fully_masked_row_is_named():
 
 @needs_torch
 def test_row_lse_a_right_emulation_passes_and_errors_are_reported():
-    assert ex.check_row_lse(emulated_kernel(block=64)).passed
+    assert chapter11.check_row_lse(emulated_kernel(block=64)).passed
 
     def not_yet(x):
         raise NotImplementedError
 
-    report = ex.check_row_lse(not_yet)
+    report = chapter11.check_row_lse(not_yet)
     assert not report.passed and "not implemented yet" in messages(report)
-    report = ex.check_row_lse(lambda x: None)
+    report = chapter11.check_row_lse(lambda x: None)
     assert "returned None" in messages(report)
-    report = ex.check_row_lse(lambda x: x.sum())  # one number, not one per row
+    report = chapter11.check_row_lse(lambda x: x.sum())  # one number, not one per row
     assert "shape" in messages(report)
 
 
 @needs_torch
 def test_row_lse_the_result_must_be_a_float32_tensor():
     right = emulated_kernel()
-    text = messages(ex.check_row_lse(lambda x: right(x).double()))
+    text = messages(chapter11.check_row_lse(lambda x: right(x).double()))
     assert "expected a float32 tensor on cpu (x's device), got torch.float64" in text, text
-    text = messages(ex.check_row_lse(lambda x: right(x).numpy()))
+    text = messages(chapter11.check_row_lse(lambda x: right(x).numpy()))
     assert "returned ndarray, not a torch tensor" in text, text
 
 
@@ -172,7 +159,7 @@ def test_row_lse_a_row_not_reduced_is_explained():
             unreduced_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=32)
         return out
 
-    text = messages(ex.check_row_lse(unreduced))
+    text = messages(chapter11.check_row_lse(unreduced))
     assert "tl.max(x, 0)" in text and "one value per row" in text, text
 
 
@@ -180,7 +167,7 @@ def test_row_lse_a_row_not_reduced_is_explained():
 def test_row_lse_solution_passes_in_triton():
     from flashmath import solutions_triton
 
-    assert ex.check_row_lse(solutions_triton.row_lse).passed
+    assert chapter11.check_row_lse(solutions_triton.row_lse).passed
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -193,35 +180,35 @@ WHERE = {"Q, K, V (the whole arrays)": "HBM", "q_tile": "shared memory", "k_tile
 
 
 def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
-    assert ex.check_where_it_lives(WHERE).passed
-    report = ex.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM", "k_tile, v_tile": "registers",
-                                      "m_i, l_i": "the cloud"})
+    assert chapter11.check_where_it_lives(WHERE).passed
+    report = chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM",
+                                             "k_tile, v_tile": "registers", "m_i, l_i": "the cloud"})
     text = messages(report)
     assert "standard attention" in text  # the score tile in HBM
     assert "Algorithm 1" in text  # acc in HBM is FlashAttention's first loop order
     assert "not registers for the whole sweep" in text
     assert "'the cloud' is not one of" in text
-    verdict = messages(ex.check_where_it_lives({**WHERE, "x_tile, p_tile": "shared memory"}))
+    verdict = messages(chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "shared memory"}))
     assert verdict.startswith("not shared memory: tl.dot leaves the score tile in registers"), verdict
     assert "standard attention" not in verdict and "never reaches HBM" not in verdict  # about what was answered
-    assert "no answer yet" in messages(ex.check_where_it_lives({}))
-    assert not ex.check_where_it_lives(["HBM"]).passed
+    assert "no answer yet" in messages(chapter11.check_where_it_lives({}))
+    assert not chapter11.check_where_it_lives(["HBM"]).passed
 
 
 def test_recap_quiz():
-    right = {number: question[2] for number, question in ex.RECAP_QUESTIONS.items()}
-    assert ex.check_recap_quiz(right).passed
-    assert ex.check_recap_quiz({str(n): f"({a.upper()})" for n, a in right.items()}).passed  # "(B)" and "1" work
-    report = ex.check_recap_quiz({**right, 1: "a", 7: "z", 3: ...})
+    right = {number: question[2] for number, question in chapter14.RECAP_QUESTIONS.items()}
+    assert chapter14.check_recap_quiz(right).passed
+    assert chapter14.check_recap_quiz({str(n): f"({a.upper()})" for n, a in right.items()}).passed  # "(B)" and "1" work
+    report = chapter14.check_recap_quiz({**right, 1: "a", 7: "z", 3: ...})
     text = messages(report)
     assert "only s_N" in text and "'z' is not one of" in text and "no answer yet" in text
     assert sum(not ok for _, ok, _ in report.cases) == 3
 
 
 def test_print_recap_quiz(capsys):
-    ex.print_recap_quiz()
+    chapter14.print_recap_quiz()
     out = capsys.readouterr().out
-    assert all(f"{n}. " in out for n in ex.RECAP_QUESTIONS) and "(c)" in out
+    assert all(f"{n}. " in out for n in chapter14.RECAP_QUESTIONS) and "(c)" in out
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -248,31 +235,9 @@ def learner_flash_row(*, scale=True, rescale_acc=True, rescale_s=True, g0=-math.
     return fn
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"divide": False}, "acc not divided by s at the end"),
-    ({"scale": False}, "the scale 1/sqrt(D) missing"),
-    ({"rescale_acc": False}, "acc not rescaled"),
-    ({"rescale_s": False}, "s not rescaled"),
-    ({"rescale_acc": False, "rescale_s": False}, "both rescales missing"),
-    ({"g0": 0.0}, "the running max started at 0"),
-    ({"subtract_max": False}, "the max not subtracted"),
-    ({"lse_g": False}, "g left out of the logsumexp"),
-])
-def test_flash_row_mistakes_are_named(kwargs, name):
-    report = ex.check_flash_row(learner_flash_row(**kwargs))
-    assert not report.passed
-    assert f"looks like {name}" in messages(report)
-
-
-def test_flash_row_float32_is_named():
-    right = learner_flash_row()
-
-    def in_float32(q_n, K, V, B_c):
-        a, lse = right(*(np.asarray(arr, np.float32) for arr in (q_n, K, V)), B_c)
-        return a.astype(np.float32), lse
-
-    report = ex.check_flash_row(in_float32)
-    assert not report.passed and "looks like float32 instead of float64" in messages(report), report
+def flash_row_in_float32(q_n, K, V, B_c):
+    a, lse = learner_flash_row()(*(np.asarray(arr, np.float32) for arr in (q_n, K, V)), B_c)
+    return a.astype(np.float32), lse
 
 
 def test_flash_row_a_shape_error_is_explained():
@@ -280,18 +245,18 @@ def test_flash_row_a_shape_error_is_explained():
         x = K.T @ q_n  # (D, M) @ (D,): the inner sizes differ
         return x, 0.0
 
-    text = messages(ex.check_flash_row(transposed))
+    text = messages(chapter14.check_flash_row(transposed))
     assert "raised ValueError" in text and ".T" in text, text
 
 
 def test_flash_row_logsumexp_without_g_is_named_where_a_n_is_right():
-    report = ex.check_flash_row(learner_flash_row(lse_g=False))
+    report = chapter14.check_flash_row(learner_flash_row(lse_g=False))
     assert not report.passed and "a_n is right; expected lse_n" in messages(report)
     assert "looks like g left out of the logsumexp" in messages(report)
 
 
 def test_flash_row_a_second_mistake_in_the_logsumexp_does_not_hide_the_first():
-    report = ex.check_flash_row(learner_flash_row(divide=False, lse_g=False))
+    report = chapter14.check_flash_row(learner_flash_row(divide=False, lse_g=False))
     text = messages(report)
     assert "looks like acc not divided by s at the end" in text and "looks like g left out" in text, report
 
@@ -303,7 +268,7 @@ def test_flash_row_inputs_changed_in_place_are_named():
         q_n /= math.sqrt(len(q_n))  # a learner's "fold the scale into q"
         return right(q_n * math.sqrt(len(q_n)), K, V, B_c)
 
-    report = ex.check_flash_row(scales_q_in_place)
+    report = chapter14.check_flash_row(scales_q_in_place)
     assert not report.passed and "looks like the input modified in place" in messages(report), report
 
 
@@ -313,14 +278,14 @@ def test_flash_row_nan_must_propagate():
     def nan_to_zero(q_n, K, V, B_c):  # "clean" the inputs first: a NaN value silently becomes 0
         return right(q_n, K, np.nan_to_num(V), B_c)
 
-    report = ex.check_flash_row(nan_to_zero)
+    report = chapter14.check_flash_row(nan_to_zero)
     assert [name for name, ok, _ in report.cases if not ok] == [
         "property: NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"], report
 
 
 def test_flash_row_a_logsumexp_that_is_not_one_number_is_explained():
     right = learner_flash_row()
-    report = ex.check_flash_row(lambda q_n, K, V, B_c: (right(q_n, K, V, B_c)[0], np.zeros(2)))
+    report = chapter14.check_flash_row(lambda q_n, K, V, B_c: (right(q_n, K, V, B_c)[0], np.zeros(2)))
     assert "lse_n must be one number (a float), got ndarray of shape (2,)" in messages(report)
 
 
@@ -354,21 +319,56 @@ def torch_float64_row(q_n, K, V, B_c):
 
 @pytest.mark.parametrize("fn", [algorithm_1_row, pytest.param(torch_float64_row, marks=needs_torch)])
 def test_flash_row_correct_solutions_written_differently_pass(fn):
-    report = ex.check_flash_row(fn)
+    report = chapter14.check_flash_row(fn)
     assert report.passed, report
 
 
 def test_flash_row_solution_passes_and_bad_answers_are_reported():
     from flashmath import solutions_triton
 
-    assert ex.check_flash_row(solutions_triton.flash_row).passed
-    assert ex.check_flash_row(learner_flash_row()).passed
-    assert "expected a pair" in messages(ex.check_flash_row(lambda q, K, V, B: 3.0))
-    assert "shape" in messages(ex.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
+    assert chapter14.check_flash_row(solutions_triton.flash_row).passed
+    assert chapter14.check_flash_row(learner_flash_row()).passed
+    assert "expected a pair" in messages(chapter14.check_flash_row(lambda q, K, V, B: 3.0))
+    assert "shape" in messages(chapter14.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
 
 
-def test_mistake_catalogue():
-    assert set(ex.MISTAKES) == {"check_row_lse", "check_flash_row"}
-    for mistakes in ex.MISTAKES.values():
-        names = [m.name for m in mistakes]
-        assert len(names) == len(set(names)) and all(m.models and m.fix for m in mistakes)
+# ------------------------------------------------------------------------------------------------------------------
+# Every mistake of chapters 11 and 14's catalogues, made by a learner-style wrong solution and named
+# ------------------------------------------------------------------------------------------------------------------
+
+WRONG = {
+    "check_row_lse": {
+        "the padding read as 0": emulated_kernel(other=0.0),
+        "the max not subtracted": no_max,
+        "the rescale of s missing": emulated_kernel(rescale=False),
+        "the running max started at 0": emulated_kernel(g0=0.0),
+        "g left out of the result": emulated_kernel(with_g=False),
+        "base 2 instead of e": emulated_kernel(exp=np.exp2, log=np.log2),
+        "the row stride ignored": stride_ignoring_kernel,
+        "FlashAttention-2's +inf convention": plus_inf_kernel,
+    },
+    "check_flash_row": {
+        "acc not divided by s at the end": learner_flash_row(divide=False),
+        "the scale 1/sqrt(D) missing": learner_flash_row(scale=False),
+        "acc not rescaled": learner_flash_row(rescale_acc=False),
+        "s not rescaled": learner_flash_row(rescale_s=False),
+        "both rescales missing": learner_flash_row(rescale_acc=False, rescale_s=False),
+        "the running max started at 0": learner_flash_row(g0=0.0),
+        "the max not subtracted": learner_flash_row(subtract_max=False),
+        "g left out of the logsumexp": learner_flash_row(lse_g=False),
+        "float32 instead of float64": flash_row_in_float32,
+    },
+}
+CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]
+
+
+@pytest.mark.parametrize("checker, mistake", CASES, ids=[f"{c}: {m}" for c, m in CASES])
+def test_each_mistake_is_caught_and_named(checker, mistake):
+    if checker == "check_row_lse" and not HAVE_TORCH:
+        pytest.skip('PyTorch is not installed: see README, "The triton extra"')
+    report = getattr(exercises, checker)(WRONG[checker][mistake])
+    assert not report.passed
+    assert f"looks like {mistake}" in messages(report), report
+
+
+test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)[1]

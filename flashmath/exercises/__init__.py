@@ -12,86 +12,58 @@ learner's code, never raises), ``Diagnosis`` (names the mistake whose model give
 cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them, after
 the property battery (``_cases.PROPERTIES``: the inputs unchanged, the result's form, the edge inputs).
 
-One module per chapter (``chapter0`` ... ``chapter5``, then ``chapter6_10`` for the tile chapters, ``chapter9``,
-``chapter11_12``, ``chapter12``, ``chapter13``), and :mod:`~flashmath.exercises.predict` for the 'predict, then
-check' questions. Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``,
-``A'_m`` after the first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
+One module per chapter, ``chapter0`` ... ``chapter14`` (``_tiles`` holds what chapters 6-12's checkers share), and
+:mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Each checker is declared once, beside
+its definition, with ``@exercise(number, mistakes, solution=...)`` (:mod:`flashmath.exercises._registry`): this
+package exports every declared checker and derives :data:`EXERCISES` and :data:`MISTAKES` from the declarations.
+
+Index convention of the messages: the math counts from 1 (``x_1 .. x_N``, keys ``m = 1..M``, ``A'_m`` after the
+first ``m`` keys); a bracketed index such as ``Y[n, m]`` or ``at [0, 3]`` is a code (0-based) index.
 
 Solutions live in :mod:`flashmath.solutions`, apart from the exercises.
 """
 
-from flashmath.exercises import (
-                                              chapter0,
-                                              chapter1,
-                                              chapter2,
-                                              chapter3,
-                                              chapter4,
-                                              chapter5,
-                                              chapter6_10,
-                                              chapter11_12,
-                                              chapter12,
-                                              chapter13,
+# Importing a chapter's module declares its exercises (the modules are the package's attributes too):
+from flashmath.exercises import (  # noqa: F401
+    chapter0,
+    chapter1,
+    chapter2,
+    chapter3,
+    chapter4,
+    chapter5,
+    chapter6,
+    chapter7,
+    chapter8,
+    chapter9,
+    chapter10,
+    chapter11,
+    chapter12,
+    chapter13,
+    chapter14,
 )
+from flashmath.exercises._registry import Exercise, declared
 from flashmath.exercises._report import CheckReport, Mistake
-from flashmath.exercises.chapter0 import check_score_row
-from flashmath.exercises.chapter1 import check_safe_softmax
-from flashmath.exercises.chapter2 import OnePassVector, check_merge, check_merge_three, check_online_normalizer
-from flashmath.exercises.chapter3 import check_attention
-from flashmath.exercises.chapter4 import Traced, check_loop_swap
-from flashmath.exercises.chapter5 import check_block_step, check_one_loop_step
-from flashmath.exercises.chapter6_10 import (
-                                              check_causal_mask,
-                                              check_finish,
-                                              check_masked_tile_step,
-                                              check_merge_states,
-                                              check_numerator_step,
-                                              check_tile_step,
-)
-from flashmath.exercises.chapter9 import check_flash_test_ratio
-from flashmath.exercises.chapter11_12 import (
-                                              check_flash_row,
-                                              check_recap_quiz,
-                                              check_row_lse,
-                                              check_where_it_lives,
-                                              print_recap_quiz,
-)
-from flashmath.exercises.chapter12 import check_backward_tiles
-from flashmath.exercises.chapter13 import (
-                                              check_alibi,
-                                              check_document_mask,
-                                              check_page_gather,
-                                              check_softcap,
-                                              check_tile_kind,
-                                              check_window_mask,
-)
+from flashmath.exercises.chapter2 import OnePassVector
+from flashmath.exercises.chapter4 import Traced
+from flashmath.exercises.chapter14 import print_recap_quiz
 from flashmath.exercises.predict import check_prediction
 
-__all__ = ["CheckReport", "Mistake", "MISTAKES", "check_score_row", "check_safe_softmax", "check_online_normalizer",
-           "check_merge", "check_merge_three", "OnePassVector", "check_attention", "check_loop_swap", "Traced",
-           "check_one_loop_step", "check_block_step", "check_prediction", "check_tile_step", "check_numerator_step",
-           "check_finish", "check_causal_mask", "check_masked_tile_step", "check_merge_states",
-           "check_flash_test_ratio", "check_row_lse", "check_where_it_lives", "check_recap_quiz", "print_recap_quiz",
-           "check_flash_row", "check_backward_tiles", "check_window_mask", "check_document_mask", "check_softcap",
-           "check_alibi", "check_tile_kind", "check_page_gather"]
+#: Every exercise of the course, in the course's order: one :class:`~flashmath.exercises._registry.Exercise` per
+#: checker, as its ``@exercise`` declaration gives it.
+EXERCISES: tuple[Exercise, ...] = declared()
 
-#: For each checker, the mistakes it names, in the order it tries them.
-MISTAKES = {
-    "check_score_row": chapter0.MISTAKES,
-    "check_safe_softmax": chapter1.MISTAKES,
-    "check_online_normalizer": chapter2.NORMALIZER_MISTAKES,
-    "check_merge": chapter2.MERGE_MISTAKES,
-    "check_merge_three": chapter2.THREE_MISTAKES,
-    "check_attention": chapter3.MISTAKES,
-    "check_loop_swap": chapter4.MISTAKES,
-    "check_one_loop_step": chapter5.STEP_MISTAKES,
-    "check_block_step": chapter5.BLOCK_MISTAKES,
-    "check_tile_step": chapter6_10.TILE_MISTAKES,
-    "check_numerator_step": chapter6_10.NUMERATOR_MISTAKES,
-    "check_finish": chapter6_10.FINISH_MISTAKES,
-    "check_causal_mask": chapter6_10.CAUSAL_MISTAKES,
-    "check_masked_tile_step": chapter6_10.MASKED_MISTAKES,
-    "check_merge_states": chapter6_10.MERGE_STATES_MISTAKES,
-    **chapter11_12.MISTAKES,
-    **chapter12.MISTAKES,
-    **chapter13.MISTAKES,
-}
+#: For each checker with a catalogue, the mistakes it names, in the order it tries them.
+MISTAKES: dict[str, tuple[Mistake, ...]] = {e.name: e.mistakes for e in EXERCISES if e.mistakes}
+
+
+def solution_names(module: str) -> list[str]:
+    """The names of the solutions that ``module`` (``"flashmath.solutions"``) holds, as the exercises' declarations
+    give them, in the course's order: what ``solutions.show`` lists."""
+    return [e.solution for e in EXERCISES if e.solutions == module]
+
+
+# Every checker by its name (check_tile_step, ...), as the notebooks import it: from flashmath.exercises import ...
+globals().update({e.name: e.checker for e in EXERCISES})
+
+__all__ = ["CheckReport", "Mistake", "Exercise", "EXERCISES", "MISTAKES", "OnePassVector", "Traced",
+           "check_prediction", "print_recap_quiz", "solution_names", *(e.name for e in EXERCISES)]

@@ -18,6 +18,7 @@ failed property needs no model: it names itself.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -267,3 +268,40 @@ class Said(Mistake):
 
     def message(self) -> str:
         return _(self.name)  # a module-level Said(N_(...)) is translated here; a text built at run time is itself
+
+
+# The quizzes (11.2, 14.1): one case per question, through the harness
+
+
+class _Verdicts:
+    """The harness's ``diagnosis`` hook for a quiz: why the learner's choice is wrong, ``verdict(key, choice)[1]``."""
+
+    def __init__(self, verdict, cases, answers):
+        self.verdict, self.cases, self.answers = verdict, cases, answers
+
+    def for_case(self, i: int) -> Said:
+        return Said(self.verdict(self.cases[i][0], self.answers[i])[1])
+
+
+def check_quiz(title: str, answers, questions, *, what: str, parse, right, verdict) -> CheckReport:
+    """Check a quiz ``answers = {key: choice}`` through :func:`~flashmath.exercises._cases.check_function`.
+
+    Args:
+        questions: ``(case name, key)`` per question, in order.
+        what: what ``answers`` maps, for the message when it is not a dict (``"quantity: place"``).
+        parse: ``parse(answers, key) -> choice``, or a :class:`~flashmath.exercises._cases.PropertyFailure` for no
+            answer yet or a choice that is not one of the choices.
+        right: ``right(key) -> set`` of the right choices.
+        verdict: ``verdict(key, choice) -> (what was wrong, why)`` for a wrong choice.
+    """
+    if not isinstance(answers, dict):
+        report = CheckReport(title)
+        report.add(_("the answers"), False, _("expected a dict {{{what}}}, got {type}").format(
+            what=_(what), type=type(answers).__name__))
+        return report
+    return check_function(
+        title, answers, [(name, (key,)) for name, key in questions], lambda key: (key, right(key)), (), n_out=1,
+        names=(_("the answer"),), call=lambda answers, args: parse(answers, args[0]), convert=lambda choice: choice,
+        compare=lambda choice, expected: choice in expected[1],
+        describe=lambda choice, expected: (verdict(expected[0], choice)[0], choice, expected),
+        diagnosis=functools.partial(_Verdicts, verdict), check_form=False)

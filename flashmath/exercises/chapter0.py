@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from flashmath.exercises._cases import WRONG_SHAPE, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -91,6 +92,7 @@ def score_row_properties():
     ])
 
 
+@exercise("0.1", MISTAKES, solution="score_row")
 def check_score_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
 

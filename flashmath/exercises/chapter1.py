@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
 from flashmath.i18n import gettext, gettext_noop
@@ -168,6 +169,7 @@ def _hint(exc) -> str | None:
     return None
 
 
+@exercise("1.1", MISTAKES, solution="safe_softmax")
 def check_safe_softmax(fn) -> CheckReport:
     """Check a learner's ``fn(x) -> probabilities`` for 1-D ``x`` against :func:`flashmath.safe_softmax` (exercise 1.1).
 

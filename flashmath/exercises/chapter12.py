@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
-from flashmath.exercises.chapter6_10 import inputs_unchanged, shape_hint, shape_mistake
+from flashmath.exercises._tiles import inputs_unchanged, shape_hint, shape_mistake
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-__all__ = ["BACKWARD_MISTAKES", "MISTAKES", "check_backward_tiles"]
+__all__ = ["BACKWARD_MISTAKES", "check_backward_tiles"]
 
 
 def _model(q, k, v, a, lse, grad_a, keep, block_k, *, delta=True, y="lse", transpose=False, scale_dq=True,
@@ -123,6 +124,7 @@ def _properties(rng):
     ])
 
 
+@exercise("12.1", BACKWARD_MISTAKES, solution="backward_tiles", solutions="flashmath.solutions_triton")
 def check_backward_tiles(fn) -> CheckReport:
     """Check ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)`` (12.1): float64 arrays ``q (N, D)``,
     ``k``, ``v (M, D)``, the forward's ``a (N, D)`` and ``lse (N,)``, ``grad_a (N, D)``, ``keep (N, M)`` boolean
@@ -148,6 +150,4 @@ def check_backward_tiles(fn) -> CheckReport:
     inputs_unchanged(report, fn, _("the inputs (q, k, v, a, lse, grad_a, keep) are left unchanged"), cases[3][1],
                      which=range(7))
     return report
-
-MISTAKES = {"check_backward_tiles": BACKWARD_MISTAKES}
 """For each checker of this chapter, the mistakes it names."""

@@ -16,13 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.i18n import Filled
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
 __all__ = ["check_window_mask", "check_document_mask", "check_softcap", "check_alibi", "check_tile_kind",
-           "check_page_gather", "MISTAKES", "EMPTY", "PARTIAL", "FULL"]
+           "check_page_gather", "EMPTY", "PARTIAL", "FULL"]
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
@@ -72,6 +73,7 @@ WINDOW_MISTAKES = (
 )
 
 
+@exercise("13.1", WINDOW_MISTAKES, solution="window_mask")
 def check_window_mask(fn) -> CheckReport:
     """Check ``fn(q_idx, kv_idx, N, M, left, right) -> bool`` of shape ``(N, M)``: query ``n`` sees key ``m`` when
     ``p - left <= m <= p + right`` with ``p = n + M - N``. Named mistakes: :data:`WINDOW_MISTAKES`."""
@@ -116,6 +118,7 @@ DOCUMENT_MISTAKES = (
 )
 
 
+@exercise("13.2", DOCUMENT_MISTAKES, solution="document_mask")
 def check_document_mask(fn) -> CheckReport:
     """Check ``fn(q_idx, kv_idx, doc) -> bool (N, N)``: same document (``doc[n] == doc[m]``) and causal. Named
     mistakes: :data:`DOCUMENT_MISTAKES`."""
@@ -154,6 +157,7 @@ SOFTCAP_MISTAKES = (
 )
 
 
+@exercise("13.3", SOFTCAP_MISTAKES, solution="softcap")
 def check_softcap(fn) -> CheckReport:
     """Check ``fn(qk, scale, cap)``: the softcapped scaled score ``cap tanh(qk scale / cap)`` of raw dot products
     ``qk``. Named mistakes: :data:`SOFTCAP_MISTAKES`."""
@@ -198,6 +202,7 @@ ALIBI_MISTAKES = (
 )
 
 
+@exercise("13.4", ALIBI_MISTAKES, solution="alibi")
 def check_alibi(fn) -> CheckReport:
     """Check ``fn(score, slope, q_idx, kv_idx, N, M)``: ``score - slope |q_idx + M - N - kv_idx|``. Named mistakes:
     :data:`ALIBI_MISTAKES`."""
@@ -275,6 +280,7 @@ TILE_KIND_MISTAKES = (
 )
 
 
+@exercise("13.5", TILE_KIND_MISTAKES, solution="tile_kind")
 def check_tile_kind(fn) -> CheckReport:
     """Check ``fn(r0, r1, c0, c1, N, M) -> 0 | 1 | 2`` (EMPTY, PARTIAL, FULL) for tile ``[r0, r1) x [c0, c1)`` of
     the bottom-right causal mask. Named mistakes: :data:`TILE_KIND_MISTAKES`."""
@@ -340,6 +346,7 @@ def _page_hint(exc) -> str | None:
     return None
 
 
+@exercise("13.6", PAGE_MISTAKES, solution="page_gather")
 def check_page_gather(fn) -> CheckReport:
     """Check ``fn(pages, block_table, b, t) -> (D,)``: token ``t`` of sequence ``b`` from pages ``(P, page_size,
     D)`` through ``block_table (B, max_pages)``. Named mistakes: :data:`PAGE_MISTAKES`."""
@@ -360,12 +367,3 @@ def check_page_gather(fn) -> CheckReport:
     return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
                           names=(_("the key"),), properties=properties, hint=_page_hint)
 
-
-MISTAKES = {
-    "check_window_mask": WINDOW_MISTAKES,
-    "check_document_mask": DOCUMENT_MISTAKES,
-    "check_softcap": SOFTCAP_MISTAKES,
-    "check_alibi": ALIBI_MISTAKES,
-    "check_tile_kind": TILE_KIND_MISTAKES,
-    "check_page_gather": PAGE_MISTAKES,
-}

@@ -8,6 +8,7 @@ import tracemalloc
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport, Mistake, close
 from flashmath.exercises.chapter1 import softmax_cases, softmax_properties
 from flashmath.i18n import gettext as _
@@ -273,6 +274,7 @@ def normalizer_properties():
     return property_cases(props)
 
 
+@exercise("2.1", NORMALIZER_MISTAKES, solution="online_normalizer")
 def check_online_normalizer(fn) -> CheckReport:
     """Check a learner's one-pass ``fn(x) -> (g, s)`` (running max and sum) for 1-D ``x`` (exercise 2.1).
 
@@ -410,6 +412,7 @@ def merge_properties():
     ])
 
 
+@exercise("2.2", MERGE_MISTAKES, solution="merge")
 def check_merge(fn) -> CheckReport:
     """Check a learner's ``fn(g1, s1, g2, s2) -> (g, s)`` against :func:`flashmath.merge` (exercise 2.2).
 
@@ -512,6 +515,7 @@ def merge_three_properties():
     ])
 
 
+@exercise("2.3", THREE_MISTAKES, solution="merge_three")
 def check_merge_three(fn) -> CheckReport:
     """Check a learner's closed form ``fn(g1, s1, g2, s2, g3, s3) -> (g, s)`` of three parts (exercise 2.3).
 

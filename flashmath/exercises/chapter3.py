@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt, pick
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -223,6 +224,7 @@ def _describe(a, expected):
     return text, a, expected
 
 
+@exercise("3.1", MISTAKES, solution="attention")
 def check_attention(fn) -> CheckReport:
     """Check a learner's ``fn(q, k, v) -> A = softmax(Q K^T / sqrt(D)) V`` for ``q (..., N, D)`` (exercise 3.1).
 

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import (
     INPUT_MODIFIED,
     LOWER_PRECISION,
@@ -307,6 +308,7 @@ def _form(out):
         return None
 
 
+@exercise("4.1", MISTAKES, solution="loop_swap")
 def check_loop_swap(fn) -> CheckReport:
     """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (exercise 4.1).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import (
     LOWER_PRECISION,
     CheckReport,
@@ -326,6 +327,7 @@ def _real_row():
     return heads.score_row(layer, head, n), v, attention(q[n:n + 1], k, v)[0]
 
 
+@exercise("5.1", STEP_MISTAKES, solution="one_loop_step")
 def check_one_loop_step(fn) -> CheckReport:
     """Check a learner's ``fn(g_prev, s_prev, a_prev, x_m, v_m) -> (g_m, s_m, a_m)``, one step of chapter 5 (5.1).
 
@@ -390,6 +392,7 @@ BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes
     NOT_A_TRIPLE, LOWER_PRECISION))
 
 
+@exercise("5.2", BLOCK_MISTAKES, solution="block_step")
 def check_block_step(fn) -> CheckReport:
     """Check a learner's ``fn(g_prev, s_prev, a_prev, x_block, v_block) -> (g, s, A')`` for a block of keys (5.2).
 

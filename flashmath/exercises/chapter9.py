@@ -21,6 +21,7 @@ import numpy as np
 
 from flashmath.attention import attention
 from flashmath.exercises._cases import Said, check_function, property_cases
+from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport
 from flashmath.flash import flash_attention
 from flashmath.i18n import gettext as _
@@ -228,6 +229,7 @@ def _properties():
 NOT_A_NUMBER = Said(N_("expected one number (the ratio of two errors), not a tuple or an array"))
 
 
+@exercise("9.1", solution="flash_test_ratio")
 def check_flash_test_ratio(fn) -> CheckReport:
     """Check a learner's ``fn(out, q, k, v) -> ratio``, FlashAttention's test quantity (chapter 9).
 

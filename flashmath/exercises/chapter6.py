@@ -1,0 +1,145 @@
+"""Chapter 6: the tile step (6.1), one key tile for a query tile, the output normalised after the tile.
+
+The checker runs the learner's function on cases where a classic mistake makes a difference, compares with the
+package's reference (:func:`flashmath.flash.fa1_tile_step`), and names the mistake whose wrong implementation gives
+the learner's answer; the catalogue is :data:`TILE_MISTAKES`. The mistake models are written vectorised, as a
+learner would write the exercise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashmath.exercises._cases import check_function
+from flashmath.exercises._registry import exercise
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
+from flashmath.exercises._tiles import (
+    NOT_A_STATE,
+    inputs_unchanged,
+    shape_hint,
+    shape_mistake,
+    tile_cases,
+    tile_properties,
+    tile_step_reference,
+)
+from flashmath.i18n import Filled
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
+from flashmath.rowstate import max_or_zero  # the one guard: g = -inf (no key seen yet) measured against 0
+
+
+def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=None, p_of=None):
+    """A wrong tile step: the right one except for the parts given.
+
+    ``g_of(g, x)`` the new max; ``s_update(s, r, p, s_old_g...)``; ``a_update(a, s, r, pv, s_new, x, g, g_new, V)``;
+    ``rescale(g, g_new)`` the factor of the old state; ``p_of(x, g, g_new)`` the tile's weights.
+    """
+    def model(g, s, a, x_tile, v_tile, keep=None):
+        g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
+        x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
+        if keep is not None:
+            x = np.where(keep, x, -np.inf)
+        g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
+        r = base(g - max_or_zero(g_new)) if rescale is None else rescale(g, g_new)
+        p = base(x - max_or_zero(g_new)[:, None]) if p_of is None else p_of(x, g, g_new)
+        s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p, g, g_new, x)
+        pv = p @ V
+        if a_update is None:
+            return g_new, s_new, (a * (s * r)[:, None] + pv) / s_new[:, None]
+        return g_new, s_new, a_update(a, s, r, pv, s_new, x, g, g_new, V)
+    return model
+
+
+TILE_RULE = "A'_new = A' s e^{g - g_new} / s_new + P V / s_new, with P = e^{X - g_new} and g_new = max(g, rowmax X)"
+TILE_MISTAKES = (
+    Mistake(N_("the old output not corrected"),
+            N_("A' must be multiplied by s e^{g - g_new} / s_new: the old average gives up the weight the new keys "
+               "take"), (_tile_model(lambda a, s, r, pv, sn, *_: a + pv / sn[:, None]),)),
+    Mistake(N_("no rescale when the max changes"),
+            N_("the old output and sum are relative to the old max g: multiply them by e^{g - g_new}"),
+            (_tile_model(lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None],
+                         s_update=lambda s, r, p, *_: s + p.sum(axis=1)),
+             _tile_model(lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None]))),
+    Mistake(N_("the rescale of s missing"),
+            N_("s_new = s e^{g - g_new} + rowsum P: the old sum is relative to the old max"),
+            (_tile_model(s_update=lambda s, r, p, *_: s + p.sum(axis=1)),)),
+    Mistake(N_("divided by the old sum"),
+            Filled(N_("both terms are divided by the new sum s_new: {rule}"), rule=TILE_RULE),
+            (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),)),
+    Mistake(N_("FlashAttention-2's update (not divided)"),
+            N_("A' r + P V is the numerator s A' that the next chapter keeps; here the output is normalised after "
+               "every tile: divide by s_new"), (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
+    Mistake(N_("divided twice"), Filled(N_("each term is divided by s_new once: {rule}"), rule=TILE_RULE),
+            (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),)),
+    Mistake(N_("the max over the whole tile"),
+            N_("each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()"),
+            (_tile_model(g_of=lambda g, x: np.maximum(g, x.max())),)),
+    Mistake(N_("the max over the wrong axis"), N_("X is (B_r, B_c), one row per query: the row max is X.max(axis=1)"),
+            (_tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),)),
+    Mistake(N_("the tile's max only (the old max forgotten)"),
+            N_("the new max is over the old max and the tile: g_new = max(g, rowmax X)"),
+            (_tile_model(g_of=lambda g, x: x.max(axis=1)),)),
+    Mistake(N_("a wrong base (2) instead of e"), N_("use the natural exponential np.exp"),
+            (_tile_model(base=np.exp2),)),
+    Mistake(N_("P measured against the old max (e^{X - g})"),
+            N_("the tile's weights are P = e^{X - g_new}: the old g is -inf before the first tile (e^{X + inf} = "
+               "inf), and below the tile's scores whenever the max jumps"),
+            (_tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
+             _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])))),
+    Mistake(N_("the rescale inverted (e^{g_new - g})"),
+            N_("the old state is measured against the old max g; against the larger g_new it shrinks by e^{g - g_new} "
+               "<= 1, not e^{g_new - g} (which is inf for a row that has seen no key yet)"),
+            (_tile_model(rescale=lambda g, gn: np.exp(gn - g)),
+             _tile_model(rescale=lambda g, gn: np.exp(max_or_zero(gn) - g)),
+             _tile_model(rescale=lambda g, gn: np.exp(gn - max_or_zero(g))))),
+    Mistake(N_("the max started at 0"),
+            N_("a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
+               "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"),
+            (_tile_model(g_of=lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1))),
+             _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
+    INPUT_MODIFIED,
+    shape_mistake(tile_step_reference),
+    NOT_A_STATE,
+)
+
+
+def _fold_tiles(report: CheckReport, fn, name: str) -> None:
+    """Fold the learner's step over the key tiles of a real query tile: it must give the attention output."""
+    from flashmath.attention import attention
+    from flashmath.data import load_heads
+
+    heads = load_heads()
+    layer, head, _row = heads.demo_rows[0]
+    q, k, v = (arr[layer, head].astype(np.float64) for arr in (heads.q, heads.k, heads.v))
+    q_tile = q[32:40] / np.sqrt(q.shape[1])
+    g, s, a = np.full(8, -np.inf), np.zeros(8), np.zeros((8, v.shape[1]))
+    try:
+        with np.errstate(all="ignore"):
+            for c0 in range(0, k.shape[0], 10):
+                g, s, a = fn(g, s, a, q_tile @ k[c0:c0 + 10].T, v[c0:c0 + 10])
+        ok = np.allclose(np.asarray(a, dtype=np.float64), attention(q, k, v)[32:40], rtol=1e-9, atol=1e-12)
+    except NotImplementedError:
+        report.add(name, False, _("not implemented yet"))
+        return
+    except Exception as exc:
+        report.add(name, False, _("raised {error}: {text}").format(error=type(exc).__name__, text=exc))
+        return
+    report.add(name, ok, "" if ok else _("the folded output differs from attention (the cases above say why)"))
+
+
+@exercise("6.1", TILE_MISTAKES, solution="tile_step")
+def check_tile_step(fn) -> CheckReport:
+    """Check ``fn(g, s, a, x_tile, v_tile) -> (g_new, s_new, a_new)``, one key tile for a query tile (exercise 6.1).
+
+    ``g, s (B_r,)``, ``a (B_r, Dv)`` the rows' state; ``x_tile (B_r, B_c)`` the scaled scores; ``v_tile (B_c, Dv)``.
+    The output is normalised after the tile (chapter 6). The property battery first (:func:`tile_properties`).
+    Named mistakes: :data:`TILE_MISTAKES`.
+    """
+    rng = np.random.default_rng(6)
+    cases = tile_cases(rng)
+    report = check_function("check_tile_step", fn, cases, tile_step_reference, TILE_MISTAKES, n_out=3,
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
+                            properties=tile_properties())
+    inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[2][1], always=True)
+    _fold_tiles(report, fn, _("a real query tile folded over 5 key tiles gives the attention output"))
+    return report

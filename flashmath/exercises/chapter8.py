@@ -1,0 +1,197 @@
+"""Chapter 8: the causal alignment (8.1) and the masked tile step (8.2).
+
+Each checker runs the learner's function on cases where a classic mistake makes a difference, compares with the
+package's reference, and names the mistake whose wrong implementation gives the learner's answer; the catalogues
+are :data:`CAUSAL_MISTAKES` and :data:`MASKED_MISTAKES`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases
+from flashmath.exercises._registry import exercise
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
+from flashmath.exercises._tiles import (
+    NOT_A_STATE,
+    inputs_unchanged,
+    shape_hint,
+    shape_mistake,
+    tile_properties,
+    tile_step_reference,
+)
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
+from flashmath.rowstate import max_or_zero  # the one guard: g = -inf (no key seen yet) measured against 0
+
+# ------------------------------------------------------------------------------------------------------------------
+# 8.1 the causal alignment
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _tril(offset_of):
+    return lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=offset_of(N, M))
+
+
+CAUSAL_MISTAKES = (
+    Mistake(N_("the top-left alignment (off by M - N)"),
+            N_("bottom-right aligns the last query with the last key: query n sees key m when m <= n + M - N "
+               "(np.tril(..., k=M - N))"), (_tril(lambda N, M: 0),)),
+    Mistake(N_("the offset N - M instead of M - N"),
+            N_("with N < M each query sees more keys than in the square case: m <= n + (M - N)"),
+            (_tril(lambda N, M: N - M),)),
+    Mistake(N_("the diagonal excluded (< instead of <=)"), N_("a query sees its own aligned key: m <= n + M - N"),
+            (_tril(lambda N, M: M - N - 1),)),
+    Mistake(N_("the diagonal shifted by one (m <= n + M - N + 1)"),
+            N_("each query sees one key too many, the next one: query n sees key m when m <= n + M - N (np.tril(..., "
+               "k=M - N))"), (_tril(lambda N, M: M - N + 1),)),
+    Mistake(N_("transposed"), N_("the mask is (N, M): rows are queries, columns keys"),
+            (lambda N, M: np.tril(np.ones((M, N), dtype=bool), k=M - N).T,
+             lambda N, M: np.triu(np.ones((N, M), dtype=bool), k=M - N))),
+    Mistake(N_("an inverted mask (True = masked)"),
+            N_("in this course True means attend (flashmath.inputs): query n sees key m when m <= n + M - N, so that "
+               "pair is True"), (lambda N, M: ~_tril(lambda N, M: M - N)(N, M),)),
+    Mistake(N_("a 0/-inf additive mask"),
+            N_("the exercise asks for a boolean mask (True = attend), not the bias added to the scores (0 where "
+               "attended, -inf elsewhere): return m <= n + M - N"),
+            (lambda N, M: np.where(_tril(lambda N, M: M - N)(N, M), 0.0, -np.inf),)),
+    BOOL_OUT,  # "an integer 0/1 mask": the property battery's check of the result's dtype names it
+)
+
+
+@exercise("8.1", CAUSAL_MISTAKES, solution="causal_mask")
+def check_causal_mask(fn) -> CheckReport:
+    """Check ``fn(N, M) -> (N, M)`` boolean, the bottom-right causal mask (8.1): query ``n`` sees key ``m`` when
+    ``m <= n + M - N``. Property cases first (N = 0, M = 0, N = M = 1, numpy integers), then N = M, N < M,
+    N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
+    from flashmath.masks import causal_mask
+
+    cases = [(_("N = M = 4"), (4, 4)), (_("N = 2 < M = 5"), (2, 5)),
+             (_("N = 5 > M = 2 (the first rows see nothing)"), (5, 2)),
+             (_("decoding: N = 1, M = 6 (the query sees the whole cache)"), (1, 6))]
+    properties = property_cases([
+        (_("the empty input: N = 0 queries, M = 3 keys give a (0, 3) mask"), (0, 3)),
+        (_("the empty input: N = 3 queries, M = 0 keys give a (3, 0) mask"), (3, 0)),
+        (_("one element: N = M = 1"), (1, 1)),
+        (_("integer input: N and M as numpy integers"), (np.int64(3), np.int64(4))),
+    ])
+    return check_function("check_causal_mask", fn, cases, causal_mask, CAUSAL_MISTAKES, n_out=1,
+                          names=(_("the mask"),), hint=shape_hint, properties=properties)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 8.2 the masked tile step: (g, s, A') of B_r rows, a score tile X (B_r, B_c), V (B_c, Dv) and a keep tile (B_r, B_c)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _absent_terms(p, keep, V):
+    """``P V`` with the masked terms selected away (the right way)."""
+    return np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
+
+
+def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
+    """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied."""
+    def model(g, s, a, x_tile, v_tile, keep):
+        g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
+        x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
+        keep = keep if mask_of is None else np.broadcast_to(mask_of(keep), keep.shape)
+        x = np.where(keep, x, -np.inf if fill is None else fill) if score is None else score(x, keep)
+        g_new = np.maximum(g, x.max(axis=1))
+        ref = max_or_zero(g_new) if guard else g_new
+        r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+        s_new = s * r + p.sum(axis=1)
+        pv = (p * keep) @ V if term is None else term(p, keep, V)
+        return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+    return model
+
+
+MASKED_MISTAKES = (
+    Mistake(N_("masked terms multiplied by 0 (0 * NaN)"),
+            N_("a masked key's weight is 0, but 0 * NaN is NaN: select masked terms away with np.where instead of "
+               "multiplying P by the mask"), (_masked_model(), _masked_model(term=lambda p, keep, V: p @ V))),
+    Mistake(N_("-inf - (-inf) on a masked prefix"),
+            N_("while a row has seen no key its max is -inf, and e^{g - g_new} = e^{-inf + inf} is NaN: subtract 0 "
+               "instead of -inf (np.where(g_new == -np.inf, 0, g_new))"),
+            (_masked_model(term=_absent_terms, guard=False),)),
+    Mistake(N_("a finite fill value instead of -inf"),
+            N_("a masked score is -inf, not a large negative number: with a fill a fully masked row averages the "
+               "masked keys' values (and keeps a finite max)"),
+            tuple(_masked_model(fill=fill, term=term) for fill in (-1e9, -1e4)
+                  for term in (lambda p, keep, V: p @ V, _absent_terms))
+            + (tile_step_reference,), compare=lambda answer, right: _finite_fill(answer, right)),
+    Mistake(N_("the mask added to the scores (NaN + -inf)"),
+            N_("adding a 0/-inf bias keeps what a masked score holds: NaN + (-inf) is NaN and inf + (-inf) is NaN. "
+               "Select masked scores away: np.where(keep, X, -np.inf)"),
+            tuple(_masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
+                  for term in (None, _absent_terms, lambda p, keep, V: p @ V))),
+    Mistake(N_("a per-column mask"),
+            N_("keep is (B_r, B_c), one entry per (query, key) pair: a causal or per-row mask differs from row to "
+               "row, so mask each pair, not whole columns"),
+            tuple(_masked_model(mask_of=mask_of, term=term) for mask_of in (lambda k: k.all(axis=0),
+                                                                           lambda k: k.any(axis=0), lambda k: k[0])
+                  for term in (None, _absent_terms))),
+    INPUT_MODIFIED,
+    shape_mistake(tile_step_reference),
+    NOT_A_STATE,
+)
+
+
+def _finite_fill(answer, right) -> bool:
+    """The answer gives a row with no key a finite, very negative max where the right one is -inf."""
+    if answer is None or not isinstance(answer, tuple) or not isinstance(right, tuple):
+        return False
+    try:
+        g, g_right = np.asarray(answer[0], np.float64), np.asarray(right[0], np.float64)
+        empty = np.isneginf(g_right)
+        return bool(g.shape == g_right.shape and empty.any() and np.all(np.isfinite(g[empty]))
+                    and np.all(g[empty] <= -50))
+    except Exception:
+        return False
+
+
+def _masked_properties(keep):
+    """The edge cases of the masked tile step (8.2): the tile step's (:func:`tile_properties`), each with a mask
+    (``keep``; every pair kept for the +inf and NaN cases and for tiles of another shape), and a row whose kept
+    keys all score -inf."""
+    cases = []
+    for name, (g, s, a, x, V) in tile_properties(masked=True):
+        mask = keep if x.shape == keep.shape else np.ones(x.shape, bool)
+        if np.isnan(x).any() or np.isposinf(x).any():  # a kept +inf or NaN: masked ones are the ordinary cases
+            mask = np.ones(x.shape, bool)
+        cases.append((name, (g, s, a, x, V, mask)))
+    return cases
+
+
+@exercise("8.2", MASKED_MISTAKES, solution="masked_tile_step")
+def check_masked_tile_step(fn) -> CheckReport:
+    """Check ``fn(g, s, a, x_tile, v_tile, keep) -> (g_new, s_new, a_new)``: the tile step with a mask (8.2).
+
+    ``keep (B_r, B_c)`` boolean, True = attend. A masked key is absent whatever its score and value row hold (NaN
+    included); a row that has seen no key keeps ``(-inf, 0, 0)``. The property battery first
+    (:func:`_masked_properties`). Named mistakes: :data:`MASKED_MISTAKES`.
+    """
+    rng = np.random.default_rng(8)
+    X, V = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    V_nan = V.copy()
+    V_nan[3] = np.nan
+    keep = np.array([[True, True, False, False], [True, False, True, False], [True, True, True, False]])
+    empty = np.array([[False] * 4, [True, False, True, False], [False] * 4])
+    a = rng.standard_normal((3, 2))
+    V_inf = V.copy()
+    V_inf[3] = np.inf
+    X_bad = X.copy()
+    X_bad[0, 2], X_bad[1, 1], X_bad[2, 3] = np.nan, np.inf, np.nan  # masked pairs only
+    g0, s0 = np.array([0.5, 1.0, -1.0]), np.array([1.0, 2.0, 1.0])
+    cases = [
+        (_("a mask, every key finite"), (g0, s0, a, X, V, keep)),
+        (_("NaN in the value row of a key masked for every row"), (g0, s0, a, X, V_nan, keep)),
+        (_("+inf in the value row of a key masked for every row"), (g0, s0, a, X, V_inf, keep)),
+        (_("NaN and +inf in masked scores"), (g0, s0, a, X_bad, V, keep)),
+        (_("rows that have seen no key and still see none (a masked prefix)"),
+         (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V, empty)),
+    ]
+    report = check_function("check_masked_tile_step", fn, cases, tile_step_reference, MASKED_MISTAKES, n_out=3,
+                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
+                            properties=_masked_properties(keep))
+    inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[3][1])
+    return report
