@@ -32,7 +32,7 @@ from flashmath.inputs import prepare_attention_inputs
 from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
 from flashmath.traffic import attention_traffic, tile_traffic_table
-from flashmath.viz.live import check_dims, check_labels, index
+from flashmath.viz.axes import check_dims, check_labels, index
 from flashmath.viz.softmax import OVERFLOW_DTYPES, dtype_name
 
 __all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",

@@ -10,7 +10,7 @@ from PIL import Image
 
 import flashmath as fm
 from flashmath import viz
-from flashmath.viz import live
+from flashmath.viz import live, png
 
 pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
@@ -188,10 +188,8 @@ def test_the_pattern_example_in_the_live_module_runs():
     """The example in flashmath/viz/live.py's docstring is the template for new chapters: it must work."""
     import re
 
-    from flashmath import widgets
-
     example = re.search(r"Example, a new plot for a later chapter::\n\n(.*?)\n\n(?=\S)", live.__doc__, re.S).group(1)
-    namespace = {"np": np, "widgets": widgets, **{k: getattr(live, k) for k in dir(live) if not k.startswith("_")}}
+    namespace: dict = {}  # the example imports what it uses
     exec(compile("\n".join(line[4:] for line in example.splitlines()), "live.py example", "exec"), namespace)
     ui, picture, animation = namespace["ui"], namespace["picture"], namespace["animation"]
     assert ui.image.value[:4] == b"\x89PNG" and picture._repr_png_()[:4] == b"\x89PNG"
@@ -207,7 +205,7 @@ def test_encode_png_is_read_back_exactly(shape):
     rng = np.random.default_rng(sum(shape))
     rgb = rng.integers(0, 256, shape, dtype=np.uint8)
     rgb[1:2] = rgb[0:1]  # a row equal to the row above, as in most of a plot
-    with Image.open(io.BytesIO(viz.live.encode_png(rgb))) as image:
+    with Image.open(io.BytesIO(png.encode_png(rgb))) as image:
         assert image.mode == ("RGB" if shape[2] == 3 else "RGBA") and image.size == (shape[1], shape[0])
         np.testing.assert_array_equal(np.asarray(image), rgb)
 
@@ -231,7 +229,7 @@ def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
 
     from PIL import Image
 
-    rows = viz.live.PNG_BAND_ROWS
+    rows = png.PNG_BAND_ROWS
     rng = np.random.default_rng(5)
     height = 4 * rows + rows // 2  # 5 bands, the last one short
     rgb = np.full((height, 40, 4), 255, np.uint8)
@@ -240,21 +238,21 @@ def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
     for change in [None, (0, 1), (2 * rows + 3, 2 * rows + 4), (height - 1, height), (rows - 1, rows + 1)]:
         if change is not None:
             rgb[change[0]:change[1], 3:9, 1] += 17
-        png = viz.live.encode_png(rgb, bands=bands)
-        with Image.open(io.BytesIO(png)) as image:
+        data = png.encode_png(rgb, bands=bands)
+        with Image.open(io.BytesIO(data)) as image:
             np.testing.assert_array_equal(np.asarray(image), rgb)
-        whole = zlib.decompress(_idat(png))  # checks zlib's header and the Adler-32 of the rows too
-        assert zlib.decompress(_idat(viz.live.encode_png(rgb))) == whole  # the same filtered rows, fresh
+        whole = zlib.decompress(_idat(data))  # checks zlib's header and the Adler-32 of the rows too
+        assert zlib.decompress(_idat(png.encode_png(rgb))) == whole  # the same filtered rows, fresh
     kept = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
     rgb[3 * rows + 2, 0, 0] += 1  # one band (the fourth) changes: the others keep their compressed bytes
-    viz.live.encode_png(rgb, bands=bands)
+    png.encode_png(rgb, bands=bands)
     again = {start: band[1] for start, band in bands.items() if isinstance(start, int)}
     assert sorted(again) == [0, rows, 2 * rows, 3 * rows, 4 * rows]
     assert [again[s] is kept[s] for s in sorted(again)] == [True, True, True, False, True]
     rgb[4 * rows - 1, 5, 2] += 1  # the last row of a band: the next band's first row is filtered against it
-    viz.live.encode_png(rgb, bands=bands)
+    png.encode_png(rgb, bands=bands)
     assert [bands[s][1] is again[s] for s in sorted(again)] == [True, True, True, False, False]
-    with Image.open(io.BytesIO(viz.live.encode_png(rgb, bands=bands))) as image:
+    with Image.open(io.BytesIO(png.encode_png(rgb, bands=bands))) as image:
         np.testing.assert_array_equal(np.asarray(image), rgb)
 
 
@@ -275,7 +273,7 @@ def test_a_plots_png_is_its_pixels():
                                  np.zeros((4, 4, 2), np.uint8)])
 def test_encode_png_refuses_what_is_not_an_rgb_picture(bad):
     with pytest.raises(ValueError, match=r"\(height, width, 3 or 4\) uint8"):
-        viz.live.encode_png(bad)
+        png.encode_png(bad)
 
 
 def test_a_pixel_ratio_renders_the_same_picture_with_more_pixels():
@@ -350,80 +348,6 @@ def test_the_offline_player_refuses_markup_it_does_not_know(monkeypatch):
         monkeypatch.setattr(anim, "to_jshtml", lambda changed=changed, **kwargs: changed)
         with pytest.raises(ValueError, match="matplotlib's animation player changed"):
             viz.offline_jshtml(anim)
-
-
-@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
-def test_the_glyph_cache_draws_what_matplotlib_draws():
-    # the cache replays glyph bitmaps it recorded: a second draw, all from the cache, must be pixel for pixel the
-    # figure matplotlib's own Agg canvas draws (re-run this test whenever the matplotlib pin moves)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    def figure():
-        fig = Figure(figsize=(3, 2), dpi=100)
-        ax = fig.add_subplot()
-        ax.plot([0, 1], [0, 1])
-        ax.set_title("tile $B_r$ = 16")
-        ax.text(0.3, 0.5, "row n = 3", rotation=30)
-        return fig
-
-    plain = figure()
-    FigureCanvasAgg(plain).draw()
-    cached = figure()
-    canvas = live._GlyphCachingCanvas(cached)
-    canvas.draw()
-    kept = len(canvas.get_renderer()._texts)
-    canvas.draw()  # every text seen before: drawn from the kept bitmaps
-    assert kept > 0 and len(canvas.get_renderer()._texts) == kept
-    np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
-
-
-@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
-def test_new_texts_drawn_from_kept_pieces_and_glyphs_are_what_matplotlib_draws():
-    # a step's new title reuses the math pieces and the glyph bitmaps of the titles before it: drawn from those,
-    # every text must be pixel for pixel what matplotlib's own Agg canvas draws (rotated, mathtext with rules too)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    def figure(k):
-        fig = Figure(figsize=(3, 2), dpi=100)
-        ax = fig.add_subplot()
-        ax.plot([0, 1], [0, 1])
-        ax.set_title(f"step {k}: $B_r$ = {k + 7}, $x_{{{k}}}$ = {k / 7:.3f}")
-        ax.text(0.3, 0.5 + k / 97, f"row n = {k}", rotation=30)
-        ax.text(0.1, 0.2 + k / 89, rf"$\frac{{{k}}}{{2}}$ and $\sqrt{{g_m}}$")
-        ax.text(0.5, 0.1 + k / 83, "the same text, moved")  # its kept layout, at a new place
-        return fig
-
-    FigureCanvasAgg(figure(0)).draw()  # matplotlib's own mathtext parser built first, as in a notebook
-    canvas = live._GlyphCachingCanvas(figure(0))
-    for k in range(1, 6):  # new texts at new positions: each drawn from kept pieces and glyphs, none whole
-        canvas.figure = figure(k)
-        canvas.figure.set_canvas(canvas)
-        canvas.draw()
-        plain = figure(k)
-        FigureCanvasAgg(plain).draw()
-        np.testing.assert_array_equal(np.asarray(plain.canvas.buffer_rgba()), np.asarray(canvas.buffer_rgba()))
-    renderer = canvas.get_renderer()
-    assert renderer._glyphs and renderer._layouts and renderer.mathtext_parser._parser._pieces
-
-
-@pytest.mark.skipif(not live.GLYPH_CACHE, reason="live plots keep glyph bitmaps only on matplotlib >= 3.11")
-@pytest.mark.parametrize("fontsize", [8, 11])
-def test_mathtext_pieces_parsed_once_lay_out_as_matplotlib_does(fontsize):
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.mathtext import MathTextParser
-
-    plain, pieces = MathTextParser("path"), live._PieceMathTextParser("path")
-    strings = [f"step i = {i}: $x_{{{i}}}$ = {i / 3:.3f}, $g_i$ = 0.456, $s_i$ = 1.2345" for i in range(4)]
-    strings += [r"m = 3: $x_m$ = 1.5, $\|A'_m - A\|$ = 2e-3", r"a \$ b $x$ c", r"$\operatorname{sin}^2 x$ $a_2$",
-                "$a$$b$", "$e^{g_{i-1}-g_i}$", "no math", "$x$"]
-    for s in strings * 2:  # the second time, from the kept pieces
-        a, b = (parser.parse(s, 160, FontProperties(size=fontsize)) for parser in (plain, pieces))
-        assert (a.width, a.height, a.depth, a.rects) == (b.width, b.height, b.depth, b.rects), s
-        assert [(g[0].fname, *g[1:]) for g in a.glyphs] == [(g[0].fname, *g[1:]) for g in b.glyphs], s
-    with pytest.raises(ValueError):
-        pieces.parse("$x_$", 160, FontProperties(size=fontsize))  # a bad string: matplotlib's own error
 
 
 def test_a_background_drawn_in_layers_is_the_full_draws_picture():

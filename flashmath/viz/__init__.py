@@ -6,6 +6,11 @@ instance each: a widget (:mod:`flashmath.widgets`), a static picture (the ``plot
 inline backend) and a JavaScript animation (:func:`animate_steps`). Axis limits are fixed over all steps so that a
 slider or an animation never makes the axes jump.
 
+Beside the plots, one module per job: :mod:`~flashmath.viz.live` (the pattern: ``LivePlot``, ``Picture``),
+:mod:`~flashmath.viz.frames` (animations and strips of key frames), :mod:`~flashmath.viz.png` (a widget's PNG
+bytes), :mod:`~flashmath.viz.axes` (the argument checks and axis helpers the plots share) and
+:mod:`~flashmath.viz.style` (size, density and colours).
+
 Index convention: in the math, steps and keys count from 1 (``x_1..x_N``, keys ``m = 1..M``; state 0 = nothing
 seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy index.
 """
@@ -18,23 +23,12 @@ from flashmath.viz.attention import (
                                      plot_one_loop_step,
                                      plot_scale_step,
 )
-from flashmath.viz.live import (
-                                     DPI,
-                                     HOLD,
-                                     JUMP,
-                                     PIXEL_RATIO,
-                                     SEEN,
-                                     UNSEEN,
-                                     LivePlot,
-                                     Picture,
-                                     animate_steps,
-                                     figure_signature,
-                                     offline_jshtml,
-                                     strip,
-)
+from flashmath.viz.frames import animate_steps, offline_jshtml, strip
+from flashmath.viz.live import LivePlot, Picture, figure_signature
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.splitkv import SplitKVPlot
+from flashmath.viz.style import DPI, HOLD, JUMP, PIXEL_RATIO, SEEN, UNSEEN
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 from flashmath.viz.variants import MaskExplorerPlot, plot_gqa_heads, plot_mask_example, plot_paged_cache

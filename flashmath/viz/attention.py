@@ -8,24 +8,9 @@ from matplotlib.patches import Patch
 
 from flashmath._checks import integer
 from flashmath.i18n import gettext as _
-from flashmath.viz.live import (
-    DIM_COLORS,
-    DPI,
-    HOLD,
-    JUMP,
-    LEGEND_ABOVE,
-    SEEN,
-    UNSEEN,
-    LivePlot,
-    check_dims,
-    check_labels,
-    finite_or_nan,
-    index,
-    limits,
-    recolor,
-    set_heights,
-    top,
-)
+from flashmath.viz.axes import check_dims, check_labels, finite_or_nan, index, limits, recolor, set_heights, top
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
 
 __all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step",
            "plot_scale_step"]

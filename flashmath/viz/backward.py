@@ -15,7 +15,9 @@ from matplotlib.colors import ListedColormap
 
 from flashmath.backward import DQ_MODES, check_dq_mode
 from flashmath.i18n import gettext as _
-from flashmath.viz.live import DPI, LivePlot, index
+from flashmath.viz.axes import index
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI
 
 __all__ = ["BackwardSweepPlot", "plot_loss_curves"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from flashmath.hardware import GPUS, tile_bytes
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, JUMP, SEEN
 
 __all__ = ["KernelMemoryPlot", "plot_kernel_timings", "BLOCK_SIZES", "WARPS", "STAGES"]
 

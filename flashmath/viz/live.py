@@ -7,14 +7,12 @@ is then frozen. A picture for a widget is blitted: the axes, ticks, labels and l
 background, and a step restores it and draws only the live artists before a fast PNG encoding, instead of a new
 figure, a new layout, every tick label and a tight-cropped export. An update that changes the background (axis
 limits, say) calls ``self.redraw_background()`` (with a key naming that background, it is kept and restored when a
-step comes back to it; quantised limits, :func:`nice_limits`, keep such changes rare; naming the few artists that
-change, ``changed=[ax.yaxis]``, redraws only those over a kept base). More savings keep a step, even to a state
-never shown before, within about 50 ms on two cores at two device pixels per CSS pixel: runs of live bars are
-drawn as one collection; the canvas keeps the glyph bitmaps of texts it drew (a text is laid out and rendered
-once) and of each glyph at each fraction of a pixel (a new title is mostly glyphs drawn before); mathtext is
-parsed piece by piece, each ``$...$`` once (a title whose math stays the same, ``$x_i$ = 0.25``, parses no math
-at a new step: write titles so); and the PNG is compressed in bands of rows, of which only those a step changed
-are compressed again (:func:`encode_png`). Each of these draws the pixels matplotlib draws (tests/test_viz.py).
+step comes back to it; quantised limits, :func:`flashmath.viz.axes.nice_limits`, keep such changes rare; naming
+the few artists that change, ``changed=[ax.yaxis]``, redraws only those over a kept base). Two more savings keep a
+step, even to a state never shown before, within about 50 ms on two cores at two device pixels per CSS pixel
+(``python -m flashmath.bench sliders``): runs of live bars are drawn as one collection, and the PNG is compressed
+in bands of rows, of which only those a step changed are compressed again (:func:`flashmath.viz.png.encode_png`).
+Each draws the pixels matplotlib draws (tests/test_viz.py); texts are left to matplotlib's own Agg renderer.
 One class serves the three views of a plot, each with its own instance:
 
 - the widget: :func:`flashmath.widgets.live_widget` puts ``plot.png()`` into an ``ipywidgets.Image`` after each
@@ -23,9 +21,17 @@ One class serves the three views of a plot, each with its own instance:
   size (:attr:`LivePlot.css_size`), so the picture is neither stretched nor blurred on a high-density screen;
 - the static picture (GitHub, nbviewer): ``plot.update(step=...)``, then display ``plot`` (``_repr_png_``);
   the ``plot_*`` functions of :mod:`flashmath.viz` do this through pyplot, so Jupyter's inline backend shows it;
-- the JavaScript animation: :func:`animate_steps` over the same ``update``.
+- the JavaScript animation: :func:`flashmath.viz.frames.animate_steps` over the same ``update``.
 
 Example, a new plot for a later chapter::
+
+    import numpy as np
+
+    from flashmath import widgets
+    from flashmath.viz.axes import index
+    from flashmath.viz.frames import animate_steps
+    from flashmath.viz.live import LivePlot
+    from flashmath.viz.style import DPI, SEEN, UNSEEN
 
     class SquarePlot(LivePlot):
         def __init__(self, xs, *, step=0, figsize=(4.0, 3.0), dpi=DPI, pyplot=False):
@@ -53,41 +59,22 @@ Nothing here computes softmax or attention: the plots draw traces computed by :m
 
 from __future__ import annotations
 
-import base64
 import io
-import math
-import re
-import struct
 import zlib
-from collections.abc import Sized
-from typing import Any, cast
+from typing import Any
 
-import matplotlib
 import numpy as np
-from matplotlib import _mathtext, animation
-from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.mathtext import MathTextParser
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from flashmath._checks import integer, size
+from flashmath._checks import integer
+from flashmath.viz.png import encode_png
+from flashmath.viz.style import DPI
 
-__all__ = ["LivePlot", "Picture", "animate_steps", "offline_jshtml", "strip", "figure_signature", "encode_png", "DPI",
-           "PIXEL_RATIO"]
-
-DPI = 80  # dots per inch of live pictures: 8 inches are 640 (CSS) pixels, readable, and quick to draw and encode
-PIXEL_RATIO = 2  # a widget's picture has 2 x 2 device pixels per CSS pixel: sharp on high-density screens too
-PNG_COMPRESS_LEVEL = 1  # zlib level: 1 encodes several times faster than the default 6, for a slightly larger PNG
-PNG_BAND_ROWS = 16  # rows per separately compressed band of a widget's PNG (encode_png's bands)
-
-SEEN = "#1f77b4"
-UNSEEN = "#c7c7c7"
-JUMP = "#d62728"
-HOLD = "#7f7f7f"
-DIM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]  # output dimensions drawn side by side
-LEGEND_ABOVE: dict[str, Any] = dict(loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
+__all__ = ["LivePlot", "Picture", "figure_signature"]
 
 
 class LivePlot:
@@ -114,7 +101,7 @@ class LivePlot:
             self.fig = plt.figure(figsize=figsize, dpi=dpi, layout="constrained")
         else:
             self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
-            (_GlyphCachingCanvas if GLYPH_CACHE else FigureCanvasAgg)(self.fig)
+            FigureCanvasAgg(self.fig)
         self.state: dict = {}
         self.dpi = dpi  # dots per inch of one CSS pixel per dot; the figure has dpi * pixel_ratio
         self.pixel_ratio = 1
@@ -374,235 +361,26 @@ class LivePlot:
         return self.png()
 
 
-#: Whether live plots keep the glyph bitmaps of texts they drew (:class:`_GlyphCachingRenderer`): only on the
-#: matplotlib it was checked on, pixel for pixel (3.11: each ``draw_text`` hands the renderer glyph images; older
-#: releases hand it the font object, and their ``Text`` has no font features).
-GLYPH_CACHE = tuple(int(part) for part in re.findall(r"\d+", matplotlib.__version__)[:2]) >= (3, 11)
+class Picture:
+    """A PNG picture that Jupyter shows (the last expression of a cell). ``data``: the PNG bytes."""
+
+    def __init__(self, data: bytes):
+        self.data = bytes(data)
+        self.width, self.height = Image.open(io.BytesIO(self.data)).size
+
+    def _repr_png_(self) -> bytes:
+        return self.data
+
+    def __repr__(self) -> str:  # the text/plain beside the picture: short, and the same on every machine
+        return f"<flashmath picture, {self.width} x {self.height} pixels>"
 
 
-class _GlyphRecorder:
-    """Stands in for a RendererAgg's C++ renderer while one text is drawn: forwards every call, and keeps each
-    glyph bitmap drawn (``draw_text_image``) with its place relative to the text's integer origin."""
-
-    def __init__(self, renderer, x0: int, y0: int):
-        self.renderer, self.x0, self.y0 = renderer, x0, y0
-        self.glyphs: list | None = []  # None: something else than a glyph was drawn (a mathtext rule): not kept
-
-    def draw_text_image(self, image, x, y, angle, gc):
-        if self.glyphs is not None:
-            self.glyphs.append((np.array(image), x - self.x0, y - self.y0, angle))
-        return self.renderer.draw_text_image(image, x, y, angle, gc)
-
-    def __getattr__(self, name):
-        if self.glyphs is not None and name.startswith("draw"):
-            self.glyphs = None
-        return getattr(self.renderer, name)
-
-
-class _GlyphCachingRenderer(RendererAgg):
-    """Matplotlib's Agg renderer that keeps the glyph bitmaps of every text it draws, keyed by the text, its font,
-    its angle and the fraction of a pixel of its position, and redraws a text seen before from them.
-
-    Matplotlib (3.11) lays out and renders every glyph of a text in Python each time it is drawn; a widget's step
-    redraws its live texts (node labels, titles) and a new background its tick labels, mostly texts seen at a
-    step before. A glyph's bitmap depends on the pixel fraction of its position, not on the whole pixels, so a
-    text at the same fraction of a pixel is the same bitmaps shifted: pixel for pixel what matplotlib draws.
-    """
-
-    MAX_TEXTS = 4096  # texts kept; past this the cache starts again
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._texts: dict = {}
-        self.mathtext_parser = _PieceMathTextParser("path")  # what RendererAgg uses, math pieces parsed once
-        self._glyphs: dict = {}  # one glyph's bitmap at a fraction of a pixel (see _draw_text_glyphs_and_boxes)
-        self._layouts: dict = {}  # a plain text's glyphs and their places (see _draw_plain_text)
-
-    def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
-        if ismath == "TeX":  # pragma: no cover - the course does not use TeX
-            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-        x0, y0 = math.floor(x), math.floor(y)
-        features = (tuple(mtext.get_fontfeatures() or ()), mtext.get_language()) if mtext is not None else None
-        key = (s, hash(prop), bool(ismath), angle, x - x0, y - y0, gc.get_antialiased(), features, self.dpi)
-        glyphs = self._texts.get(key)
-        if glyphs is not None:
-            for image, dx, dy, image_angle in glyphs:
-                self._renderer.draw_text_image(image, x0 + dx, y0 + dy, image_angle, gc)
-            return None
-        renderer, recorder = self._renderer, _GlyphRecorder(self._renderer, x0, y0)
-        self._renderer = recorder
-        try:
-            if ismath:
-                super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-            else:
-                self._draw_plain_text(gc, x, y, s, prop, angle, mtext)
-        finally:
-            self._renderer = renderer
-        if recorder.glyphs is not None:
-            if len(self._texts) >= self.MAX_TEXTS:
-                self._texts.clear()
-            self._texts[key] = recorder.glyphs
-        return None
-
-
-    def _draw_plain_text(self, gc, x, y, s, prop, angle, mtext) -> None:
-        """Matplotlib's (3.11) RendererAgg.draw_text of a text without math, its layout kept: which glyphs, and
-        where relative to the text's origin, depends on the string, the font, its size, the dpi and the layout
-        options, not on where the text is drawn (a tick label on new axis limits, a node label that moved)."""
-        from matplotlib.backends.backend_agg import get_hinting_flag
-        from matplotlib.font_manager import fontManager, get_font
-
-        font = get_font(fontManager._find_fonts_by_props(prop))  # both cached by matplotlib
-        features = mtext.get_fontfeatures() if mtext is not None else None
-        language = mtext.get_language() if mtext is not None else None
-        size = prop.get_size_in_points()
-        flags = get_hinting_flag()
-        key = (s, font, size, self.dpi, flags, tuple(features) if features else None, language)
-        glyphs = self._layouts.get(key)
-        if glyphs is None:
-            font.clear()  # as RendererAgg._prepare_font
-            font.set_size(size, self.dpi)
-            glyphs = [(item.ft_object, size, item.glyph_index, 0, 1, item.x, item.y)
-                      for item in font._layout(s, flags=flags, features=features, language=language)]
-            if len(self._layouts) >= self.MAX_TEXTS:
-                self._layouts.clear()
-            self._layouts[key] = glyphs
-        self._draw_text_glyphs_and_boxes(gc, x, y, angle, glyphs, [])
-
-    MAX_GLYPHS = 65536  # glyph bitmaps kept (a few hundred bytes each); past this the cache starts again
-
-    def _draw_text_glyphs_and_boxes(self, gc, x, y, angle, glyphs, boxes):
-        """Matplotlib's (3.11) drawing of a text's glyphs, each glyph's bitmap kept for the next time the glyph is
-        drawn at the same fraction of a pixel (most glyphs of a new text were drawn before: the title of the next
-        step); the boxes (mathtext's rules) are matplotlib's own."""
-        from matplotlib.backends.backend_agg import get_hinting_flag
-        from matplotlib.ft2font import RenderMode
-
-        cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-        load_flags = get_hinting_flag()
-        antialiased = gc.get_antialiased()
-        height = self.height
-        transforms: dict = {}
-        kept_glyphs = self._glyphs
-        for font, points, glyph_index, slant, extend, dx, dy in glyphs:  # dy is upwards
-            # the 26.6 fixed-point position matplotlib gives FreeType, in whole pixels and 64ths of a pixel
-            x64 = round(0x40 * (x + dx * cos - dy * sin))
-            y64 = round(0x40 * (height - y + dx * sin + dy * cos))
-            key = (font, points, self.dpi, angle, slant, extend, glyph_index, load_flags, antialiased,
-                   x64 & 63, y64 & 63)
-            kept = kept_glyphs.get(key)
-            if kept is None:
-                matrix = transforms.get((slant, extend))
-                if matrix is None:
-                    matrix = transforms[slant, extend] = (
-                        (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]])
-                        .round().astype(int))
-                font.set_size(points, self.dpi)
-                font._set_transform(matrix, [x64, y64])
-                bitmap = font._render_glyph(glyph_index, load_flags,
-                                            RenderMode.NORMAL if antialiased else RenderMode.MONO)
-                buffer = np.array(bitmap.buffer)  # a copy: FreeType reuses its bitmap
-                if not antialiased:
-                    buffer *= 0xff
-                if len(kept_glyphs) >= self.MAX_GLYPHS:
-                    kept_glyphs.clear()
-                # the bitmap's corner relative to the whole pixels of the position: a whole-pixel shift of the
-                # position shifts the bitmap by as many pixels, nothing else
-                kept = kept_glyphs[key] = (buffer, bitmap.left - (x64 >> 6), bitmap.top - (y64 >> 6))
-            buffer, left, top = kept
-            # draw_text_image's y is downwards & the bitmap bottom side
-            self._renderer.draw_text_image(buffer, left + (x64 >> 6), int(height) - (top + (y64 >> 6))
-                                           + buffer.shape[0], 0, gc)
-        if boxes:
-            super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
-
-
-class _PieceParser(_mathtext.Parser):
-    """Matplotlib's mathtext parser that parses each piece of a string once: a text piece and a ``$...$`` piece
-    are laid out (as boxes of glyphs) the first time they are met, then reused in the strings that hold them.
-
-    Matplotlib parses a string with math (``"step t = 3: $B_r$ = 8"``) as text and math pieces, each laid out on
-    its own with a state that depends only on the fonts, the size and the dpi, then set side by side in one
-    horizontal list; it parses the whole string anew for every new string, with pyparsing (milliseconds per math
-    piece). A widget's title changes its numbers at each step, not its math: here only the new pieces are parsed.
-    Kept: each piece's boxes (matplotlib never changes them after the parse), keyed by the piece and by what the
-    state holds (fonts, size, dpi and the text and mathtext rcParams); the font set of a context is kept too, with
-    the glyph metrics it loaded. The result is the parse matplotlib makes, box for box (tests/test_viz.py).
-    """
-
-    MAX_PIECES = 4096  # pieces kept; past this the cache starts again
-
-    def __init__(self):
-        super().__init__()  # binds the grammar's actions to this instance's non_math and math_string
-        self._pieces: dict = {}
-        self._fontsets: dict = {}
-        self._context = None
-
-    def parse(self, s, fonts_object, fontsize, dpi):
-        rc = tuple(repr(matplotlib.rcParams[key]) for key in _RC_KEYS)
-        fonts_key = (type(fonts_object), fonts_object.default_font_prop, fonts_object.load_glyph_flags, rc)
-        fonts_object = self._fontsets.setdefault(fonts_key, fonts_object)
-        self._context = (fonts_key, fontsize, dpi)
-        try:
-            return super().parse(s, fonts_object, fontsize, dpi)
-        finally:
-            self._context = None
-
-    def _keep(self, key, hlist) -> None:
-        if len(self._pieces) >= self.MAX_PIECES:
-            self._pieces.clear()
-        self._pieces[key] = hlist
-
-    def non_math(self, toks):
-        key = ("text", toks[0], self._context)
-        hlist = self._pieces.get(key) if self._context is not None else None
-        if hlist is not None:
-            super().non_math([""])  # the state change that parsing a text piece ends with (into math)
-            return [hlist]
-        result = super().non_math(toks)
-        if self._context is not None:
-            self._keep(key, result[0])
-        return result
-
-    def math_string(self, toks):
-        key = ("math", toks[0], self._context)
-        hlist = self._pieces.get(key) if self._context is not None else None
-        if hlist is not None:
-            self.pop_state()  # the state change that parsing a math piece ends with (back out of math)
-            return [hlist]
-        before = (len(self._state_stack), self._needs_space_after_subsuper)
-        result = super().math_string(toks)
-        # kept only when the piece starts and ends in the state any math piece starts and ends in
-        if self._context is not None and len(result) == 1 and before == (len(self._state_stack) + 1, False) \
-                and not self._needs_space_after_subsuper:
-            self._keep(key, result[0])
-        return result
-
-
-#: The rcParams a mathtext layout may depend on (fonts, sizes, hinting): part of :class:`_PieceParser`'s keys.
-_RC_KEYS = tuple(key for key in matplotlib.rcParams if key.startswith(("mathtext.", "font.", "text.")))
-
-
-class _PieceMathTextParser(MathTextParser):
-    """Matplotlib's MathTextParser with a :class:`_PieceParser` (shared by all live plots, like matplotlib's)."""
-
-    def __init__(self, output):
-        super().__init__(output)
-        # built at the first use, as matplotlib builds its own (which, once built, this class would inherit)
-        if not isinstance(type(self).__dict__.get("_parser"), _PieceParser):
-            type(self)._parser = _PieceParser()
-
-
-class _GlyphCachingCanvas(FigureCanvasAgg):
-    """An Agg canvas whose renderer is a :class:`_GlyphCachingRenderer` (a live plot's canvas)."""
-
-    def get_renderer(self):
-        w, h = self.get_width_height(physical=True)
-        key = w, h, self.figure.dpi
-        if self._lastKey != key:
-            self.renderer = _GlyphCachingRenderer(w, h, self.figure.dpi)
-            self._lastKey = key
-        return self.renderer
+def figure_signature(fig) -> bytes:
+    """The rendered pixels of a figure (or a :class:`LivePlot`), for tests that check a picture changed."""
+    if isinstance(fig, LivePlot):
+        return fig.rgb().tobytes()  # what the widget sends, blitted
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].tobytes()
 
 
 def _extents(artist, renderer, pad: float) -> list:
@@ -624,337 +402,3 @@ def _plain_bar(artist) -> bool:
     return (type(artist) is Rectangle and artist.angle == 0 and artist.get_hatch() is None
             and artist.get_linestyle() in ("solid", "-") and not artist.get_path_effects()
             and artist.get_zorder() == Rectangle.zorder and artist.get_sketch_params() is None)
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _adler32_combine(adler1: int, adler2: int, length2: int) -> int:
-    """The Adler-32 of ``a + b`` from those of ``a`` and ``b`` and ``len(b)`` (zlib's adler32_combine)."""
-    base = 65521
-    rem = length2 % base
-    sum1 = adler1 & 0xFFFF
-    sum2 = (rem * sum1) % base
-    sum1 = (sum1 + (adler2 & 0xFFFF) + base - 1) % base
-    sum2 = (sum2 + ((adler1 >> 16) & 0xFFFF) + ((adler2 >> 16) & 0xFFFF) + base - rem) % base
-    return sum1 | (sum2 << 16)
-
-
-def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL, *, bands: dict | None = None) -> bytes:
-    """A ``(height, width, 3)`` (RGB) or ``(height, width, 4)`` (RGBA) uint8 picture as PNG bytes, each row but
-    the first with PNG's "Up" filter.
-
-    Pillow chooses a filter for every row by trying all five (PNG specification, section 9), which takes most of
-    its encoding time and cannot be turned off for RGB; a plot is mostly rows equal to the row above, which the Up
-    filter turns into zeros for zlib. At 1280 x 960 pixels this is about three times faster than Pillow at zlib
-    level 1, for a file of the same size. Any PNG reader decodes it (tests/test_viz.py reads it back with Pillow).
-    (An opaque RGBA picture is not turned into RGB first: taking three bytes of four costs more than zlib saves.)
-
-    ``bands``: a dict kept between calls for pictures that change a little at a time (a widget's steps). The
-    rows are compressed in bands of :data:`PNG_BAND_ROWS` rows, each its own run of deflate blocks ended by a
-    sync flush (RFC 1951 blocks may follow one another at any byte boundary), with its own Adler-32 (combined into
-    the stream's), and a band whose pixels, and the row above them, are those of the previous call reuses its
-    compressed bytes: only the bands a step changed are filtered and compressed again.
-
-    Raises:
-        ValueError: ``rgb`` is not a non-empty ``(height, width, 3 or 4)`` uint8 array.
-    """
-    rgb = np.asarray(rgb)
-    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] not in (3, 4) or 0 in rgb.shape:
-        raise ValueError(f"rgb must be a non-empty (height, width, 3 or 4) uint8 array, got {rgb.dtype} {rgb.shape}")
-    height, width, channels = rgb.shape
-    if bands is None:
-        bands = {}
-    if bands.get("shape") != (rgb.shape, level):
-        bands.clear()
-        bands["shape"] = (rgb.shape, level)
-    flat = rgb.reshape(height, width * channels)
-    parts, adler = [], 1
-    for start in range(0, height, PNG_BAND_ROWS):
-        stop = min(start + PNG_BAND_ROWS, height)
-        above = max(start - 1, 0)
-        raw = flat[above:stop].tobytes()  # the band and the row above it (which its first row is filtered with)
-        kept = bands.get(start)
-        if kept is None or kept[0] != raw:
-            filtered = np.empty((stop - start, 1 + width * channels), np.uint8)  # filter type, filtered bytes
-            filtered[:, 0] = 2  # Up: each byte minus the byte above it, modulo 256
-            if start == 0:
-                filtered[0, 0], filtered[0, 1:] = 0, flat[0]  # None: the first row has no row above
-                np.subtract(flat[1:stop], flat[:stop - 1], out=filtered[1:, 1:])
-            else:
-                np.subtract(flat[start:stop], flat[above:stop - 1], out=filtered[:, 1:])
-            deflate = zlib.compressobj(level, zlib.DEFLATED, -15)  # raw deflate: no header of its own
-            kept = bands[start] = (raw, deflate.compress(filtered.data) + deflate.flush(zlib.Z_SYNC_FLUSH),
-                                   zlib.adler32(filtered.data), filtered.size)
-        parts.append(kept[1])
-        adler = _adler32_combine(adler, kept[2], kept[3])
-    parts.append(zlib.compressobj(level, zlib.DEFLATED, -15).flush())  # an empty final block
-    # zlib's stream (RFC 1950): header 78 01 (deflate, 32 KiB window, fastest), blocks, Adler-32 of the rows
-    data = b"\x78\x01" + b"".join(parts) + struct.pack(">I", adler)
-    color_type = 2 if channels == 3 else 6  # RGB or RGBA
-    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)  # 8 bits, deflate, adaptive filters
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
-            + _png_chunk(b"IEND", b""))
-
-
-def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: int = 500):
-    """A :class:`matplotlib.animation.FuncAnimation` that shows ``plot.update(**{name: s})`` for ``s`` in ``steps``
-    (the plot's other state keywords keep their values).
-
-    ``.to_jshtml()`` gives a self-contained HTML player that works without a kernel (nbviewer, GitHub's static
-    view); every frame is stored in it as a PNG, so keep the plot's ``dpi`` and the number of steps modest.
-
-    Args:
-        plot: a :class:`LivePlot` made for the animation (its own instance; ``pyplot=False``).
-        steps: the states to show, in order (default ``0..len(plot)``, for plots that have a length).
-        name: the keyword of ``plot.update`` that the steps feed.
-        interval: milliseconds between frames.
-
-    Returns:
-        the animation (its figure is ``plot.fig``).
-
-    Raises:
-        TypeError: ``plot`` is not a LivePlot. ValueError: no steps.
-    """
-    if not isinstance(plot, LivePlot):
-        raise TypeError(f"plot must be a flashmath.viz LivePlot (e.g. viz.OnlineSoftmaxPlot(trace)), "
-                        f"got {type(plot).__name__}")
-    steps = list(range(len(cast(Sized, plot)) + 1)) if steps is None else list(steps)
-    if not steps:
-        raise ValueError("steps must list at least one step")
-    interval = integer(interval, "interval (milliseconds between frames)")
-    plot._unblit()
-
-    def frame(step):
-        plot.update(**{**plot.state, name: step})  # the other keywords (an order, a dtype) stay as they are
-        return plot.fig.axes
-
-    return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False,
-                                   cache_frame_data=False)
-
-
-def _icon(path: str) -> str:
-    """A player button's icon as inline SVG in the button's text colour: drawn the same with any font."""
-    return (f'<svg viewBox="0 0 16 16" width="12" height="12" fill="currentColor" aria-hidden="true" '
-            f'focusable="false" style="vertical-align: middle"><path d="{path}"/></svg>')
-
-
-#: The buttons of matplotlib's JavaScript player as inline SVG: its ``to_jshtml`` draws them with Font Awesome icons
-#: loaded from a CDN (``matplotlib/_animation_data.py``), which are blank without a network, and Unicode characters
-#: instead (⏮ ⏸ ⏭) are empty boxes where the system fonts lack them (a Debian with only DejaVu and Liberation).
-#: Each button keeps matplotlib's ``title`` and ``aria-label``, which name it.
-_PLAYER_ICONS = {
-    "fa-minus": _icon("M2 7h12v2H2z"),
-    "fa-fast-backward": _icon("M1 2h2v12H1zM9 2 3 8l6 6zM15 2 9 8l6 6z"),
-    "fa-step-backward": _icon("M2 2h3v12H2zM14 2 5 8l9 6z"),
-    "fa-play fa-flip-horizontal": _icon("M13 2 3 8l10 6z"),
-    "fa-pause": _icon("M3 2h4v12H3zM9 2h4v12H9z"),
-    "fa-play": _icon("M3 2l10 6-10 6z"),
-    "fa-step-forward": _icon("M2 2l9 6-9 6zM11 2h3v12h-3z"),
-    "fa-fast-forward": _icon("M1 2l6 6-6 6zM7 2l6 6-6 6zM13 2h2v12h-2z"),
-    "fa-plus": _icon("M7 2h2v5h5v2H9v5H7V9H2V7h5z"),
-}
-
-# matplotlib's player: an <img> without a src, and a script that fills it with the first of its embedded frames
-_PLAYER_IMG = re.compile(r'<img id="(_anim_img\w+)">')
-_PLAYER_START = "setTimeout(function() {"
-_FIRST_FRAME = re.compile(r'^( *)frames\[0\] = "(data:image/([\w+]+);base64,[A-Za-z0-9+/=\\\n]*)"\n', re.MULTILINE)
-
-
-def offline_jshtml(anim: animation.Animation, **kwargs) -> str:
-    """``anim.to_jshtml(**kwargs)`` that shows its picture wherever it is opened, with no web access.
-
-    Changes to matplotlib's player:
-
-    - its buttons are drawn as inline SVG (``_PLAYER_ICONS``): no stylesheet or font fetched from the web
-      (matplotlib's player takes its icons from Font Awesome on a CDN) and no character the fonts may lack;
-    - its picture's ``<img>`` holds the first frame and its size in the HTML itself, where matplotlib's script sets
-      the ``src`` later: with JupyterLab's default notebook windowing (``content-visibility: auto``), Chromium laid
-      a picture out at 0 x 0 px when the script gave it its ``src`` while its cell was off-screen, and showed it only
-      when the cell was clicked (the buttons then moved down by the picture's height, so that the first click on
-      Play was lost). The first frame is stored once: the script takes it from the ``<img>``. Without the script
-      (an untrusted notebook, a static viewer) the first frame still shows.
-
-    Raises:
-        ValueError: the player's markup is not the one expected (a matplotlib release changed it).
-    """
-    html = anim.to_jshtml(**kwargs)
-    changed = "matplotlib's animation player changed: flashmath.viz.offline_jshtml expects "
-    html, n_links = re.subn(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "", html)
-    n_icons = 0
-    for css, icon in sorted(_PLAYER_ICONS.items(), key=lambda item: -len(item[0])):  # "fa-play fa-flip..." first
-        html, n = re.subn(rf'<i class="fa {re.escape(css)}"></i>', icon, html)
-        n_icons += n
-    if n_links != 1 or n_icons != len(_PLAYER_ICONS) or 'class="fa ' in html:
-        raise ValueError(changed + "Font Awesome icons and one stylesheet link")
-    images, first = _PLAYER_IMG.findall(html), _FIRST_FRAME.search(html)
-    starts = html.count(_PLAYER_START)
-    if len(images) != 1 or first is None or starts != 1 or html.index(_PLAYER_START) < first.end():
-        raise ValueError(changed + "one <img>, the embedded frames, then the player made in a setTimeout")
-    src = first.group(2).replace("\\\n", "")
-    size_attrs = ""
-    if first.group(3) in ("png", "jpeg"):
-        width, height = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).size
-        size_attrs = f' width="{width}" height="{height}"'
-    # the first frame's data once, in the <img>; the script reads it back where it makes the player (in matplotlib's
-    # setTimeout, "to make sure all the above elements are created")
-    html = html[:first.start()] + html[first.end():]
-    read_back = '\n        frames[0] = document.getElementById(img_id).getAttribute("src");'
-    html = html.replace(_PLAYER_START, _PLAYER_START + read_back)
-    return _PLAYER_IMG.sub(lambda m: f'<img id="{m.group(1)}" src="{src}"{size_attrs}>', html)
-
-
-class Picture:
-    """A PNG picture that Jupyter shows (the last expression of a cell). ``data``: the PNG bytes."""
-
-    def __init__(self, data: bytes):
-        self.data = bytes(data)
-        self.width, self.height = Image.open(io.BytesIO(self.data)).size
-
-    def _repr_png_(self) -> bytes:
-        return self.data
-
-    def __repr__(self) -> str:  # the text/plain beside the picture: short, and the same on every machine
-        return f"<flashmath picture, {self.width} x {self.height} pixels>"
-
-
-def strip(plot: LivePlot, states, *, columns: int | None = None) -> Picture:
-    """Key frames of a plot side by side, in one PNG: the static view of a slider for GitHub and nbviewer.
-
-    Args:
-        plot: a :class:`LivePlot` (its own instance; its ``dpi`` sets the frame size).
-        states: the states to show, each a dict of ``update`` keywords, in reading order.
-        columns: frames per row (default: all in one row).
-
-    Returns:
-        :class:`Picture`.
-
-    Raises:
-        ValueError: no states, or ``columns`` below 1.
-    """
-    states = list(states)
-    if not states:
-        raise ValueError("states must list at least one state")
-    columns = len(states) if columns is None else size(columns, "columns", 1)
-    frames = [Image.fromarray(np.ascontiguousarray(plot.update(**state).rgb())) for state in states]
-    width, height = frames[0].size
-    rows = -(-len(frames) // columns)
-    sheet = Image.new("RGB", (columns * width, rows * height), "white")
-    for k, frame in enumerate(frames):
-        sheet.paste(frame, ((k % columns) * width, (k // columns) * height))
-    buffer = io.BytesIO()
-    # stored in a notebook: small beats fast here (a 128-colour palette keeps plots crisp at half the size)
-    sheet.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(buffer, format="png", optimize=True)
-    return Picture(buffer.getvalue())
-
-
-def figure_signature(fig) -> bytes:
-    """The rendered pixels of a figure (or a :class:`LivePlot`), for tests that check a picture changed."""
-    if isinstance(fig, LivePlot):
-        return fig.rgb().tobytes()  # what the widget sends, blitted
-    fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba())[..., :3].tobytes()
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Argument checks and axis limits shared by the plots
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def index(value, name: str, stop: int, what: str = "") -> int:
-    """``value`` as a Python int in ``0..stop-1``; TypeError for a non-integer (bools too), ValueError outside."""
-    value = integer(value, name)
-    if not 0 <= value < stop:
-        raise ValueError(f"{name} must be in 0..{stop - 1}{what}, got {value}")
-    return value
-
-
-def check_labels(labels, n: int, what: str) -> list | None:
-    """``labels`` as a list of ``n`` strings with ``$`` escaped (so that a token is drawn as written, never parsed
-    as mathtext), or None."""
-    if labels is None:
-        return None
-    if isinstance(labels, str) or not hasattr(labels, "__len__"):
-        raise TypeError(f"labels must be a list of {n} labels (one per {what}), got {type(labels).__name__}")
-    if len(labels) != n:
-        raise ValueError(f"labels must have one entry per {what} ({n}), got {len(labels)}")
-    return [str(t).replace("$", r"\$") for t in labels]
-
-
-def check_dims(dims, Dv: int) -> list[int]:
-    """The output dimensions to draw: ``dims`` checked against ``Dv``, or by default the first ``min(3, Dv)``."""
-    if dims is None:
-        return list(range(min(3, Dv)))
-    try:
-        dims = list(dims)
-    except TypeError:
-        raise TypeError(f"dims must be a list of output dimensions, e.g. (0, 1), got {dims!r}") from None
-    if not 1 <= len(dims) <= len(DIM_COLORS):
-        raise ValueError(f"dims must list 1 to {len(DIM_COLORS)} output dimensions in 0..{Dv - 1}, got {dims}")
-    return [index(d, "each entry of dims", Dv, f" (V has Dv = {Dv} output dimensions)") for d in dims]
-
-
-def limits(values, pad: float = 0.08) -> tuple[float, float]:
-    """Axis limits around the finite ``values`` (NaN and inf are ignored: they are not drawn either)."""
-    values = np.asarray(values, dtype=np.float64)
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return -1.0, 1.0
-    lo, hi = float(finite.min()), float(finite.max())
-    span = hi - lo if hi > lo else max(abs(hi), 1.0)
-    return lo - pad * span, hi + pad * span
-
-
-NICE_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)  # mantissas of :func:`nice_limits`: a limit at most 1.5 times the data
-
-
-def nice_up(value: float) -> float:
-    """The smallest number ``m * 10**k`` (``m`` in :data:`NICE_STEPS`) at or above ``value`` (> 0)."""
-    exponent = np.floor(np.log10(value))
-    for mantissa in (*NICE_STEPS, 10.0):
-        nice = float(mantissa * 10.0 ** exponent)
-        if nice >= value * (1 - 1e-12):
-            return nice
-    return float(10.0 ** (exponent + 1))  # pragma: no cover - 10.0 above always answers
-
-
-def nice_limits(lo: float, hi: float) -> tuple[float, float]:
-    """Axis limits ``lo, hi`` rounded outward to :func:`nice_up` numbers (a negative ``lo`` to minus one, a
-    non-negative one to 0): limits that change only when the data pass a threshold, so that a slider moving the
-    data a little does not redraw the axes, ticks and legends (the background of :meth:`LivePlot.rgb`)."""
-    lo_nice = -nice_up(-lo) if lo < 0 else 0.0
-    hi_nice = nice_up(hi) if hi > 0 else 0.0
-    if hi_nice <= lo_nice:  # all values at or below 0 with hi == 0 (and lo == 0 too): a span above
-        hi_nice = lo_nice + 1.0
-    return lo_nice, hi_nice
-
-
-def top(values, floor: float = 1e-12) -> float:
-    """An upper axis limit for non-negative ``values`` drawn from 0: 1.1 times the largest finite value."""
-    values = np.asarray(values, dtype=np.float64)
-    finite = values[np.isfinite(values)]
-    return 1.1 * max(float(finite.max()) if finite.size else 1.0, floor)
-
-
-def finite_or_nan(values) -> np.ndarray:
-    """float64 copy of ``values`` with inf replaced by NaN (matplotlib leaves NaN undrawn)."""
-    values = np.asarray(values, dtype=np.float64)
-    return np.where(np.isfinite(values), values, np.nan)
-
-
-def keys_text(m: int) -> str:
-    """'1 key', '5 keys'."""
-    return f"{m} key" if m == 1 else f"{m} keys"
-
-
-def recolor(patches, colors) -> None:
-    """Set each bar's face colour (a step recolours the bars already seen)."""
-    for patch, color in zip(patches, colors, strict=False):
-        patch.set_facecolor(color)
-
-
-def set_heights(patches, heights) -> None:
-    """Set each bar's height; NaN draws nothing."""
-    for patch, h in zip(patches, heights, strict=False):
-        patch.set_height(h)

@@ -9,7 +9,9 @@ from matplotlib.patches import Patch
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.precision import unit_roundoff
-from flashmath.viz.live import DPI, LEGEND_ABOVE, UNSEEN, LivePlot, finite_or_nan, index, set_heights
+from flashmath.viz.axes import finite_or_nan, index, set_heights
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, LEGEND_ABOVE, UNSEEN
 
 __all__ = ["PrecisionPlot", "plot_precision_study", "plot_accumulator_growth"]
 

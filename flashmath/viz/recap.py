@@ -16,7 +16,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.viz.live import DPI, JUMP, SEEN, LivePlot, index
+from flashmath.viz.axes import index
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, JUMP, SEEN
 
 __all__ = ["Chapter", "CHAPTERS", "CourseMapPlot"]
 

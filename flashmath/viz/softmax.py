@@ -9,23 +9,9 @@ from matplotlib.patches import Patch
 from flashmath._checks import DTYPES
 from flashmath.i18n import gettext as _
 from flashmath.softmax import OnlineSoftmaxTrace, overflow_study
-from flashmath.viz.live import (
-    DPI,
-    HOLD,
-    JUMP,
-    LEGEND_ABOVE,
-    SEEN,
-    UNSEEN,
-    LivePlot,
-    check_labels,
-    finite_or_nan,
-    index,
-    limits,
-    nice_limits,
-    recolor,
-    set_heights,
-    top,
-)
+from flashmath.viz.axes import check_labels, finite_or_nan, index, limits, nice_limits, recolor, set_heights, top
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
 
 __all__ = ["OnlineSoftmaxPlot", "OverflowPlot", "plot_online_softmax_step", "plot_overflow"]
 
@@ -129,8 +115,6 @@ class OnlineSoftmaxPlot(LivePlot):
             title = _("step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$")
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
-            # the math ($x_i$) the same at every step, only the numbers change: a new step parses no math
-            # (flashmath.viz.live keeps parsed math pieces), as in chapter 5's "m = 3: $x_m$ = ..."
             title = _("step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
                 i=i, x=x, g=g, r=r, s=s)
         self.title.set_text(title)

@@ -8,7 +8,9 @@ from matplotlib.lines import Line2D
 
 from flashmath._checks import integer
 from flashmath.i18n import gettext as _
-from flashmath.viz.live import DIM_COLORS, DPI, LEGEND_ABOVE, LivePlot, finite_or_nan, limits
+from flashmath.viz.axes import finite_or_nan, limits
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DIM_COLORS, DPI, LEGEND_ABOVE
 
 __all__ = ["SplitKVPlot"]
 

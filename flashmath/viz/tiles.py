@@ -9,7 +9,9 @@ from matplotlib.patches import Patch, Rectangle
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.viz.live import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN, LivePlot, finite_or_nan, index, limits
+from flashmath.viz.axes import finite_or_nan, index, limits
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
 
 __all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 

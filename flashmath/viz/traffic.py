@@ -12,7 +12,9 @@ import numpy as np
 
 from flashmath.i18n import gettext as _
 from flashmath.opcount import OPS
-from flashmath.viz.live import DPI, HOLD, JUMP, SEEN, UNSEEN, LivePlot, set_heights
+from flashmath.viz.axes import set_heights
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, HOLD, JUMP, SEEN, UNSEEN
 
 __all__ = ["TileTrafficPlot", "OpsPerScorePlot"]
 

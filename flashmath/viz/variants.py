@@ -15,7 +15,8 @@ from matplotlib.patches import Patch
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.viz.live import DPI, LEGEND_ABOVE, LivePlot
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, LEGEND_ABOVE
 
 __all__ = ["MaskExplorerPlot", "plot_gqa_heads", "plot_mask_example", "plot_paged_cache"]
 
