@@ -110,7 +110,8 @@ class LivePlot:
         self._background_key = None  # what the background shows (redraw_background's key), None: not kept
         self._backgrounds: dict = {}  # key -> a past background's pixels, zlib-compressed (see redraw_background)
         self._changed: tuple = ()  # redraw_background's ``changed``: the only artists a new background changes
-        self._base = None  # (changed artists, the picture without them, what is drawn after them) (see _layered)
+        # (changed artists, the picture without them, what is drawn after them) (see _layered)
+        self._base: tuple | None = None
         try:
             self._build()
             self.update(**state)
@@ -264,6 +265,7 @@ class LivePlot:
             self._base = (changed, canvas.copy_from_bbox(self.fig.bbox), layer_artists, after, fixed)
         else:
             canvas.restore_region(self._base[1])
+        assert self._base is not None  # kept above, or just made
         layer_artists, after, fixed = self._base[2], self._base[3], self._base[4]
         for artist in layer_artists:
             self.fig.draw_artist(artist)
