@@ -33,15 +33,30 @@ PO = LOCALE / "zh_CN" / "LC_MESSAGES" / "flashmath.po"
 DATE_LINE = re.compile(r'^"POT-Creation-Date: .*\\n"$', re.MULTILINE)
 
 # CONTRIBUTING.md, "Translations": the template from the package and the English chapters' code cells (babel.cfg)
-EXTRACT = ["extract", "-F", "babel.cfg", "--no-location", "--sort-output", "--project=flashmath", "--version=0.1.0",
-           "--copyright-holder=The flashmath authors",
-           "--msgid-bugs-address=https://github.com/flashmath-course/flashmath/issues", "-o", str(POT), "."]
+EXTRACT = [
+    "extract",
+    "-F",
+    "babel.cfg",
+    "--no-location",
+    "--sort-output",
+    "--project=flashmath",
+    "--version=0.1.0",
+    "--copyright-holder=The flashmath authors",
+    "--msgid-bugs-address=https://github.com/flashmath-course/flashmath/issues",
+    "-o",
+    str(POT),
+    ".",
+]
 UPDATE = ["update", "-i", str(POT), "-d", str(LOCALE), "-D", "flashmath", "--no-fuzzy-matching", "--ignore-obsolete"]
 COMPILE = ["compile", "-d", str(LOCALE), "-D", "flashmath", "--statistics"]
 # tests/test_zh_edition.py's checks of the catalog, in the order a translator meets them
-CATALOG_TESTS = ["test_every_message_is_translated", "test_placeholders_survive_translation",
-                 "test_the_catalog_holds_every_message_the_package_marks", "test_the_compiled_catalog_matches_the_po",
-                 "test_the_font_covers_every_character_of_the_catalog"]
+CATALOG_TESTS = [
+    "test_every_message_is_translated",
+    "test_placeholders_survive_translation",
+    "test_the_catalog_holds_every_message_the_package_marks",
+    "test_the_compiled_catalog_matches_the_po",
+    "test_the_font_covers_every_character_of_the_catalog",
+]
 FONT_TESTS = ["test_the_font_covers_every_character_of_the_catalog", "test_a_chinese_figure_draws_every_glyph"]
 
 
@@ -78,9 +93,10 @@ def pytest(session: nox.Session, *args: str) -> None:
 
 @nox.session
 def fast(session: nox.Session) -> None:
-    """ruff, mypy and the fast tier (CONTRIBUTING.md, "The fast and the full checks")."""
+    """ruff (check and format --check), mypy and the fast tier (CONTRIBUTING.md, "The fast and the full checks")."""
     _, options = split_args(session)
     session.run(tool("ruff"), "check", "flashmath", "tests", "scripts", "noxfile.py")
+    session.run(tool("ruff"), "format", "--check", "flashmath", "tests", "scripts", "noxfile.py")
     session.run(tool("mypy"))
     pytest(session, "tests", "-m", "fast", *(options or ["-n", "0"]))
 
@@ -106,14 +122,17 @@ def execute(session: nox.Session) -> None:
     pairs = chapter_notebooks(session, numbers)
     hook = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_nbconvert_config.py"
     if not hook.exists():
-        session.error(f"{hook} is missing: run `cp -R jupyter-config/etc .venv/` (README, Start) so that nbconvert "
-                      "writes the stored form")
+        session.error(
+            f"{hook} is missing: run `cp -R jupyter-config/etc .venv/` (README, Start) so that nbconvert "
+            "writes the stored form"
+        )
     session.run(tool("pybabel"), *COMPILE)
     for en, zh in pairs:
         session.run(sys.executable, "scripts/zh_notebook.py", "sync", str(zh.relative_to(ROOT)))
         for path in (en, zh):
-            session.run(tool("jupyter"), "nbconvert", "--to", "notebook", "--execute", "--inplace",
-                        str(path.relative_to(ROOT)))
+            session.run(
+                tool("jupyter"), "nbconvert", "--to", "notebook", "--execute", "--inplace", str(path.relative_to(ROOT))
+            )
     session.log(f"now check them: nox -s chapter -- {' '.join(numbers)}")
 
 
@@ -138,8 +157,10 @@ def translations(session: nox.Session) -> None:
         todo = [m.id for m in read_po(f) if m.id and (not m.string or m.fuzzy)]
     if todo:
         listing = "\n".join(f"  {message!r}" for message in todo)
-        session.error(f"{len(todo)} message(s) to translate in {PO.relative_to(ROOT)} (an empty msgstr, or fuzzy):\n"
-                      f"{listing}\ntranslate them (chapter 0's glossary fixes the terms), then run this again")
+        session.error(
+            f"{len(todo)} message(s) to translate in {PO.relative_to(ROOT)} (an empty msgstr, or fuzzy):\n"
+            f"{listing}\ntranslate them (chapter 0's glossary fixes the terms), then run this again"
+        )
     session.run(tool("pybabel"), *COMPILE)
     pytest(session, "tests/test_zh_edition.py", "-n", "0", "-k", " or ".join(CATALOG_TESTS))
     session.log("then re-execute the Chinese chapters whose outputs changed: nox -s execute -- NN")

@@ -54,7 +54,7 @@ MACHINE_KEYS = {
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 ANIMATION_ID = re.compile(r"\banim([0-9a-f]{32})\b")  # matplotlib's to_jshtml: anim<uuid4 hex>, in every id it makes
-LARGEST_EXACT = 2 ** 53  # JavaScript writes whole numbers up to 1e21 without an exponent; doubles are exact to 2**53
+LARGEST_EXACT = 2**53  # JavaScript writes whole numbers up to 1e21 without an exponent; doubles are exact to 2**53
 
 
 def _whole_floats_as_ints(value):
@@ -76,8 +76,9 @@ def normalize(nb: dict) -> dict:
         TypeError: ``nb`` is not a notebook dict (no ``cells`` list or no ``metadata`` dict).
     """
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or not isinstance(nb.get("metadata"), dict):
-        raise TypeError("nb must be an nbformat 4 notebook dict (with 'cells' and 'metadata'), "
-                        f"got {type(nb).__name__}")
+        raise TypeError(
+            f"nb must be an nbformat 4 notebook dict (with 'cells' and 'metadata'), got {type(nb).__name__}"
+        )
     language_info = nb["metadata"].get("language_info")
     if isinstance(language_info, dict):
         for key in MACHINE_KEYS["language_info"]:
@@ -103,8 +104,13 @@ def _stable_outputs(outputs: list) -> list:
             if "text/html" in data:
                 data["text/html"] = _stable_animation_ids(data["text/html"])
         previous = kept[-1] if kept else None
-        if (isinstance(output, dict) and output.get("output_type") == "stream" and isinstance(previous, dict)
-                and previous.get("output_type") == "stream" and previous.get("name") == output.get("name")):
+        if (
+            isinstance(output, dict)
+            and output.get("output_type") == "stream"
+            and isinstance(previous, dict)
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
             previous["text"] = _text(previous["text"]) + _text(output.get("text", ""))
             continue
         kept.append(output)

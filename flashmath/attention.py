@@ -73,9 +73,16 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-              scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-              return_lse: bool = False) -> Any:
+def attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    return_lse: bool = False,
+) -> Any:
     """Scaled dot-product attention ``A = softmax(mask(Q K^T * scale)) V``, computed directly in float64.
 
     This is the reference every other variant in the package is tested against: it materialises the scores
@@ -130,8 +137,14 @@ def standard_arrays(inp: AttentionInputs, stored_dtype: DTypeLike | None = None)
     dtype, q_scaled, k, v, rows = compute_operands(inp)
     stored = dtype if stored_dtype is None else np.dtype(stored_dtype)
     scores = rows + (inp.M,)
-    return {"Q": q_scaled, "K": k, "V": v, "X": np.empty(scores, stored), "Y": np.empty(scores, stored),
-            "A": np.empty(rows + (inp.Dv,), stored)}
+    return {
+        "Q": q_scaled,
+        "K": k,
+        "V": v,
+        "X": np.empty(scores, stored),
+        "Y": np.empty(scores, stored),
+        "A": np.empty(rows + (inp.Dv,), stored),
+    }
 
 
 def standard_run(memory: Memory, inp: AttentionInputs) -> None:
@@ -157,9 +170,16 @@ def standard_run(memory: Memory, inp: AttentionInputs) -> None:
             memory["A"][...] = weighted_values(y, memory["V"][...], inp.keep)  # (..., N, Dv)
 
 
-def standard_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-                       stored_dtype: DTypeLike | None = None) -> np.ndarray:
+def standard_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    stored_dtype: DTypeLike | None = None,
+) -> np.ndarray:
     """Standard attention, FlashAttention's Algorithm 0: ``X``, ``Y`` and ``A`` each written to memory whole.
 
     The one standard attention of the package: the low-precision baseline of chapter 9
@@ -253,8 +273,16 @@ def _loop_1(q_scaled: np.ndarray, k: Any, keep: np.ndarray | None, rows: tuple, 
         yield x_m, g, s
 
 
-def _loop_2(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype,
-            g_M: np.ndarray, s_M: np.ndarray) -> Iterator[tuple]:
+def _loop_2(
+    q_scaled: np.ndarray,
+    k: Any,
+    v: Any,
+    keep: np.ndarray | None,
+    rows: tuple,
+    dtype: np.dtype,
+    g_M: np.ndarray,
+    s_M: np.ndarray,
+) -> Iterator[tuple]:
     """Loop (2): ``A`` accumulates ``y_m * V[m, :]``, one key at a time. Yields ``(y_m, A_m)``."""
     g_safe, s_safe = max_or_zero(g_M), sum_or_one(s_M)  # a row that saw no key: weights exp(-inf) = 0, no 0 / 0
     a = np.zeros(rows + (v.shape[-1],), dtype=dtype)  # A_0 = 0: (..., N, Dv)
@@ -268,9 +296,16 @@ def _loop_2(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows:
         yield y_m, a
 
 
-def two_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-                       return_lse: bool = False) -> Any:
+def two_loop_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    return_lse: bool = False,
+) -> Any:
     """Attention in two passes over the keys: loop (1) finds ``g_M, s_M``, loop (2) accumulates ``A``.
 
     Loop (1) is online softmax on each row of ``X``: ``g_m = max(g_{m-1}, x_m)``,
@@ -323,8 +358,15 @@ class TwoLoopTrace:
         return len(self.x)
 
 
-def two_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> TwoLoopTrace:
+def two_loop_trace(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> TwoLoopTrace:
     """Run :func:`two_loop_attention` and keep every per-key state of both loops (for the chapter 4 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).
@@ -525,8 +567,9 @@ def loop_swap_trace(y: ArrayLike, v: ArrayLike) -> LoopSwapTrace:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _one_loop(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple,
-              dtype: np.dtype) -> Iterator[tuple]:
+def _one_loop(
+    q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, rows: tuple, dtype: np.dtype
+) -> Iterator[tuple]:
     """The merged loop. Yields ``(x_m, g_m, s_m, correction_m, weight_m, A'_m)`` after each key ``m``."""
     g = np.full(rows, -np.inf, dtype=dtype)  # g_0 = -inf
     s = np.zeros(rows, dtype=dtype)  # s_0 = 0
@@ -550,9 +593,16 @@ def _one_loop(q_scaled: np.ndarray, k: Any, v: Any, keep: np.ndarray | None, row
         yield x_m, g, s, correction, weight, a
 
 
-def one_loop_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                       scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-                       return_lse: bool = False) -> Any:
+def one_loop_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    return_lse: bool = False,
+) -> Any:
     """Attention in one pass over the keys: four steps per key (score, max, sum, attention).
 
     ``A'_m``, the attention output over the first ``m`` keys only, follows the recurrence
@@ -608,8 +658,15 @@ class OneLoopTrace:
         return len(self.x)
 
 
-def one_loop_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                   scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> OneLoopTrace:
+def one_loop_trace(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> OneLoopTrace:
     """Run :func:`one_loop_attention` and keep every per-key state (for the chapter 5 widget).
 
     Args, errors: as :func:`attention`; ``M >= 1`` is also required (ValueError).

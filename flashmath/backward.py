@@ -46,8 +46,9 @@ adds, in an order that varies from run to run)."""
 def check_dq_mode(dq_mode: object) -> str:
     """``dq_mode`` when it is one of :data:`DQ_MODES`; ValueError naming them otherwise."""
     if not isinstance(dq_mode, str) or dq_mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), "
-                         f"got {dq_mode!r}")
+        raise ValueError(
+            f"dq_mode must be one of {DQ_MODES} (a separate deterministic pass, or atomic adds), got {dq_mode!r}"
+        )
     return dq_mode
 
 
@@ -59,8 +60,16 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes, keepdims=True) if axes else grad
 
 
-def backward_tile(q_tile: np.ndarray, k_tile: np.ndarray, v_tile: np.ndarray, da_tile: np.ndarray,
-                  lse_tile: np.ndarray, delta: np.ndarray, keep: np.ndarray, scale: np.floating) -> tuple:
+def backward_tile(
+    q_tile: np.ndarray,
+    k_tile: np.ndarray,
+    v_tile: np.ndarray,
+    da_tile: np.ndarray,
+    lse_tile: np.ndarray,
+    delta: np.ndarray,
+    keep: np.ndarray,
+    scale: np.floating,
+) -> tuple:
     """A tile pair's probabilities and score gradients, recomputed from the saved logsumexp.
 
     Args:
@@ -92,10 +101,21 @@ def _keep_pairs(lse_tile: np.ndarray, keep_tile: np.ndarray | None, c0: int, c1:
     return np.broadcast_to(keep, keep.shape[:-1] + (c1 - c0,))
 
 
-def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, lse: ArrayLike, grad_a: ArrayLike,
-                       *, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-                       block_q: int = 64, block_k: int = 64,
-                       dq_mode: str = "atomic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_backward(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    a: ArrayLike,
+    lse: ArrayLike,
+    grad_a: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    block_q: int = 64,
+    block_k: int = 64,
+    dq_mode: str = "atomic",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of attention with respect to ``q``, ``k``, ``v``, from the forward's output and logsumexp.
 
     Args:
@@ -135,12 +155,16 @@ def attention_backward(q: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, l
         except ValueError:
             ok = False
         if not ok:
-            raise ValueError(f"{name} must have shape (..., N{', Dv' if arr is not lse else ''}) = {shape} "
-                             f"(from q, k, v), got {arr.shape}")
+            raise ValueError(
+                f"{name} must have shape (..., N{', Dv' if arr is not lse else ''}) = {shape} "
+                f"(from q, k, v), got {arr.shape}"
+            )
     dtype = compute_dtype(np.result_type(inp.dtype, a, lse, grad_a))
     q_, k_, v_ = (np.broadcast_to(x, inp.batch_shape + x.shape[-2:]).astype(dtype) for x in (inp.q, inp.k, inp.v))
-    a, lse, grad_a = (np.broadcast_to(x, shape).astype(dtype) for x, shape in
-                      ((a, rows + (inp.Dv,)), (lse, rows), (grad_a, rows + (inp.Dv,))))
+    a, lse, grad_a = (
+        np.broadcast_to(x, shape).astype(dtype)
+        for x, shape in ((a, rows + (inp.Dv,)), (lse, rows), (grad_a, rows + (inp.Dv,)))
+    )
     scale_ = dtype.type(inp.scale)
     grad_q = np.zeros(q_.shape, dtype)
     grad_k = np.zeros(k_.shape, dtype)

@@ -161,8 +161,16 @@ def _max(a: float, b: float) -> float:
 
 
 def counted_attention(
-    algorithm: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None,
-    block_k: int | None = None, scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    algorithm: str,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
     bytes_per_element: int | None = None,
 ) -> tuple[np.ndarray, TrafficCount]:
     """Run an attention algorithm with its arrays in counted memory; return the output and the traffic.
@@ -282,8 +290,16 @@ class FlashTrace:
 
 
 def flash_trace(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
-    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    order: str = "fa2",
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
     bytes_per_element: int | None = None,
 ) -> FlashTrace:
     """Run :func:`flashmath.flash_attention`'s tile loop on a counted memory and keep the state of every row and
@@ -310,14 +326,29 @@ def flash_trace(
         raise ValueError(
             f"flash_trace needs at least one query and one key to have tile steps, got N = {inp.N}, M = {inp.M}"
         )
-    hbm = CountedMemory(tile_arrays(inp, order),
-                        bytes_per_element=check_bytes_per_element(bytes_per_element, inp.dtype.itemsize))
+    hbm = CountedMemory(
+        tile_arrays(inp, order), bytes_per_element=check_bytes_per_element(bytes_per_element, inp.dtype.itemsize)
+    )
     names = ("tiles", "rows", "cols", "skipped", "g", "s", "a", "loaded", "stored", "arrays")
     record: dict[str, list] = {name: [] for name in names}
     for i, j, skipped, rows, cols, g, s, a in trace_steps(hbm, inp, order, block_q, block_k):
         count = hbm.count  # the traffic so far, read between two steps
-        for name, value in zip(names, ((i, j), rows, cols, skipped, g, s, a, count.loads * count.bytes_per_element,
-                                       count.stores * count.bytes_per_element, dict(count.arrays)), strict=True):
+        for name, value in zip(
+            names,
+            (
+                (i, j),
+                rows,
+                cols,
+                skipped,
+                g,
+                s,
+                a,
+                count.loads * count.bytes_per_element,
+                count.stores * count.bytes_per_element,
+                dict(count.arrays),
+            ),
+            strict=True,
+        ):
             record[name].append(value)
     output, lse = tile_result(hbm, inp, order, return_lse=True)
     return FlashTrace(

@@ -76,8 +76,14 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def fa2_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
-                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fa2_tile_step(
+    g_tile: np.ndarray,
+    s_tile: np.ndarray,
+    acc_tile: np.ndarray,
+    x_tile: np.ndarray,
+    v_tile: np.ndarray,
+    keep_tile: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention-2's tile step: the state ``(g, s, acc = s A')`` of ``B_r`` rows after one key tile.
 
     Args:
@@ -109,8 +115,7 @@ def fa2_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray, 
     return g_new, s_tile, acc_tile
 
 
-def fa2_write(a: Any, lse: Any, r0: int, r1: int, g_tile: np.ndarray, s_tile: np.ndarray,
-              acc_tile: np.ndarray) -> None:
+def fa2_write(a: Any, lse: Any, r0: int, r1: int, g_tile: np.ndarray, s_tile: np.ndarray, acc_tile: np.ndarray) -> None:
     """The end of query tile ``i``: one division, then write ``A_i`` and the logsumexp ``lse_i`` to memory."""
     with np.errstate(invalid="ignore", divide="ignore"):
         # A_i = acc / s  (a row that saw no key has acc = 0: divide by 1 instead of 0)
@@ -119,8 +124,14 @@ def fa2_write(a: Any, lse: Any, r0: int, r1: int, g_tile: np.ndarray, s_tile: np
         lse[..., r0:r1] = logsumexp_of(g_tile, s_tile)
 
 
-def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_tile: np.ndarray, v_tile: np.ndarray,
-                  keep_tile: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fa1_tile_step(
+    g_tile: np.ndarray,
+    s_tile: np.ndarray,
+    a_tile: np.ndarray,
+    x_tile: np.ndarray,
+    v_tile: np.ndarray,
+    keep_tile: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention's tile step (Algorithm 1): the state ``(g, s, A')`` of ``B_r`` rows after one key tile,
     the output normalised.
 
@@ -159,8 +170,9 @@ def fa1_tile_step(g_tile: np.ndarray, s_tile: np.ndarray, a_tile: np.ndarray, x_
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int,
-             query_tiles: Collection[int] | None = None) -> Iterator[tuple]:
+def fa2_loop(
+    memory: Memory, inp: AttentionInputs, block_q: int, block_k: int, query_tiles: Collection[int] | None = None
+) -> Iterator[tuple]:
     """FlashAttention-2 order: query tiles outside (:func:`fa2_query_tile` for each). After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
 
@@ -171,8 +183,9 @@ def fa2_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int,
             yield from fa2_query_tile(memory, inp, i, rows, block_k)
 
 
-def fa2_query_tile(memory: Memory, inp: AttentionInputs, i: int, rows: tuple[int, int],
-                   block_k: int) -> Iterator[tuple]:
+def fa2_query_tile(
+    memory: Memory, inp: AttentionInputs, i: int, rows: tuple[int, int], block_k: int
+) -> Iterator[tuple]:
     """Query tile ``i`` (rows ``r0:r1``) of :func:`fa2_loop`: its state stays on chip while every key tile streams
     past; then one division, and ``A_i``, ``lse_i`` are written. Yields as :func:`fa2_loop`.
 
@@ -271,11 +284,24 @@ def tile_result(memory: Memory, inp: AttentionInputs, order: str, return_lse: bo
 
 
 def flash_attention(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None, block_k: int | None = None,
-    order: str = "fa2", scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
-    return_lse: bool = False, acc_dtype: DTypeLike | None = None, workers: int | None = None,
-    enable_gqa: bool = False, window: Any = None, softcap: float | None = None,
-    alibi_slopes: ArrayLike | None = None, score_mod: Callable[..., Any] | None = None,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    order: str = "fa2",
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    return_lse: bool = False,
+    acc_dtype: DTypeLike | None = None,
+    workers: int | None = None,
+    enable_gqa: bool = False,
+    window: Any = None,
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    score_mod: Callable[..., Any] | None = None,
     mask_mod: Callable[..., Any] | None = None,
 ) -> Any:
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile
@@ -340,8 +366,20 @@ def flash_attention(
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     workers = thread_count(workers, "workers")
     # the checked inputs, chapter 13's variant attached (grouped-query heads: (..., H_kv, G, N, D), nothing copied)
-    heads, inp = variant_inputs(q, k, v, scale=scale, causal=causal, mask=mask, enable_gqa=enable_gqa, window=window,
-                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod, mask_mod=mask_mod)
+    heads, inp = variant_inputs(
+        q,
+        k,
+        v,
+        scale=scale,
+        causal=causal,
+        mask=mask,
+        enable_gqa=enable_gqa,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        mask_mod=mask_mod,
+    )
     memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
     if order == "fa2":  # the query tiles on `workers` threads, BLAS on one thread
         query_tiles = tiles(inp.N, block_q)

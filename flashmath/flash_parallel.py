@@ -91,7 +91,9 @@ class _OneBlasThread:
                             "with BLAS on one thread; call it from that thread, or leave that limit first",
                             # the caller of flash_attention (this generator, contextlib's __enter__,
                             # run_query_tiles, flash_attention, its caller)
-                            RuntimeWarning, stacklevel=5)
+                            RuntimeWarning,
+                            stacklevel=5,
+                        )
                 yield
         finally:
             with self._lock:

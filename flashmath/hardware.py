@@ -93,8 +93,9 @@ class TileBytes:
         return self.scores + self.accumulator + self.row_states
 
 
-def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float16", Dv: int | None = None,
-               stages: int = 2) -> TileBytes:
+def tile_bytes(
+    D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float16", Dv: int | None = None, stages: int = 2
+) -> TileBytes:
     """The on-chip bytes of FlashAttention-2's forward working set for one query tile.
 
     Args:
@@ -109,8 +110,9 @@ def tile_bytes(D: int, block_q: int, block_k: int, *, dtype: DTypeLike = "float1
     Raises:
         TypeError: sizes that are not integers; ValueError: sizes below 1 or an unknown dtype.
     """
-    D, block_q, block_k, stages = (size(x, n, 1) for x, n in ((D, "D"), (block_q, "block_q"),
-                                                                     (block_k, "block_k"), (stages, "stages")))
+    D, block_q, block_k, stages = (
+        size(x, n, 1) for x, n in ((D, "D"), (block_q, "block_q"), (block_k, "block_k"), (stages, "stages"))
+    )
     Dv = D if Dv is None else size(Dv, "Dv", 1)
     try:
         element = np.dtype(dtype).itemsize
@@ -145,9 +147,16 @@ def register_limit(gpu: GPU, num_warps: int | None = None) -> int:
     return min(gpu.register_bytes, 32 * num_warps * gpu.max_registers_per_thread * 4)
 
 
-def largest_query_tile(gpu: GPU, D: int, block_k: int, *, dtype: DTypeLike = "float16", stages: int = 2,
-                       candidates: tuple[int, ...] = (16, 32, 64, 128, 256),
-                       num_warps: int | None = None) -> int | None:
+def largest_query_tile(
+    gpu: GPU,
+    D: int,
+    block_k: int,
+    *,
+    dtype: DTypeLike = "float16",
+    stages: int = 2,
+    candidates: tuple[int, ...] = (16, 32, 64, 128, 256),
+    num_warps: int | None = None,
+) -> int | None:
     """The largest ``B_r`` among ``candidates`` whose working set fits one SM of ``gpu``.
 
     Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within

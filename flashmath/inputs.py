@@ -57,8 +57,14 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.masks import causal_mask
 
-__all__ = ["AttentionInputs", "check_causal", "check_scale", "compute_operands", "prepare_attention_inputs",
-           "require_keys"]
+__all__ = [
+    "AttentionInputs",
+    "check_causal",
+    "check_scale",
+    "compute_operands",
+    "prepare_attention_inputs",
+    "require_keys",
+]
 
 
 class AttentionInputs(NamedTuple):
@@ -95,9 +101,16 @@ class AttentionInputs(NamedTuple):
     variant: Any = None
 
 
-def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None = None,
-                             causal: bool = False, mask: ArrayLike | None = None,
-                             fold_causal: bool = True) -> AttentionInputs:
+def prepare_attention_inputs(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    fold_causal: bool = True,
+) -> AttentionInputs:
     """Check and normalise the arguments of an attention function (see the module docstring for conventions).
 
     With ``fold_causal=False`` the causal mask is not built into ``keep`` (only recorded in ``causal``), so a
@@ -174,8 +187,10 @@ def prepare_attention_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale:
     try:
         dtype = np.result_type(q, k, v)
     except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
-        raise TypeError(f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
-                        "convert them to one dtype first") from None
+        raise TypeError(
+            f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
+            "convert them to one dtype first"
+        ) from None
     return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
 
 

@@ -57,8 +57,15 @@ def causal_mask(N: int, M: int, *, align: str = "bottom-right") -> np.ndarray:
     return m <= n + offset  # (N, M)
 
 
-def sliding_window_mask(N: int, M: int, window: int | None = None, *, left: int | None = None,
-                        right: int | None = None, align: str = "bottom-right") -> np.ndarray:
+def sliding_window_mask(
+    N: int,
+    M: int,
+    window: int | None = None,
+    *,
+    left: int | None = None,
+    right: int | None = None,
+    align: str = "bottom-right",
+) -> np.ndarray:
     """Sliding-window (local) mask: query ``n`` sees the keys within ``left`` before and ``right`` after its own.
 
     With ``p = n + offset`` the key aligned with query ``n`` (``offset`` as in :func:`causal_mask`), query ``n`` sees

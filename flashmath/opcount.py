@@ -93,9 +93,18 @@ class _OpCounting(np.ndarray):
         return result
 
 
-def count_ops(algorithm: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, block_q: int | None = None,
-              block_k: int | None = None, scale: float | None = None, causal: bool = False,
-              mask: ArrayLike | None = None) -> OpCount:
+def count_ops(
+    algorithm: str,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> OpCount:
     """Run a tile loop of :func:`flashmath.flash.flash_attention` and count every element operation it executes.
 
     The loop is the package's own (nothing re-implemented): its inputs are wrapped in an array type whose numpy

@@ -39,10 +39,22 @@ __all__ = ["flash_attention_varlen", "gather_pages", "paged_attention"]
 
 
 def flash_attention_varlen(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike | None = None, *,
-    block_q: int | None = None, block_k: int | None = None, order: str = "fa2", scale: float | None = None,
-    causal: bool = False, window: Any = None, softcap: float | None = None, alibi_slopes: ArrayLike | None = None,
-    enable_gqa: bool = False, return_lse: bool = False,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    cu_seqlens_q: ArrayLike,
+    cu_seqlens_k: ArrayLike | None = None,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    order: str = "fa2",
+    scale: float | None = None,
+    causal: bool = False,
+    window: Any = None,
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    enable_gqa: bool = False,
+    return_lse: bool = False,
 ) -> Any:
     """Attention of packed variable-length sequences, each attending only to itself.
 
@@ -73,8 +85,19 @@ def flash_attention_varlen(
     inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, fold_causal=False)
     docs = packed_documents(cu_seqlens_q, cu_seqlens_k, inp.N, inp.M)
     # the document mask, and causal / window / ALiBi inside each document: the tiles between documents are skipped
-    inp = inp._replace(variant=make_variant(inp.N, inp.M, inp.batch_shape, groups=heads, causal=causal,
-                                            window=window, softcap=softcap, alibi_slopes=alibi_slopes, docs=docs))
+    inp = inp._replace(
+        variant=make_variant(
+            inp.N,
+            inp.M,
+            inp.batch_shape,
+            groups=heads,
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            docs=docs,
+        )
+    )
     memory = PlainMemory(tile_arrays(inp, order))
     for _ in LOOPS[order](memory, inp, block_q, block_k):
         pass
@@ -106,8 +129,10 @@ def _check_table(block_table: ArrayLike, seqlens: ArrayLike, n_pages: int, page_
     if table.ndim != 2 or lengths.ndim != 1 or table.shape[0] != lengths.shape[0]:
         raise ValueError(f"block_table must be (B, max_pages) and seqlens (B,), got {table.shape} and {lengths.shape}")
     if lengths.size and (lengths.min() < 0 or lengths.max() > table.shape[1] * page_size):
-        raise ValueError(f"every seqlen must lie in [0, max_pages * page_size] = [0, {table.shape[1] * page_size}], "
-                         f"got {lengths.tolist()}")
+        raise ValueError(
+            f"every seqlen must lie in [0, max_pages * page_size] = [0, {table.shape[1] * page_size}], "
+            f"got {lengths.tolist()}"
+        )
     for b, n in enumerate(lengths):
         used = table[b, : -(-int(n) // page_size)]
         if used.size and (used.min() < 0 or used.max() >= n_pages):
@@ -116,9 +141,20 @@ def _check_table(block_table: ArrayLike, seqlens: ArrayLike, n_pages: int, page_
 
 
 def paged_attention(
-    q: ArrayLike, k_pages: ArrayLike, v_pages: ArrayLike, block_table: ArrayLike, seqlens: ArrayLike, *,
-    scale: float | None = None, causal: bool = False, window: Any = None, softcap: float | None = None,
-    alibi_slopes: ArrayLike | None = None, enable_gqa: bool = False, num_splits: int = 1, return_lse: bool = False,
+    q: ArrayLike,
+    k_pages: ArrayLike,
+    v_pages: ArrayLike,
+    block_table: ArrayLike,
+    seqlens: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    window: Any = None,
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    enable_gqa: bool = False,
+    num_splits: int = 1,
+    return_lse: bool = False,
 ) -> Any:
     """Attention over a paged KV cache: each page is one key tile, gathered through the block table.
 
@@ -151,11 +187,15 @@ def paged_attention(
     qa = as_float_array(q, "q", allow_int=False)
     kp, vp = as_float_array(k_pages, "k_pages", allow_int=False), as_float_array(v_pages, "v_pages", allow_int=False)
     if qa.ndim != 4 or kp.ndim != 4 or vp.ndim != 4:
-        raise ValueError(f"q must be (B, H, N, D) and the pages (P, H_kv, page_size, D), got q {qa.shape}, "
-                         f"k_pages {kp.shape}, v_pages {vp.shape}")
+        raise ValueError(
+            f"q must be (B, H, N, D) and the pages (P, H_kv, page_size, D), got q {qa.shape}, "
+            f"k_pages {kp.shape}, v_pages {vp.shape}"
+        )
     if kp.shape[:3] != vp.shape[:3] or kp.shape[-1] != qa.shape[-1]:
-        raise ValueError(f"k_pages {kp.shape} and v_pages {vp.shape} must agree on (P, H_kv, page_size), and k_pages "
-                         f"on D with q {qa.shape}")
+        raise ValueError(
+            f"k_pages {kp.shape} and v_pages {vp.shape} must agree on (P, H_kv, page_size), and k_pages "
+            f"on D with q {qa.shape}"
+        )
     B, H, N, D = qa.shape
     H_kv, page_size, Dv = kp.shape[1], kp.shape[2], vp.shape[-1]
     if D == 0:
@@ -167,8 +207,10 @@ def paged_attention(
     causal = check_causal(causal)
     scale = check_scale(scale, D)
     if H_kv == 0:
-        raise ValueError(f"the pages must have at least one key/value head (H_kv >= 1) for the query heads H = {H}, "
-                         f"got k_pages {kp.shape} and v_pages {vp.shape}")
+        raise ValueError(
+            f"the pages must have at least one key/value head (H_kv >= 1) for the query heads H = {H}, "
+            f"got k_pages {kp.shape} and v_pages {vp.shape}"
+        )
     if H != H_kv and not enable_gqa:
         raise ValueError(f"q has {H} heads and the pages {H_kv}: pass enable_gqa=True for grouped-query heads")
     if H % H_kv:
@@ -184,8 +226,10 @@ def paged_attention(
     try:
         out_dtype = np.result_type(qa, kp, vp)
     except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
-        raise TypeError(f"q, k_pages and v_pages have no common floating-point type: {qa.dtype}, {kp.dtype}, "
-                        f"{vp.dtype}; convert them to one dtype first") from None
+        raise TypeError(
+            f"q, k_pages and v_pages have no common floating-point type: {qa.dtype}, {kp.dtype}, "
+            f"{vp.dtype}; convert them to one dtype first"
+        ) from None
     dtype = compute_dtype(out_dtype)
     q_scaled = (qa.astype(np.float64) * scale).astype(dtype).reshape(B, H_kv, G, N, D)  # scale folded into Q
     out = np.zeros((B, H_kv, G, N, Dv), dtype)
@@ -194,8 +238,9 @@ def paged_attention(
     for b in range(B):
         M = int(lengths[b])
         slopes_b = slopes[min(b, slopes.shape[0] - 1)] if slopes is not None and slopes.ndim == 2 else slopes
-        variant = make_variant(N, M, batch, groups=heads, causal=causal, window=window, softcap=softcap,
-                               alibi_slopes=slopes_b)
+        variant = make_variant(
+            N, M, batch, groups=heads, causal=causal, window=window, softcap=softcap, alibi_slopes=slopes_b
+        )
         variant = replace(variant, b=np.full_like(variant.b, b))  # score_mod's batch index: this sequence
         n_pages = -(-M // page_size)
         for split in np.array_split(np.arange(n_pages), num_splits):
@@ -228,8 +273,13 @@ def _check_slopes(alibi_slopes: ArrayLike | None, B: int, H: int) -> np.ndarray 
     slopes = np.asarray(alibi_slopes)
     if slopes.dtype.kind not in "iuf":
         raise TypeError(f"alibi_slopes must be real numbers, got dtype {slopes.dtype}")
-    if slopes.ndim > 2 or (slopes.ndim >= 1 and slopes.shape[-1] not in (1, H)) or (
-            slopes.ndim == 2 and slopes.shape[0] not in (1, B)):
-        raise ValueError(f"alibi_slopes of shape {slopes.shape} must be (H,) or (B, H) (either size may be 1) for "
-                         f"q of (B, H) = ({B}, {H})")
+    if (
+        slopes.ndim > 2
+        or (slopes.ndim >= 1 and slopes.shape[-1] not in (1, H))
+        or (slopes.ndim == 2 and slopes.shape[0] not in (1, B))
+    ):
+        raise ValueError(
+            f"alibi_slopes of shape {slopes.shape} must be (H,) or (B, H) (either size may be 1) for "
+            f"q of (B, H) = ({B}, {H})"
+        )
     return slopes

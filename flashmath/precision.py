@@ -137,8 +137,15 @@ def max_rel_error(out: ArrayLike, ref: ArrayLike) -> float:
     return error / size
 
 
-def naive_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
-                    scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None) -> np.ndarray:
+def naive_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> np.ndarray:
     """Standard attention as a framework computes it in low precision: ``X``, ``Y`` and ``A`` each rounded.
 
     The three steps of the formula, each a kernel that writes its result to memory in the input dtype:
@@ -166,8 +173,15 @@ def naive_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *,
     return standard_attention(q, k, v, scale=scale, causal=causal, mask=mask)
 
 
-def rounded_p_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None = None, causal: bool = False,
-                        mask: ArrayLike | None = None) -> np.ndarray:
+def rounded_p_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> np.ndarray:
     """Attention with the rounding of a real kernel: the weights ``P`` rounded to the input dtype before ``P V``.
 
     A GPU kernel multiplies 16-bit operands on its matrix units, so after the exponentials it rounds the weight
@@ -303,8 +317,15 @@ def _blocks(blocks: Any) -> tuple:
 
 
 def precision_study(
-    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, dtypes: Any = ("float16", "bfloat16", "float32"),
-    blocks: Any = (8, 16, 32), scale: float | None = None, causal: bool = False, mask: ArrayLike | None = None,
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    dtypes: Any = ("float16", "bfloat16", "float32"),
+    blocks: Any = (8, 16, 32),
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
 ) -> PrecisionStudy:
     """Round ``q``, ``k``, ``v`` to each dtype and measure every variant against the float64 reference.
 
@@ -354,8 +375,9 @@ def precision_study(
                     out = flash_attention(q_d, k_d, v_d, block_q=block_q, block_k=block_k, order=variant, **kwargs)
                 abs_error[i, j, b], rel_error[i, j, b] = max_abs_error(out, ref), max_rel_error(out, ref)
                 misrounded[i, j, b] = _share_different(out, rounded)
-    return PrecisionStudy(dtypes=names, variants=VARIANTS, blocks=blocks, abs_error=abs_error, rel_error=rel_error,
-                          misrounded=misrounded)
+    return PrecisionStudy(
+        dtypes=names, variants=VARIANTS, blocks=blocks, abs_error=abs_error, rel_error=rel_error, misrounded=misrounded
+    )
 
 
 def _share_different(a: np.ndarray, b: np.ndarray) -> float:
@@ -379,8 +401,11 @@ def blas_description() -> str:
     names = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS", "flexiblas": "FlexiBLAS"}
     found = [
         _("{library} {version}, {kernel} kernel, {threads} threads").format(
-            library=names.get(info.get("internal_api"), info.get("internal_api")), version=info.get("version"),
-            kernel=info.get("architecture") or "?", threads=info.get("num_threads"))
+            library=names.get(info.get("internal_api"), info.get("internal_api")),
+            version=info.get("version"),
+            kernel=info.get("architecture") or "?",
+            threads=info.get("num_threads"),
+        )
         for info in threadpool_info()
         if info.get("user_api") == "blas"
     ]

@@ -101,16 +101,19 @@ def merge_states(a1: ArrayLike, lse1: ArrayLike, a2: ArrayLike, lse2: ArrayLike)
 
     Source: the Flash-Decoding reduction (Dao et al. 2023); Milakov and Gimelshein (2018), section 3.1.
     """
-    a1, lse1, a2, lse2 = (as_float_array(x, name) for x, name in ((a1, "a1"), (lse1, "lse1"), (a2, "a2"),
-                                                                   (lse2, "lse2")))
+    a1, lse1, a2, lse2 = (
+        as_float_array(x, name) for x, name in ((a1, "a1"), (lse1, "lse1"), (a2, "a2"), (lse2, "lse2"))
+    )
     for a, lse, name in ((a1, lse1, "1"), (a2, lse2, "2")):
         try:
             ok = a.ndim >= 1 and np.broadcast_shapes(a.shape[:-1], lse.shape) == a.shape[:-1]
         except ValueError:
             ok = False
         if not ok:
-            raise ValueError(f"lse{name} must have the shape of a{name} without its last axis (..., N): got "
-                             f"a{name} {a.shape} and lse{name} {lse.shape}")
+            raise ValueError(
+                f"lse{name} must have the shape of a{name} without its last axis (..., N): got "
+                f"a{name} {a.shape} and lse{name} {lse.shape}"
+            )
     dtype = np.result_type(a1, a2, lse1, lse2, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         # L = log(exp(L_1) + exp(L_2)); logaddexp(-inf, -inf) = -inf
@@ -119,8 +122,9 @@ def merge_states(a1: ArrayLike, lse1: ArrayLike, a2: ArrayLike, lse2: ArrayLike)
         w1 = np.where(lse1 == -np.inf, 0, np.exp(lse1 - lse))
         w2 = np.where(lse2 == -np.inf, 0, np.exp(lse2 - lse))
         # A = w_1 A_1 + w_2 A_2, where an absent part's output is never read (NaN * 0 would be NaN)
-        a = (np.where(lse1[..., None] == -np.inf, 0, w1[..., None] * a1)
-             + np.where(lse2[..., None] == -np.inf, 0, w2[..., None] * a2))
+        a = np.where(lse1[..., None] == -np.inf, 0, w1[..., None] * a1) + np.where(
+            lse2[..., None] == -np.inf, 0, w2[..., None] * a2
+        )
     return a.astype(dtype, copy=False), lse
 
 

@@ -91,8 +91,9 @@ def scale_sweep(dims: ArrayLike, *, rng: np.random.Generator, n_queries: int = 2
         TypeError: ``rng`` not a :class:`numpy.random.Generator`; ``n_queries`` or ``n_keys`` not an integer.
     """
     if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy Generator: pass np.random.default_rng(SEED), got {type(rng).__name__} "
-                        f"{rng!r}")
+        raise TypeError(
+            f"rng must be a numpy Generator: pass np.random.default_rng(SEED), got {type(rng).__name__} {rng!r}"
+        )
     n_queries = size(n_queries, "n_queries", 1)
     n_keys = size(n_keys, "n_keys", 2)
     given = dims
@@ -118,6 +119,13 @@ def scale_sweep(dims: ArrayLike, *, rng: np.random.Generator, n_queries: int = 2
             flat.append(scores.ravel())
             max_prob.append(y.max(axis=1))
             entropy.append(softmax_entropy(y))
-    return ScaleSweep(dims=dims.astype(int), raw=np.array(raw), scaled=np.array(scaled),
-                      max_prob_raw=np.array(mp_raw), max_prob_scaled=np.array(mp_scaled),
-                      entropy_raw=np.array(h_raw), entropy_scaled=np.array(h_scaled), n_keys=int(n_keys))
+    return ScaleSweep(
+        dims=dims.astype(int),
+        raw=np.array(raw),
+        scaled=np.array(scaled),
+        max_prob_raw=np.array(mp_raw),
+        max_prob_scaled=np.array(mp_scaled),
+        entropy_raw=np.array(h_raw),
+        entropy_scaled=np.array(h_scaled),
+        n_keys=int(n_keys),
+    )

@@ -153,8 +153,9 @@ def merge(g1: ArrayLike, s1: ArrayLike, g2: ArrayLike, s2: ArrayLike) -> tuple[A
 
     Source: Milakov and Gimelshein (2018), section 3.1 (the parallel form of the online normalizer).
     """
-    g1, s1, g2, s2 = (as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2"),
-                                                                   strict=True))
+    g1, s1, g2, s2 = (
+        as_float_array(a, name) for a, name in zip((g1, s1, g2, s2), ("g1", "s1", "g2", "s2"), strict=True)
+    )
     dtype = compute_dtype(np.result_type(g1, s1, g2, s2))
     g1, s1, g2, s2 = (a.astype(dtype, copy=False) for a in (g1, s1, g2, s2))
     for s_k, name in ((s1, "s1"), (s2, "s2")):
@@ -353,7 +354,13 @@ def overflow_study(x: ArrayLike, scale: float, dtype: DTypeLike) -> OverflowStud
     g, s = online_normalizer(x64)  # logsumexp = g + ln(s), in float64: the value the sum would need
     with np.errstate(divide="ignore"):  # s = 0 for an all -inf vector: logsumexp -inf
         lse = float(g + np.log(s))
-    return OverflowStudy(x=x64, overflowed=np.isinf(e), direct=softmax(xs).astype(np.float64),
-                         safe=safe_softmax(xs).astype(np.float64), lse=lse,
-                         limit=float(np.log(np.finfo(dt).max)), dtype=dt, scale=float(scale))
-
+    return OverflowStudy(
+        x=x64,
+        overflowed=np.isinf(e),
+        direct=softmax(xs).astype(np.float64),
+        safe=safe_softmax(xs).astype(np.float64),
+        lse=lse,
+        limit=float(np.log(np.finfo(dt).max)),
+        dtype=dt,
+        scale=float(scale),
+    )

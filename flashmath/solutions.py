@@ -206,8 +206,9 @@ def masked_tile_step(g, s, a, x_tile, v_tile, keep):
     p = np.exp(x - ref[:, None])  # 0 where masked
     s_new = s * rescale + p.sum(axis=1)
     pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)  # never 0 * NaN
-    a_new = np.where(s_new[:, None] == 0, 0.0,
-                     (a * (s * rescale)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    a_new = np.where(
+        s_new[:, None] == 0, 0.0, (a * (s * rescale)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+    )
     return g_new, s_new, a_new
 
 
@@ -216,8 +217,10 @@ def merge_states(a1, lse1, a2, lse2):
     lse = np.logaddexp(lse1, lse2)  # the sums add
     w1 = np.where(lse1 == -np.inf, 0.0, np.exp(lse1 - np.where(lse == -np.inf, 0.0, lse)))  # each part's share
     w2 = np.where(lse2 == -np.inf, 0.0, np.exp(lse2 - np.where(lse == -np.inf, 0.0, lse)))
-    a = (np.where(lse1[:, None] == -np.inf, 0.0, w1[:, None] * a1)  # an empty part is never read
-         + np.where(lse2[:, None] == -np.inf, 0.0, w2[:, None] * a2))
+    a = (
+        np.where(lse1[:, None] == -np.inf, 0.0, w1[:, None] * a1)  # an empty part is never read
+        + np.where(lse2[:, None] == -np.inf, 0.0, w2[:, None] * a2)
+    )
     return a, lse
 
 
@@ -301,8 +304,9 @@ def source_of(name, namespace: dict, names, module: str) -> str:
     """
     names = [n for n in names if n != "show"]
     if name is None:
-        return _('Solutions: {names}. Print one with {module}.show("name").').format(names=", ".join(names),
-                                                                                     module=module)
+        return _('Solutions: {names}. Print one with {module}.show("name").').format(
+            names=", ".join(names), module=module
+        )
     if name not in names:
         raise ValueError(f"no solution called {name!r}; choose one of {names}")
     value = namespace[name]

@@ -76,12 +76,12 @@ def flash_row(q_n, K, V, B_c):
     q_n, K, V = (np.asarray(a, dtype=np.float64) for a in (q_n, K, V))
     g, s, acc = -math.inf, 0.0, np.zeros(V.shape[1])  # g = -inf, s = 0, acc = s A' = 0
     for c0 in range(0, len(K), B_c):
-        x = K[c0:c0 + B_c] @ q_n / math.sqrt(len(q_n))  # scores of the key tile, (B_c,)
+        x = K[c0 : c0 + B_c] @ q_n / math.sqrt(len(q_n))  # scores of the key tile, (B_c,)
         g_new = max(g, float(x.max()))  # g_new = max(g, rowmax(X))
         alpha = math.exp(g - g_new)  # the rescale of everything so far (0 at the first tile)
         p = np.exp(x - g_new)  # P = exp(X - g_new), every exponent <= 0
         s = s * alpha + p.sum()  # s_new = s alpha + rowsum(P)
-        acc = acc * alpha + p @ V[c0:c0 + B_c]  # acc_new = acc alpha + P V: no division
+        acc = acc * alpha + p @ V[c0 : c0 + B_c]  # acc_new = acc alpha + P V: no division
         g = g_new
     return acc / s, g + math.log(s)  # one division at the end; lse = g + log(s)
 
@@ -97,7 +97,7 @@ def show(name: str | None = None) -> None:
     if name == "row_lse":  # the kernel is defined under a "triton installed" guard: print it first
         module = inspect.getsource(sys.modules[__name__])
         start = module.index("    @triton.jit\n    def row_lse_kernel")
-        kernel = "\n".join(line[4:] for line in module[start:module.index("\n\n\n", start)].splitlines())
+        kernel = "\n".join(line[4:] for line in module[start : module.index("\n\n\n", start)].splitlines())
         text = kernel + "\n\n\n" + text
     print(text)
 

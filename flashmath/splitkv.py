@@ -75,8 +75,16 @@ class SplitKVTrace:
         return len(self.parts)
 
 
-def split_kv_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
-                   causal: bool = False, mask: ArrayLike | None = None) -> SplitKVTrace:
+def split_kv_trace(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    num_splits: int,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+) -> SplitKVTrace:
     """Compute attention over ``num_splits`` key ranges independently, then merge them pairwise in a tree.
 
     Args:
@@ -97,8 +105,11 @@ def split_kv_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *,
     for c0, c1 in ranges:
         part_mask = None if keep is None else keep[..., c0:c1]
         # each part is attention over its own keys only: A_p and L_p
-        parts.append(attention(inp.q, inp.k[..., c0:c1, :], inp.v[..., c0:c1, :], scale=inp.scale, mask=part_mask,
-                               return_lse=True))
+        parts.append(
+            attention(
+                inp.q, inp.k[..., c0:c1, :], inp.v[..., c0:c1, :], scale=inp.scale, mask=part_mask, return_lse=True
+            )
+        )
     levels = [parts]
     while len(levels[-1]) > 1:
         below = levels[-1]
@@ -113,8 +124,17 @@ def split_kv_trace(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *,
     return SplitKVTrace(ranges, parts, levels, a, lse)
 
 
-def split_kv_attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, num_splits: int, *, scale: float | None = None,
-                       causal: bool = False, mask: ArrayLike | None = None, return_lse: bool = False) -> Any:
+def split_kv_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    num_splits: int,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: ArrayLike | None = None,
+    return_lse: bool = False,
+) -> Any:
     """Attention with the keys split into ``num_splits`` ranges, each computed alone and merged (Flash-Decoding).
 
     Args:

@@ -71,8 +71,10 @@ def check_kernel_block(value: object, name: str, default: int) -> int:
     """
     number = default if value is None else integer(value, name, "a power of two from 16 to 256 (rows per tile)")
     if number < 16 or number > 256 or number & (number - 1):
-        raise ValueError(f"{name} must be a power of two from 16 to 256 (on a GPU, Triton's tl.dot needs an inner "
-                         f"dimension of at least 16 for float16 inputs), got {number}")
+        raise ValueError(
+            f"{name} must be a power of two from 16 to 256 (on a GPU, Triton's tl.dot needs an inner "
+            f"dimension of at least 16 for float16 inputs), got {number}"
+        )
     return number
 
 
@@ -134,8 +136,9 @@ def tile_keep(inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int) -> np.nd
     return keep
 
 
-def tile_score_mod(inp: AttentionInputs, r0: int, r1: int, c0: int,
-                   c1: int) -> Callable[[np.ndarray], np.ndarray] | None:
+def tile_score_mod(
+    inp: AttentionInputs, r0: int, r1: int, c0: int, c1: int
+) -> Callable[[np.ndarray], np.ndarray] | None:
     """The element-wise change of tile ``(r0:r1, c0:c1)``'s scores for :func:`tile_scores`: None without a variant
     (:meth:`flashmath.variants.Variant.scores`)."""
     variant = inp.variant
@@ -156,8 +159,13 @@ def tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | 
     return x_tile
 
 
-def variant_tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None, batch: tuple,
-                        score_mod: Callable[[np.ndarray], np.ndarray] | None) -> np.ndarray:
+def variant_tile_scores(
+    q_tile: np.ndarray,
+    k_tile: np.ndarray,
+    keep_tile: np.ndarray | None,
+    batch: tuple,
+    score_mod: Callable[[np.ndarray], np.ndarray] | None,
+) -> np.ndarray:
     """:func:`tile_scores` with a variant's element-wise change of the scaled scores (chapter 13: softcap, ALiBi,
     FlexAttention's ``score_mod``; ``score_mod`` from :func:`tile_score_mod`), applied before the mask selects the
     masked pairs away. Without a change, exactly :func:`tile_scores`."""
@@ -169,8 +177,16 @@ def variant_tile_scores(q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.nd
     return x_tile
 
 
-def tile_scores_for(inp: AttentionInputs, q_tile: np.ndarray, k_tile: np.ndarray, keep_tile: np.ndarray | None,
-                    r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+def tile_scores_for(
+    inp: AttentionInputs,
+    q_tile: np.ndarray,
+    k_tile: np.ndarray,
+    keep_tile: np.ndarray | None,
+    r0: int,
+    r1: int,
+    c0: int,
+    c1: int,
+) -> np.ndarray:
     """The score tile ``X_ij`` of tile ``(r0:r1, c0:c1)`` as the loops of :mod:`flashmath.flash` compute it: a new
     array ``(..., B_r, B_c)``, masked pairs ``-inf`` (:func:`tile_scores`), with the element-wise line of
     ``inp``'s variant when it has one (chapter 13: :func:`variant_tile_scores`, :func:`tile_score_mod`). inf or

@@ -109,8 +109,16 @@ def check_bytes_per_element(value: object, default: int) -> int:
 
 
 def attention_traffic(
-    algorithm: str, N: int, M: int, D: int, *, Dv: int | None = None, block_q: int | None = None,
-    block_k: int | None = None, batch: int = 1, bytes_per_element: int = 4,
+    algorithm: str,
+    N: int,
+    M: int,
+    D: int,
+    *,
+    Dv: int | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    batch: int = 1,
+    bytes_per_element: int = 4,
 ) -> TrafficCount:
     """The loads and stores of an attention algorithm, from the sizes alone (the table in the module docstring).
 
@@ -227,8 +235,17 @@ class SramSweep:
     order: str
 
 
-def sram_sweep(N: int, D: int, sram_bytes: ArrayLike, *, M: int | None = None, Dv: int | None = None,
-               order: str = "fa1", batch: int = 1, bytes_per_element: int = 4) -> SramSweep:
+def sram_sweep(
+    N: int,
+    D: int,
+    sram_bytes: ArrayLike,
+    *,
+    M: int | None = None,
+    Dv: int | None = None,
+    order: str = "fa1",
+    batch: int = 1,
+    bytes_per_element: int = 4,
+) -> SramSweep:
     """Modelled HBM traffic of a tiled order for each on-chip memory size, with the blocks it allows.
 
     For each size the blocks come from :func:`block_sizes_for_sram`, and the traffic from
@@ -331,8 +348,9 @@ TRAFFIC_DIMS = (32, 64, 128, 256)
 """The head dimensions of that slider."""
 
 
-def tile_traffic_table(N: int = 4096, *, dims: Sequence[int] = TRAFFIC_DIMS,
-                       blocks: Sequence[int] = TRAFFIC_BLOCKS) -> dict:
+def tile_traffic_table(
+    N: int = 4096, *, dims: Sequence[int] = TRAFFIC_DIMS, blocks: Sequence[int] = TRAFFIC_BLOCKS
+) -> dict:
     """Elements moved per score by fa2, fa1 and standard attention, for square tiles and several ``D`` (chapter 6;
     what :class:`flashmath.viz.traffic.TileTrafficPlot` draws).
 
@@ -350,7 +368,13 @@ def tile_traffic_table(N: int = 4096, *, dims: Sequence[int] = TRAFFIC_DIMS,
     dims, blocks = tuple(size(d, "each of dims", 1) for d in dims), tuple(size(b, "each of blocks", 1) for b in blocks)
     table: dict = {"N": N, "dims": dims, "blocks": blocks}
     for algorithm in ("fa2", "fa1", "standard"):
-        table[algorithm] = np.array([[attention_traffic(algorithm, N, N, d, block_q=b, block_k=b,
-                                                        bytes_per_element=1).bytes / (N * N) for b in blocks]
-                                     for d in dims])
+        table[algorithm] = np.array(
+            [
+                [
+                    attention_traffic(algorithm, N, N, d, block_q=b, block_k=b, bytes_per_element=1).bytes / (N * N)
+                    for b in blocks
+                ]
+                for d in dims
+            ]
+        )
     return table

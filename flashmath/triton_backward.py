@@ -86,19 +86,31 @@ from flashmath.triton_setup import (
     triton,
 )
 
-__all__ = ["DQ_MODES", "triton_attention_backward",
-           "backward_kernel_source", "BACKWARD_RULES", "backward_line_for_line", "backward_schedule"]
-
+__all__ = [
+    "DQ_MODES",
+    "triton_attention_backward",
+    "backward_kernel_source",
+    "BACKWARD_RULES",
+    "backward_line_for_line",
+    "backward_schedule",
+]
 
 
 if available():
 
     @triton.jit
     def _bwd_delta(
-        A, dA, Delta,  # pointers to a, da (B, N, Dv) and delta (B, N)
-        sa_b, sa_n, sd_b, sd_n,  # strides, in elements
-        N, Dv,
-        BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+        A,
+        dA,
+        Delta,  # pointers to a, da (B, N, Dv) and delta (B, N)
+        sa_b,
+        sa_n,
+        sd_b,
+        sd_n,  # strides, in elements
+        N,
+        Dv,
+        BLOCK_M: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
     ):
         i = tl.program_id(0)
         b = tl.program_id(1)
@@ -112,26 +124,62 @@ if available():
         tl.store(Delta + b * N + rows, delta, mask=rows < N)
 
     @triton.jit
-    def _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset,
-                    CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr):
+    def _keep_pairs(
+        Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr
+    ):
         """The attended pairs of a tile, (B_r, B_c): inside the arrays, not a fully masked row (L = -inf), on or
         left of the causal diagonal, allowed by the user's mask."""
         keep = (rows[:, None] < N) & (cols[None, :] < M) & (lse[:, None] != float("-inf"))
         if CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + offset)
         if HAS_KEEP:
-            keep = keep & (tl.load(Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
-                                   mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0)
+            keep = keep & (
+                tl.load(
+                    Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
+                    mask=(rows[:, None] < N) & (cols[None, :] < M),
+                    other=0,
+                )
+                != 0
+            )
         return keep
 
     @triton.jit
     def _bwd_dkdv(
-        Q, K, V, dA, LSE, Delta, Keep, dK, dV, dQ,  # q (B, N, D), k, dk (B, M, D), v, dv (B, M, Dv), da (B, N, Dv),
+        Q,
+        K,
+        V,
+        dA,
+        LSE,
+        Delta,
+        Keep,
+        dK,
+        dV,
+        dQ,  # q (B, N, D), k, dk (B, M, D), v, dv (B, M, Dv), da (B, N, Dv),
         # lse, delta (B, N), keep (B, N, M), dq (B, N, D) float32 (only with ATOMIC_DQ)
-        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
-        N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+        sq_b,
+        sq_n,
+        sk_b,
+        sk_m,
+        sv_b,
+        sv_m,
+        sd_b,
+        sd_n,
+        sp_b,
+        sp_n,
+        sp_m,  # strides, in elements (the last dim: 1)
+        N,
+        M,
+        D,
+        Dv,
+        scale,
+        offset,  # sizes; the score scale; offset = M - N, the causal diagonal
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr,
+        HAS_KEEP: tl.constexpr,
+        ATOMIC_DQ: tl.constexpr,
     ):
         j = tl.program_id(0)  # this program's key tile
         b = tl.program_id(1)  # and its (batch, head) element
@@ -139,10 +187,12 @@ if available():
         d = tl.arange(0, BLOCK_D)
         dv = tl.arange(0, BLOCK_DV)
         # load K_j, V_j once: (B_c, D), (B_c, Dv)
-        k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
-                         mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
-        v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
-                         mask=(cols[:, None] < M) & (dv[None, :] < Dv), other=0.0)
+        k_tile = tl.load(
+            K + b * sk_b + cols[:, None] * sk_m + d[None, :], mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0
+        )
+        v_tile = tl.load(
+            V + b * sv_b + cols[:, None] * sv_m + dv[None, :], mask=(cols[:, None] < M) & (dv[None, :] < Dv), other=0.0
+        )
         # dK_j = 0, dV_j = 0: on chip (float32) for the whole sweep over the query tiles
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv_acc = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
@@ -156,10 +206,14 @@ if available():
             keep = _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL, HAS_KEEP)
             # load Q_i, dA_i: (B_r, D), (B_r, Dv); a row that attends none of the tile's keys is not loaded
             row_used = tl.max(keep.to(tl.int32), 1) > 0  # (B_r,)
-            q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
-                             mask=row_used[:, None] & (d[None, :] < D), other=0.0)
-            da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :],
-                              mask=row_used[:, None] & (dv[None, :] < Dv), other=0.0)
+            q_tile = tl.load(
+                Q + b * sq_b + rows[:, None] * sq_n + d[None, :], mask=row_used[:, None] & (d[None, :] < D), other=0.0
+            )
+            da_tile = tl.load(
+                dA + b * sd_b + rows[:, None] * sd_n + dv[None, :],
+                mask=row_used[:, None] & (dv[None, :] < Dv),
+                other=0.0,
+            )
             # X_ij = Q_i K_j^T, recomputed  (times the scale): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale
             # Y_ij = exp(X_ij - L_i): the probabilities, exact from the saved logsumexp (0 where masked)
@@ -177,22 +231,57 @@ if available():
                 col_used = tl.max(keep.to(tl.int32), 0) > 0  # (B_c,)
                 k_used = tl.where(col_used[:, None], k_tile, 0.0).to(k_tile.dtype)
                 dq_part = tl.dot(dx_tile.to(k_tile.dtype), k_used, input_precision="ieee") * scale
-                tl.atomic_add(dQ + b * N * BLOCK_D + rows[:, None] * BLOCK_D + d[None, :], dq_part,
-                              mask=row_used[:, None] & (d[None, :] < D))
+                tl.atomic_add(
+                    dQ + b * N * BLOCK_D + rows[:, None] * BLOCK_D + d[None, :],
+                    dq_part,
+                    mask=row_used[:, None] & (d[None, :] < D),
+                )
         # dK_j = scale sum_i dX_ij^T Q_i
         dk = dk * scale
-        tl.store(dK + b * sk_b + cols[:, None] * sk_m + d[None, :], dk.to(dK.dtype.element_ty),
-                 mask=(cols[:, None] < M) & (d[None, :] < D))
-        tl.store(dV + b * sv_b + cols[:, None] * sv_m + dv[None, :], dv_acc.to(dV.dtype.element_ty),
-                 mask=(cols[:, None] < M) & (dv[None, :] < Dv))
+        tl.store(
+            dK + b * sk_b + cols[:, None] * sk_m + d[None, :],
+            dk.to(dK.dtype.element_ty),
+            mask=(cols[:, None] < M) & (d[None, :] < D),
+        )
+        tl.store(
+            dV + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+            dv_acc.to(dV.dtype.element_ty),
+            mask=(cols[:, None] < M) & (dv[None, :] < Dv),
+        )
 
     @triton.jit
     def _bwd_dq(
-        Q, K, V, dA, LSE, Delta, Keep, dQ,  # as _bwd_dkdv; dq (B, N, D) in the input dtype
-        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,
-        N, M, D, Dv, scale, offset,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
+        Q,
+        K,
+        V,
+        dA,
+        LSE,
+        Delta,
+        Keep,
+        dQ,  # as _bwd_dkdv; dq (B, N, D) in the input dtype
+        sq_b,
+        sq_n,
+        sk_b,
+        sk_m,
+        sv_b,
+        sv_m,
+        sd_b,
+        sd_n,
+        sp_b,
+        sp_n,
+        sp_m,
+        N,
+        M,
+        D,
+        Dv,
+        scale,
+        offset,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr,
+        HAS_KEEP: tl.constexpr,
     ):
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)
@@ -203,10 +292,12 @@ if available():
         delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
         # load Q_i, dA_i once: a fully masked row (L = -inf) is not loaded
         row_ok = (rows < N) & (lse != float("-inf"))
-        q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
-                         mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
-        da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :],
-                          mask=row_ok[:, None] & (dv[None, :] < Dv), other=0.0)
+        q_tile = tl.load(
+            Q + b * sq_b + rows[:, None] * sq_n + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0
+        )
+        da_tile = tl.load(
+            dA + b * sd_b + rows[:, None] * sd_n + dv[None, :], mask=row_ok[:, None] & (dv[None, :] < Dv), other=0.0
+        )
         # dQ_i = 0: on chip (float32) for the whole sweep over the key tiles
         dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         hi = M
@@ -217,10 +308,14 @@ if available():
             keep = _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL, HAS_KEEP)
             # load K_j, V_j: a key that no row of the tile attends is not loaded (reads as 0)
             col_used = tl.max(keep.to(tl.int32), 0) > 0  # (B_c,)
-            k_tile = tl.load(K + b * sk_b + cols[:, None] * sk_m + d[None, :],
-                             mask=col_used[:, None] & (d[None, :] < D), other=0.0)
-            v_tile = tl.load(V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
-                             mask=col_used[:, None] & (dv[None, :] < Dv), other=0.0)
+            k_tile = tl.load(
+                K + b * sk_b + cols[:, None] * sk_m + d[None, :], mask=col_used[:, None] & (d[None, :] < D), other=0.0
+            )
+            v_tile = tl.load(
+                V + b * sv_b + cols[:, None] * sv_m + dv[None, :],
+                mask=col_used[:, None] & (dv[None, :] < Dv),
+                other=0.0,
+            )
             # X_ij = Q_i K_j^T, recomputed
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale
             # Y_ij = exp(X_ij - L_i)
@@ -233,8 +328,11 @@ if available():
             dq += tl.dot(dx_tile.to(k_tile.dtype), k_tile, input_precision="ieee")
         # dQ_i = scale sum_j dX_ij K_j
         dq = dq * scale
-        tl.store(dQ + b * sq_b + rows[:, None] * sq_n + d[None, :], dq.to(dQ.dtype.element_ty),
-                 mask=(rows[:, None] < N) & (d[None, :] < D))
+        tl.store(
+            dQ + b * sq_b + rows[:, None] * sq_n + d[None, :],
+            dq.to(dQ.dtype.element_ty),
+            mask=(rows[:, None] < N) & (d[None, :] < D),
+        )
 
 
 def _keep_tensor(mask, batch, N, M, device):
@@ -257,8 +355,23 @@ def _unbroadcast(grad, shape):
     return grad.sum(dim=axes, keepdim=True) if axes else grad
 
 
-def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=False, mask=None, block_q=None,
-                              block_k=None, dq_mode="separate", num_warps=4, num_stages=1):
+def triton_attention_backward(
+    q,
+    k,
+    v,
+    a,
+    lse,
+    grad_a,
+    *,
+    scale=None,
+    causal=False,
+    mask=None,
+    block_q=None,
+    block_k=None,
+    dq_mode="separate",
+    num_warps=4,
+    num_stages=1,
+):
     """Gradients of attention with respect to ``q``, ``k``, ``v`` by the Triton backward kernels.
 
     Args:
@@ -291,24 +404,31 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     tiny, huge = FLOAT32_SCALES
     if abs(inp.scale) > huge or 0 < abs(inp.scale) < tiny:
-        raise ValueError(f"the backward kernels multiply float32 tiles by the scale: it must be 0 or between "
-                         f"{tiny:.1e} and {huge:.1e} in magnitude, got {inp.scale}")
+        raise ValueError(
+            f"the backward kernels multiply float32 tiles by the scale: it must be 0 or between "
+            f"{tiny:.1e} and {huge:.1e} in magnitude, got {inp.scale}"
+        )
     batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
     rows = batch + (N,)
     for arr, name, shape in ((a, "a", rows + (Dv,)), (lse, "lse", rows), (grad_a, "grad_a", rows + (Dv,))):
         if tuple(arr.shape) != shape:
-            raise ValueError(f"{name} must have shape (..., N{', Dv' if name != 'lse' else ''}) = {shape} "
-                             f"(from q, k, v), got {tuple(arr.shape)}")
+            raise ValueError(
+                f"{name} must have shape (..., N{', Dv' if name != 'lse' else ''}) = {shape} "
+                f"(from q, k, v), got {tuple(arr.shape)}"
+            )
     device = kernel_device(q, k, v, tensors)
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
     if dtype == torch.bfloat16 and device.type == "cpu":
-        raise TypeError("Triton's interpreter does not support bfloat16 matrix products (triton-lang/triton#11584); "
-                        "on a CPU use float16 or float32 inputs, bfloat16 runs compiled on a GPU")
+        raise TypeError(
+            "Triton's interpreter does not support bfloat16 matrix products (triton-lang/triton#11584); "
+            "on a CPU use float16 or float32 inputs, bfloat16 runs compiled on a GPU"
+        )
     B = math.prod(batch)
     # (B, N, D), (B, M, D), (B, M, Dv), (B, N, Dv), (B, N), contiguous in the last dimension
-    q_b, k_b, v_b = (x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous()
-                     for x in (q_t, k_t, v_t))
+    q_b, k_b, v_b = (
+        x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous() for x in (q_t, k_t, v_t)
+    )
     a_b, da_b = (as_tensor(x, device).to(dtype).reshape(B, N, Dv).contiguous() for x in (a, grad_a))
     lse_b = as_tensor(lse, device).to(torch.float32).reshape(B, N).contiguous()
     dq = torch.zeros((B, N, D), dtype=dtype, device=device)
@@ -322,27 +442,57 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
     block_d, block_dv = padded_width(D), padded_width(Dv)
     atomic = dq_mode == "atomic"
     if B > 0 and N > 0 and M > 0:
-        strides = (q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
-                   da_b.stride(0), da_b.stride(1), *keep_strides)
+        strides = (
+            q_b.stride(0),
+            q_b.stride(1),
+            k_b.stride(0),
+            k_b.stride(1),
+            v_b.stride(0),
+            v_b.stride(1),
+            da_b.stride(0),
+            da_b.stride(1),
+            *keep_strides,
+        )
         sizes = (N, M, D, Dv, float(inp.scale), M - N)
-        consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, CAUSAL=bool(causal),
-                      HAS_KEEP=mask is not None, num_warps=num_warps, num_stages=num_stages)
+        consts = dict(
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_D=block_d,
+            BLOCK_DV=block_dv,
+            CAUSAL=bool(causal),
+            HAS_KEEP=mask is not None,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
         # the atomic adds go to a float32 buffer (B, N, BLOCK_D), cast to the input dtype at the end
         dq_acc = torch.zeros((B, N, block_d), dtype=torch.float32, device=device) if atomic else dq
         with quiet_interpreter():
             _bwd_delta[(triton.cdiv(N, block_m), B)](
-                a_b, da_b, delta, a_b.stride(0), a_b.stride(1), da_b.stride(0), da_b.stride(1), N, Dv,
-                BLOCK_M=block_m, BLOCK_DV=block_dv, num_warps=num_warps)
+                a_b,
+                da_b,
+                delta,
+                a_b.stride(0),
+                a_b.stride(1),
+                da_b.stride(0),
+                da_b.stride(1),
+                N,
+                Dv,
+                BLOCK_M=block_m,
+                BLOCK_DV=block_dv,
+                num_warps=num_warps,
+            )
             _bwd_dkdv[(triton.cdiv(M, block_n), B)](
-                q_b, k_b, v_b, da_b, lse_b, delta, keep, dk, dv, dq_acc, *strides, *sizes, ATOMIC_DQ=atomic,
-                **consts)
+                q_b, k_b, v_b, da_b, lse_b, delta, keep, dk, dv, dq_acc, *strides, *sizes, ATOMIC_DQ=atomic, **consts
+            )
             if atomic:
                 dq = dq_acc[..., :D].to(dtype)
             else:
                 _bwd_dq[(triton.cdiv(N, block_m), B)](
-                    q_b, k_b, v_b, da_b, lse_b, delta, keep, dq, *strides, *sizes, **consts)
-    grads = [_unbroadcast(g.reshape(*batch, *g.shape[-2:]), tuple(x.shape))
-             for g, x in ((dq, q_t), (dk, k_t), (dv, v_t))]
+                    q_b, k_b, v_b, da_b, lse_b, delta, keep, dq, *strides, *sizes, **consts
+                )
+    grads = [
+        _unbroadcast(g.reshape(*batch, *g.shape[-2:]), tuple(x.shape)) for g, x in ((dq, q_t), (dk, k_t), (dv, v_t))
+    ]
     if not any(tensors):
         grads = [g.cpu().numpy() for g in grads]
     return tuple(grads)
@@ -352,8 +502,16 @@ def triton_attention_backward(q, k, v, a, lse, grad_a, *, scale=None, causal=Fal
 # The kernels' sources, for chapter 12
 # ------------------------------------------------------------------------------------------------------------------
 
-BACKWARD_RULES = ("D_n = rowsum(dA * A)", "X_ij = Q_i K_j^T", "Y_ij = exp(X_ij - L_i)", "dV_j += Y_ij^T dA_i",
-                  "dY_ij = dA_i V_j^T", "dX_ij = Y_ij * (dY_ij - D_i)", "dK_j += dX_ij^T Q_i", "dQ_i += dX_ij K_j")
+BACKWARD_RULES = (
+    "D_n = rowsum(dA * A)",
+    "X_ij = Q_i K_j^T",
+    "Y_ij = exp(X_ij - L_i)",
+    "dV_j += Y_ij^T dA_i",
+    "dY_ij = dA_i V_j^T",
+    "dX_ij = Y_ij * (dY_ij - D_i)",
+    "dK_j += dX_ij^T Q_i",
+    "dQ_i += dX_ij K_j",
+)
 """The backward's update rules, in the order the kernels apply them (the comments above their code)."""
 
 
@@ -390,9 +548,12 @@ def backward_line_for_line() -> list[tuple[str, list[str], list[str]]]:
     numpy_source = "\n".join(inspect.getsource(f) for f in (backward.attention_backward, backward.backward_tile))
     kernels = "\n".join(backward_kernel_source(name) for name in ("_bwd_delta", "_bwd_dkdv", "_bwd_dq"))
     numpy_blocks, triton_blocks = rule_blocks(numpy_source, BACKWARD_RULES), rule_blocks(kernels, BACKWARD_RULES)
-    missing = [(rule, where) for rule in BACKWARD_RULES for where, blocks in (("flashmath.backward", numpy_blocks),
-                                                                              ("the kernels", triton_blocks))
-               if not blocks.get(rule)]
+    missing = [
+        (rule, where)
+        for rule in BACKWARD_RULES
+        for where, blocks in (("flashmath.backward", numpy_blocks), ("the kernels", triton_blocks))
+        if not blocks.get(rule)
+    ]
     if missing:
         raise LookupError(f"no code under these rule comments: {missing}")
     return [(rule, numpy_blocks[rule], triton_blocks[rule]) for rule in BACKWARD_RULES]
@@ -403,8 +564,9 @@ def backward_line_for_line() -> list[tuple[str, list[str], list[str]]]:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def backward_schedule(N: int, M: int, block_q: int, block_k: int, *, causal: bool = False,
-                      dq_mode: str = "separate") -> list[tuple[str, int, int]]:
+def backward_schedule(
+    N: int, M: int, block_q: int, block_k: int, *, causal: bool = False, dq_mode: str = "separate"
+) -> list[tuple[str, int, int]]:
     """The tile pairs the backward kernels visit, in order, for one (batch, head) element.
 
     Each step is ``(kernel, i, j)``: ``"dkdv"`` steps (the program of key tile ``j`` meets query tile ``i``; with

@@ -73,10 +73,26 @@ import numpy as np
 
 from flashmath._checks import integer
 
-__all__ = ["INSTALL_COMMANDS", "INSTALL_HINT", "ExtraNotInstalled", "available", "require_extra", "interpreted",
-           "triton_flash_attention", "differentiable_attention", "FlashAttentionFunction", "line_for_line",
-           "kernel_source", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM", "TORCH_VERSION", "require_triton",
-           "too_late", "DQ_MODES"]
+__all__ = [
+    "INSTALL_COMMANDS",
+    "INSTALL_HINT",
+    "ExtraNotInstalled",
+    "available",
+    "require_extra",
+    "interpreted",
+    "triton_flash_attention",
+    "differentiable_attention",
+    "FlashAttentionFunction",
+    "line_for_line",
+    "kernel_source",
+    "DEFAULT_BLOCK_M",
+    "DEFAULT_BLOCK_N",
+    "MAX_HEAD_DIM",
+    "TORCH_VERSION",
+    "require_triton",
+    "too_late",
+    "DQ_MODES",
+]
 
 from flashmath.backward import DQ_MODES, check_dq_mode
 from flashmath.tiling import check_kernel_block
@@ -111,13 +127,41 @@ if available():
 
     @triton.jit
     def _fa2_forward(
-        Q, K, V, Keep, A, LSE,  # pointers to q (B, N, D), k (B, M, D), v (B, M, Dv), keep (B, N, M), a, lse (B, N)
-        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sa_b, sa_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
-        N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
-        G=1, left=0, right=0, cap=1.0,  # chapter 13: query heads per kv head, the window's extents, the softcap
-        WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+        Q,
+        K,
+        V,
+        Keep,
+        A,
+        LSE,  # pointers to q (B, N, D), k (B, M, D), v (B, M, Dv), keep (B, N, M), a, lse (B, N)
+        sq_b,
+        sq_n,
+        sk_b,
+        sk_m,
+        sv_b,
+        sv_m,
+        sa_b,
+        sa_n,
+        sp_b,
+        sp_n,
+        sp_m,  # strides, in elements (the last dim: 1)
+        N,
+        M,
+        D,
+        Dv,
+        scale,
+        offset,  # sizes; the score scale; offset = M - N, the causal diagonal
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr,
+        HAS_KEEP: tl.constexpr,
+        G=1,
+        left=0,
+        right=0,
+        cap=1.0,  # chapter 13: query heads per kv head, the window's extents, the softcap
+        WINDOW: tl.constexpr = False,
+        SOFTCAP: tl.constexpr = False,
     ):
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)  # and its (batch, head) element
@@ -126,8 +170,9 @@ if available():
         d = tl.arange(0, BLOCK_D)  # (BLOCK_D,) head dimensions, padded to a power of two
         dv = tl.arange(0, BLOCK_DV)
         # load Q_i once: (B_r, D); rows past N and padded dimensions read as 0
-        q_tile = tl.load(Q + b * sq_b + rows[:, None] * sq_n + d[None, :],
-                         mask=(rows[:, None] < N) & (d[None, :] < D), other=0.0)
+        q_tile = tl.load(
+            Q + b * sq_b + rows[:, None] * sq_n + d[None, :], mask=(rows[:, None] < N) & (d[None, :] < D), other=0.0
+        )
         # g = -inf, s = 0, acc = s A' = 0: nothing seen yet (all float32, in registers)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -149,11 +194,20 @@ if available():
                 keep_tile = keep_tile & (cols[None, :] >= rows[:, None] + offset - left)
                 keep_tile = keep_tile & (cols[None, :] <= rows[:, None] + offset + right)
             if HAS_KEEP:
-                keep_tile = keep_tile & (tl.load(Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
-                                                 mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0)
+                keep_tile = keep_tile & (
+                    tl.load(
+                        Keep + b * sp_b + rows[:, None] * sp_n + cols[None, :] * sp_m,
+                        mask=(rows[:, None] < N) & (cols[None, :] < M),
+                        other=0,
+                    )
+                    != 0
+                )
             # load K_j: (B_c, D)
-            k_tile = tl.load(K + kv * sk_b + cols[:, None] * sk_m + d[None, :],
-                             mask=(cols[:, None] < M) & (d[None, :] < D), other=0.0)
+            k_tile = tl.load(
+                K + kv * sk_b + cols[:, None] * sk_m + d[None, :],
+                mask=(cols[:, None] < M) & (d[None, :] < D),
+                other=0.0,
+            )
             # X_ij = Q_i K_j^T  (times the scale; masked pairs selected to -inf): (B_r, B_c), float32
             x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # float32 inputs: no TF32
             x_tile = tl.where(keep_tile, x_tile, float("-inf"))
@@ -166,8 +220,14 @@ if available():
                 # y < 0.3, where 1 - t would cancel (an error of c 2^-24 on every score): x tanh(y) / y by tanh's
                 # series, x (1 - y^2/3 + 2y^4/15 - 17y^6/315 + 62y^8/2835 - 1382y^10/155925), error below 2e-9
                 y2 = y * y
-                near = x_tile * (1.0 + y2 * (-1.0 / 3.0 + y2 * (2.0 / 15.0 + y2 * (-17.0 / 315.0 + y2 * (
-                    62.0 / 2835.0 + y2 * (-1382.0 / 155925.0))))))
+                near = x_tile * (
+                    1.0
+                    + y2
+                    * (
+                        -1.0 / 3.0
+                        + y2 * (2.0 / 15.0 + y2 * (-17.0 / 315.0 + y2 * (62.0 / 2835.0 + y2 * (-1382.0 / 155925.0))))
+                    )
+                )
                 capped = tl.where(y < 0.3, near, tl.where(x_tile < 0, -far, far))
                 x_tile = tl.where(keep_tile, capped, float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf
@@ -183,8 +243,9 @@ if available():
             l_i = l_i * alpha + tl.sum(p_tile, 1)
             # load V_j: (B_c, Dv); a key that every row of the tile masks is not loaded (reads as 0)
             used = tl.max(keep_tile.to(tl.int32), 0) > 0  # (B_c,)
-            v_tile = tl.load(V + kv * sv_b + cols[:, None] * sv_m + dv[None, :],
-                             mask=used[:, None] & (dv[None, :] < Dv), other=0.0)
+            v_tile = tl.load(
+                V + kv * sv_b + cols[:, None] * sv_m + dv[None, :], mask=used[:, None] & (dv[None, :] < Dv), other=0.0
+            )
             # acc_new = acc * alpha + P_ij V_j   (no division: FlashAttention-2 divides once, at the end)
             acc = acc * alpha[:, None] + tl.dot(p_tile.to(v_tile.dtype), v_tile, input_precision="ieee")
 
@@ -194,16 +255,35 @@ if available():
         empty = l_i == 0
         # A_i = acc / s  (the only division; a row that saw no key: acc = 0, divided by 1)
         a_tile = acc / tl.where(empty, 1.0, l_i)[:, None]
-        tl.store(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], a_tile.to(A.dtype.element_ty),
-                 mask=(rows[:, None] < N) & (dv[None, :] < Dv))
+        tl.store(
+            A + b * sa_b + rows[:, None] * sa_n + dv[None, :],
+            a_tile.to(A.dtype.element_ty),
+            mask=(rows[:, None] < N) & (dv[None, :] < Dv),
+        )
         # lse_i = g + log(s);  -inf for a row that saw no key, +inf for a +inf score (s is +inf), NaN for NaN
         lse = tl.where(empty, float("-inf"), m_i + tl.log(l_i))
         tl.store(LSE + b * N + rows, lse, mask=rows < N)
 
 
-def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", scale=None, causal=False, mask=None,
-                           return_lse=False, num_warps=4, num_stages=2, dq_mode="separate", enable_gqa=False,
-                           window=None, softcap=None):
+def triton_flash_attention(
+    q,
+    k,
+    v,
+    *,
+    block_q=None,
+    block_k=None,
+    order="fa2",
+    scale=None,
+    causal=False,
+    mask=None,
+    return_lse=False,
+    num_warps=4,
+    num_stages=2,
+    dq_mode="separate",
+    enable_gqa=False,
+    window=None,
+    softcap=None,
+):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
 
     Args:
@@ -250,20 +330,34 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     require_triton()
     dq_mode = check_dq_mode(dq_mode)  # refused here too, not only when a backward is needed
     if order != "fa2":
-        raise ValueError(f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
-                         f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy")
+        raise ValueError(
+            f"order must be 'fa2': the kernel is FlashAttention-2's loop (query tiles across programs), "
+            f"got {order!r}; flashmath.flash_attention(..., order='fa1') runs the other order in numpy"
+        )
     if not isinstance(enable_gqa, (bool, np.bool_)):  # np.True_ and np.False_ as numpy's functions take them
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     enable_gqa = bool(enable_gqa)
     variant = enable_gqa or window is not None or softcap is not None
     if variant and torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
-        raise NotImplementedError("enable_gqa, window and softcap are forward-only in the Triton kernels: the backward "
-                                  "kernels do not take them yet (flashmath.flash_attention computes them in numpy)")
+        raise NotImplementedError(
+            "enable_gqa, window and softcap are forward-only in the Triton kernels: the backward "
+            "kernels do not take them yet (flashmath.flash_attention computes them in numpy)"
+        )
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
-
-        return differentiable_attention(q, k, v, block_q=block_q, block_k=block_k, scale=scale, causal=causal,
-                                        mask=mask, return_lse=return_lse, dq_mode=dq_mode, num_warps=num_warps,
-                                        num_stages=num_stages)
+        return differentiable_attention(
+            q,
+            k,
+            v,
+            block_q=block_q,
+            block_k=block_k,
+            scale=scale,
+            causal=causal,
+            mask=mask,
+            return_lse=return_lse,
+            dq_mode=dq_mode,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
     block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
     block_n = check_kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
     num_warps, num_stages = integer(num_warps, "num_warps"), integer(num_stages, "num_stages")
@@ -285,9 +379,11 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         # float64 here instead, as the numpy loops always do, so that q * scale is right wherever it fits
         q_t, scale = q_t.to(torch.float64) * scale, 1.0
     if dtype == torch.bfloat16 and device.type == "cpu":
-        raise TypeError("Triton's interpreter does not support bfloat16 matrix products (its tl.dot multiplies the "
-                        "raw bits: triton-lang/triton#11584); on a CPU use float16 or float32 inputs, bfloat16 runs "
-                        "compiled on a GPU")
+        raise TypeError(
+            "Triton's interpreter does not support bfloat16 matrix products (its tl.dot multiplies the "
+            "raw bits: triton-lang/triton#11584); on a CPU use float16 or float32 inputs, bfloat16 runs "
+            "compiled on a GPU"
+        )
     batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
     B = math.prod(batch)
     # (B, N, D), contiguous in the last dimension (copies only where needed); q broadcast over the batch first
@@ -295,8 +391,10 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
     # (B, M, D), (B, M, Dv); grouped-query heads: (B / G, M, D), one kv head per group of G programs, nothing
     # repeated (batch ends with (H_kv, G); explicit sizes, never B // G, since G may be 0 with no query head)
     kv_batch = batch if G == 1 else (*batch[:-1], 1)
-    k_b, v_b = (x.to(dtype).expand(*kv_batch, *x.shape[-2:]).reshape(math.prod(kv_batch), *x.shape[-2:]).contiguous()
-                for x in (k_t, v_t))
+    k_b, v_b = (
+        x.to(dtype).expand(*kv_batch, *x.shape[-2:]).reshape(math.prod(kv_batch), *x.shape[-2:]).contiguous()
+        for x in (k_t, v_t)
+    )
     a = torch.empty((B, N, Dv), dtype=dtype, device=device)
     lse = torch.empty((B, N), dtype=torch.float32, device=device)
     if mask is not None:
@@ -310,21 +408,48 @@ def triton_flash_attention(q, k, v, *, block_q=None, block_k=None, order="fa2", 
         keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
     # the window's extents as int32 kernel arguments: an unbounded side (None), or any extent beyond M + N (which
     # every key is within), is M + N, so that (i + 1) B_r + (M - N) + right cannot overflow (2**31 - 1 would)
-    left, right = ((M + N) if extents is None or extent is None else min(extent, M + N)
-                   for extent in (extents or (None, None)))
+    left, right = (
+        (M + N) if extents is None or extent is None else min(extent, M + N) for extent in (extents or (None, None))
+    )
     if B > 0 and N > 0:
         grid = (triton.cdiv(N, block_m), B)
         with quiet_interpreter():
             _fa2_forward[grid](
-                q_b, k_b, v_b, keep, a, lse,
-                q_b.stride(0), q_b.stride(1), k_b.stride(0), k_b.stride(1), v_b.stride(0), v_b.stride(1),
-                a.stride(0), a.stride(1), *keep_strides,
-                N, M, D, Dv, scale, M - N,
-                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=padded_width(D), BLOCK_DV=padded_width(Dv),
-                CAUSAL=bool(causal), HAS_KEEP=mask is not None,
-                G=G, left=left, right=right, cap=cap or 1.0,
-                WINDOW=extents is not None, SOFTCAP=cap is not None,
-                num_warps=num_warps, num_stages=num_stages,
+                q_b,
+                k_b,
+                v_b,
+                keep,
+                a,
+                lse,
+                q_b.stride(0),
+                q_b.stride(1),
+                k_b.stride(0),
+                k_b.stride(1),
+                v_b.stride(0),
+                v_b.stride(1),
+                a.stride(0),
+                a.stride(1),
+                *keep_strides,
+                N,
+                M,
+                D,
+                Dv,
+                scale,
+                M - N,
+                BLOCK_M=block_m,
+                BLOCK_N=block_n,
+                BLOCK_D=padded_width(D),
+                BLOCK_DV=padded_width(Dv),
+                CAUSAL=bool(causal),
+                HAS_KEEP=mask is not None,
+                G=G,
+                left=left,
+                right=right,
+                cap=cap or 1.0,
+                WINDOW=extents is not None,
+                SOFTCAP=cap is not None,
+                num_warps=num_warps,
+                num_stages=num_stages,
             )
     a, lse = a.reshape(*batch, N, Dv), lse.reshape(*batch, N)
     if enable_gqa:  # (..., H_kv, G, N) back to (..., H, N); explicit sizes, never -1: any of them may be 0
@@ -345,8 +470,10 @@ def _grouped_views(q, k, v, mask):
         raise ValueError(f"enable_gqa needs a heads axis: q, k, v must be (..., H, L, D), got shapes {shapes}")
     H, H_kv = shapes[0][-3], shapes[1][-3]
     if shapes[2][-3] != H_kv or H_kv == 0 or H % H_kv:
-        raise ValueError(f"enable_gqa: the query heads H = {H} must be a multiple of the key/value heads (k has "
-                         f"{H_kv}, v has {shapes[2][-3]}); query head h reads kv head h // (H / H_kv)")
+        raise ValueError(
+            f"enable_gqa: the query heads H = {H} must be a multiple of the key/value heads (k has "
+            f"{H_kv}, v has {shapes[2][-3]}); query head h reads kv head h // (H / H_kv)"
+        )
     G = H // H_kv
     q = q.reshape(*shapes[0][:-3], H_kv, G, *shapes[0][-2:])
     k, v = k[..., None, :, :], v[..., None, :, :]
@@ -391,8 +518,21 @@ if available():
             return dq, dk, dv, None, None
 
 
-def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None, causal=False, mask=None,
-                             return_lse=False, dq_mode="separate", num_warps=4, num_stages=2):
+def differentiable_attention(
+    q,
+    k,
+    v,
+    *,
+    block_q=None,
+    block_k=None,
+    scale=None,
+    causal=False,
+    mask=None,
+    return_lse=False,
+    dq_mode="separate",
+    num_warps=4,
+    num_stages=2,
+):
     """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
 
     Arguments and results as the forward's (tensors only); ``dq_mode`` as :func:`triton_attention_backward`.
@@ -404,12 +544,16 @@ def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None,
     """
     require_triton()
     if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
-        raise TypeError("differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
-                        f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)")
+        raise TypeError(
+            "differentiable attention needs PyTorch tensors for q, k and v (autograd tracks tensors), "
+            f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)"
+        )
     dq_mode = check_dq_mode(dq_mode)
     shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
-    options = {"forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
-               "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1)}
+    options = {
+        "forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
+        "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1),
+    }
     a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)
     return (a, lse) if return_lse else a
 
@@ -418,8 +562,16 @@ def differentiable_attention(q, k, v, *, block_q=None, block_k=None, scale=None,
 # The kernel beside the numpy loop (chapter 11), read from the sources so that the listing cannot drift from the code
 # ------------------------------------------------------------------------------------------------------------------
 
-RULES = ("X_ij = Q_i K_j^T", "g_new = max(g, rowmax(X_ij))", "alpha = exp(g - g_new)", "P_ij = exp(X_ij - g_new)",
-         "s_new = s * alpha + rowsum(P_ij)", "acc_new = acc * alpha + P_ij V_j", "A_i = acc / s", "lse_i = g + log(s)")
+RULES = (
+    "X_ij = Q_i K_j^T",
+    "g_new = max(g, rowmax(X_ij))",
+    "alpha = exp(g - g_new)",
+    "P_ij = exp(X_ij - g_new)",
+    "s_new = s * alpha + rowsum(P_ij)",
+    "acc_new = acc * alpha + P_ij V_j",
+    "A_i = acc / s",
+    "lse_i = g + log(s)",
+)
 """The update rules, in loop order, that both :mod:`flashmath.flash` and the kernel write above their code."""
 
 
@@ -445,9 +597,12 @@ def line_for_line() -> list[tuple[str, list[str], list[str]]]:
 
     numpy_source = "\n".join(inspect.getsource(f) for f in (tiling.tile_scores, flash.fa2_tile_step, flash.fa2_write))
     numpy_blocks, triton_blocks = rule_blocks(numpy_source, RULES), rule_blocks(kernel_source(), RULES)
-    missing = [(rule, where) for rule in RULES for where, blocks in (("flashmath.flash", numpy_blocks),
-                                                                     ("the kernel", triton_blocks))
-               if not blocks.get(rule)]
+    missing = [
+        (rule, where)
+        for rule in RULES
+        for where, blocks in (("flashmath.flash", numpy_blocks), ("the kernel", triton_blocks))
+        if not blocks.get(rule)
+    ]
     if missing:
         raise LookupError(f"no code under these rule comments: {missing}")
     return [(rule, numpy_blocks[rule], triton_blocks[rule]) for rule in RULES]

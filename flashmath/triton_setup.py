@@ -22,10 +22,28 @@ from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import AttentionInputs, prepare_attention_inputs
 
-__all__ = ["TORCH_VERSION", "INSTALL_COMMANDS", "INSTALL_HINT", "DEFAULT_BLOCK_M", "DEFAULT_BLOCK_N", "MAX_HEAD_DIM",
-           "FLOAT32_SCALES", "ExtraNotInstalled", "available", "interpreted", "too_late", "require_triton",
-           "require_extra", "padded_width", "stand_in", "check_kernel_inputs", "kernel_device",
-           "quiet_interpreter", "as_tensor", "rule_blocks"]
+__all__ = [
+    "TORCH_VERSION",
+    "INSTALL_COMMANDS",
+    "INSTALL_HINT",
+    "DEFAULT_BLOCK_M",
+    "DEFAULT_BLOCK_N",
+    "MAX_HEAD_DIM",
+    "FLOAT32_SCALES",
+    "ExtraNotInstalled",
+    "available",
+    "interpreted",
+    "too_late",
+    "require_triton",
+    "require_extra",
+    "padded_width",
+    "stand_in",
+    "check_kernel_inputs",
+    "kernel_device",
+    "quiet_interpreter",
+    "as_tensor",
+    "rule_blocks",
+]
 
 TORCH_VERSION = "2.13.0"
 """The PyTorch release the stored outputs of chapter 11 were made with (README.md's command pins it too)."""
@@ -36,7 +54,8 @@ INSTALL_COMMANDS = (
 """The triton extra from the course's folder (the clone), in its activated environment: PyTorch's CPU build first
 (a plain ``torch`` requirement resolves to a multi-GB CUDA build), then the extra. The package is not on PyPI."""
 INSTALL_HINT = (
-    "in the course's folder, with its environment activated: " + " && ".join(INSTALL_COMMANDS)
+    "in the course's folder, with its environment activated: "
+    + " && ".join(INSTALL_COMMANDS)
     + f" (with a GPU, or where download.pytorch.org cannot be reached: pip install torch=={TORCH_VERSION} instead of"
     " the first command)"
 )
@@ -103,8 +122,9 @@ def require_extra(chapter: str = "This chapter") -> None:
         ExtraNotInstalled: (a ModuleNotFoundError) naming what is missing and the commands that install it.
     """
     if _IMPORT_ERROR is None:
-        print(_("{chapter} needs PyTorch and Triton (the triton extra): both are installed.").format(
-            chapter=_(chapter)))
+        print(
+            _("{chapter} needs PyTorch and Triton (the triton extra): both are installed.").format(chapter=_(chapter))
+        )
         return
     commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
     raise ExtraNotInstalled(
@@ -112,7 +132,7 @@ def require_extra(chapter: str = "This chapter") -> None:
         "Install it in a terminal, in the course's folder, with its environment activated:\n"
         f"{commands}\n"
         f"(with a GPU, or without access to download.pytorch.org: pip install torch=={TORCH_VERSION} as the first;\n"
-        "on macOS and Windows, open this chapter in Colab: README, \"The triton extra\"),\n"
+        'on macOS and Windows, open this chapter in Colab: README, "The triton extra"),\n'
         "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
         "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
         "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
@@ -165,11 +185,20 @@ def check_kernel_inputs(q, k, v, *, scale=None, causal=False, mask=None) -> Atte
         TypeError, ValueError: as :func:`flashmath.inputs.prepare_attention_inputs`; TypeError for float64 inputs;
         ValueError for a head dimension above :data:`MAX_HEAD_DIM`.
     """
-    inp = prepare_attention_inputs(stand_in(q), stand_in(k), stand_in(v), scale=scale, causal=causal,
-                                   mask=stand_in(mask) if mask is not None else None, fold_causal=False)
+    inp = prepare_attention_inputs(
+        stand_in(q),
+        stand_in(k),
+        stand_in(v),
+        scale=scale,
+        causal=causal,
+        mask=stand_in(mask) if mask is not None else None,
+        fold_causal=False,
+    )
     if inp.dtype == np.float64:
-        raise TypeError("the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
-                        f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)")
+        raise TypeError(
+            "the Triton kernels take float16, bfloat16 or float32 inputs (GPU matrix units have no fast "
+            f"float64), got {inp.dtype}; cast them first, e.g. q.astype(np.float32)"
+        )
     for size, name in ((inp.D, "D"), (inp.Dv, "Dv")):
         if size > MAX_HEAD_DIM:
             raise ValueError(f"the Triton kernels handle head dimensions up to {MAX_HEAD_DIM}, got {name} = {size}")
@@ -186,17 +215,21 @@ def kernel_device(q, k, v, tensors):
         interpreter switched off.
     """
     if too_late():
-        raise RuntimeError("there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
-                           "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
-                           "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts")
+        raise RuntimeError(
+            "there is no CUDA GPU, and Triton was imported before flashmath.triton_kernel, so it could "
+            "not be switched to its interpreter: import flashmath.triton_kernel before triton (restart "
+            "the kernel), or set the environment variable TRITON_INTERPRET=1 before Python starts"
+        )
     device = next((x.device for x, is_t in zip((q, k, v), tensors, strict=True) if is_t), None)
     if device is None or device.type == "cpu":
         if interpreted():
             return torch.device("cpu")
         if torch.cuda.is_available():
             return torch.device("cuda")
-        raise RuntimeError("no CUDA device, and Triton's interpreter is off: set the environment variable "
-                           "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU")
+        raise RuntimeError(
+            "no CUDA device, and Triton's interpreter is off: set the environment variable "
+            "TRITON_INTERPRET=1 before Python starts (or unset it) to run the kernels on the CPU"
+        )
     return device
 
 
@@ -239,7 +272,7 @@ def rule_blocks(source: str, rules: tuple[str, ...]) -> dict:
             continue
         indent = len(line) - len(line.lstrip())
         code = []
-        for following in lines[i + 1:]:
+        for following in lines[i + 1 :]:
             stripped = following.strip()
             deeper = len(following) - len(following.lstrip()) - indent  # > 0: a continuation or a block's body
             if not stripped or deeper < 0 or (deeper == 0 and stripped.startswith("#")):

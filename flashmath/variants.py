@@ -343,10 +343,20 @@ def _len_k(docs: tuple, d: np.ndarray) -> np.ndarray:
     return docs[5][d]
 
 
-def make_variant(N: int, M: int, batch_shape: tuple, *, groups: GroupedHeads | None = None, causal: bool = False,
-                 window: object = None, softcap: object = None, alibi_slopes: ArrayLike | None = None,
-                 score_mod: ScoreMod | None = None, mask_mod: MaskMod | None = None,
-                 docs: tuple | None = None) -> Variant:
+def make_variant(
+    N: int,
+    M: int,
+    batch_shape: tuple,
+    *,
+    groups: GroupedHeads | None = None,
+    causal: bool = False,
+    window: object = None,
+    softcap: object = None,
+    alibi_slopes: ArrayLike | None = None,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    docs: tuple | None = None,
+) -> Variant:
     """A checked :class:`Variant` for a loop of ``N`` queries, ``M`` keys and leading dimensions ``batch_shape``.
 
     Raises:
@@ -386,10 +396,21 @@ def make_variant(N: int, M: int, batch_shape: tuple, *, groups: GroupedHeads | N
     return Variant(N, M, bool(causal), win, cap, slopes, score_mod, mask_mod, b, h, docs)
 
 
-def variant_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | None, causal: bool,
-                   mask: ArrayLike | None, enable_gqa: bool = False, window: object = None, softcap: object = None,
-                   alibi_slopes: ArrayLike | None = None, score_mod: ScoreMod | None = None,
-                   mask_mod: MaskMod | None = None) -> tuple[GroupedHeads, AttentionInputs]:
+def variant_inputs(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    scale: float | None,
+    causal: bool,
+    mask: ArrayLike | None,
+    enable_gqa: bool = False,
+    window: object = None,
+    softcap: object = None,
+    alibi_slopes: ArrayLike | None = None,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+) -> tuple[GroupedHeads, AttentionInputs]:
     """The checked inputs of a tiled loop (:func:`flashmath.flash.flash_attention`'s arguments), with the variant
     these arguments ask for attached (``variant`` None when they ask for none), and the grouped heads whose
     :meth:`GroupedHeads.restore` gives the loop's output the heads of ``q`` back.
@@ -402,12 +423,23 @@ def variant_inputs(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, scale: float | N
         order.
     """
     heads = group_heads(q, k, v, mask, enable_gqa)  # grouped-query heads: (..., H_kv, G, N, D), nothing copied
-    inp = prepare_attention_inputs(heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask,
-                                   fold_causal=False)
+    inp = prepare_attention_inputs(
+        heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask, fold_causal=False
+    )
     if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
-        inp = inp._replace(variant=make_variant(inp.N, inp.M, inp.batch_shape, groups=heads, window=window,
-                                                softcap=softcap, alibi_slopes=alibi_slopes, score_mod=score_mod,
-                                                mask_mod=mask_mod))
+        inp = inp._replace(
+            variant=make_variant(
+                inp.N,
+                inp.M,
+                inp.batch_shape,
+                groups=heads,
+                window=window,
+                softcap=softcap,
+                alibi_slopes=alibi_slopes,
+                score_mod=score_mod,
+                mask_mod=mask_mod,
+            )
+        )
     return heads, inp
 
 
@@ -431,8 +463,10 @@ class BlockMask:
     @property
     def counts(self) -> dict[str, int]:
         """``{"empty": ..., "partial": ..., "full": ...}`` tiles."""
-        return {name: int((self.kinds == kind).sum()) for name, kind in
-                (("empty", EMPTY), ("partial", PARTIAL), ("full", FULL))}
+        return {
+            name: int((self.kinds == kind).sum())
+            for name, kind in (("empty", EMPTY), ("partial", PARTIAL), ("full", FULL))
+        }
 
     @property
     def computed_share(self) -> float:
@@ -447,9 +481,20 @@ class BlockMask:
         return float(self.areas[self.kinds == PARTIAL].sum() / total) if total else 0.0
 
 
-def block_mask(N: int, M: int, *, block_q: int = 128, block_k: int = 128, causal: bool = False,
-               window: object = None, mask_mod: MaskMod | None = None, cu_seqlens_q: ArrayLike | None = None,
-               cu_seqlens_k: ArrayLike | None = None, B: int = 1, H: int = 1) -> BlockMask:
+def block_mask(
+    N: int,
+    M: int,
+    *,
+    block_q: int = 128,
+    block_k: int = 128,
+    causal: bool = False,
+    window: object = None,
+    mask_mod: MaskMod | None = None,
+    cu_seqlens_q: ArrayLike | None = None,
+    cu_seqlens_k: ArrayLike | None = None,
+    B: int = 1,
+    H: int = 1,
+) -> BlockMask:
     """Classify every tile of the ``N x M`` grid as empty, partial or full (FlexAttention's ``create_block_mask``).
 
     Causal and window masks are classified from each tile's corners (no element looked at); a ``mask_mod`` or
@@ -465,11 +510,12 @@ def block_mask(N: int, M: int, *, block_q: int = 128, block_k: int = 128, causal
     B, H = integer(B, "B"), integer(H, "H")
     block_q, block_k = integer(block_q, "block_q"), integer(block_k, "block_k")
     if min(N, M, B, H) < 0 or min(block_q, block_k) < 1:
-        raise ValueError(f"sizes must be >= 0 and blocks >= 1, got N={N}, M={M}, block_q={block_q}, "
-                         f"block_k={block_k}")
+        raise ValueError(f"sizes must be >= 0 and blocks >= 1, got N={N}, M={M}, block_q={block_q}, block_k={block_k}")
     if cu_seqlens_k is not None and cu_seqlens_q is None:
-        raise ValueError("block_mask: cu_seqlens_k was given without cu_seqlens_q; pass cu_seqlens_q too (the "
-                         "queries' cumulative lengths; cu_seqlens_k alone would leave the queries without documents)")
+        raise ValueError(
+            "block_mask: cu_seqlens_k was given without cu_seqlens_q; pass cu_seqlens_q too (the "
+            "queries' cumulative lengths; cu_seqlens_k alone would leave the queries without documents)"
+        )
     docs = packed_documents(cu_seqlens_q, cu_seqlens_k, N, M) if cu_seqlens_q is not None else None
     variant = make_variant(N, M, (B, H), causal=causal, window=window, mask_mod=mask_mod, docs=docs)
     rows = [(r, min(r + block_q, N)) for r in range(0, N, block_q)]
@@ -491,11 +537,15 @@ def packed_documents(cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike | None, N:
     doc_q, doc_k = document_ids(cu_seqlens_q, "cu_seqlens_q"), document_ids(cu_k_given, "cu_seqlens_k")
     cu_q, cu_k = np.asarray(cu_seqlens_q).astype(np.intp), np.asarray(cu_k_given).astype(np.intp)
     if cu_q.size != cu_k.size:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences, got "
-                         f"{cu_q.size - 1} and {cu_k.size - 1}")
+        raise ValueError(
+            f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences, got "
+            f"{cu_q.size - 1} and {cu_k.size - 1}"
+        )
     if cu_q[-1] != N or cu_k[-1] != M:
-        raise ValueError(f"the packed lengths must add up to the totals: cu_seqlens_q ends at {cu_q[-1]} for "
-                         f"{N} queries, cu_seqlens_k at {cu_k[-1]} for {M} keys")
+        raise ValueError(
+            f"the packed lengths must add up to the totals: cu_seqlens_q ends at {cu_q[-1]} for "
+            f"{N} queries, cu_seqlens_k at {cu_k[-1]} for {M} keys"
+        )
     return doc_q, cu_q[:-1], np.diff(cu_q), doc_k, cu_k[:-1], np.diff(cu_k)
 
 
@@ -567,9 +617,8 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
         causal, mod = False, prefix_lm_mask_mod(param)
         note = _("prefix-LM: the first {param} keys seen by every query, causal after").format(param=param)
     elif kind == "ALiBi":
-        change = -(2.0 ** -param) * np.abs(n - m)
-        note = _("ALiBi: bias -{slope:g} |n - m| on the causal scores (same tiles as causal)").format(
-            slope=2.0 ** -param)
+        change = -(2.0**-param) * np.abs(n - m)
+        note = _("ALiBi: bias -{slope:g} |n - m| on the causal scores (same tiles as causal)").format(slope=2.0**-param)
     elif kind == "softcap":
         cap = param / 4
         x = np.random.default_rng(0).standard_normal((N, N)) * 3  # sample scaled scores
@@ -578,8 +627,7 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
     else:
         mod = (mask_mod or strided_mask_mod)(param)
         note = _("custom mask_mod (param = {param})").format(param=param)
-    blocks = block_mask(N, N, block_q=block, block_k=block, causal=causal, window=window, mask_mod=mod,
-                        cu_seqlens_q=cu)
+    blocks = block_mask(N, N, block_q=block, block_k=block, causal=causal, window=window, mask_mod=mod, cu_seqlens_q=cu)
     docs = packed_documents(cu, cu, N, N) if cu is not None else None
     keep = make_variant(N, N, (), causal=causal, window=window, mask_mod=mod, docs=docs).tile_keep(0, N, 0, N)
     keep_grid = np.full((N, N), keep is None) if keep is None or keep is False else np.broadcast_to(keep, (N, N))

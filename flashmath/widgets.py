@@ -35,16 +35,37 @@ from flashmath.traffic import attention_traffic, tile_traffic_table
 from flashmath.viz.axes import check_dims, check_labels, index
 from flashmath.viz.softmax import OVERFLOW_DTYPES, dtype_name
 
-__all__ = ["live_widget", "step_slider", "online_softmax_player", "overflow_explorer", "scale_explorer",
-           "loop_swap_player", "one_loop_player", "tile_sweep_player", "split_kv_player", "precision_explorer",
-           "kernel_memory_explorer", "course_map_explorer", "tile_traffic_explorer", "ops_explorer",
-           "backward_sweep_player", "mask_explorer"]
+__all__ = [
+    "live_widget",
+    "step_slider",
+    "online_softmax_player",
+    "overflow_explorer",
+    "scale_explorer",
+    "loop_swap_player",
+    "one_loop_player",
+    "tile_sweep_player",
+    "split_kv_player",
+    "precision_explorer",
+    "kernel_memory_explorer",
+    "course_map_explorer",
+    "tile_traffic_explorer",
+    "ops_explorer",
+    "backward_sweep_player",
+    "mask_explorer",
+]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
 
 
-def step_slider(n_steps: int, *, value: int = 0, description: str | None = None, low: int = 0,
-                name: str = "n_steps", what: str = "the step shown first") -> widgets.IntSlider:
+def step_slider(
+    n_steps: int,
+    *,
+    value: int = 0,
+    description: str | None = None,
+    low: int = 0,
+    name: str = "n_steps",
+    what: str = "the step shown first",
+) -> widgets.IntSlider:
     """An integer slider over ``low..n_steps`` for :func:`live_widget`.
 
     Raises:
@@ -56,8 +77,7 @@ def step_slider(n_steps: int, *, value: int = 0, description: str | None = None,
         raise ValueError(f"value ({what}) must be in {low}..{n_steps}, got {value}")
     if description is None:
         description = _("step")  # translated when the slider is made, not when the module is imported
-    return widgets.IntSlider(value=value, min=low, max=n_steps, step=1, description=description,
-                             continuous_update=True)
+    return widgets.IntSlider(value=value, min=low, max=n_steps, step=1, description=description, continuous_update=True)
 
 
 def live_widget(plot, *, interval: int | None = None, **controls):
@@ -97,8 +117,14 @@ def live_widget(plot, *, interval: int | None = None, **controls):
         interval = size(interval, "interval (milliseconds between Play frames)", 1)
         by_index = isinstance(first, widgets.SelectionSlider)
         frames = len(first.options) - 1 if by_index else first.max - first.min
-        play = widgets.Play(value=first.index if by_index else first.value, min=0 if by_index else first.min,
-                            max=frames if by_index else first.max, step=1, interval=interval, description="Play")
+        play = widgets.Play(
+            value=first.index if by_index else first.value,
+            min=0 if by_index else first.min,
+            max=frames if by_index else first.max,
+            step=1,
+            interval=interval,
+            description="Play",
+        )
         widgets.jslink((play, "value"), (first, "index" if by_index else "value"))
         first = widgets.HBox([play, first])
     ui.children = (first,) + rest + (image, ui.out)
@@ -149,8 +175,9 @@ def overflow_explorer(x, *, scale: float = 1.0, dtype: str = "float16"):
         raise TypeError(f"scale must be a number between 1 and 1000, got {type(scale).__name__} {scale!r}")
     if not 1 <= scale <= 1000:
         raise ValueError(f"scale must be between 1 and 1000 (the slider's range), got {scale}")
-    scale_slider = widgets.FloatLogSlider(value=scale, base=10, min=0, max=3, step=0.05, description=_("scale"),
-                                          continuous_update=False)
+    scale_slider = widgets.FloatLogSlider(
+        value=scale, base=10, min=0, max=3, step=0.05, description=_("scale"), continuous_update=False
+    )
     dtype_buttons = widgets.ToggleButtons(options=list(OVERFLOW_DTYPES), value=dtype, description="dtype")
     plot = viz.OverflowPlot(x, scale=scale_slider.value, dtype=dtype)
     return live_widget(plot, scale=scale_slider, dtype=dtype_buttons)
@@ -241,7 +268,7 @@ def one_loop_player(q, k, v, *, row: int = 0, dims=None, labels=None, value: int
     row = index(row, "row", q.shape[0], f" (q has N = {q.shape[0]} rows)")
     dims = tuple(check_dims(dims, v.shape[1]))
     check_labels(labels, k.shape[0], "key")
-    trace = one_loop_trace(q[row:row + 1], k, v)  # computed once, for the one row shown
+    trace = one_loop_trace(q[row : row + 1], k, v)  # computed once, for the one row shown
     slider = step_slider(len(trace), value=value, description=_("keys m"))
     plot = viz.OneLoopPlot(trace, row=0, dims=dims, labels=labels, step=slider.value)
     return live_widget(plot, interval=interval, step=slider)
@@ -256,17 +283,31 @@ def tile_sweep_traces(q, k, v, *, block_q: int, block_k: int, causal=False, mask
     q, k, v = (np.asarray(a) for a in (q, k, v))
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"q, k, v must be 2-D (N, D), (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}")
-    traces = {order: flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order, causal=causal, mask=mask)
-              for order in ("fa1", "fa2")}
+    traces = {
+        order: flash_trace(q, k, v, block_q=block_q, block_k=block_k, order=order, causal=causal, mask=mask)
+        for order in ("fa1", "fa2")
+    }
     inp = prepare_attention_inputs(q, k, v, causal=causal, mask=mask)
     scores = scores_of(inp)  # (N, M), for the background
-    standard = attention_traffic("standard", inp.N, inp.M, inp.D, Dv=inp.Dv,
-                                 bytes_per_element=traces["fa2"].traffic.bytes_per_element).bytes
+    standard = attention_traffic(
+        "standard", inp.N, inp.M, inp.D, Dv=inp.Dv, bytes_per_element=traces["fa2"].traffic.bytes_per_element
+    ).bytes
     return traces, scores, standard
 
 
-def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=False, mask=None, order: str = "fa2",
-                      value: int = 0, interval: int = PLAY_INTERVAL):
+def tile_sweep_player(
+    q,
+    k,
+    v,
+    *,
+    block_q: int = 8,
+    block_k: int = 8,
+    causal=False,
+    mask=None,
+    order: str = "fa2",
+    value: int = 0,
+    interval: int = PLAY_INTERVAL,
+):
     """Step through the tiles of FlashAttention in either loop order: the grid, the row states, the bytes moved.
 
     Args:
@@ -286,8 +327,7 @@ def tile_sweep_player(q, k, v, *, block_q: int = 8, block_k: int = 8, causal=Fal
     """
     if order not in ("fa1", "fa2"):
         raise ValueError(f"order must be 'fa1' or 'fa2', got {order!r}")
-    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=block_q, block_k=block_k, causal=causal,
-                                                 mask=mask)
+    traces, scores, standard = tile_sweep_traces(q, k, v, block_q=block_q, block_k=block_k, causal=causal, mask=mask)
     slider = step_slider(len(traces[order]), value=value, description=_("tile step t"))
     toggle = widgets.ToggleButtons(options=["fa2", "fa1"], value=order, description=_("order"))
     plot = viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, step=slider.value, order=order)
@@ -312,10 +352,17 @@ def split_kv_player(q, k, v, *, max_splits: int = 16, value: int = 1, interval: 
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
     if q.ndim != 2 or q.shape[0] != 1 or k.ndim != 2 or v.ndim != 2:
-        raise ValueError(f"q must be one query (1, D) and k, v 2-D (M, D), (M, Dv); got {q.shape}, {k.shape}, "
-                         f"{v.shape}")
-    slider = step_slider(max_splits, value=value, description=_("splits"), low=1, name="max_splits",
-                         what="the number of ranges shown first")
+        raise ValueError(
+            f"q must be one query (1, D) and k, v 2-D (M, D), (M, Dv); got {q.shape}, {k.shape}, {v.shape}"
+        )
+    slider = step_slider(
+        max_splits,
+        value=value,
+        description=_("splits"),
+        low=1,
+        name="max_splits",
+        what="the number of ranges shown first",
+    )
     traces = {p: split_kv_trace(q, k, v, p) for p in range(1, slider.max + 1)}
     inp = prepare_attention_inputs(q, k, v)
     scores = scores_of(inp)[0]  # (M,)
@@ -340,14 +387,19 @@ def precision_explorer(study, *, block: int = 0):
         raise TypeError(f"study must come from flashmath.precision.precision_study, got {type(study).__name__}")
     block = index(block, "block", len(study.blocks), f" (the study has {len(study.blocks)} tile sizes)")
     labels = [f"{b_r}" if b_r == b_c else f"{b_r}x{b_c}" for b_r, b_c in study.blocks]
-    slider = widgets.SelectionSlider(options=list(zip(labels, range(len(labels)), strict=False)), value=block,
-                                     description=_("tile size"), continuous_update=True)
+    slider = widgets.SelectionSlider(
+        options=list(zip(labels, range(len(labels)), strict=False)),
+        value=block,
+        description=_("tile size"),
+        continuous_update=True,
+    )
     plot = viz.PrecisionPlot(study, block=block)
     return live_widget(plot, block=slider)
 
 
-def kernel_memory_explorer(D: int = 64, *, dtype="float16", block_q: int = 64, block_k: int = 64,
-                           num_stages: int = 2, num_warps: int = 4):
+def kernel_memory_explorer(
+    D: int = 64, *, dtype="float16", block_q: int = 64, block_k: int = 64, num_stages: int = 2, num_warps: int = 4
+):
     """Chapter 11: one program's on-chip bytes (:class:`flashmath.viz.kernel.KernelMemoryPlot`) with a slider for
     each of ``BLOCK_M``, ``BLOCK_N``, ``num_stages`` and ``num_warps``.
 
@@ -360,13 +412,18 @@ def kernel_memory_explorer(D: int = 64, *, dtype="float16", block_q: int = 64, b
     """
     from flashmath.viz.kernel import BLOCK_SIZES, STAGES, WARPS, KernelMemoryPlot
 
-    plot = KernelMemoryPlot(D, dtype=dtype, block_q=block_q, block_k=block_k, num_stages=num_stages,
-                            num_warps=num_warps)  # checks the state before any control exists
-    controls = {name: widgets.SelectionSlider(options=options, value=value, description=label)
-                for name, label, options, value in (("block_q", "BLOCK_M", BLOCK_SIZES, block_q),
-                                                    ("block_k", "BLOCK_N", BLOCK_SIZES, block_k),
-                                                    ("num_stages", "num_stages", STAGES, num_stages),
-                                                    ("num_warps", "num_warps", WARPS, num_warps))}
+    plot = KernelMemoryPlot(
+        D, dtype=dtype, block_q=block_q, block_k=block_k, num_stages=num_stages, num_warps=num_warps
+    )  # checks the state before any control exists
+    controls = {
+        name: widgets.SelectionSlider(options=options, value=value, description=label)
+        for name, label, options, value in (
+            ("block_q", "BLOCK_M", BLOCK_SIZES, block_q),
+            ("block_k", "BLOCK_N", BLOCK_SIZES, block_k),
+            ("num_stages", "num_stages", STAGES, num_stages),
+            ("num_warps", "num_warps", WARPS, num_warps),
+        )
+    }
     return live_widget(plot, **controls)
 
 
@@ -401,9 +458,11 @@ def tile_traffic_explorer(table=None, *, block: int = 64, D: int = 64):
 
     table = tile_traffic_table() if table is None else table  # the model's numbers: flashmath.traffic
     plot = TileTrafficPlot(table, block=block, D=D)  # checks the state before any control exists
-    return live_widget(plot, block=widgets.SelectionSlider(options=list(table["blocks"]), value=block,
-                                                           description="B_r = B_c"),
-                       D=widgets.SelectionSlider(options=list(table["dims"]), value=D, description="D"))
+    return live_widget(
+        plot,
+        block=widgets.SelectionSlider(options=list(table["blocks"]), value=block, description="B_r = B_c"),
+        D=widgets.SelectionSlider(options=list(table["dims"]), value=D, description="D"),
+    )
 
 
 def ops_explorer(table, *, block: int = 8, interval: int = PLAY_INTERVAL):
@@ -423,11 +482,24 @@ def ops_explorer(table, *, block: int = 8, interval: int = PLAY_INTERVAL):
     from flashmath.viz.traffic import OpsPerScorePlot
 
     plot = OpsPerScorePlot(table, block=block)
-    return live_widget(plot, interval=interval,
-                       block=widgets.SelectionSlider(options=list(table["blocks"]), value=block,
-                                                     description="B_r = B_c"))
-def backward_sweep_player(N: int, M: int, *, block_q: int = 16, block_k: int = 16, causal: bool = False,
-                          dq_mode: str = "separate", value: int = 0, interval: int = PLAY_INTERVAL):
+    return live_widget(
+        plot,
+        interval=interval,
+        block=widgets.SelectionSlider(options=list(table["blocks"]), value=block, description="B_r = B_c"),
+    )
+
+
+def backward_sweep_player(
+    N: int,
+    M: int,
+    *,
+    block_q: int = 16,
+    block_k: int = 16,
+    causal: bool = False,
+    dq_mode: str = "separate",
+    value: int = 0,
+    interval: int = PLAY_INTERVAL,
+):
     """Chapter 12: the backward kernels' tile sweep (:class:`flashmath.viz.backward.BackwardSweepPlot`) with Play
     and a step slider, and a choice between the two ways of accumulating ``dQ``.
 

@@ -31,8 +31,10 @@ LOCALE = ROOT / "flashmath" / "locale"
 OUT = ROOT / "flashmath" / "fonts" / "FlashmathNotoSansSC.otf"
 FAMILY = "Flashmath Noto Sans SC"  # flashmath.fonts.FAMILY (not imported: the script runs without the package)
 POSTSCRIPT = "FlashmathNotoSansSC-Regular"
-SOURCES = (Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"),
-           Path("/usr/share/fonts/opentype/noto/NotoSansCJKsc-Regular.otf"))
+SOURCES = (
+    Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"),
+    Path("/usr/share/fonts/opentype/noto/NotoSansCJKsc-Regular.otf"),
+)
 SOURCE_FAMILY = "Noto Sans CJK SC"
 # Always kept, whether or not a catalog uses them today: Chinese punctuation and the full-width forms.
 PUNCTUATION = "，。、：；！？（）“”‘’《》【】—…·～"

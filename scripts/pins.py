@@ -80,6 +80,7 @@ dependencies:
 
 # -- reading the pin files (also used by the tests) ----------------------------------------------------------
 
+
 def read_constraints(path: Path = CONSTRAINTS) -> list[Requirement]:
     """The ``name==version [; marker]`` lines of a constraints file."""
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
@@ -116,7 +117,7 @@ def binder_python(path: Path = ENVIRONMENT) -> str:
 def environment_pins(path: Path = ENVIRONMENT) -> dict[str, str]:
     """{canonical name: version} of the ``name==version`` lines in environment.yml's pip section."""
     text = path.read_text()
-    section = text[text.index("- pip:"):]
+    section = text[text.index("- pip:") :]
     found = re.findall(r"^\s+- ([A-Za-z0-9_.-]+)==(\S+)\s*$", section, re.MULTILINE)
     return {canonicalize_name(name): version for name, version in found}
 
@@ -145,10 +146,12 @@ def closure(roots: list[Requirement], requires: dict[str, list[str]], environmen
 
 # -- resolving -----------------------------------------------------------------------------------------------
 
+
 def find_pythons() -> list[str]:
     """The interpreters .ci/run uses (one line each from `bash .ci/run --pythons`)."""
-    out = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--pythons"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run"), "--pythons"], capture_output=True, text=True, check=True
+    ).stdout
     return out.split()
 
 
@@ -162,8 +165,20 @@ def resolve(python: str, extras: list[str], caps: list[str]) -> dict:
             sys.exit(f"{python} -m venv --upgrade-deps failed:\n{made.stdout[-3000:]}{made.stderr[-3000:]}")
         (Path(tmp) / "caps.txt").write_text("".join(f"{c}\n" for c in caps))
         report = Path(tmp) / "report.json"
-        cmd = [str(env / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--report", str(report), f"{ROOT}[{','.join(extras)}]", "-c", str(Path(tmp) / "caps.txt")]
+        cmd = [
+            str(env / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            f"{ROOT}[{','.join(extras)}]",
+            "-c",
+            str(Path(tmp) / "caps.txt"),
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             sys.exit(f"pip could not resolve on {python}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
@@ -196,7 +211,8 @@ def constraint_lines(reports: list[dict]) -> list[str]:
             if canonicalize_name(meta["name"]) == "flashmath":
                 continue
             releases.setdefault(canonicalize_name(meta["name"]), []).append(
-                (python, meta["version"], meta.get("requires_python"), meta["name"]))
+                (python, meta["version"], meta.get("requires_python"), meta["name"])
+            )
     lines = []
     for name in sorted(releases):
         runs: list[list] = []  # consecutive interpreters that get the same release
@@ -212,17 +228,23 @@ def constraint_lines(reports: list[dict]) -> list[str]:
         bounds = [boundary(a[3], b[0], b[2]) for a, b in zip(runs, runs[1:], strict=False)]
         for i, run in enumerate(runs):
             parts = ([bound_marker(">=", bounds[i - 1])] if i else []) + (
-                [bound_marker("<", bounds[i])] if i < len(bounds) else [])
+                [bound_marker("<", bounds[i])] if i < len(bounds) else []
+            )
             lines.append(f"{spelling}=={run[1]} ; {' and '.join(parts)}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--python", action="append", help="an interpreter to resolve on (repeat; default: .ci/run's)")
-    parser.add_argument("--upgrade", nargs="*", metavar="NAME",
-                        help="release the pins of these packages (all of them when no name follows)")
+    parser.add_argument(
+        "--upgrade",
+        nargs="*",
+        metavar="NAME",
+        help="release the pins of these packages (all of them when no name follows)",
+    )
     args = parser.parse_args(argv)
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -232,10 +254,20 @@ def main(argv: list[str] | None = None) -> None:
 
     reports = []
     for python in args.python or find_pythons():
-        environment = json.loads(subprocess.run(
-            [python, "-c", "import json, platform; print(json.dumps({'python_version': "
-             "'.'.join(platform.python_version_tuple()[:2]), 'python_full_version': platform.python_version()}))"],
-            capture_output=True, text=True, check=True).stdout)
+        environment = json.loads(
+            subprocess.run(
+                [
+                    python,
+                    "-c",
+                    "import json, platform; print(json.dumps({'python_version': "
+                    "'.'.join(platform.python_version_tuple()[:2]), "
+                    "'python_full_version': platform.python_version()}))",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         caps = []
         if released != set():  # --upgrade with no names releases everything
             for req in current:
@@ -243,8 +275,10 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 if req.marker is None or req.marker.evaluate(environment):
                     caps.append(f"{req.name}<={next(iter(req.specifier)).version}")
-        print(f"resolving .[{','.join(extras)}] on {python} (Python {environment['python_full_version']})",
-              file=sys.stderr)
+        print(
+            f"resolving .[{','.join(extras)}] on {python} (Python {environment['python_full_version']})",
+            file=sys.stderr,
+        )
         reports.append(resolve(python, extras, caps))
     reports.sort(key=lambda r: Version(r["environment"]["python_full_version"]))
 
@@ -255,15 +289,22 @@ def main(argv: list[str] | None = None) -> None:
     if not same_minor:
         sys.exit(f"no Python {minor} among the interpreters: environment.yml's pins need one")
     binder = same_minor[-1]
-    requires = {canonicalize_name(i["metadata"]["name"]): i["metadata"].get("requires_dist") or []
-                for i in binder["install"]}
+    requires = {
+        canonicalize_name(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in binder["install"]
+    }
     lab = closure([Requirement("flashmath[lab]")], requires, binder["environment"]) - {"flashmath"}
     pins = pins_for(binder["environment"])
     spelled = {canonicalize_name(r.name): r.name for r in read_constraints()}
-    ENVIRONMENT.write_text(ENVIRONMENT_TEMPLATE.format(
-        python=minor, pins="".join(f"      - {spelled[n]}=={pins[n]}\n" for n in sorted(lab))))
-    print(f"wrote {CONSTRAINTS.name} ({len(spelled)} packages) and {ENVIRONMENT.name} "
-          f"({len(lab)} packages for Python {minor})", file=sys.stderr)
+    ENVIRONMENT.write_text(
+        ENVIRONMENT_TEMPLATE.format(
+            python=minor, pins="".join(f"      - {spelled[n]}=={pins[n]}\n" for n in sorted(lab))
+        )
+    )
+    print(
+        f"wrote {CONSTRAINTS.name} ({len(spelled)} packages) and {ENVIRONMENT.name} "
+        f"({len(lab)} packages for Python {minor})",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

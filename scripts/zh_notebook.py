@@ -34,9 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EN_DIR = ROOT / "notebooks"
 ZH_DIR = EN_DIR / "zh"
 LANGUAGE = "zh_CN"
-LANGUAGE_CELL = ('import flashmath\n\n'
-                 'flashmath.set_language("zh_CN")  '
-                 '# 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文')
+LANGUAGE_CELL = (
+    "import flashmath\n\n"
+    'flashmath.set_language("zh_CN")  '
+    "# 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文"
+)
 SEPARATOR = "%%"
 #: The first line of a Markdown cell that ``sync`` copied from English: translate the text below it, then delete it.
 TO_TRANSLATE = "<!-- TO TRANSLATE: new in the English chapter; write it in Chinese, then delete this line -->"
@@ -116,8 +118,9 @@ def sync(zh_path: Path) -> list[str]:
             cell = clean(theirs)
             if cell.cell_type == "markdown":
                 cell.source = f"{TO_TRANSLATE}\n\n{theirs.source}"
-            changes.append(f"cell {k}: new {theirs.cell_type} cell" + (" (to translate)" if
-                                                                      cell.cell_type == "markdown" else ""))
+            changes.append(
+                f"cell {k}: new {theirs.cell_type} cell" + (" (to translate)" if cell.cell_type == "markdown" else "")
+            )
         elif theirs.cell_type == "code" and mine.source != theirs.source:
             cell = clean(theirs)
             changes.append(f"cell {k}: code changed (outputs cleared)")
@@ -127,8 +130,9 @@ def sync(zh_path: Path) -> list[str]:
                 cell.metadata = copy.deepcopy(theirs.metadata)  # the nbval tags
                 cell.metadata.pop("execution", None)
         cells.append(cell)
-    changes += [f"removed a {c.cell_type} cell gone from English: {c.source[:60]!r}" for c in ours
-                if id(c) not in followed]
+    changes += [
+        f"removed a {c.cell_type} cell gone from English: {c.source[:60]!r}" for c in ours if id(c) not in followed
+    ]
     language = languages[0] if languages else nbformat.v4.new_code_cell(LANGUAGE_CELL)
     cells.insert(language_cell_position(en.cells), language)
     zh.cells = cells

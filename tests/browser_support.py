@@ -88,14 +88,31 @@ class JupyterLabServer:
         # scripts stored in a trusted notebook's outputs when it opens, such as chapter 2's stored animation
         if self.notebooks:
             subprocess.run(
-                [sys.executable, "-m", "jupyter", "trust", *(str(self.root / self.lab_path(nb)) for nb in self.notebooks)],
-                cwd=self.root, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=120,
+                [
+                    sys.executable,
+                    "-m",
+                    "jupyter",
+                    "trust",
+                    *(str(self.root / self.lab_path(nb)) for nb in self.notebooks),
+                ],
+                cwd=self.root,
+                env=env,
+                check=True,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=120,
             )
         cmd = [
-            sys.executable, "-m", "jupyter", "lab",
-            "--no-browser", "--allow-root",
-            "--ServerApp.token=", "--ServerApp.password=",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.token=",
+            "--ServerApp.password=",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
             "--ServerApp.port_retries=0",
             f"--ServerApp.root_dir={self.root}",
             # Test-only, none of them changes what a notebook looks like. window.jupyterapp: lets the test run
@@ -109,8 +126,13 @@ class JupyterLabServer:
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            cmd, cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cmd,
+            cwd=self.root,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         self._wait_until_up()
         return self
@@ -119,9 +141,7 @@ class JupyterLabServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"JupyterLab exited with {self.proc.returncode} during start-up:\n{self.log_tail()}"
-                )
+                raise RuntimeError(f"JupyterLab exited with {self.proc.returncode} during start-up:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
                     if r.status == 200:
@@ -594,7 +614,8 @@ class NotebookDriver:
                     Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
                       .some(e => e.textContent.includes('*'));
                 }""",
-                timeout=30_000, polling=50,
+                timeout=30_000,
+                polling=50,
             )
             err = self.page.evaluate("() => window.__fmCommandError || null")
             if err:
@@ -617,13 +638,12 @@ class NotebookDriver:
             where = f"cell {e['cell']} {e['where']}" if e["cell"] >= 0 else e["where"]
             problems.append(f"{where} shows an error:\n{_indent(e['text'])}")
         if problems:
-            raise NotebookCheckFailure(
-                f"{self.name}: error output {when}:\n" + "\n".join(dict.fromkeys(problems))
-            )
+            raise NotebookCheckFailure(f"{self.name}: error output {when}:\n" + "\n".join(dict.fromkeys(problems)))
 
     def check_all_executed(self) -> None:
         missing = [
-            c["index"] for c in self.page.evaluate(JS_CELLS)
+            c["index"]
+            for c in self.page.evaluate(JS_CELLS)
             if c["type"] == "code" and c["source"].strip() and c["count"] is None
         ]
         if missing:
@@ -679,8 +699,9 @@ class NotebookDriver:
         if self._value(handle) == before:
             return None
         try:
-            self.page.wait_for_function("() => window.__fmLatency && window.__fmLatency.t1 !== null",
-                                        timeout=timeout * 1000, polling="raf")
+            self.page.wait_for_function(
+                "() => window.__fmLatency && window.__fmLatency.t1 !== null", timeout=timeout * 1000, polling="raf"
+            )
         except Exception:  # Playwright's TimeoutError: no new picture
             return None
         lat = self.page.evaluate("() => window.__fmLatency")
@@ -746,8 +767,7 @@ class NotebookDriver:
             elif time.monotonic() - since >= quiet:
                 return
 
-    def exercise_play(self, p: dict, sample_seconds: float = 3.0, period_ms: int = 50,
-                      timeout: float = 30.0) -> None:
+    def exercise_play(self, p: dict, sample_seconds: float = 3.0, period_ms: int = 50, timeout: float = 30.0) -> None:
         """Press Play: it must start, change the picture, and show a picture in every 50 ms sample for 3 s."""
         play = self.page.locator(f'[data-fm-play="{p["id"]}"]')
         what = f"Play button #{p['id']} (cell {p['cell']})"
@@ -761,8 +781,10 @@ class NotebookDriver:
         try:  # the button turns into a pause button once the Play widget runs (however briefly: the watcher saw it)
             self.page.wait_for_function(JS_PLAY_STARTED, timeout=5_000, polling=50)
         except Exception:
-            raise NotebookCheckFailure(f"{self.name}: pressing {what} did not start it (no pause button after 5 s; "
-                                       f"{self.describe(p['scope'])})") from None
+            raise NotebookCheckFailure(
+                f"{self.name}: pressing {what} did not start it (no pause button after 5 s; "
+                f"{self.describe(p['scope'])})"
+            ) from None
         # 3 s of play: the DOM sampled every 50 ms in the page, and screenshots of the picture meanwhile
         self.page.evaluate(JS_START_SAMPLER, [p["scope"], period_ms])
         picture = self.page.locator(f'[data-fm-scope="{p["scope"]}"] img').first
@@ -778,8 +800,10 @@ class NotebookDriver:
         samples = self.page.evaluate(JS_STOP_SAMPLER)
         samples.update(shots=shots, blank_shots=blank_shots, slow_shots=slow_shots, seconds=sample_seconds)
         if not shots:
-            raise NotebookCheckFailure(f"{self.name}: no screenshot of the picture of {what} succeeded in "
-                                       f"{sample_seconds:.0f} s ({slow_shots} timed out after 2 s)")
+            raise NotebookCheckFailure(
+                f"{self.name}: no screenshot of the picture of {what} succeeded in "
+                f"{sample_seconds:.0f} s ({slow_shots} timed out after 2 s)"
+            )
         changed = self._wait_for_new_image(p["scope"], snap, timeout) if not samples["changes"] else "yes"
         # stop it if it still plays: looked up and clicked in one step in the page, since the Play may reach its
         # last frame at any moment (a count-then-click here once waited 30 s for a pause button that had gone)
@@ -787,8 +811,9 @@ class NotebookDriver:
         try:
             self.page.wait_for_function(JS_PLAY_STOPPED, arg=p["id"], timeout=10_000, polling=100)
         except Exception:
-            raise NotebookCheckFailure(f"{self.name}: {what} still plays 10 s after its pause button was clicked "
-                                       f"({self.describe(p['scope'])})") from None
+            raise NotebookCheckFailure(
+                f"{self.name}: {what} still plays 10 s after its pause button was clicked ({self.describe(p['scope'])})"
+            ) from None
         self.wait_settled(60, quiet=0.5, label=f"after pressing {what}")
         self.check_no_errors(f"while {what} was playing")
         self.play_samples[what] = samples
@@ -812,20 +837,26 @@ class NotebookDriver:
         plays (the frame advances) without its buttons moving."""
         deadline = time.monotonic() + timeout
         shown = self.page.evaluate(JS_STORED_ANIMATIONS)
-        while time.monotonic() < deadline and (len(shown) != expected or not all(
-                a["complete"] and a["naturalWidth"] > 0 and a["height"] > 0 and a["frame"] is not None for a in shown)):
+        while time.monotonic() < deadline and (
+            len(shown) != expected
+            or not all(
+                a["complete"] and a["naturalWidth"] > 0 and a["height"] > 0 and a["frame"] is not None for a in shown
+            )
+        ):
             self.page.wait_for_timeout(200)
             shown = self.page.evaluate(JS_STORED_ANIMATIONS)
         if len(shown) != expected:
-            raise NotebookCheckFailure(f"{self.name}: the stored notebook has {expected} jshtml animation(s), the page "
-                                       f"shows {len(shown)}")
+            raise NotebookCheckFailure(
+                f"{self.name}: the stored notebook has {expected} jshtml animation(s), the page shows {len(shown)}"
+            )
         for a in shown:
             what = f"stored animation {a['id']}"
             if not (a["complete"] and a["naturalWidth"] > 0 and a["height"] > 0 and a["width"] > 0):
                 raise NotebookCheckFailure(
                     f"{self.name}: {what} shows no picture {timeout:.0f} s after the notebook opened: laid out at "
                     f"{a['width']:.0f} x {a['height']:.0f} px, decoded width {a['naturalWidth']} px "
-                    f"(complete: {a['complete']})")
+                    f"(complete: {a['complete']})"
+                )
             picture = self.page.locator(f"#{a['id']}")
             picture.scroll_into_view_if_needed()  # the mouse wheel's doing, no click
             shot = picture.screenshot(timeout=10_000)
@@ -837,8 +868,11 @@ class NotebookDriver:
             player = picture.locator("xpath=ancestor::div[contains(@class, 'animation')][1]")
             player.locator('button[title="Play"]').click()
             try:
-                self.page.wait_for_function(f"() => ({JS_ANIMATION})({json.dumps(a['id'])}).frame !== "
-                                            f"{json.dumps(before['frame'])}", timeout=timeout * 1000, polling=100)
+                self.page.wait_for_function(
+                    f"() => ({JS_ANIMATION})({json.dumps(a['id'])}).frame !== {json.dumps(before['frame'])}",
+                    timeout=timeout * 1000,
+                    polling=100,
+                )
             except Exception:  # Playwright's TimeoutError: the click did not play
                 after = self.page.evaluate(JS_ANIMATION, a["id"])
                 raise NotebookCheckFailure(
@@ -849,15 +883,20 @@ class NotebookDriver:
             after = self.page.evaluate(JS_ANIMATION, a["id"])
             player.locator('button[title="Pause"]').click()
             if abs(after["playY"] - before["playY"]) > 1:
-                raise NotebookCheckFailure(f"{self.name}: clicking {what}'s Play moved its buttons by "
-                                           f"{after['playY'] - before['playY']:.0f} px")
-            self.animations.append({"id": a["id"], "height": a["height"], "width": a["width"],
-                                    "frames": [before["frame"], after["frame"]]})
+                raise NotebookCheckFailure(
+                    f"{self.name}: clicking {what}'s Play moved its buttons by "
+                    f"{after['playY'] - before['playY']:.0f} px"
+                )
+            self.animations.append(
+                {"id": a["id"], "height": a["height"], "width": a["width"], "frames": [before["frame"], after["frame"]]}
+            )
 
     def shutdown_kernels(self) -> None:
         try:
-            self.page.evaluate("async () => { const m = window.jupyterapp.serviceManager; "
-                               "await m.sessions.shutdownAll(); await m.kernels.shutdownAll(); }")
+            self.page.evaluate(
+                "async () => { const m = window.jupyterapp.serviceManager; "
+                "await m.sessions.shutdownAll(); await m.kernels.shutdownAll(); }"
+            )
         except Exception:  # noqa: BLE001 - best effort; the server fixture stops everything anyway
             pass
 

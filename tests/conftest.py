@@ -35,12 +35,15 @@ def latency_lines(log: dict) -> list[str]:
     lines = [f"{'notebook':<29} {'slider':<44} {'presses':>7} {'median ms':>9} {'max ms':>7}"]
     for notebook, entry in sorted(log.items()):
         for slider, times in entry["sliders"].items():
-            lines.append(f"{notebook:<29} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} "
-                         f"{max(times):7.0f}")
+            lines.append(
+                f"{notebook:<29} {slider[:44]:<44} {len(times):7d} {statistics.median(times):9.0f} {max(times):7.0f}"
+            )
         for play, s in entry["plays"].items():
-            lines.append(f"{notebook:<29} {play[:44]:<44} Play: {s['changes']} new pictures in "
-                         f"{s.get('seconds', 3):g} s; {s['samples']} DOM samples, {s['missing']} without a picture "
-                         f"({s['loading']} loading the next); {s['shots']} screenshots, {s['blank_shots']} blank")
+            lines.append(
+                f"{notebook:<29} {play[:44]:<44} Play: {s['changes']} new pictures in "
+                f"{s.get('seconds', 3):g} s; {s['samples']} DOM samples, {s['missing']} without a picture "
+                f"({s['loading']} loading the next); {s['shots']} screenshots, {s['blank_shots']} blank"
+            )
     lines.append("(key press to new picture decoded on the page; written to artifacts/slider_latency.json)")
     return lines
 
@@ -76,10 +79,26 @@ def close_figures():
 
 # The fast tier (`python -m pytest tests -m fast`): the package's unit tests, without notebooks, kernels, installs,
 # benchmarks, widgets or the browser. CONTRIBUTING.md: run it before every commit; the full suite before a merge.
-FAST_MODULES = {"test_architecture", "test_softmax", "test_masks", "test_attention", "test_flash", "test_traffic",
-                "test_opcount", "test_splitkv_backward", "test_hardware", "test_scaling", "test_any_input",
-                "test_exercises_6_10", "test_exercises_ch9", "test_data_model", "test_flash_parallel", "test_variants",
-                "test_exercises_ch13", "test_guides"}
+FAST_MODULES = {
+    "test_architecture",
+    "test_softmax",
+    "test_masks",
+    "test_attention",
+    "test_flash",
+    "test_traffic",
+    "test_opcount",
+    "test_splitkv_backward",
+    "test_hardware",
+    "test_scaling",
+    "test_any_input",
+    "test_exercises_6_10",
+    "test_exercises_ch9",
+    "test_data_model",
+    "test_flash_parallel",
+    "test_variants",
+    "test_exercises_ch13",
+    "test_guides",
+}
 
 
 # The longest files first (the browser test's two editions, then tests/test_install.py): with addopts' xdist options

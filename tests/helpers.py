@@ -156,6 +156,6 @@ def paged_case(rng, seqlens, page_size, H_kv, D, Dv, spare=3):
     table = np.full((len(seqlens), max(n_pages + [1]) + 1), -1)
     used = 0
     for b, n in enumerate(n_pages):
-        table[b, :n] = order[used:used + n]
+        table[b, :n] = order[used : used + n]
         used += n
     return k_pages, v_pages, table, np.array(seqlens)

@@ -40,6 +40,7 @@ def split(num_splits):
 def kernel(q, k, v, **kwargs):
     """The Triton kernel in its interpreter, on float32 copies of float64 arrays (it refuses float64), with its
     smallest tiles (16 x 16); results back as float64, so the tests read it like the numpy functions."""
+
     def cast(x):
         return x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype == np.float64 else x
 
@@ -55,8 +56,15 @@ if HAVE_TRITON:
     from flashmath.triton_kernel import triton_flash_attention
 KERNEL = [pytest.param(kernel, marks=needs_triton)]
 
-VARIANTS = [fm.one_loop_attention, fm.two_loop_attention, flash("fa2", 2, 3), flash("fa1", 3, 2),
-            flash("fa2", 1, 1), flash("fa1", 64, 64), split(3)]
+VARIANTS = [
+    fm.one_loop_attention,
+    fm.two_loop_attention,
+    flash("fa2", 2, 3),
+    flash("fa1", 3, 2),
+    flash("fa2", 1, 1),
+    flash("fa1", 64, 64),
+    split(3),
+]
 ALL = [fm.attention] + VARIANTS
 ids = [f.__name__ for f in ALL]
 WITH_KERNEL, with_kernel_ids = ALL + KERNEL, ids + ["triton_flash_attention (interpreter)"]
@@ -114,16 +122,22 @@ def counted(q, k, v, **kwargs):
 TAKES_A_MASK = WITH_KERNEL + [backward, fm.flash_trace, counted, fm.one_loop_trace, fm.two_loop_trace]
 
 
-@pytest.mark.parametrize("f", TAKES_A_MASK, ids=with_kernel_ids + ["attention_backward", "flash_trace",
-                                                                   "counted_attention", "one_loop_trace",
-                                                                   "two_loop_trace"])
+@pytest.mark.parametrize(
+    "f",
+    TAKES_A_MASK,
+    ids=with_kernel_ids
+    + ["attention_backward", "flash_trace", "counted_attention", "one_loop_trace", "two_loop_trace"],
+)
 def test_a_mask_never_widens_the_output(f):
     """Issue 16: q, k, v of shape (B, N, D) with padding_mask(lengths, M), which is (B, 1, 1, M), would compute
     every sequence's rows under every sequence's mask, (B, B, N, Dv). Refused, naming both shapes and the fix;
     leading axes of size 1 beyond the inputs' are dropped (the output keeps the inputs' shape)."""
     q, k, v = head(N=2, M=5, D=4, Dv=3, batch=(3,), seed=11)
-    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*"
-                                         r"\(3, 3\).*padding_mask\(lengths, M\)\[:, 0\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*"
+        r"\(3, 3\).*padding_mask\(lengths, M\)\[:, 0\]",
+    ):
         f(q, k, v, mask=padding_mask([1, 2, 5], 5))
     f(q, k, v, mask=padding_mask([1, 2, 5], 5)[:, 0])  # (B, 1, M): the fix the message names
     if f in (fm.attention, kernel):  # leading axes of size 1 add nothing
@@ -183,10 +197,18 @@ TOL = {np.float64: (1e-9, 1e-12), np.float32: (2e-4, 2e-5), np.float16: (2e-2, 2
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(N=st.integers(1, 6), M=st.integers(1, 7), D=st.integers(1, 4), block_q=st.integers(1, 5),
-       block_k=st.integers(1, 5), order=st.sampled_from(["fa1", "fa2"]),
-       dtype=st.sampled_from([np.float64, np.float32, np.float16]), seed=st.integers(0, 2**16),
-       garbage=st.sampled_from([np.nan, np.inf, -np.inf, 1e30]), batch=st.sampled_from([(), (2,)]))
+@given(
+    N=st.integers(1, 6),
+    M=st.integers(1, 7),
+    D=st.integers(1, 4),
+    block_q=st.integers(1, 5),
+    block_k=st.integers(1, 5),
+    order=st.sampled_from(["fa1", "fa2"]),
+    dtype=st.sampled_from([np.float64, np.float32, np.float16]),
+    seed=st.integers(0, 2**16),
+    garbage=st.sampled_from([np.nan, np.inf, -np.inf, 1e30]),
+    batch=st.sampled_from([(), (2,)]),
+)
 def test_masked_keys_are_absent_in_every_variant(N, M, D, block_q, block_k, order, dtype, seed, garbage, batch):
     rng = np.random.default_rng(seed)
     q, k, v = head(N=N, M=M, D=D, Dv=2, batch=batch, seed=seed, dtype=dtype)
@@ -277,12 +299,16 @@ def test_bad_input_raises_an_error_that_names_the_argument(f, bad, error, match)
         f(args["q"], args["k"], args["v"], **kwargs)
 
 
-@pytest.mark.parametrize("block, error, match", [
-    (0, ValueError, r"block_q must be >= 1 \(rows per tile\), got 0"),
-    (-3, ValueError, r"block_q must be >= 1 \(rows per tile\), got -3"),
-    (True, TypeError, "block_q must be a positive integer.*bool"), (2.0, TypeError, "block_q must be a positive"),
-    ("8", TypeError, "block_q must be a positive"),
-])
+@pytest.mark.parametrize(
+    "block, error, match",
+    [
+        (0, ValueError, r"block_q must be >= 1 \(rows per tile\), got 0"),
+        (-3, ValueError, r"block_q must be >= 1 \(rows per tile\), got -3"),
+        (True, TypeError, "block_q must be a positive integer.*bool"),
+        (2.0, TypeError, "block_q must be a positive"),
+        ("8", TypeError, "block_q must be a positive"),
+    ],
+)
 def test_bad_block_sizes(block, error, match):
     q, k, v = head()
     for order in ("fa1", "fa2"):
@@ -326,8 +352,11 @@ def paged(q, k, v, page_size=3, **kwargs):
         padded[:, :, :M] = x
         out = np.zeros((max(B * n, 1), H_kv, page_size, x.shape[-1]), x.dtype)
         # (B, H_kv, n, page_size, D) -> the physical pages block_table[b, j]
-        out[table.ravel()] = padded.reshape(B, H_kv, n, page_size, x.shape[-1]).transpose(0, 2, 1, 3, 4).reshape(
-            B * n, H_kv, page_size, x.shape[-1])
+        out[table.ravel()] = (
+            padded.reshape(B, H_kv, n, page_size, x.shape[-1])
+            .transpose(0, 2, 1, 3, 4)
+            .reshape(B * n, H_kv, page_size, x.shape[-1])
+        )
         return out
 
     return fm.paged_attention(q, pages(k), pages(v), table, np.full(B, M), **kwargs)
@@ -396,8 +425,9 @@ def test_numpy_bools_are_bools(f):
     """Issue 33, fault 9: np.True_ and np.False_ are what numpy's own comparisons return."""
     q, k, v = head(N=3, M=5, D=4, batch=(2, 4), seed=2)
     kv = k[:, :2], v[:, :2]
-    np.testing.assert_allclose(f(q, *kv, enable_gqa=np.True_, causal=np.True_),
-                               repeated(q, *kv, mask=causal_mask(3, 5)), **tol(f))
+    np.testing.assert_allclose(
+        f(q, *kv, enable_gqa=np.True_, causal=np.True_), repeated(q, *kv, mask=causal_mask(3, 5)), **tol(f)
+    )
     np.testing.assert_allclose(f(q, k, v, enable_gqa=np.False_), fm.attention(q, k, v), **tol(f))
 
 
@@ -413,13 +443,20 @@ def test_grouped_heads_with_a_broadcast_batch(f, batch_q, batch_kv):
     a = f(q, k, v, enable_gqa=True)
     batch = np.broadcast_shapes(batch_q[:-1], batch_kv[:-1]) + batch_q[-1:]
     assert a.shape == batch + (5, 16)
-    np.testing.assert_allclose(a, repeated(np.broadcast_to(q, batch + (5, 16)), *(
-        np.broadcast_to(x, batch[:-1] + batch_kv[-1:] + (7, 16)) for x in (k, v))), **tol(f))
+    np.testing.assert_allclose(
+        a,
+        repeated(
+            np.broadcast_to(q, batch + (5, 16)),
+            *(np.broadcast_to(x, batch[:-1] + batch_kv[-1:] + (7, 16)) for x in (k, v)),
+        ),
+        **tol(f),
+    )
 
 
 @pytest.mark.parametrize("f", GQA, ids=gqa_ids)
-@pytest.mark.parametrize("B, H, H_kv, N, M", [(0, 4, 2, 5, 7), (2, 4, 2, 0, 7), (2, 4, 2, 5, 0), (2, 0, 2, 5, 7),
-                                              (0, 0, 1, 0, 0)])
+@pytest.mark.parametrize(
+    "B, H, H_kv, N, M", [(0, 4, 2, 5, 7), (2, 4, 2, 0, 7), (2, 4, 2, 5, 0), (2, 0, 2, 5, 7), (0, 0, 1, 0, 0)]
+)
 def test_grouped_heads_with_empty_sizes(f, B, H, H_kv, N, M):
     """Issue 33, fault 4 (PyTorch #166318, sglang #34474): a reshape with -1 cannot size an empty array."""
     q, k, v = (np.ones((B, heads, L, 8)) for heads, L in ((H, N), (H_kv, M), (H_kv, M)))
@@ -460,8 +497,9 @@ def test_paged_attention_broadcasts_alibi_slopes_and_names_a_wrong_shape():
     for shaped in (slopes[None], slopes, np.broadcast_to(slopes, (3, 4))):
         a = paged(q, k, v, enable_gqa=True, alibi_slopes=shaped)
         for b in range(3):  # sequence by sequence, against flash_attention with the (H,) slopes
-            np.testing.assert_allclose(a[b], fm.flash_attention(q[b], k[b], v[b], enable_gqa=True,
-                                                                alibi_slopes=slopes), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(
+                a[b], fm.flash_attention(q[b], k[b], v[b], enable_gqa=True, alibi_slopes=slopes), rtol=1e-10, atol=1e-12
+            )
     for wrong in (np.ones((4, 4)), np.ones((2, 4)), np.ones((3, 3)), np.ones((1, 3, 4))):
         with pytest.raises(ValueError, match=re.escape(f"alibi_slopes of shape {wrong.shape}")):
             paged(q, k, v, enable_gqa=True, alibi_slopes=wrong)
@@ -474,8 +512,9 @@ def test_paged_attention_names_q_and_the_pages_when_they_have_no_common_dtype():
     import ml_dtypes
 
     q, k, v = head(N=2, M=4, D=8, Dv=8, batch=(1, 2))
-    with pytest.raises(TypeError, match="q, k_pages and v_pages have no common floating-point type: bfloat16, "
-                                        "float16, float16"):
+    with pytest.raises(
+        TypeError, match="q, k_pages and v_pages have no common floating-point type: bfloat16, float16, float16"
+    ):
         paged(q.astype(ml_dtypes.bfloat16), k.astype(np.float16), v.astype(np.float16))
 
 
@@ -483,8 +522,7 @@ def test_paged_and_packed_sequences_with_empty_sizes():
     rng = np.random.default_rng(8)
     q, k, v = (rng.standard_normal((2, 6, 4)) for _ in range(3))
     # empty sequences among the packed ones: their rows do not exist, the others are attention on their own keys
-    a, lse = fm.flash_attention_varlen(q, k, v, [0, 0, 2, 2, 6], [0, 3, 3, 3, 6], block_q=2, block_k=2,
-                                       return_lse=True)
+    a, lse = fm.flash_attention_varlen(q, k, v, [0, 0, 2, 2, 6], [0, 3, 3, 3, 6], block_q=2, block_k=2, return_lse=True)
     assert (a[:, :2] == 0).all() and (lse[:, :2] == -np.inf).all()  # sequence 1 has queries but no key
     np.testing.assert_allclose(a[:, 2:], fm.attention(q[:, 2:], k[:, 3:], v[:, 3:]), rtol=1e-10)
     empty = fm.flash_attention_varlen(q[:, :0], k[:, :0], v[:, :0], [0])  # no sequence at all
@@ -494,8 +532,9 @@ def test_paged_and_packed_sequences_with_empty_sizes():
     pages = rng.standard_normal((3, 2, 2, 4))
     a, lse = fm.paged_attention(qp, pages, pages, np.array([[0, 1], [2, 0]]), np.array([0, 3]), return_lse=True)
     assert (a[0] == 0).all() and (lse[0] == -np.inf).all()
-    np.testing.assert_allclose(a[1], fm.attention(qp[1], *(2 * [fm.gather_pages(pages, [[0, 1], [2, 0]], [0, 3],
-                                                                                   1)])), rtol=1e-10)
+    np.testing.assert_allclose(
+        a[1], fm.attention(qp[1], *(2 * [fm.gather_pages(pages, [[0, 1], [2, 0]], [0, 3], 1)])), rtol=1e-10
+    )
     assert fm.paged_attention(qp[:0], pages, pages, np.zeros((0, 2), int), np.zeros(0, int)).shape == (0, 2, 3, 4)
 
 
@@ -504,8 +543,9 @@ def test_block_mask_with_empty_sizes_huge_extents_and_bad_types():
     assert fm.block_mask(4, 0, block_q=2, block_k=2, causal=True).computed_share == 0.0
     for huge in HUGE:
         unbounded = fm.block_mask(9, 13, block_q=4, block_k=4, window=(2, None))
-        np.testing.assert_array_equal(fm.block_mask(9, 13, block_q=4, block_k=4, window=(2, huge)).kinds,
-                                      unbounded.kinds)
+        np.testing.assert_array_equal(
+            fm.block_mask(9, 13, block_q=4, block_k=4, window=(2, huge)).kinds, unbounded.kinds
+        )
     with pytest.raises(ValueError, match="window's left extent must be >= 0"):
         fm.block_mask(4, 4, window=(-3, 0))
     with pytest.raises(TypeError, match="causal must be True or False|N must be an integer"):
@@ -532,8 +572,9 @@ def test_the_kernels_softcap_keeps_float32_accuracy_at_every_cap(cap):
     q *= 3  # scores of a few units: |x / c| small at every cap here, where the cancellation was
     ref, ref_lse = fm.flash_attention(q, k, v, softcap=cap, return_lse=True)
     a, lse = kernel(q, k, v, softcap=cap, return_lse=True)
-    a32, lse32 = fm.flash_attention(*(x.astype(np.float32) for x in (q, k, v)), softcap=cap,
-                                    return_lse=True)  # float32 accuracy: numpy's float32 loop
+    a32, lse32 = fm.flash_attention(
+        *(x.astype(np.float32) for x in (q, k, v)), softcap=cap, return_lse=True
+    )  # float32 accuracy: numpy's float32 loop
     assert np.abs(a - ref).max() <= max(2 * np.abs(a32 - ref).max(), 2e-6)
     assert np.abs(lse - ref_lse).max() <= max(2 * np.abs(lse32 - ref_lse).max(), 2e-6)
 

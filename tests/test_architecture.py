@@ -72,7 +72,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -129,14 +129,31 @@ def test_no_private_attribute_of_another_module_is_used():
                     if f"{node.module}.{alias.name}" in known:
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 crossing.append(f"{name}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
     assert not crossing, "\n".join(crossing)
 
 
-ALGORITHMS = ("softmax", "attention", "flash", "flash_parallel", "splitkv", "backward", "precision", "scaling",
-              "masks", "inputs", "rowstate", "tiling")
+ALGORITHMS = (
+    "softmax",
+    "attention",
+    "flash",
+    "flash_parallel",
+    "splitkv",
+    "backward",
+    "precision",
+    "scaling",
+    "masks",
+    "inputs",
+    "rowstate",
+    "tiling",
+)
 
 
 @pytest.mark.parametrize("module", ALGORITHMS)
@@ -144,12 +161,24 @@ def test_algorithms_import_neither_drawing_widgets_nor_counters(module):
     trees = modules()
     name = f"flashmath.{module}"
     targets = {target for target, _, _ in imports(name, trees[name], set(trees))}
-    forbidden = {t for t in targets if t.startswith(("flashmath.viz", "flashmath.widgets", "flashmath.counting",
-                                                     "flashmath.opcount", "flashmath.traffic"))}
-    third_party = {alias.name.split(".")[0] for node in ast.walk(trees[name]) if isinstance(node, (ast.Import,))
-                   for alias in node.names}
-    third_party |= {(node.module or "").split(".")[0] for node in ast.walk(trees[name])
-                    if isinstance(node, ast.ImportFrom) and not node.level}
+    forbidden = {
+        t
+        for t in targets
+        if t.startswith(
+            ("flashmath.viz", "flashmath.widgets", "flashmath.counting", "flashmath.opcount", "flashmath.traffic")
+        )
+    }
+    third_party = {
+        alias.name.split(".")[0]
+        for node in ast.walk(trees[name])
+        if isinstance(node, (ast.Import,))
+        for alias in node.names
+    }
+    third_party |= {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(trees[name])
+        if isinstance(node, ast.ImportFrom) and not node.level
+    }
     assert not forbidden and not third_party & {"matplotlib", "ipywidgets"}, (forbidden, third_party)
 
 
@@ -159,6 +188,9 @@ def test_algorithms_take_their_memory_from_outside(module):
     (only flashmath.counting and flashmath.opcount do)."""
     trees = modules()
     name = f"flashmath.{module}"
-    counters = {(target, imported) for target, imported, _ in imports(name, trees[name], set(trees))
-                if target == "flashmath.memory" and imported in ("CountedMemory", "CountedArray", "TrafficCount")}
+    counters = {
+        (target, imported)
+        for target, imported, _ in imports(name, trees[name], set(trees))
+        if target == "flashmath.memory" and imported in ("CountedMemory", "CountedArray", "TrafficCount")
+    }
     assert not counters, f"{name} imports the counters of flashmath.memory: {sorted(counters)}"

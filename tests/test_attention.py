@@ -141,9 +141,12 @@ def test_a_mask_never_widens_the_output(variant):
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((3,) + shape) for shape in ((2, 4), (5, 4), (5, 4)))  # (B, N, D): no head axis
     mask = padding_mask([1, 2, 5], 5)  # (B, 1, 1, M): for (B, H, N, M) scores
-    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*\(3, 3\)"
-                                         r".*\(3, 3, 2, 4\) instead of \(3, 2, 4\)"
-                                         r".*padding_mask\(lengths, M\)\[:, 0\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"mask of shape \(3, 1, 1, 5\) would widen the output.*\(3,\).*\(3, 3\)"
+        r".*\(3, 3, 2, 4\) instead of \(3, 2, 4\)"
+        r".*padding_mask\(lengths, M\)\[:, 0\]",
+    ):
         variant(q, k, v, mask=mask)
     out = variant(q, k, v, mask=mask[:, 0])  # the fix the message names: (B, 1, M)
     for b, length in enumerate([1, 2, 5]):
@@ -453,6 +456,7 @@ def test_real_head_loop_swap_is_bitwise():
 # --------------------------------------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=60, deadline=None)
 @given(problems())

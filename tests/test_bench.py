@@ -83,22 +83,26 @@ def test_a_cut_sweep_leaves_the_next_control_a_picture_to_change():
     def fresh(kind, param, block):
         return viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block)
 
-    result = sliders.measure(sliders.Case("13_variants", "mask_explorer", build, fresh), baseline_samples=1,
-                             max_moves=10)
+    result = sliders.measure(
+        sliders.Case("13_variants", "mask_explorer", build, fresh), baseline_samples=1, max_moves=10
+    )
     controls = ui["widget"].kwargs_widgets
     assert [c.value for c in controls] == ["document", 3, 8]  # every control back at its start
     expected = sum(len(sliders.sweep_moves(sliders.control_values(c), c.value, max_moves=10)) for c in controls)
     assert len(result.live_ms) == expected
 
 
-@pytest.mark.parametrize("live, interval, expected", [
-    ([20.0, 30.0], 200, []),
-    ([60.0, 70.0], 200, ["median > 50 ms"]),
-    ([20.0, 300.0, 25.0], 200, ["max > 250 ms"]),
-    ([20.0, 30.0], 300, ["Play interval > 250 ms"]),
-    ([40.0, 45.0], 60, ["Play interval < 1.5 x median"]),
-    ([20.0, 30.0], None, []),
-])
+@pytest.mark.parametrize(
+    "live, interval, expected",
+    [
+        ([20.0, 30.0], 200, []),
+        ([60.0, 70.0], 200, ["median > 50 ms"]),
+        ([20.0, 300.0, 25.0], 200, ["max > 250 ms"]),
+        ([20.0, 30.0], 300, ["Play interval > 250 ms"]),
+        ([40.0, 45.0], 60, ["Play interval < 1.5 x median"]),
+        ([20.0, 30.0], None, []),
+    ],
+)
 def test_the_verdict_names_each_missed_target(live, interval, expected):
     case = sliders.Case("99_x", "x", build=None, fresh=None)
     assert sliders.Result(case, live, [100.0], interval, 0).problems() == expected
@@ -107,18 +111,21 @@ def test_the_verdict_names_each_missed_target(live, interval, expected):
 @pytest.mark.parametrize("name, option", [("speed", "--threads"), ("sliders", "--only")])
 def test_help_after_a_name_lists_that_benchmarks_options(name, option):
     # README: `python -m flashmath.bench speed --help` lists the options (the top-level parser must not take -h)
-    out = subprocess.run([sys.executable, "-m", "flashmath.bench", name, "--help"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "flashmath.bench", name, "--help"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: python -m flashmath.bench {name} ") and option in out.stdout
 
 
-@pytest.mark.parametrize("args", [["--help"], ["sliders", "--help"], ["gpu", "--help"], ["speed", "--help"]],
-                         ids=["top", "sliders", "gpu", "speed"])
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["sliders", "--help"], ["gpu", "--help"], ["speed", "--help"]],
+    ids=["top", "sliders", "gpu", "speed"],
+)
 def test_help_is_plain_text(args):
     # the descriptions come from docstrings: their reST markup (``code``, :func:`name`) must not reach the terminal
-    out = subprocess.run([sys.executable, "-m", "flashmath.bench", *args], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "flashmath.bench", *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "`" not in out.stdout and not re.search(r":(func|mod|class|data|meth):", out.stdout), out.stdout
     assert len(out.stdout.splitlines()) > 3  # the description is still there
@@ -126,7 +133,8 @@ def test_help_is_plain_text(args):
 
 def test_plain_text_keeps_the_words():
     assert plain_text("run ``python -m x`` (:func:`flashmath.flash_attention`, `D`)") == (
-        "run python -m x (flashmath.flash_attention, D)")
+        "run python -m x (flashmath.flash_attention, D)"
+    )
 
 
 def test_help_without_a_name_lists_the_benchmarks(capsys):

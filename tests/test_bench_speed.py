@@ -43,8 +43,23 @@ def test_breakdown_names_each_kind_of_work():
 
 
 def test_main_runs_each_case_in_a_subprocess_and_prints_a_table(capsys):
-    argv = ["--sizes", "32", "--dims", "8", "--repeats", "0", "--cases", "naive", "flash", "--masks", "none",
-            "causal", "--threads", "default", "1"]
+    argv = [
+        "--sizes",
+        "32",
+        "--dims",
+        "8",
+        "--repeats",
+        "0",
+        "--cases",
+        "naive",
+        "flash",
+        "--masks",
+        "none",
+        "causal",
+        "--threads",
+        "default",
+        "1",
+    ]
     assert speed.main(argv) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["32"]]
@@ -58,7 +73,7 @@ def test_main_runs_each_case_in_a_subprocess_and_prints_a_table(capsys):
         assert (flash - 0.05) / (naive + 0.05) - 0.005 <= ratio <= (flash + 0.05) / max(naive - 0.05, 1e-9) + 0.005
     assert "default threads:" in out and "1 thread(s) per case:" in out
     assert "numpy's BLAS: " in out and "available to this process" in out  # the header: BLAS and cores
-    targets = out[out.index("targets (default threads):"):].splitlines()
+    targets = out[out.index("targets (default threads):") :].splitlines()
     assert len(targets) > 1 and targets[1].strip()  # the targets line is never empty
     assert "flash / naive time, largest over 2 rows" in out
     assert "issue" not in out  # no words internal to the project

@@ -76,8 +76,11 @@ def _has_sliders_or_play(notebook: Path) -> bool:
 
 
 def _stored_slider_labels(notebook: Path) -> list[str]:
-    return [m["state"].get("description") or "" for m in _stored_widget_models(notebook)
-            if m.get("model_name", "").endswith("SliderModel")]
+    return [
+        m["state"].get("description") or ""
+        for m in _stored_widget_models(notebook)
+        if m.get("model_name", "").endswith("SliderModel")
+    ]
 
 
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))  # a module's notebooks: the jupyterlab fixture serves them
@@ -86,6 +89,7 @@ CHINESE = [nb for nb in sorted((NOTEBOOK_DIR / ZH).glob("*.ipynb")) if _has_slid
 
 def ids(notebooks: list[Path]) -> list[str]:
     return [nb.relative_to(NOTEBOOK_DIR).as_posix() for nb in notebooks]
+
 
 pytestmark = pytest.mark.browser
 
@@ -173,16 +177,22 @@ def check_chinese_labels(name: str, notebook: Path, sliders: list[dict], transla
     """The slider labels on the page are Chinese: none is an English text that the catalog translates, and, where
     the stored chapter's slider labels have Chinese characters, so do the live ones."""
     labels = [s["label"] for s in sliders]
-    english = [f"{label!r} (the catalog has {translation.gettext(label)!r})" for label in labels
-               if label and translation.gettext(label) != label]
+    english = [
+        f"{label!r} (the catalog has {translation.gettext(label)!r})"
+        for label in labels
+        if label and translation.gettext(label) != label
+    ]
     if english:
-        raise NotebookCheckFailure(f"{name}: slider label(s) in English: {', '.join(english)}; "
-                                   "set_language('zh_CN') did not take effect")
+        raise NotebookCheckFailure(
+            f"{name}: slider label(s) in English: {', '.join(english)}; set_language('zh_CN') did not take effect"
+        )
     if any(CJK.search(label) for label in _stored_slider_labels(notebook)) and not any(
         CJK.search(label) for label in labels
     ):
-        raise NotebookCheckFailure(f"{name}: no slider label has Chinese characters ({labels}), though the stored "
-                                   f"chapter's have ({_stored_slider_labels(notebook)})")
+        raise NotebookCheckFailure(
+            f"{name}: no slider label has Chinese characters ({labels}), though the stored "
+            f"chapter's have ({_stored_slider_labels(notebook)})"
+        )
 
 
 def _screenshot(driver: NotebookDriver, path: Path) -> None:
@@ -202,13 +212,15 @@ def _screenshot(driver: NotebookDriver, path: Path) -> None:
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
-def test_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property,
-                                latency_log, zh_translation):
+def test_notebook_in_jupyterlab(
+    notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property, latency_log, zh_translation
+):
     check_notebook(notebook, jupyterlab, lab_page, record_property, latency_log, zh_translation)
 
 
-def check_notebook(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property, latency_log,
-                   zh_translation) -> None:
+def check_notebook(
+    notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property, latency_log, zh_translation
+) -> None:
     """Open, Run All, exercise every control, close (the module's docstring); fail the test on any finding."""
     t0 = time.monotonic()
     name = jupyterlab.lab_path(notebook)
@@ -251,11 +263,15 @@ def check_notebook(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPa
         for k, v in driver.timings.items():
             record_property(f"seconds_{k}", round(v, 1))
         print(
-            f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in driver.timings.items())
+            f"{name}: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in driver.timings.items())
             + f"; {driver.exercised['sliders']} slider(s), {driver.exercised['plays']} Play button(s) checked "
             f"({driver.exercised['play_frames']} new frames while playing)"
-            + "".join(f"; stored animation {a['width']:.0f} x {a['height']:.0f} px at opening, frame "
-                      f"{a['frames'][0]} -> {a['frames'][1]} on the first Play" for a in driver.animations)
+            + "".join(
+                f"; stored animation {a['width']:.0f} x {a['height']:.0f} px at opening, frame "
+                f"{a['frames'][0]} -> {a['frames'][1]} on the first Play"
+                for a in driver.animations
+            )
         )
     if failure:
         pytest.fail(failure, pytrace=False)

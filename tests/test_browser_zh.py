@@ -33,6 +33,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
-def test_chinese_notebook_in_jupyterlab(notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage,
-                                        record_property, latency_log, zh_translation):
+def test_chinese_notebook_in_jupyterlab(
+    notebook: Path, jupyterlab: JupyterLabServer, lab_page: LabPage, record_property, latency_log, zh_translation
+):
     check_notebook(notebook, jupyterlab, lab_page, record_property, latency_log, zh_translation)

@@ -40,8 +40,14 @@ JUPYTER_CONFIG = ROOT / "jupyter-config" / "etc"
 def binder_environment() -> dict:
     """Marker environment of Binder's Python: conda-forge's newest release of environment.yml's python=3.X."""
     minor = pins.binder_python()
-    return {**default_environment(), "python_version": minor, "python_full_version": f"{minor}.99",
-            "implementation_version": f"{minor}.99", "sys_platform": "linux", "platform_system": "Linux"}
+    return {
+        **default_environment(),
+        "python_version": minor,
+        "python_full_version": f"{minor}.99",
+        "implementation_version": f"{minor}.99",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+    }
 
 
 def readme_command(start: str, readme: str = README) -> str:
@@ -55,14 +61,18 @@ def readme_command(start: str, readme: str = README) -> str:
 
 # -- Binder ----------------------------------------------------------------------------------------------------
 
+
 def test_binder_pins_equal_constraints():
     binder = pins.environment_pins()
     expected = pins.pins_for(binder_environment())
     assert binder, "environment.yml's pip section pins nothing"
     assert {n: v for n, v in binder.items() if expected.get(n) != v} == {}, (
         "environment.yml and constraints.txt disagree: run `python scripts/pins.py`\n"
-        + "\n".join(f"  {n}: environment.yml {v}, constraints.txt {expected.get(n)}" for n, v in binder.items()
-                    if expected.get(n) != v)
+        + "\n".join(
+            f"  {n}: environment.yml {v}, constraints.txt {expected.get(n)}"
+            for n, v in binder.items()
+            if expected.get(n) != v
+        )
     )
     project = PYPROJECT["project"]
     direct = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["lab"]]
@@ -83,8 +93,10 @@ def test_binder_pins_everything_the_course_installs():
         pytest.skip(f"{missing} is not installed here, so Binder's install cannot be followed")
     other = sorted(f"{n} {installed[n].version}" for n in needed if installed[n].version != expected.get(n))
     if other:
-        pytest.skip(f"this environment has other versions than Binder's: {', '.join(other[:4])}"
-                    + (f" and {len(other) - 4} more" if len(other) > 4 else ""))
+        pytest.skip(
+            f"this environment has other versions than Binder's: {', '.join(other[:4])}"
+            + (f" and {len(other) - 4} more" if len(other) > 4 else "")
+        )
     assert sorted(needed - set(pins.environment_pins())) == [], "run `python scripts/pins.py`"
     assert sorted(set(pins.environment_pins()) - needed) == [], "environment.yml pins what Binder does not need"
 
@@ -92,7 +104,7 @@ def test_binder_pins_everything_the_course_installs():
 def test_environment_yml_installs_python_pip_and_the_course():
     text = (ROOT / "environment.yml").read_text()
     assert "conda-forge" in text
-    conda = re.findall(r"^  - (\S.*)$", text[text.index("dependencies:"):], re.MULTILINE)
+    conda = re.findall(r"^  - (\S.*)$", text[text.index("dependencies:") :], re.MULTILINE)
     assert conda == [f"python={pins.binder_python()}", "pip", "pip:"], "everything but Python comes from pip, pinned"
     assert re.search(r"^\s+- -e \.\[lab\]\s*$", text, re.MULTILINE)
     assert pins.binder_python() in python_versions_in_readme()
@@ -105,6 +117,7 @@ def test_binder_gets_the_jupyter_settings():
 
 # -- Python versions and commands -------------------------------------------------------------------------------
 
+
 def python_versions_in_readme() -> list[str]:
     match = re.search(r"You need git and Python ((?:3\.\d+, )*3\.\d+ or 3\.\d+)", README)
     assert match, "README.md's Start section names the Python versions"
@@ -113,8 +126,11 @@ def python_versions_in_readme() -> list[str]:
 
 def test_python_versions_agree():
     readme = python_versions_in_readme()
-    classifiers = [c.rsplit(" :: ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
-                   if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    classifiers = [
+        c.rsplit(" :: ", 1)[1]
+        for c in PYPROJECT["project"]["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
     ci = re.search(r'^SUPPORTED="([^"]+)"', (ROOT / ".ci" / "run").read_text(), re.MULTILINE).group(1).split()
     assert readme == classifiers == ci
     assert PYPROJECT["project"]["requires-python"] == f">={readme[0]}", "pip must refuse older Pythons by name"
@@ -162,7 +178,7 @@ def test_the_set_up_trusts_both_editions(where):
         assert command == readme_command("python3 -m venv ")
     assert trusted_notebooks(command) == {p.relative_to(ROOT).as_posix() for p in editions}
     if where == "README.md":  # after an update: the set-up's last two commands again
-        trust = command[command.index("jupyter trust "):]
+        trust = command[command.index("jupyter trust ") :]
         assert f'`pip install -e ".[lab]" -c constraints.txt && {trust}`' in text
 
 
@@ -180,7 +196,7 @@ def test_python_started_above_the_clone_imports_the_course(tmp_path):
 
 def test_ci_copies_the_course_into_a_folder_named_as_readme_clones_it():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "FOLDER=${CLONE##* cd }" in ci and 'dir=$WORK/$version/$FOLDER' in ci
+    assert "FOLDER=${CLONE##* cd }" in ci and "dir=$WORK/$version/$FOLDER" in ci
 
 
 def test_colab_keeps_its_ipywidgets_7_7():
@@ -191,20 +207,27 @@ def test_colab_keeps_its_ipywidgets_7_7():
 
 # -- Jupyter settings (jupyter-config/) -------------------------------------------------------------------------
 
+
 def skip_unless_settings_installed() -> None:
     for path in JUPYTER_CONFIG.rglob("*.*"):
         installed = Path(sys.prefix) / path.relative_to(JUPYTER_CONFIG.parent)
         if not installed.is_file() or installed.read_text() != path.read_text():
-            pytest.skip(f"{installed} is not jupyter-config's: run README's set-up "
-                        "(its `cp -R jupyter-config/etc .venv/`)")
+            pytest.skip(
+                f"{installed} is not jupyter-config's: run README's set-up (its `cp -R jupyter-config/etc .venv/`)"
+            )
 
 
 def throwaway_user_folders(tmp: Path) -> dict:
     """The environment with Jupyter's user folders in ``tmp``: only the settings installed in sys.prefix count."""
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH")}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
-               JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"))
+    env.update(
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+        JUPYTER_DATA_DIR=str(tmp / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
+        IPYTHONDIR=str(tmp / "ipython"),
+    )
     return env
 
 
@@ -218,17 +241,28 @@ def jupyterlab(tmp_path_factory):
     shutil.copytree(ROOT / "notebooks", course / "notebooks")
     token, port = secrets.token_hex(16), free_port()
     command = readme_command("jupyter lab ").split()
-    cmd = [sys.executable, "-m", *command, "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           f"--IdentityProvider.token={token}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        *command,
+        "--no-browser",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+    ] + (["--allow-root"] if os.geteuid() == 0 else [])
     log = tmp / "jupyterlab.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
     def api(path, method="GET", body=None):
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"token {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {token}"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.load(response) if response.status != 204 else None
 
@@ -287,9 +321,11 @@ def test_kernels_start_encrypted_without_the_tcp_warning(jupyterlab):
 
 def browser_json(value):
     """``value`` through a browser's JSON (one kind of number: a whole float comes back as an integer)."""
+
     def number(text):
         x = float(text)
-        return int(x) if x.is_integer() and abs(x) <= 2 ** 53 else x
+        return int(x) if x.is_integer() and abs(x) <= 2**53 else x
+
     return json.loads(json.dumps(value), parse_float=number)
 
 
@@ -325,9 +361,15 @@ def test_nbconvert_kernels_start_encrypted_without_the_tcp_warning(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, notebook)
-    out = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdout",
-                          str(notebook)], cwd=tmp_path, env=throwaway_user_folders(tmp_path), capture_output=True,
-                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdout", str(notebook)],
+        cwd=tmp_path,
+        env=throwaway_user_folders(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "42" in "".join(nbformat.reads(out.stdout, 4).cells[0].outputs[0].text)
     assert "without encryption" not in out.stderr, out.stderr[-3000:]
@@ -342,6 +384,7 @@ def test_no_news_prompt_and_no_update_check(jupyterlab):
 
 
 # -- README screenshot and URLs ---------------------------------------------------------------------------------
+
 
 def test_screenshot_shows_a_cell_the_notebook_still_has():
     from PIL import Image

@@ -52,9 +52,10 @@ SCORE_ROW = {
     "the input modified in place": score_row_scaled_in_place,
     "a wrong shape": lambda q, K: (np.asarray(K) @ q / math.sqrt(len(q)))[:, None],
     "a lower precision": lambda q, K: solutions.score_row(np.float32(q), np.float32(K)),
-    "D**1/2 (precedence)": lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / len(q)**1/2,
-    "math.isqrt (an integer square root)": lambda q, K: (np.asarray(K, dtype=float) @ np.asarray(q, dtype=float)
-                                                         / math.isqrt(len(q))),
+    "D**1/2 (precedence)": lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / len(q) ** 1 / 2,
+    "math.isqrt (an integer square root)": lambda q, K: (
+        np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / math.isqrt(len(q))
+    ),
 }
 
 
@@ -71,6 +72,7 @@ def out_dtype(x):
 
 def softmax_with(g_of=np.max, exp=np.exp, finish=None, guard=True):
     """A learner's safe softmax with one step changed: the max, the exponential or the final division."""
+
     def fn(x):
         x = np.asarray(x)
         w = x.astype(np.promote_types(x.dtype, np.float32))
@@ -79,6 +81,7 @@ def softmax_with(g_of=np.max, exp=np.exp, finish=None, guard=True):
         e = exp(w - g_of(w))
         y = e / e.sum() if finish is None else finish(e, w)
         return y.astype(out_dtype(x))
+
     return fn
 
 
@@ -182,6 +185,7 @@ def normalizer_with(step=None, g=-math.inf, s=0.0, guard=True, first=None, maxim
             s_run = first(x_i) if first and g_run == -math.inf else step(s_run, g_run, g_new, x_i)
             g_run = g_new
         return g_run, s_run
+
     return fn
 
 
@@ -242,12 +246,15 @@ NORMALIZER = {
     "the sum started at 1": normalizer_with(s=1.0),
     "the first element counted twice": counted_twice,
     "a wrong base (2 or 10) instead of e": normalizer_with(
-        step=lambda s, go, gn, xi: s * 2 ** (go - gn) + 2 ** (xi - gn)),
+        step=lambda s, go, gn, xi: s * 2 ** (go - gn) + 2 ** (xi - gn)
+    ),
     "the rescale missing": normalizer_with(step=lambda s, go, gn, xi: s + math.exp(xi - gn)),
-    "the rescale inverted": normalizer_with(step=lambda s, go, gn, xi: s * math.exp(gn - go) + math.exp(xi - gn),
-                                            first=lambda xi: 1.0),
+    "the rescale inverted": normalizer_with(
+        step=lambda s, go, gn, xi: s * math.exp(gn - go) + math.exp(xi - gn), first=lambda xi: 1.0
+    ),
     "the new term relative to the old max": normalizer_with(
-        step=lambda s, go, gn, xi: s * math.exp(go - gn) + math.exp(xi - go), first=lambda xi: 1.0),
+        step=lambda s, go, gn, xi: s * math.exp(go - gn) + math.exp(xi - go), first=lambda xi: 1.0
+    ),
     "(s, g) swapped": lambda x: tuple(reversed(normalizer_with()(x))),
     "-inf - (-inf) while nothing is seen": normalizer_with(guard=False),
     "Python's max dropping NaN": normalizer_with(maximum=max),
@@ -255,7 +262,8 @@ NORMALIZER = {
     "an element read twice": max_started_at_first_element,
     "not a pair": lambda x: normalizer_with()(x)[1],
     "the rescale applied to the new term": normalizer_with(
-        step=lambda s, go, gn, xi: s + math.exp(xi - gn) * math.exp(go - gn)),
+        step=lambda s, go, gn, xi: s + math.exp(xi - gn) * math.exp(go - gn)
+    ),
     "the empty vector not handled": normalizer_from_first,
     "the input buffered": normalizer_buffered,
 }
@@ -267,6 +275,7 @@ def merge_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max, guard
         if guard and g == -math.inf:
             return g, 0.0
         return g, term(s1, g1, g) + term(s2, g2, g)
+
     return fn
 
 
@@ -319,6 +328,7 @@ def three_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max_of, gu
         if guard and g == -math.inf:
             return g, 0.0
         return g, term(s1, g1, g) + term(s2, g2, g) + term(s3, g3, g)
+
     return fn
 
 
@@ -346,15 +356,21 @@ THREE = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]), shift=lambda x: x.max(axis=-1, keepdims=True),
-                   norm=lambda e: e.sum(axis=-1, keepdims=True), after=lambda a, q: a,
-                   kt=lambda k: np.swapaxes(k, -1, -2)):
+def attention_with(
+    scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]),
+    shift=lambda x: x.max(axis=-1, keepdims=True),
+    norm=lambda e: e.sum(axis=-1, keepdims=True),
+    after=lambda a, q: a,
+    kt=lambda k: np.swapaxes(k, -1, -2),
+):
     """A learner's attention with one step changed."""
+
     def fn(q, k, v):
         q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
         x = q @ kt(k) * scale(q, k, v)
         e = np.exp(x - shift(x))
         return after(e / norm(e) @ v, q)
+
     return fn
 
 
@@ -400,10 +416,12 @@ ATTENTION = {
     "divided by sqrt(Dv)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
     "the scale from the wrong axis of q": attention_with(scale=lambda q, k, v: 1 / math.sqrt(len(q))),
     "multiplied by sqrt(D)": attention_with(scale=lambda q, k, v: math.sqrt(q.shape[-1])),
-    "the scale applied to the output": attention_with(scale=lambda q, k, v: 1.0,
-                                                      after=lambda a, q: a / math.sqrt(q.shape[-1])),
-    "softmax over the wrong axis (the queries)": attention_with(shift=lambda x: x.max(axis=-2, keepdims=True),
-                                                                norm=lambda e: e.sum(axis=-2, keepdims=True)),
+    "the scale applied to the output": attention_with(
+        scale=lambda q, k, v: 1.0, after=lambda a, q: a / math.sqrt(q.shape[-1])
+    ),
+    "softmax over the wrong axis (the queries)": attention_with(
+        shift=lambda x: x.max(axis=-2, keepdims=True), norm=lambda e: e.sum(axis=-2, keepdims=True)
+    ),
     "the max over the wrong axis": attention_with(shift=lambda x: x.max(axis=-2, keepdims=True)),
     "keepdims missing": attention_with(shift=lambda x: x.max(axis=-1)),
     "the global max instead of each row's max": attention_with(shift=lambda x: x.max()),
@@ -414,7 +432,7 @@ ATTENTION = {
     "the input modified in place": attention_scaled_in_place,
     "a wrong shape": lambda q, k, v: solutions.attention(q, k, v)[..., None],
     "a lower precision": lambda q, k, v: solutions.attention(*(np.asarray(a, dtype=np.float32) for a in (q, k, v))),
-    "D**1/2 (precedence)": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]**1/2),
+    "D**1/2 (precedence)": attention_with(scale=lambda q, k, v: 1 / q.shape[-1] ** 1 / 2),
     "math.isqrt (an integer square root)": attention_with(scale=lambda q, k, v: 1 / math.isqrt(q.shape[-1])),
     "V transposed": attention_v_transposed,
     "the first key skipped": attention_first_key_skipped,
@@ -429,6 +447,7 @@ ATTENTION = {
 
 def loops(order="nmd", fresh_row=True, add=True, keys=lambda M: range(M), pair=lambda n, m: m):
     """A learner's triple loop in ``order`` ("nmd" or "ndm") with one step changed."""
+
     def fn(y, v):
         y, v = np.asarray(y), np.asarray(v)
         (N, M), Dv = y.shape, v.shape[1]
@@ -448,6 +467,7 @@ def loops(order="nmd", fresh_row=True, add=True, keys=lambda M: range(M), pair=l
                         acc[d] = acc[d] + y[n, m] * v[pair(n, m), d]
             a[n] = acc
         return a
+
     return fn
 
 
@@ -519,6 +539,7 @@ def block_with(update=None, s_of=None, g_of=None, guard=True):
 
     ``update(a, s_prev, rescale, e, V, s, x, g_prev, g)``; ``s_of(s_prev, g_prev, g, x)``; ``g_of(g_prev, x)``.
     """
+
     def fn(g_prev, s_prev, a_prev, x, V):
         x, V = np.atleast_1d(np.asarray(x, dtype=np.float64)), np.atleast_2d(V)
         g = nan_max_of(g_prev, *x) if g_of is None else g_of(g_prev, x)
@@ -529,6 +550,7 @@ def block_with(update=None, s_of=None, g_of=None, guard=True):
         if update is None:
             return g, s, a_prev * (s_prev * rescale / s) + (e / s) @ V
         return g, s, update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)
+
     return fn
 
 
@@ -551,22 +573,29 @@ def a_updates(old):
         f"exp(g_{{{old}}} - g_m) missing": block_with(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),
         f"s_{{{old}}} missing": block_with(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),
         f"divided by s_{{{old}}} instead of s_m": block_with(
-            lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp if sp else a * r + e @ V / s),
+            lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp if sp else a * r + e @ V / s
+        ),
         f"s_m used where s_{{{old}}} belongs": block_with(lambda a, sp, r, e, V, s, *_: a * s * r / s + e @ V / s),
         "the correction inverted": block_with(
-            lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s if sp else e @ V / s),
+            lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s if sp else e @ V / s
+        ),
         "the new weight relative to the old max": block_with(
-            lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),
+            lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s
+        ),
         f"A'_{{{old}}} returned unchanged": block_with(lambda a, *_: a),
         "the rescale of s missing": block_with(s_of=lambda sp, gp, g, x: sp + np.exp(x - g).sum()),
         "the rescale of s inverted": block_with(
-            s_of=lambda sp, gp, g, x: (sp * math.exp(g - gp) if sp else 0.0) + np.exp(x - g).sum()),
+            s_of=lambda sp, gp, g, x: (sp * math.exp(g - gp) if sp else 0.0) + np.exp(x - g).sum()
+        ),
         "the new term of s relative to the old max": block_with(
-            s_of=lambda sp, gp, g, x: sp * math.exp(gp - g) + np.exp(x - (gp if gp > -math.inf else g)).sum()),
+            s_of=lambda sp, gp, g, x: sp * math.exp(gp - g) + np.exp(x - (gp if gp > -math.inf else g)).sum()
+        ),
         "a wrong base (2 or 10) instead of e": block_with(
-            s_of=lambda sp, gp, g, x: sp * 2 ** (gp - g) + (2 ** (x - g)).sum()),
+            s_of=lambda sp, gp, g, x: sp * 2 ** (gp - g) + (2 ** (x - g)).sum()
+        ),
         "a lower precision": lambda g, s, a, x, V: solutions.block_step(
-            g, s, np.float32(a), np.float32(np.atleast_1d(x)), np.float32(np.atleast_2d(V))),
+            g, s, np.float32(a), np.float32(np.atleast_1d(x)), np.float32(np.atleast_2d(V))
+        ),
     }
 
 
@@ -617,8 +646,10 @@ WRONG = {
 ALSO = {
     ("check_attention", "V transposed"): {"k.T on a batched array"},  # a matmul error: the hint names both
     ("check_attention", "k.T on a batched array"): {"V transposed"},
-    ("check_online_normalizer", "the first element counted twice"): {"an element read twice",
-                                                                     "the empty vector not handled"},
+    ("check_online_normalizer", "the first element counted twice"): {
+        "an element read twice",
+        "the empty vector not handled",
+    },
     ("check_online_normalizer", "an element read twice"): {"the empty vector not handled"},  # x[0] of nothing
     ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
     ("check_loop_swap", "keys out of order"): {"summed in another order"},
@@ -626,7 +657,8 @@ ALSO = {
 }
 
 test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(
-    WRONG, ALSO)
+    WRONG, ALSO
+)
 
 
 def test_a_plus_inf_row_turned_into_zeros_is_named():
@@ -686,15 +718,18 @@ def test_messages_are_one_line_and_short():
 
 
 def test_float32_answers_report_the_largest_difference_and_a_float32_hint():
-    for report in (exercises.check_attention(ATTENTION["a lower precision"]),
-                   exercises.check_loop_swap(LOOP_SWAP["a lower precision"])):
+    for report in (
+        exercises.check_attention(ATTENTION["a lower precision"]),
+        exercises.check_loop_swap(LOOP_SWAP["a lower precision"]),
+    ):
         text = message(report, "a small product" if "loop" in report.title else "N != M")
         assert "largest difference" in text and "float32" in text
 
 
 def test_an_unnamed_wrong_update_gets_the_largest_difference():
-    report = exercises.check_one_loop_step(to_step(block_with(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / s
-                                                               + 0.01)))
+    report = exercises.check_one_loop_step(
+        to_step(block_with(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / s + 0.01))
+    )
     assert "largest difference 0.01" in message(report, "the max holds")
     assert "looks like" not in message(report, "the max holds")
 
@@ -770,8 +805,15 @@ def loop_swap_keys_outermost(y, v):
 
 
 def test_every_loop_with_the_keys_outside_the_output_dimension_passes():
-    for fn in (solutions.loop_swap, loops(), loop_swap_rows, loop_swap_rows_value_first, loop_swap_python_floats,
-               loop_swap_float_calls, loop_swap_keys_outermost):
+    for fn in (
+        solutions.loop_swap,
+        loops(),
+        loop_swap_rows,
+        loop_swap_rows_value_first,
+        loop_swap_python_floats,
+        loop_swap_float_calls,
+        loop_swap_keys_outermost,
+    ):
         assert exercises.check_loop_swap(fn).passed, (fn, repr(exercises.check_loop_swap(fn)))
 
 
@@ -805,7 +847,7 @@ def test_the_order_case_needs_exactly_the_order_m_0_1_2():
         return sum(sum(row[j::k]) for j in range(1, k)) + sum(row[0::k])
 
     def pairwise(row):
-        return row[0] if len(row) == 1 else pairwise(row[:len(row) // 2]) + pairwise(row[len(row) // 2:])
+        return row[0] if len(row) == 1 else pairwise(row[: len(row) // 2]) + pairwise(row[len(row) // 2 :])
 
     def fused(n):  # the strict order with a fused multiply-add: one rounding per step
         acc = 0.0
@@ -813,8 +855,12 @@ def test_the_order_case_needs_exactly_the_order_m_0_1_2():
             acc = float(Fraction(acc) + Fraction(y[n, m]) * Fraction(v[m, 0]))
         return acc
 
-    others = {"reversed": [sum(row[::-1][1:], row[::-1][0]) for row in terms], "fsum": [math.fsum(r) for r in terms],
-              "pairwise": [pairwise(list(r)) for r in terms], "fused multiply-add": [fused(n) for n in range(4)]}
+    others = {
+        "reversed": [sum(row[::-1][1:], row[::-1][0]) for row in terms],
+        "fsum": [math.fsum(r) for r in terms],
+        "pairwise": [pairwise(list(r)) for r in terms],
+        "fused multiply-add": [fused(n) for n in range(4)],
+    }
     others.update({f"{k} accumulators": [blocked(r, k) for r in terms] for k in (2, 4, 8, 16)})
     assert strict[:3] == [0.0, 0.0, 0.0]
     for name, sums in others.items():
@@ -908,8 +954,9 @@ def test_the_report_keeps_the_order_of_the_cases_when_some_raise():
     from flashmath.exercises import chapter3
 
     report = exercises.check_attention(ATTENTION["k.T on a batched array"])  # raises in the batch case only
-    assert [name for name, _, _ in report.cases] == [name for name, _ in chapter3.attention_properties()
-                                                     + chapter3.attention_cases()]
+    assert [name for name, _, _ in report.cases] == [
+        name for name, _ in chapter3.attention_properties() + chapter3.attention_cases()
+    ]
 
 
 def test_off_by_one_predictions_are_rejected_and_a_negative_index_is_its_element(capsys):
@@ -990,12 +1037,21 @@ PROPERTY_CATCHES = {
     "an all -inf row": ("check_merge", merge_with(guard=False), "property: the empty input"),
     "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: +inf"),
     "NaN": ("check_merge_three", THREE["Python's max dropping NaN"], "property: NaN"),
-    "float16 overflow": ("check_score_row", lambda q, K: np.asarray(K) @ np.asarray(q) / math.sqrt(len(q)),
-                         "property: float16 overflow"),
-    "integer input": ("check_attention", lambda q, k, v: solutions.attention(q, k, v).astype(np.asarray(q).dtype),
-                      "property: integer input"),
-    "negative-only input": ("check_online_normalizer", normalizer_with(g=0.0, guard=True),
-                            "property: negative-only input"),
+    "float16 overflow": (
+        "check_score_row",
+        lambda q, K: np.asarray(K) @ np.asarray(q) / math.sqrt(len(q)),
+        "property: float16 overflow",
+    ),
+    "integer input": (
+        "check_attention",
+        lambda q, k, v: solutions.attention(q, k, v).astype(np.asarray(q).dtype),
+        "property: integer input",
+    ),
+    "negative-only input": (
+        "check_online_normalizer",
+        normalizer_with(g=0.0, guard=True),
+        "property: negative-only input",
+    ),
     "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
     "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
 }
@@ -1008,8 +1064,18 @@ def test_each_property_catches_a_wrong_solution(prop):
     assert any(name.startswith(case) and not ok for name, ok, _ in report.cases), repr(report)
 
 
-MISSED_BY_MODELS = ["the result's dtype", "the result's type (integer zeros)", "the empty input", "one element", "+inf",
-                    "float16 overflow", "integer input", "one pass in constant memory", "NaN", "an all -inf row"]
+MISSED_BY_MODELS = [
+    "the result's dtype",
+    "the result's type (integer zeros)",
+    "the empty input",
+    "one element",
+    "+inf",
+    "float16 overflow",
+    "integer input",
+    "one pass in constant memory",
+    "NaN",
+    "an all -inf row",
+]
 
 
 @pytest.mark.parametrize("prop", MISSED_BY_MODELS)

@@ -14,6 +14,7 @@ def rows_max(g, x):
 
 def tile_step(g_of=rows_max, base=np.exp, s_rescaled=True, a_rule="right"):
     """A learner's tile step with one thing changed."""
+
     def step(g, s, a, x_tile, v_tile):
         g_new = g_of(g, x_tile)
         ref = np.where(g_new == -np.inf, 0.0, g_new)
@@ -30,6 +31,7 @@ def tile_step(g_of=rows_max, base=np.exp, s_rescaled=True, a_rule="right"):
             "twice": lambda: (a * (s * r)[:, None] + pv) / s_new[:, None] / s_new[:, None],
         }
         return g_new, s_new, rules[a_rule]()
+
     return step
 
 
@@ -43,7 +45,7 @@ TILE = {
     "the max over the whole tile": tile_step(g_of=lambda g, x: np.maximum(g, np.max(x))),
     "the max over the wrong axis": tile_step(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),
     "the tile's max only (the old max forgotten)": tile_step(g_of=lambda g, x: x.max(axis=1)),
-    "a wrong base (2) instead of e": tile_step(base=lambda t: 2.0 ** t),
+    "a wrong base (2) instead of e": tile_step(base=lambda t: 2.0**t),
     "not a triple": lambda g, s, a, x, v: solutions.tile_step(g, s, a, x, v)[2],
 }
 
@@ -81,13 +83,15 @@ def keepdims_step(g, s, a, x_tile, v_tile):
     return g_new[:, None], s_new, a_new
 
 
-TILE.update({
-    "the rescale inverted (e^{g_new - g})": inverted_rescale_step,
-    "the max started at 0": max_from_zero_step,
-    "the input modified in place": in_place_step,
-    "an answer of the wrong shape": keepdims_step,
-    "P measured against the old max (e^{X - g})": old_max_step,
-})
+TILE.update(
+    {
+        "the rescale inverted (e^{g_new - g})": inverted_rescale_step,
+        "the max started at 0": max_from_zero_step,
+        "the input modified in place": in_place_step,
+        "an answer of the wrong shape": keepdims_step,
+        "P measured against the old max (e^{X - g})": old_max_step,
+    }
+)
 
 
 def test_tile_step_counts_every_case_whatever_the_answer():
@@ -116,6 +120,7 @@ def numerator_step(rescale=True, divide=False, invert=False, s_rescaled=True, ba
         factor = (1 / r if invert else r) if rescale else np.ones_like(r)
         u_new = u * factor[:, None] + p @ v_tile
         return g_new, s_new, (u_new / s_new[:, None] if divide else u_new)
+
     return step
 
 
@@ -143,13 +148,16 @@ def numerator_in_place(g, s, u, x_tile, v_tile):
     return g_new, s, u_new
 
 
-NUMERATOR.update({
-    "the rescale inverted": numerator_inverted_raw,
-    "the max started at 0": lambda g, s, u, x, v: solutions.numerator_step(np.maximum(g, 0.0), s, u, x, v),
-    "the input modified in place": numerator_in_place,
-    "an answer of the wrong shape": lambda *args: tuple(part.reshape(part.shape[0], -1)
-                                                         for part in solutions.numerator_step(*args)),
-})
+NUMERATOR.update(
+    {
+        "the rescale inverted": numerator_inverted_raw,
+        "the max started at 0": lambda g, s, u, x, v: solutions.numerator_step(np.maximum(g, 0.0), s, u, x, v),
+        "the input modified in place": numerator_in_place,
+        "an answer of the wrong shape": lambda *args: tuple(
+            part.reshape(part.shape[0], -1) for part in solutions.numerator_step(*args)
+        ),
+    }
+)
 
 
 def finish_with(a_rule=None, lse_rule=None):
@@ -157,6 +165,7 @@ def finish_with(a_rule=None, lse_rule=None):
         a, lse = solutions.finish(g, s, u)
         with np.errstate(divide="ignore", invalid="ignore"):
             return (a if a_rule is None else a_rule(g, s, u)), (lse if lse_rule is None else lse_rule(g, s, u))
+
     return fin
 
 
@@ -175,11 +184,14 @@ FINISH = {
     "0 / 0 on a row with no key": finish_with(a_rule=lambda g, s, u: u / s[:, None]),
     "not a pair": lambda g, s, u: solutions.finish(g, s, u)[0],
     "the logsumexp without the shift": finish_with(lse_rule=lambda g, s, u: np.log(np.exp(g) * s)),
-    "FlashAttention-2's +inf convention": finish_with(lse_rule=lambda g, s, u: np.where(
-        s == 0, np.inf, g + np.log(np.where(s == 0, 1.0, s)))),
+    "FlashAttention-2's +inf convention": finish_with(
+        lse_rule=lambda g, s, u: np.where(s == 0, np.inf, g + np.log(np.where(s == 0, 1.0, s)))
+    ),
     "the input modified in place": lambda g, s, u: finish_in_place(g, s, u),
-    "an answer of the wrong shape": lambda g, s, u: (solutions.finish(g, s, u)[0],
-                                                     solutions.finish(g, s, u)[1][:, None]),
+    "an answer of the wrong shape": lambda g, s, u: (
+        solutions.finish(g, s, u)[0],
+        solutions.finish(g, s, u)[1][:, None],
+    ),
 }
 
 CAUSAL = {
@@ -206,6 +218,7 @@ def masked_step(multiply=True, guard=True, fill=None):
         else:
             pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0).sum(axis=1)
         return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+
     return step
 
 
@@ -216,10 +229,12 @@ MASKED = {
     "not a triple": lambda *args: solutions.masked_tile_step(*args)[1:],
     "the mask added to the scores (NaN + -inf)": lambda g, s, a, x, v, keep: biased_step(g, s, a, x, v, keep),
     "a per-column mask": lambda g, s, a, x, v, keep: solutions.masked_tile_step(
-        g, s, a, x, v, np.broadcast_to(keep.all(axis=0), keep.shape)),
+        g, s, a, x, v, np.broadcast_to(keep.all(axis=0), keep.shape)
+    ),
     "the input modified in place": lambda g, s, a, x, v, keep: masked_in_place(g, s, a, x, v, keep),
-    "an answer of the wrong shape": lambda *args: tuple(np.atleast_2d(part)
-                                                         for part in solutions.masked_tile_step(*args)),
+    "an answer of the wrong shape": lambda *args: tuple(
+        np.atleast_2d(part) for part in solutions.masked_tile_step(*args)
+    ),
 }
 
 
@@ -247,13 +262,17 @@ def finite_fill_step(fill):
         s_new = s * r + p.sum(axis=1)
         pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0).sum(axis=1)
         return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+
     return step
 
 
 MASKED_MORE = {  # more learner-style variants of some mistakes above
     "a finite fill value instead of -inf": [finite_fill_step(-1e30), finite_fill_step(np.finfo(np.float64).min / 2)],
-    "a per-column mask": [lambda g, s, a, x, v, keep: solutions.masked_tile_step(
-        g, s, a, x, v, np.broadcast_to(keep.any(axis=0), keep.shape))],
+    "a per-column mask": [
+        lambda g, s, a, x, v, keep: solutions.masked_tile_step(
+            g, s, a, x, v, np.broadcast_to(keep.any(axis=0), keep.shape)
+        )
+    ],
 }
 
 
@@ -262,6 +281,7 @@ def merge_with(a_rule, lse_rule=np.logaddexp):
         with np.errstate(all="ignore"):
             lse = lse_rule(l1, l2)
             return a_rule(a1, l1, a2, l2, lse), lse
+
     return merge
 
 
@@ -275,25 +295,41 @@ MERGE = {
     "the logsumexps added": merge_with(shares, lambda l1, l2: l1 + l2),
     "a base-2 logsumexp": merge_with(shares, np.logaddexp2),
     "e^{L_p} without a common reference": merge_with(
-        lambda a1, l1, a2, l2, L: ((np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2)
-                                   / (np.exp(l1) + np.exp(l2))[:, None])),
+        lambda a1, l1, a2, l2, L: (
+            (np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2) / (np.exp(l1) + np.exp(l2))[:, None]
+        )
+    ),
     "an empty part's output read (0 * NaN)": merge_with(
-        lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2),
+        lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2
+    ),
     "not a pair": lambda *args: solutions.merge_states(*args)[0],
-    "both parts empty: -inf - (-inf)": merge_with(lambda a1, l1, a2, l2, L: np.where(  # weight 0: skip the part
-        np.exp(l1 - L)[:, None] == 0, 0, np.exp(l1 - L)[:, None] * a1) + np.where(
-        np.exp(l2 - L)[:, None] == 0, 0, np.exp(l2 - L)[:, None] * a2)),
-    "the weights swapped": merge_with(lambda a1, l1, a2, l2, L: np.exp(l2 - L)[:, None] * a1
-                                      + np.exp(l1 - L)[:, None] * a2),
-    "the weights inverted (e^{L - L_p})": merge_with(lambda a1, l1, a2, l2, L: np.exp(L - l1)[:, None] * a1
-                                                     + np.exp(L - l2)[:, None] * a2),
-    "a base-2 merge": merge_with(lambda a1, l1, a2, l2, L: (
-        np.where(np.isneginf(l1)[:, None], 0, 2.0 ** (l1 - L)[:, None] * a1)
-        + np.where(np.isneginf(l2)[:, None], 0, 2.0 ** (l2 - L)[:, None] * a2)), np.logaddexp2),
+    "both parts empty: -inf - (-inf)": merge_with(
+        lambda a1, l1, a2, l2, L: (
+            np.where(  # weight 0: skip the part
+                np.exp(l1 - L)[:, None] == 0, 0, np.exp(l1 - L)[:, None] * a1
+            )
+            + np.where(np.exp(l2 - L)[:, None] == 0, 0, np.exp(l2 - L)[:, None] * a2)
+        )
+    ),
+    "the weights swapped": merge_with(
+        lambda a1, l1, a2, l2, L: np.exp(l2 - L)[:, None] * a1 + np.exp(l1 - L)[:, None] * a2
+    ),
+    "the weights inverted (e^{L - L_p})": merge_with(
+        lambda a1, l1, a2, l2, L: np.exp(L - l1)[:, None] * a1 + np.exp(L - l2)[:, None] * a2
+    ),
+    "a base-2 merge": merge_with(
+        lambda a1, l1, a2, l2, L: (
+            np.where(np.isneginf(l1)[:, None], 0, 2.0 ** (l1 - L)[:, None] * a1)
+            + np.where(np.isneginf(l2)[:, None], 0, 2.0 ** (l2 - L)[:, None] * a2)
+        ),
+        np.logaddexp2,
+    ),
     "the logsumexp without the shift": merge_with(shares, lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
     "the input modified in place": lambda a1, l1, a2, l2: merge_in_place(a1, l1, a2, l2),
-    "an answer of the wrong shape": lambda *args: (solutions.merge_states(*args)[0],
-                                                   solutions.merge_states(*args)[1][:, None]),
+    "an answer of the wrong shape": lambda *args: (
+        solutions.merge_states(*args)[0],
+        solutions.merge_states(*args)[1][:, None],
+    ),
 }
 
 
@@ -304,9 +340,13 @@ def merge_in_place(a1, l1, a2, l2):
 
 
 MERGE_MORE = {
-    "an empty part's output read (0 * NaN)": [merge_with(lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1
-                                                         + np.where(np.isneginf(l2)[:, None], 0,
-                                                                    np.exp(l2 - L)[:, None] * a2))],
+    "an empty part's output read (0 * NaN)": [
+        merge_with(
+            lambda a1, l1, a2, l2, L: (
+                np.exp(l1 - L)[:, None] * a1 + np.where(np.isneginf(l2)[:, None], 0, np.exp(l2 - L)[:, None] * a2)
+            )
+        )
+    ],
     "the weights swapped": [merge_with(lambda a1, l1, a2, l2, L: solutions.merge_states(a1, l2, a2, l1)[0])],
 }
 
@@ -319,7 +359,8 @@ WRONG = {
     "check_merge_states": MERGE,
 }
 MORE = [("check_masked_tile_step", name, k) for name, fns in MASKED_MORE.items() for k in range(len(fns))] + [
-    ("check_merge_states", name, k) for name, fns in MERGE_MORE.items() for k in range(len(fns))]
+    ("check_merge_states", name, k) for name, fns in MERGE_MORE.items() for k in range(len(fns))
+]
 MORE_FNS = {"check_masked_tile_step": MASKED_MORE, "check_merge_states": MERGE_MORE}
 
 
@@ -364,12 +405,15 @@ def merge_with_max_shift(a1, l1, a2, l2):
     return np.where(w1 == 0, 0.0, w1 * a1) + np.where(w2 == 0, 0.0, w2 * a2), lse  # NaN weights stay NaN
 
 
-@pytest.mark.parametrize("checker, fn", [
-    ("check_tile_step", tile_step_algorithm_1),
-    ("check_finish", finish_with_divide_where),
-    ("check_merge_states", merge_with_max_shift),
-    ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=M - N)),
-])
+@pytest.mark.parametrize(
+    "checker, fn",
+    [
+        ("check_tile_step", tile_step_algorithm_1),
+        ("check_finish", finish_with_divide_where),
+        ("check_merge_states", merge_with_max_shift),
+        ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=M - N)),
+    ],
+)
 def test_correct_solutions_written_differently_pass(checker, fn):
     report = getattr(exercises, checker)(fn)
     assert report.passed, report

@@ -47,18 +47,20 @@ def scale_missing_from_dq(q, k, v, a, lse, grad_a, keep, block_k):
     return dq * np.sqrt(q.shape[1]), dk, dv  # dQ without its factor 1/sqrt(D)
 
 
-WRONG = {"check_backward_tiles": {
-    "D forgotten": learner(forget_delta=True),
-    "Y not recomputed from the logsumexp": learner(tile_softmax=True),
-    "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
-    "the scale missing from dQ": scale_missing_from_dq,
-    "the scale missing from dK": learner(no_scale_dk=True),
-    "dQ not accumulated across key tiles": learner(overwrite_dq=True),
-    "gradients leaking into masked keys": learner(no_mask=True),
-    "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
-    "the input modified in place": lambda *args: in_place(*args),
-    "an answer of the wrong shape": lambda *args: tuple(g[None] for g in solution(*args)),
-}}
+WRONG = {
+    "check_backward_tiles": {
+        "D forgotten": learner(forget_delta=True),
+        "Y not recomputed from the logsumexp": learner(tile_softmax=True),
+        "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
+        "the scale missing from dQ": scale_missing_from_dq,
+        "the scale missing from dK": learner(no_scale_dk=True),
+        "dQ not accumulated across key tiles": learner(overwrite_dq=True),
+        "gradients leaking into masked keys": learner(no_mask=True),
+        "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
+        "the input modified in place": lambda *args: in_place(*args),
+        "an answer of the wrong shape": lambda *args: tuple(g[None] for g in solution(*args)),
+    }
+}
 
 
 def in_place(q, k, v, a, lse, grad_a, keep, block_k):
@@ -75,6 +77,8 @@ def test_a_broadcast_error_is_explained():
 
     text = repr(check_backward_tiles(no_keepdims))
     assert "raised ValueError" in text and "[:, None]" in text, text
+
+
 test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)
 
 
@@ -120,8 +124,18 @@ def test_the_numpy_backward_reads_line_for_line_beside_the_kernels():
         assert any("np." in line or "weighted_values" in line for line in numpy_lines), (rule, numpy_lines)
         assert any("tl." in line for line in triton_lines), (rule, triton_lines)
         # the same names on both sides: the tile or accumulator the rule updates
-        name = {"X_ij": "x_tile", "Y_ij": "y_tile", "dV_j": "dv_acc", "dY_ij": "dy_tile", "dX_ij": "dx_tile",
-                "dK_j": "dk", "dQ_i": "dq"}.get(rule.split()[0])
+        name = {
+            "X_ij": "x_tile",
+            "Y_ij": "y_tile",
+            "dV_j": "dv_acc",
+            "dY_ij": "dy_tile",
+            "dX_ij": "dx_tile",
+            "dK_j": "dk",
+            "dQ_i": "dq",
+        }.get(rule.split()[0])
         if name is not None:
-            assert numpy_lines[0].startswith(name) and triton_lines[0].startswith(name), (rule, numpy_lines,
-                                                                                        triton_lines)
+            assert numpy_lines[0].startswith(name) and triton_lines[0].startswith(name), (
+                rule,
+                numpy_lines,
+                triton_lines,
+            )

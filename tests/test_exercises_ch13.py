@@ -9,13 +9,15 @@ from flashmath import exercises, solutions
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
     "the offset N - M instead of M - N": lambda q, kv, N, M, left, right: (
-        (kv >= q + N - M - left) & (kv <= q + N - M + right)),
+        (kv >= q + N - M - left) & (kv <= q + N - M + right)
+    ),
     "an edge off by one (< instead of <=)": lambda q, kv, N, M, left, right: (
-        (kv > q + M - N - left) & (kv <= q + M - N + right)),
-    "left and right swapped": lambda q, kv, N, M, left, right: (
-        (kv >= q + M - N - right) & (kv <= q + M - N + left)),
+        (kv > q + M - N - left) & (kv <= q + M - N + right)
+    ),
+    "left and right swapped": lambda q, kv, N, M, left, right: (kv >= q + M - N - right) & (kv <= q + M - N + left),
     "the right extent ignored": lambda q, kv, N, M, left, right: (  # a learner's causal window
-        (kv >= q + M - N - left) & (kv <= q + M - N)),
+        (kv >= q + M - N - left) & (kv <= q + M - N)
+    ),
 }
 
 DOCUMENT = {
@@ -81,10 +83,12 @@ PAGE = {
     "the token index used as a page index": lambda pages, table, b, t: pages[table[b, t % 3], t % 4],
     "the row inside the page taken as t": lambda pages, table, b, t: pages[table[b, t // 4]][min(t, 3)],
     "the sequence's row of the table not used": lambda pages, table, b, t: pages[table[0][t // 4], t % 4],
-    "the block table's axes swapped": lambda pages, table, b, t: (
-        pages[table[t // pages.shape[1], b], t % pages.shape[1]]),
+    "the block table's axes swapped": lambda pages, table, b, t: pages[
+        table[t // pages.shape[1], b], t % pages.shape[1]
+    ],
     "the page size read from the wrong axis": lambda pages, table, b, t: (  # P pages taken as the page size
-        pages[table[b, t // len(pages)], t % len(pages)]),
+        pages[table[b, t // len(pages)], t % len(pages)]
+    ),
     "// and % swapped": lambda pages, table, b, t: pages[table[b][t % 4]][t // 4],
 }
 

@@ -76,18 +76,21 @@ def test_the_solution_and_another_right_answer_pass():
     assert "All good." in repr(report)
 
 
-@pytest.mark.parametrize("mistake, named", [
-    ("input dtype", "seems to compute in bfloat16 throughout"),
-    ("only the output", "seems to round only its output"),
-    ("low-precision reference", "measured against a reference stored in"),
-    ("mean", "ratio of the mean errors"),
-    ("upside down", "upside down"),
-    ("never rounded", "seems never rounded"),
-    ("float64 naive", "naive error seems to be 0"),
-    ("Y unrounded", "probabilities Y unrounded"),
-    ("X unrounded", "scores X unrounded"),
-    ("relative", "relative errors"),
-])
+@pytest.mark.parametrize(
+    "mistake, named",
+    [
+        ("input dtype", "seems to compute in bfloat16 throughout"),
+        ("only the output", "seems to round only its output"),
+        ("low-precision reference", "measured against a reference stored in"),
+        ("mean", "ratio of the mean errors"),
+        ("upside down", "upside down"),
+        ("never rounded", "seems never rounded"),
+        ("float64 naive", "naive error seems to be 0"),
+        ("Y unrounded", "probabilities Y unrounded"),
+        ("X unrounded", "scores X unrounded"),
+        ("relative", "relative errors"),
+    ],
+)
 def test_each_classic_mistake_is_named(mistake, named):
     report = check_flash_test_ratio(learner(mistake))
     assert not report.passed

@@ -95,7 +95,7 @@ def row_lse_guarded_by_s_positive(x):
     for row in x.numpy().astype(np.float32):
         g, s = np.float32(-np.inf), np.float32(0)
         for c0 in range(0, len(row), 32):
-            blk = row[c0:c0 + 32]
+            blk = row[c0 : c0 + 32]
             g_new = max(g, blk.max())
             ref = 0.0 if g_new == -np.inf else g_new
             s = s * np.exp(g - ref) + np.exp(blk - ref).sum()
@@ -142,14 +142,19 @@ PROPERTY_CATCHES = {
     "7: a NaN sum read as a row with no key": ("check_finish", finish_with_log_where_positive, "property: NaN"),
     "8: np.nanmax drops a kept NaN score": ("check_masked_tile_step", masked_step_with_nanmax, "property: NaN"),
     "9: np.nanmax hides a NaN output": ("check_flash_test_ratio", ratio_with_nanmax, "property: NaN"),
-    "10: a NaN logsumexp read as an empty part": ("check_merge_states", merge_with_positive_weights,
-                                                  "property: NaN"),
+    "10: a NaN logsumexp read as an empty part": ("check_merge_states", merge_with_positive_weights, "property: NaN"),
     "11: NaN turned into -inf by s > 0": ("check_row_lse", row_lse_guarded_by_s_positive, "property: NaN"),
-    "12: integer gradients from zeros_like(q)": ("check_backward_tiles", backward_into_zeros_like,
-                                                 "property: integer input"),
+    "12: integer gradients from zeros_like(q)": (
+        "check_backward_tiles",
+        backward_into_zeros_like,
+        "property: integer input",
+    ),
     "13: tanh by hand gives NaN at +inf": ("check_softcap", softcap_with_hand_written_tanh, "property: +inf"),
-    "13: a float64 copy of a float16 cache": ("check_page_gather", page_gather_as_float64,
-                                              "property: float16 overflow"),
+    "13: a float64 copy of a float16 cache": (
+        "check_page_gather",
+        page_gather_as_float64,
+        "property: float16 overflow",
+    ),
 }
 NEEDS_TORCH = {"11: NaN turned into -inf by s > 0"}
 

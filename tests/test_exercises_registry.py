@@ -84,8 +84,11 @@ def test_every_solution_is_declared_and_every_declared_solution_exists():
         module = importlib.import_module(module_name)
         declared = {e.solution for e in EXERCISES if e.solutions == module_name}
         assert all(hasattr(module, name) for name in declared), module_name
-        defined = {name for name, value in vars(module).items() if not name.startswith("_")
-                   and inspect.isfunction(value) and value.__module__ == module_name} - {"show", "source_of"}
+        defined = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and inspect.isfunction(value) and value.__module__ == module_name
+        } - {"show", "source_of"}
         assert defined <= declared, f"{module_name}: solutions no exercise declares: {defined - declared}"
         assert module.__all__ == ["show", *[e.solution for e in EXERCISES if e.solutions == module_name]]
 
@@ -103,8 +106,11 @@ def wrong_dicts() -> dict:
     found = {}
     for path in sorted((ROOT / "tests").glob("test_exercises*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "WRONG" for t in node.targets)
-                    and isinstance(node.value, ast.Dict)):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "WRONG" for t in node.targets)
+                and isinstance(node.value, ast.Dict)
+            ):
                 found[path.name] = {ast.literal_eval(key) for key in node.value.keys}
     return found
 

@@ -17,9 +17,10 @@ from flashmath.exercises import chapter11, chapter14
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: see README, \"The triton extra\"')
-needs_triton = pytest.mark.skipif(not HAVE_TRITON,
-                                  reason='the triton extra is not installed: see README, \"The triton extra\"')
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason='PyTorch is not installed: see README, "The triton extra"')
+needs_triton = pytest.mark.skipif(
+    not HAVE_TRITON, reason='the triton extra is not installed: see README, "The triton extra"'
+)
 
 
 def messages(report) -> str:
@@ -31,9 +32,11 @@ def messages(report) -> str:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def emulated_kernel(block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np.exp, log=np.log, with_g=True,
-                    guard_empty=True):
+def emulated_kernel(
+    block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np.exp, log=np.log, with_g=True, guard_empty=True
+):
     """A learner's streamed logsumexp, row by row, in float32, as a torch function."""
+
     def fn(x):
         import torch
 
@@ -43,13 +46,14 @@ def emulated_kernel(block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np
             padded = np.concatenate([row, np.full(-len(row) % block, other, np.float32)])
             g, s = np.float32(g0), np.float32(0)
             for c0 in range(0, len(padded), block):
-                blk = padded[c0:c0 + block]
+                blk = padded[c0 : c0 + block]
                 g_new = max(g, blk.max())
                 ref = 0.0 if (guard_empty and g_new == -np.inf) else g_new
                 s = (s * exp(g - ref) if rescale else s) + exp(blk - ref).sum()
                 g = g_new
             out.append((g if with_g else 0.0) + log(s) if (s != 0 or not guard_empty) else -np.inf)  # NaN: NaN
         return torch.tensor(np.array(out, np.float32))
+
     return fn
 
 
@@ -83,8 +87,10 @@ def viewing_wrapper(x):
 
 
 @needs_torch
-@pytest.mark.parametrize("fn, name", [(stride_ignoring_kernel, "the row stride ignored"),
-                                      (plus_inf_kernel, "FlashAttention-2's +inf convention")])
+@pytest.mark.parametrize(
+    "fn, name",
+    [(stride_ignoring_kernel, "the row stride ignored"), (plus_inf_kernel, "FlashAttention-2's +inf convention")],
+)
 def test_row_lse_strides_and_the_plus_inf_convention_are_named(fn, name):
     report = chapter11.check_row_lse(fn)
     assert not report.passed
@@ -174,15 +180,22 @@ def test_row_lse_solution_passes_in_triton():
 # 11.2 check_where_it_lives, 12.1 check_recap_quiz
 # ------------------------------------------------------------------------------------------------------------------
 
-WHERE = {"Q, K, V (the whole arrays)": "HBM", "q_tile": "shared memory", "k_tile, v_tile": "smem",
-         "x_tile, p_tile": "registers", "m_i, l_i": "Registers", "acc": "register file",
-         "A, LSE (the results)": "global memory"}
+WHERE = {
+    "Q, K, V (the whole arrays)": "HBM",
+    "q_tile": "shared memory",
+    "k_tile, v_tile": "smem",
+    "x_tile, p_tile": "registers",
+    "m_i, l_i": "Registers",
+    "acc": "register file",
+    "A, LSE (the results)": "global memory",
+}
 
 
 def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
     assert chapter11.check_where_it_lives(WHERE).passed
-    report = chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM",
-                                             "k_tile, v_tile": "registers", "m_i, l_i": "the cloud"})
+    report = chapter11.check_where_it_lives(
+        {**WHERE, "x_tile, p_tile": "HBM", "acc": "HBM", "k_tile, v_tile": "registers", "m_i, l_i": "the cloud"}
+    )
     text = messages(report)
     assert "standard attention" in text  # the score tile in HBM
     assert "Algorithm 1" in text  # acc in HBM is FlashAttention's first loop order
@@ -216,22 +229,25 @@ def test_print_recap_quiz(capsys):
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def learner_flash_row(*, scale=True, rescale_acc=True, rescale_s=True, g0=-math.inf, subtract_max=True, divide=True,
-                      lse_g=True):
+def learner_flash_row(
+    *, scale=True, rescale_acc=True, rescale_s=True, g0=-math.inf, subtract_max=True, divide=True, lse_g=True
+):
     """A learner's one-row FlashAttention-2, with switches for the mistakes (written apart from the checker)."""
+
     def fn(q_n, K, V, B_c):
         g, s, acc = g0, 0.0, np.zeros(V.shape[1])
         for c0 in range(0, len(K), B_c):
-            x = K[c0:c0 + B_c] @ q_n
+            x = K[c0 : c0 + B_c] @ q_n
             if scale:
                 x = x / math.sqrt(len(q_n))
             g_new = max(g, x.max()) if subtract_max else 0.0
             alpha = math.exp(g - g_new)
             p = np.exp(x - g_new)
             s = (s * alpha if rescale_s else s) + p.sum()
-            acc = (acc * alpha if rescale_acc else acc) + p @ V[c0:c0 + B_c]
+            acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
             g = g_new
         return (acc / s if divide else acc), (g if lse_g else 0.0) + math.log(s)
+
     return fn
 
 
@@ -280,7 +296,8 @@ def test_flash_row_nan_must_propagate():
 
     report = chapter14.check_flash_row(nan_to_zero)
     assert [name for name, ok, _ in report.cases if not ok] == [
-        "property: NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"], report
+        "property: NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"
+    ], report
 
 
 def test_flash_row_a_logsumexp_that_is_not_one_number_is_explained():
@@ -293,12 +310,12 @@ def algorithm_1_row(q_n, K, V, B_c):
     """FlashAttention's Algorithm 1 for one row: the output normalised after every tile, two exponentials a tile."""
     g, s, a = -math.inf, 0.0, np.zeros(V.shape[1])
     for c0 in range(0, len(K), B_c):
-        x = K[c0:c0 + B_c] @ q_n / math.sqrt(len(q_n))
+        x = K[c0 : c0 + B_c] @ q_n / math.sqrt(len(q_n))
         m = x.max()
         p = np.exp(x - m)
         g_new = max(g, m)
         s_new = math.exp(g - g_new) * s + math.exp(m - g_new) * p.sum()
-        a = (s * math.exp(g - g_new) * a + math.exp(m - g_new) * (p @ V[c0:c0 + B_c])) / s_new
+        a = (s * math.exp(g - g_new) * a + math.exp(m - g_new) * (p @ V[c0 : c0 + B_c])) / s_new
         g, s = g_new, s_new
     return a, g + math.log(s)
 
@@ -310,10 +327,10 @@ def torch_float64_row(q_n, K, V, B_c):
     q, k, v = (torch.from_numpy(np.asarray(x, np.float64)) for x in (q_n, K, V))
     g, s, acc = torch.tensor(-math.inf, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64), 0 * v[0]
     for c0 in range(0, len(K), B_c):
-        x = k[c0:c0 + B_c] @ q / math.sqrt(len(q_n))
+        x = k[c0 : c0 + B_c] @ q / math.sqrt(len(q_n))
         g_new = torch.maximum(g, x.max())
         alpha, p = torch.exp(g - g_new), torch.exp(x - g_new)
-        s, acc, g = s * alpha + p.sum(), acc * alpha + p @ v[c0:c0 + B_c], g_new
+        s, acc, g = s * alpha + p.sum(), acc * alpha + p @ v[c0 : c0 + B_c], g_new
     return (acc / s).numpy(), float(torch.logsumexp(torch.stack([g + torch.log(s)]), 0))
 
 

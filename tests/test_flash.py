@@ -210,7 +210,6 @@ def test_trace_states(order):
     assert by_array["Q"][-1, 0] == 4 * trace.traffic.arrays["Q"][0]
 
 
-
 @pytest.mark.parametrize("kind", ["none", "causal", "random"])
 @pytest.mark.parametrize("order", ORDERS)
 def test_the_plain_counted_and_traced_loops_agree_bit_for_bit(order, kind):
@@ -270,7 +269,9 @@ def test_defaults_are_positive_and_numpy_integer_blocks_are_taken():
     q, k, v = make(rng, 5, 6, 3, 2)
     # the defaults are used when no block is given: a problem smaller than both is one tile
     assert flash_trace(q, k, v).grid == (1, 1) and (flash_trace(q, k, v).block_q, flash_trace(q, k, v).block_k) == (
-        DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K)
+        DEFAULT_BLOCK_Q,
+        DEFAULT_BLOCK_K,
+    )
     assert_close(flash_attention(q, k, v, block_q=np.int64(2), block_k=np.int32(4)), attention(q, k, v), 1e-12)
 
 

@@ -45,8 +45,10 @@ def test_bitwise_the_same_for_every_workers(N, M, D, Dv, block_q, block_k, kind,
     rng = np.random.default_rng(N * 1000 + M)
     q, k, v = (a.astype(dtype) for a in make(rng, N, M, D, Dv))
     kwargs = mask_kwargs(kind, N, M, rng)
-    results = [flash_attention(q, k, v, block_q=block_q, block_k=block_k, return_lse=True, workers=w, **kwargs)
-               for w in WORKERS]
+    results = [
+        flash_attention(q, k, v, block_q=block_q, block_k=block_k, return_lse=True, workers=w, **kwargs)
+        for w in WORKERS
+    ]
     for a, lse in results[1:]:
         np.testing.assert_array_equal(a, results[0][0])
         np.testing.assert_array_equal(lse, results[0][1])
@@ -201,7 +203,8 @@ def test_a_call_that_cannot_limit_blas_warns():
     q = np.ones((6, 3))
     with threadpool_limits(limits=2, user_api="blas"):
         if set(blas_threads().values()) != {2} or not any(
-                info["internal_api"] == "openblas" for info in threadpool_info()):
+            info["internal_api"] == "openblas" for info in threadpool_info()
+        ):
             pytest.skip("needs an OpenBLAS that can run two threads")
         np.testing.assert_array_equal(flash_attention(q, q, q, workers=1), np.ones((6, 3)))  # no warning here
         caught = []

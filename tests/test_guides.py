@@ -38,8 +38,11 @@ def test_every_path_a_guide_names_exists(guide):
     text = (ROOT / guide).read_text(encoding="utf-8")
     paths = named_paths(text)
     assert paths, f"{guide} names no repository path: is the extraction broken?"
-    missing = sorted(p for p in paths if p not in NOT_STORED
-                     and not glob.glob(as_pattern(p), root_dir=ROOT) and not (ROOT / as_pattern(p)).exists())
+    missing = sorted(
+        p
+        for p in paths
+        if p not in NOT_STORED and not glob.glob(as_pattern(p), root_dir=ROOT) and not (ROOT / as_pattern(p)).exists()
+    )
     assert not missing, f"{guide} names paths that do not exist: {missing}"
 
 

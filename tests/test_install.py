@@ -54,8 +54,18 @@ def colab_like(tmp_path_factory):
     # Colab's pre-installed stack, then the course on top of it, as the notebooks' install cell does.
     # --no-compile: no .pyc for every module of every package up front (a quarter of the install's CPU time);
     # Python compiles the modules the tests import.
-    run(python, "-m", "pip", "install", "-q", "--no-compile", f"ipywidgets=={COLAB_IPYWIDGETS}", pinned("numpy"),
-        pinned("matplotlib"), pinned("pytest"))
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-compile",
+        f"ipywidgets=={COLAB_IPYWIDGETS}",
+        pinned("numpy"),
+        pinned("matplotlib"),
+        pinned("pytest"),
+    )
     run(python, "-m", "pip", "install", "-q", "--no-compile", wheel)
     return python, work
 
@@ -68,8 +78,10 @@ def test_colab_install_keeps_ipywidgets_7(colab_like):
 
 def test_wheel_ships_the_data_and_loads_it(colab_like):
     python, work = colab_like
-    code = ("import flashmath, flashmath.data as d; h = d.load_heads(); "
-            "print(flashmath.__file__); print(d.HEADS_PATH.stat().st_size); print(h.q.shape)")
+    code = (
+        "import flashmath, flashmath.data as d; h = d.load_heads(); "
+        "print(flashmath.__file__); print(d.HEADS_PATH.stat().st_size); print(h.q.shape)"
+    )
     where, size, shape = run(python, "-c", code, cwd=work).strip().splitlines()
     assert "site-packages" in where and str(ROOT) not in where  # the installed wheel, not the source tree
     assert 0 < int(size) < 1_000_000
@@ -78,8 +90,20 @@ def test_wheel_ships_the_data_and_loads_it(colab_like):
 
 def test_widget_callbacks_pass_with_ipywidgets_7(colab_like):
     python, work = colab_like
-    out = run(python, "-m", "pytest", ROOT / "tests" / "test_widgets.py", "-q", "-p", "no:cacheprovider",
-              "-o", "addopts=", "--rootdir", work, cwd=work)
+    out = run(
+        python,
+        "-m",
+        "pytest",
+        ROOT / "tests" / "test_widgets.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--rootdir",
+        work,
+        cwd=work,
+    )
     summary = out.strip().splitlines()[-1]  # e.g. "38 passed, 395 warnings in 22.53s"
     assert re.search(r"\d+ passed", summary) and not re.search(r"failed|error", summary), out[-3000:]
     print(summary)

@@ -87,14 +87,16 @@ def test_padding_mask_as_returned_masks_the_right_batch_rows_of_b_h_n_d_inputs(H
 
 def test_sliding_window_extents_as_flashattention_window_size():
     # window_size = (left, right) = (1, 1): the aligned key and one on each side
-    np.testing.assert_array_equal(sliding_window_mask(3, 3, left=1, right=1),
-                                  [[T, T, F], [T, T, T], [F, T, T]])
-    np.testing.assert_array_equal(sliding_window_mask(3, 5, left=0, right=None),  # bottom-right: key p = n + 2
-                                  [[F, F, T, T, T], [F, F, F, T, T], [F, F, F, F, T]])
+    np.testing.assert_array_equal(sliding_window_mask(3, 3, left=1, right=1), [[T, T, F], [T, T, T], [F, T, T]])
+    np.testing.assert_array_equal(
+        sliding_window_mask(3, 5, left=0, right=None),  # bottom-right: key p = n + 2
+        [[F, F, T, T, T], [F, F, F, T, T], [F, F, F, F, T]],
+    )
     np.testing.assert_array_equal(sliding_window_mask(3, 3, left=None, right=0), causal_mask(3, 3))
     np.testing.assert_array_equal(sliding_window_mask(4, 4, 2), sliding_window_mask(4, 4, left=1, right=0))
-    np.testing.assert_array_equal(sliding_window_mask(2, 4, left=1, right=0, align="top-left"),
-                                  [[T, F, F, F], [T, T, F, F]])
+    np.testing.assert_array_equal(
+        sliding_window_mask(2, 4, left=1, right=0, align="top-left"), [[T, F, F, F], [T, T, F, F]]
+    )
 
 
 def test_padding_mask_of_an_empty_batch():

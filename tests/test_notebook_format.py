@@ -10,17 +10,33 @@ from flashmath._notebook_format import normalize, pre_save_hook, preprocess
 
 
 def notebook(**metadata):
-    return {"nbformat": 4, "nbformat_minor": 5, "metadata": metadata,
-            "cells": [{"cell_type": "code", "id": "a1", "execution_count": 1, "source": "x = 1", "outputs": [],
-                       "metadata": {"tags": ["keep"], "execution": {"iopub.status.idle": "2026-12-01T00:00:00Z"}}}]}
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": metadata,
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a1",
+                "execution_count": 1,
+                "source": "x = 1",
+                "outputs": [],
+                "metadata": {"tags": ["keep"], "execution": {"iopub.status.idle": "2026-12-01T00:00:00Z"}},
+            }
+        ],
+    }
 
 
 def test_machine_specific_metadata_is_removed_and_the_rest_kept():
-    nb = notebook(language_info={"name": "python", "version": "3.11.7", "pygments_lexer": "ipython3"},
-                  kernelspec={"name": "python3"})
+    nb = notebook(
+        language_info={"name": "python", "version": "3.11.7", "pygments_lexer": "ipython3"},
+        kernelspec={"name": "python3"},
+    )
     assert normalize(nb) is nb
-    assert nb["metadata"] == {"language_info": {"name": "python", "pygments_lexer": "ipython3"},
-                              "kernelspec": {"name": "python3"}}
+    assert nb["metadata"] == {
+        "language_info": {"name": "python", "pygments_lexer": "ipython3"},
+        "kernelspec": {"name": "python3"},
+    }
     assert nb["cells"][0]["metadata"] == {"tags": ["keep"]}
 
 
@@ -30,7 +46,8 @@ def test_whole_floats_become_ints_as_a_browser_writes_them():
     out = nb["metadata"]["custom"]["state"]
     # JSON.stringify(JSON.parse(...)) in the browser: 10.0 -> 10, 0.5 stays, 1e300 stays a float, bools stay bools
     assert json.dumps(out, sort_keys=True) == json.dumps(
-        {"value": 10, "min": 0, "step": 0.5, "big": 1e300, "n": 3, "flag": True, "nested": [[2, 2.5]]}, sort_keys=True)
+        {"value": 10, "min": 0, "step": 0.5, "big": 1e300, "n": 3, "flag": True, "nested": [[2, 2.5]]}, sort_keys=True
+    )
     assert out["flag"] is True and isinstance(out["value"], int)
 
 
@@ -53,9 +70,15 @@ def test_the_hook_and_the_preprocessor_apply_it():
 
 
 def widget_output(model_id):
-    return {"output_type": "execute_result", "execution_count": 1, "metadata": {},
-            "data": {"text/plain": "interactive(children=(IntSlider(value=0),))",
-                     "application/vnd.jupyter.widget-view+json": {"model_id": model_id, "version_major": 2}}}
+    return {
+        "output_type": "execute_result",
+        "execution_count": 1,
+        "metadata": {},
+        "data": {
+            "text/plain": "interactive(children=(IntSlider(value=0),))",
+            "application/vnd.jupyter.widget-view+json": {"model_id": model_id, "version_major": 2},
+        },
+    }
 
 
 def test_widget_state_and_views_are_not_stored_their_text_is():
@@ -67,9 +90,11 @@ def test_widget_state_and_views_are_not_stored_their_text_is():
 
 
 def animation(uuid, frame="AAAA"):
-    return (f'<img id="_anim_img{uuid}">\n<button onclick="anim{uuid}.play_animation()"></button>\n'
-            f'<script>frames[0] = "data:image/png;base64,{frame}"; var anim{uuid} = new Animation(frames, '
-            f'"_anim_img{uuid}");</script>\n')
+    return (
+        f'<img id="_anim_img{uuid}">\n<button onclick="anim{uuid}.play_animation()"></button>\n'
+        f'<script>frames[0] = "data:image/png;base64,{frame}"; var anim{uuid} = new Animation(frames, '
+        f'"_anim_img{uuid}");</script>\n'
+    )
 
 
 def html_output(html):
@@ -94,13 +119,18 @@ def test_an_animation_id_comes_from_its_content():
 
 def test_a_stream_cut_in_pieces_is_stored_whole():
     nb = notebook()
-    nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "a\n"},
-                                 {"output_type": "stream", "name": "stdout", "text": ["b\n", "c\n"]},
-                                 {"output_type": "stream", "name": "stderr", "text": "warn\n"},
-                                 {"output_type": "stream", "name": "stdout", "text": "d\n"}]
+    nb["cells"][0]["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": "a\n"},
+        {"output_type": "stream", "name": "stdout", "text": ["b\n", "c\n"]},
+        {"output_type": "stream", "name": "stderr", "text": "warn\n"},
+        {"output_type": "stream", "name": "stdout", "text": "d\n"},
+    ]
     outputs = normalize(nb)["cells"][0]["outputs"]
-    assert [(o["name"], o["text"]) for o in outputs] == [("stdout", "a\nb\nc\n"), ("stderr", "warn\n"),
-                                                          ("stdout", "d\n")]
+    assert [(o["name"], o["text"]) for o in outputs] == [
+        ("stdout", "a\nb\nc\n"),
+        ("stderr", "warn\n"),
+        ("stdout", "d\n"),
+    ]
 
 
 def test_executing_a_chapter_twice_gives_the_same_file(tmp_path):

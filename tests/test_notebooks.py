@@ -18,7 +18,7 @@ SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md
 def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> list[tuple[int, str, str | None, str]]:
     """(number, title, notebook path or None, 'open' cell) of each row of README.md's chapter table (or of
     README.zh-CN.md's, ``chapter_table(README_ZH, "## 章节", "notebooks/zh")``)."""
-    section = readme[readme.index(heading):]
+    section = readme[readme.index(heading) :]
     section = section[: section.index("\n## ")]
     rows = []
     for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
@@ -68,9 +68,11 @@ def text_outputs(cell):
 def shows_a_widget(cell) -> bool:
     """A widget cell: its stored output is the widget's text form, ``interactive(...)`` (the stored form keeps no
     widget view or state: flashmath/_notebook_format.py)."""
-    return any(out.get("output_type") == "execute_result"
-               and "".join(out.get("data", {}).get("text/plain", "")).startswith("interactive(")
-               for out in cell.get("outputs", []))
+    return any(
+        out.get("output_type") == "execute_result"
+        and "".join(out.get("data", {}).get("text/plain", "")).startswith("interactive(")
+        for out in cell.get("outputs", [])
+    )
 
 
 def output_ignored(cell) -> str | None:
@@ -197,8 +199,9 @@ class TestNotebook:
         for cell in code_cells(load(path)):
             why = output_ignored(cell)
             if why:
-                assert asserts_something(cell), f"nbval ignores this cell's output ({why}); assert what it shows:\n" \
-                                                f"{source(cell)[:300]}"
+                assert asserts_something(cell), (
+                    f"nbval ignores this cell's output ({why}); assert what it shows:\n{source(cell)[:300]}"
+                )
 
     def test_stored_without_machine_specific_metadata(self, path):
         # flashmath/_notebook_format.py: what JupyterLab would rewrite on save (the kernel's Python version, whole
@@ -221,11 +224,19 @@ class TestNotebook:
 def test_the_ignored_output_check_can_fail():
     marked = {"cell_type": "code", "source": "# NBVAL_IGNORE_OUTPUT\nprint(time.time())", "metadata": {}, "outputs": []}
     assert output_ignored(marked) == "marked nbval-ignore-output" and not asserts_something(marked)
-    tagged = {"cell_type": "code", "source": "w = make()\nnp.testing.assert_allclose(w.x, 1)\nw",
-              "metadata": {"tags": ["nbval-ignore-output"]}, "outputs": []}
+    tagged = {
+        "cell_type": "code",
+        "source": "w = make()\nnp.testing.assert_allclose(w.x, 1)\nw",
+        "metadata": {"tags": ["nbval-ignore-output"]},
+        "outputs": [],
+    }
     assert output_ignored(tagged) and asserts_something(tagged)
-    sanitized = {"cell_type": "code", "source": "%matplotlib inline\nobject()", "metadata": {},
-                 "outputs": [{"output_type": "execute_result", "data": {"text/plain": "<object at 0x7f0a1b2c3d4e>"}}]}
+    sanitized = {
+        "cell_type": "code",
+        "source": "%matplotlib inline\nobject()",
+        "metadata": {},
+        "outputs": [{"output_type": "execute_result", "data": {"text/plain": "<object at 0x7f0a1b2c3d4e>"}}],
+    }
     assert "sanitize rule" in output_ignored(sanitized) and not asserts_something(sanitized)
     compared = {"cell_type": "code", "source": "print(1)", "metadata": {}, "outputs": []}
     assert output_ignored(compared) is None

@@ -9,8 +9,9 @@ import flashmath as fm
 from flashmath.opcount import OPS, count_ops, op_count_table
 
 
-@pytest.mark.parametrize("N, M, D, Dv, B_r, B_c",
-                         [(64, 64, 16, 16, 16, 16), (30, 47, 8, 5, 7, 10), (1, 20, 4, 4, 1, 6)])
+@pytest.mark.parametrize(
+    "N, M, D, Dv, B_r, B_c", [(64, 64, 16, 16, 16, 16), (30, 47, 8, 5, 7, 10), (1, 20, 4, 4, 1, 6)]
+)
 def test_fa2_divides_once_per_output_element_and_fa1_once_per_key_tile(N, M, D, Dv, B_r, B_c):
     rng = np.random.default_rng(N + M)
     q, k, v = rng.standard_normal((N, D)), rng.standard_normal((M, D)), rng.standard_normal((M, Dv))

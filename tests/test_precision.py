@@ -220,10 +220,14 @@ def tiles(order):
     return lambda q, k, v, **kw: fm.flash_attention(q, k, v, block_q=3, block_k=4, order=order, **kw)
 
 
-@pytest.mark.parametrize("function", [fm.one_loop_attention, fm.two_loop_attention, tiles("fa1"), tiles("fa2"),
-                                      naive_attention], ids=["one_loop", "two_loop", "fa1", "fa2", "naive"])
-@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"mask": np.arange(9) % 3 != 1}], ids=["none", "causal",
-                                                                                                   "mask"])
+@pytest.mark.parametrize(
+    "function",
+    [fm.one_loop_attention, fm.two_loop_attention, tiles("fa1"), tiles("fa2"), naive_attention],
+    ids=["one_loop", "two_loop", "fa1", "fa2", "naive"],
+)
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"causal": True}, {"mask": np.arange(9) % 3 != 1}], ids=["none", "causal", "mask"]
+)
 def test_bfloat16_in_bfloat16_out(function, kwargs):
     q, k, v = random_inputs(BF16, N=7, M=9, D=4, Dv=3)
     out = function(q, k, v, **kwargs)
@@ -327,8 +331,7 @@ def test_naive_attention_is_three_rounded_steps(dtype):
     out = naive_attention(q, k, v)
     assert out.dtype == dtype
     assert np.mean(out == a) > 0.97  # a tie may break the other way where float32 sums differ in the last bit
-    np.testing.assert_allclose(out.astype(np.float64), a.astype(np.float64), rtol=4 * unit_roundoff(dtype),
-                               atol=1e-6)
+    np.testing.assert_allclose(out.astype(np.float64), a.astype(np.float64), rtol=4 * unit_roundoff(dtype), atol=1e-6)
     # rounding only the output is not the same thing: the stored X and Y move many outputs off the rounded value
     assert np.mean(out != round_to(fm.attention(q, k, v), dtype)) > 0.1
 
@@ -379,18 +382,23 @@ def test_the_study_holds_the_errors_measured_directly(study):
     assert study.error("float16", "rounded reference")[2] == np.abs(rounded - ref).max()
     assert np.all(study.misrounded[:, 0] == 0)
     assert study.misrounded_share("float16", "fa2")[0] == np.mean(
-        fm.flash_attention(q16, k16, v16, block_q=4, block_k=4) != ref.astype(np.float16))
-    np.testing.assert_allclose(study.ratio("bfloat16", "fa2"),
-                               study.error("bfloat16", "fa2") / study.error("bfloat16", "naive"))
+        fm.flash_attention(q16, k16, v16, block_q=4, block_k=4) != ref.astype(np.float16)
+    )
+    np.testing.assert_allclose(
+        study.ratio("bfloat16", "fa2"), study.error("bfloat16", "fa2") / study.error("bfloat16", "naive")
+    )
     assert np.all(study.ratio("float16") <= 2) and np.all(study.ratio("bfloat16", "fa1") <= 2)
     for untiled in ("rounded reference", "naive", "one_loop", "two_loop", "rounded P"):  # one value for all tiles
         assert len(set(study.error("float32", untiled))) == 1
     # P rounded to 16 bits before P V: the error of that one rounding, measured here with P rounded by hand
     x = (q16.astype(np.float32) / np.float32(np.sqrt(8))) @ k16.astype(np.float32).T
     p = np.exp(x - x.max(axis=1, keepdims=True))
-    by_hand = ((p.astype(np.float16).astype(np.float32) @ v16.astype(np.float32)) / p.sum(axis=1, keepdims=True))
-    np.testing.assert_allclose(study.error("float16", "rounded P")[0],
-                               np.abs(by_hand.astype(np.float16).astype(np.float64) - ref).max(), rtol=0.05)
+    by_hand = (p.astype(np.float16).astype(np.float32) @ v16.astype(np.float32)) / p.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(
+        study.error("float16", "rounded P")[0],
+        np.abs(by_hand.astype(np.float16).astype(np.float64) - ref).max(),
+        rtol=0.05,
+    )
     assert study.error("float16", "rounded P")[0] >= study.error("float16", "rounded reference")[0]
 
 
@@ -469,8 +477,11 @@ def test_rounding_p_before_pv_leaves_the_floor_but_keeps_the_twice_naive_rule(dt
     q, k, v = real_inputs(dtype)
     reference = fm.attention(q, k, v)
     floor = fm.round_to(reference, dtype)
-    outputs = {"model": fm.flash_attention(q, k, v, block_q=8, block_k=8), "kernel": fm.rounded_p_attention(q, k, v),
-               "naive": naive_attention(q, k, v)}
+    outputs = {
+        "model": fm.flash_attention(q, k, v, block_q=8, block_k=8),
+        "kernel": fm.rounded_p_attention(q, k, v),
+        "naive": naive_attention(q, k, v),
+    }
     missed = {name: float((out != floor).mean()) for name, out in outputs.items()}
     mean_error = {name: float(np.abs(out.astype(np.float64) - reference).mean()) for name, out in outputs.items()}
     assert missed["model"] < 0.005 and 0.1 < missed["kernel"] < missed["naive"], missed

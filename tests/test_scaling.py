@@ -46,22 +46,27 @@ def test_same_seed_same_sweep():
     np.testing.assert_array_equal(a.raw, b.raw)
 
 
-@pytest.mark.parametrize("kwargs", [{"dims": []}, {"dims": [0, 4]}, {"dims": [2.5]}, {"dims": [4], "n_keys": 1},
-                                    {"dims": [4], "n_queries": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"dims": []}, {"dims": [0, 4]}, {"dims": [2.5]}, {"dims": [4], "n_keys": 1}, {"dims": [4], "n_queries": 0}],
+)
 def test_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
         scale_sweep(rng=np.random.default_rng(0), **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"rng": 3}, TypeError, r"rng must be a numpy Generator: pass np.random.default_rng\(SEED\), got int 3"),
-    ({"rng": np.random.RandomState(0)}, TypeError, "rng must be a numpy Generator"),
-    ({"n_keys": "8"}, TypeError, "n_keys must be an integer, got str '8'"),
-    ({"n_queries": 2.5}, TypeError, "n_queries must be an integer, got float 2.5"),
-    ({"n_queries": True}, TypeError, "n_queries must be an integer, got the bool"),
-    ({"dims": ["8"]}, ValueError, "dims must be a non-empty 1-D list of positive integers"),
-    ({"dims": [[1], [2, 3]]}, ValueError, "dims must be a non-empty 1-D list of positive integers"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"rng": 3}, TypeError, r"rng must be a numpy Generator: pass np.random.default_rng\(SEED\), got int 3"),
+        ({"rng": np.random.RandomState(0)}, TypeError, "rng must be a numpy Generator"),
+        ({"n_keys": "8"}, TypeError, "n_keys must be an integer, got str '8'"),
+        ({"n_queries": 2.5}, TypeError, "n_queries must be an integer, got float 2.5"),
+        ({"n_queries": True}, TypeError, "n_queries must be an integer, got the bool"),
+        ({"dims": ["8"]}, ValueError, "dims must be a non-empty 1-D list of positive integers"),
+        ({"dims": [[1], [2, 3]]}, ValueError, "dims must be a non-empty 1-D list of positive integers"),
+    ],
+)
 def test_bad_arguments_say_what_is_expected(kwargs, error, match):
     arguments = {"dims": [4], "rng": np.random.default_rng(0)} | kwargs
     with pytest.raises(error, match=match):

@@ -65,8 +65,10 @@ def test_merge_of_two_parts_equals_whole(x, cut):
 
 
 @settings(max_examples=100, deadline=None)
-@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 9)), elements=finite_or_neg_inf),
-       st.sampled_from([0, 1, -1]))
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 9)), elements=finite_or_neg_inf),
+    st.sampled_from([0, 1, -1]),
+)
 def test_axis_argument_on_2d(x, axis):
     expected = np.apply_along_axis(reference, axis, x)
     for f in (fm.online_softmax, fm.safe_softmax):
@@ -137,8 +139,9 @@ def test_neg_inf_entries_and_fully_masked_rows():
     np.testing.assert_array_equal(fm.online_softmax(rows)[1], [0.0, 0.0])
 
 
-@pytest.mark.parametrize("bad", [np.array([1.0, np.nan, 2.0]), np.array([1.0, np.inf, 2.0]),
-                                 np.array([-np.inf, np.nan])])
+@pytest.mark.parametrize(
+    "bad", [np.array([1.0, np.nan, 2.0]), np.array([1.0, np.inf, 2.0]), np.array([-np.inf, np.nan])]
+)
 def test_nan_and_plus_inf_give_nan_never_zero(bad):
     for f in (fm.safe_softmax, fm.online_softmax):
         assert np.isnan(f(bad)).all(), f.__name__
@@ -155,17 +158,27 @@ def test_nan_and_plus_inf_give_nan_never_zero(bad):
 INF = np.inf
 
 
-@pytest.mark.parametrize("x, state", [
-    ([INF, 0.0], (INF, 1.0)), ([0.0, INF], (INF, 1.0)), ([INF, -INF, INF, 3.0], (INF, 2.0)), ([INF], (INF, 1.0)),
-])
+@pytest.mark.parametrize(
+    "x, state",
+    [
+        ([INF, 0.0], (INF, 1.0)),
+        ([0.0, INF], (INF, 1.0)),
+        ([INF, -INF, INF, 3.0], (INF, 2.0)),
+        ([INF], (INF, 1.0)),
+    ],
+)
 def test_the_state_of_a_vector_holding_plus_inf_counts_its_infinities(x, state):
     """The +inf convention (flashmath.softmax's docstring): each element at the max adds exp(0) = 1 to s, also at
     +inf, so g + log(s) is +inf, the logsumexp, where the plain recurrence gives inf - inf = NaN."""
     g, s = fm.online_normalizer(np.array(x))
     assert (g, s) == state
     with np.errstate(divide="ignore"):
-        assert g + np.log(s) == fm.attention(np.ones((1, 1)), np.array(x)[:, None], np.ones((len(x), 1)), scale=1.0,
-                                             return_lse=True)[1][0]
+        assert (
+            g + np.log(s)
+            == fm.attention(np.ones((1, 1)), np.array(x)[:, None], np.ones((len(x), 1)), scale=1.0, return_lse=True)[1][
+                0
+            ]
+        )
 
 
 @given(st.lists(st.sampled_from([-INF, -1.5, 0.0, 2.0, INF, np.nan]), min_size=0, max_size=7), st.data())

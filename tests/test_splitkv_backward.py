@@ -12,8 +12,11 @@ from flashmath.splitkv import merge_states, split_kv_attention, split_kv_trace, 
 
 def head(N=3, M=7, D=4, Dv=5, batch=(), seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal(batch + (N, D)), rng.standard_normal(batch + (M, D)),
-            rng.standard_normal(batch + (M, Dv)))
+    return (
+        rng.standard_normal(batch + (N, D)),
+        rng.standard_normal(batch + (M, D)),
+        rng.standard_normal(batch + (M, Dv)),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------

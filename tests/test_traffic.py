@@ -64,8 +64,14 @@ def _inputs(rng, N, M, D, Dv, batch=(), dtype=np.float64):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize(
     "N, M, D, Dv, block_q, block_k, batch",
-    [(7, 13, 5, 3, 3, 4, ()), (13, 7, 4, 4, 5, 2, ()), (1, 9, 3, 3, 2, 2, ()), (8, 8, 4, 2, 8, 8, (2, 3)),
-     (10, 11, 2, 2, 1, 1, (2,)), (6, 0, 3, 3, 4, 4, ())],
+    [
+        (7, 13, 5, 3, 3, 4, ()),
+        (13, 7, 4, 4, 5, 2, ()),
+        (1, 9, 3, 3, 2, 2, ()),
+        (8, 8, 4, 2, 8, 8, (2, 3)),
+        (10, 11, 2, 2, 1, 1, (2,)),
+        (6, 0, 3, 3, 4, 4, ()),
+    ],
 )
 def test_counted_traffic_equals_the_model(algorithm, N, M, D, Dv, block_q, block_k, batch):
     rng = np.random.default_rng(N + M)
@@ -81,8 +87,13 @@ def test_counted_traffic_equals_the_model(algorithm, N, M, D, Dv, block_q, block
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from(["fa1", "fa2"]), st.integers(1, 20), st.integers(1, 20), st.integers(1, 4), st.integers(1, 3),
-    st.integers(1, 25), st.integers(1, 25),
+    st.sampled_from(["fa1", "fa2"]),
+    st.integers(1, 20),
+    st.integers(1, 20),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 25),
+    st.integers(1, 25),
 )
 def test_property_tiled_counts_equal_the_model(order, N, M, D, Dv, block_q, block_k):
     rng = np.random.default_rng(N * 31 + M)

@@ -8,7 +8,6 @@ included. float16 follows FlashAttention's relative rule (flash-attention/tests/
 gradient error against float64 is at most twice that of naive attention computed and differentiated in float16.
 """
 
-
 import numpy as np
 import pytest
 from helpers import HAVE_TRITON, needs_triton
@@ -110,8 +109,7 @@ MASKED_CASES = [
 
 
 @pytest.mark.parametrize("dq_mode", ["separate", "atomic"])
-@pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", MASKED_CASES,
-                         ids=[c[0] for c in MASKED_CASES])
+@pytest.mark.parametrize("name, N, M, D, Dv, block_q, block_k, kwargs", MASKED_CASES, ids=[c[0] for c in MASKED_CASES])
 def test_masked_equals_attention_backward(name, N, M, D, Dv, block_q, block_k, kwargs, dq_mode):
     rng, q, k, v, grad_a = inputs(N * 100 + M + 1, N, M, D, Dv)
     if isinstance(kwargs.get("mask"), str):
@@ -150,8 +148,13 @@ def test_fully_masked_rows_holding_nan_reach_no_key():
     _, q, k, v, grad_a = inputs(8, 40, 25, 16, 16)
     q_nan, grad_nan = q.copy(), grad_a.copy()
     q_nan[:15], grad_nan[:15] = np.nan, np.nan  # causal with N - M = 15: the first 15 rows see no key
-    refs = numpy_grads(q.astype(np.float32).astype(np.float64), k.astype(np.float32).astype(np.float64),
-                       v.astype(np.float32).astype(np.float64), grad_a, causal=True)
+    refs = numpy_grads(
+        q.astype(np.float32).astype(np.float64),
+        k.astype(np.float32).astype(np.float64),
+        v.astype(np.float32).astype(np.float64),
+        grad_a,
+        causal=True,
+    )
     _, dq, dk, dv = kernel_grads(q_nan, k, v, grad_nan, block_q=16, block_k=16, causal=True)
     assert (dq[:15] == 0).all()
     assert_grads_close([dq[15:], dk, dv], [refs[0][15:], refs[1], refs[2]])
@@ -182,12 +185,11 @@ def test_float16_error_at_most_twice_naive_float16(causal):
     assert a.dtype == torch.float16 and all(g.dtype == torch.float16 for g in grads)
     # naive attention in float16, differentiated by autograd in float16 (as PyTorch would train it)
     q16, k16, v16 = (torch.tensor(x, dtype=torch.float16, requires_grad=True) for x in (q, k, v))
-    x = (q16 @ k16.transpose(-1, -2)) * 32 ** -0.5
+    x = (q16 @ k16.transpose(-1, -2)) * 32**-0.5
     if causal:
         x = x.masked_fill(~torch.from_numpy(causal_mask(48, 64)), float("-inf"))
     (torch.softmax(x, dim=-1) @ v16).backward(torch.tensor(grad_a, dtype=torch.float16))
-    for name, g, g_naive, ref in zip(("dq", "dk", "dv"), grads, (q16.grad, k16.grad, v16.grad), refs,
-                                     strict=True):
+    for name, g, g_naive, ref in zip(("dq", "dk", "dv"), grads, (q16.grad, k16.grad, v16.grad), refs, strict=True):
         err = np.abs(g.double().numpy() - ref).max()
         err_naive = np.abs(g_naive.double().numpy() - ref).max()
         assert err <= 2 * err_naive, f"{name}: kernel error {err:.2e} > 2 x naive float16 error {err_naive:.2e}"
@@ -207,8 +209,9 @@ def test_numpy_inputs_give_numpy_gradients_equal_to_attention_backward():
     a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, return_lse=True)
     grads = tb.triton_attention_backward(q, k, v, a, lse, grad_a.astype(np.float32), block_q=16, block_k=16)
     assert all(isinstance(g, np.ndarray) and g.dtype == np.float32 for g in grads)
-    assert_grads_close(grads, fm.attention_backward(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
-                                              a, lse, grad_a))
+    assert_grads_close(
+        grads, fm.attention_backward(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), a, lse, grad_a)
+    )
 
 
 def test_empty_sizes_and_inputs_untouched():
@@ -219,8 +222,7 @@ def test_empty_sizes_and_inputs_untouched():
     q32 = q.astype(np.float32)
     before = q32.copy()
     a, lse = triton_flash_attention(q32, k.astype(np.float32), v.astype(np.float32), return_lse=True)
-    tb.triton_attention_backward(q32, k.astype(np.float32), v.astype(np.float32), a, lse,
-                                 grad_a.astype(np.float32))
+    tb.triton_attention_backward(q32, k.astype(np.float32), v.astype(np.float32), a, lse, grad_a.astype(np.float32))
     np.testing.assert_array_equal(q32, before)
 
 
@@ -243,8 +245,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="grad_a must have shape"):
         tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a[:3])
     with pytest.raises(TypeError, match="float64"):
-        tb.triton_attention_backward(*(np.zeros((4, 16)) for _ in range(3)), np.zeros((4, 16)), np.zeros(4),
-                                     np.zeros((4, 16)))
+        tb.triton_attention_backward(
+            *(np.zeros((4, 16)) for _ in range(3)), np.zeros((4, 16)), np.zeros(4), np.zeros((4, 16))
+        )
     with pytest.raises(ValueError, match="block_k"):
         tb.triton_attention_backward(q.detach(), q.detach(), q.detach(), a, lse, a, block_k=8)
 
@@ -255,11 +258,13 @@ def test_a_bad_dq_mode_is_refused_wherever_it_is_accepted():
     d = q.detach()
     a, lse = triton_flash_attention(d, d, d, return_lse=True)
     allowed = r"dq_mode must be one of \('separate', 'atomic'\).*got 'fast'"
-    for call in (lambda: triton_flash_attention(q, q, q, dq_mode="fast"),
-                 lambda: triton_flash_attention(d, d, d, dq_mode="fast"),
-                 lambda: tk.differentiable_attention(q, q, q, dq_mode="fast"),
-                 lambda: tb.triton_attention_backward(d, d, d, a, lse, a, dq_mode="fast"),
-                 lambda: tb.backward_schedule(20, 20, 16, 16, dq_mode="fast")):
+    for call in (
+        lambda: triton_flash_attention(q, q, q, dq_mode="fast"),
+        lambda: triton_flash_attention(d, d, d, dq_mode="fast"),
+        lambda: tk.differentiable_attention(q, q, q, dq_mode="fast"),
+        lambda: tb.triton_attention_backward(d, d, d, a, lse, a, dq_mode="fast"),
+        lambda: tb.backward_schedule(20, 20, 16, 16, dq_mode="fast"),
+    ):
         with pytest.raises(ValueError, match=allowed):
             call()
 

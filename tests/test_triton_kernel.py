@@ -48,8 +48,7 @@ CASES = [
     ("causal, N = M, one tile", 30, 30, 16, 16, 32, 32, {"causal": True}),
     ("top-left causal as a mask", 50, 70, 16, 16, 16, 32, {"mask": causal_mask(50, 70, align="top-left")}),
     ("key padding", 50, 70, 16, 16, 16, 32, {"mask": padding_mask([53], 70)[0]}),
-    ("key padding and causal", 70, 70, 16, 16, 32, 16, {"mask": padding_mask([45], 70)[0],
-                                                        "causal": True}),
+    ("key padding and causal", 70, 70, 16, 16, 32, 16, {"mask": padding_mask([45], 70)[0], "causal": True}),
     ("a random mask with fully masked rows", 40, 50, 16, 16, 16, 16, {"mask": "random"}),
     ("every key masked", 20, 30, 16, 16, 16, 16, {"mask": np.zeros((20, 30), bool)}),
     ("no keys (M = 0)", 20, 0, 16, 16, 16, 16, {}),
@@ -91,7 +90,7 @@ def test_float16_error_at_most_twice_naive_float16(causal):
     assert a.dtype == np.float16
     # naive attention in float16, as PyTorch computes it (scores, softmax and product in float16 tensors)
     qt, kt, vt = (torch.from_numpy(x) for x in (q16, k16, v16))
-    x = (qt @ kt.T) * D ** -0.5
+    x = (qt @ kt.T) * D**-0.5
     if causal:
         x = x.masked_fill(~torch.from_numpy(causal_mask(N, M)), float("-inf"))
     naive = (torch.softmax(x, dim=-1) @ vt).double().numpy()
@@ -166,16 +165,19 @@ def test_num_warps_and_num_stages_do_not_change_the_result():
 
 
 @needs_triton
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"dtype": np.float64}, TypeError, "float16, bfloat16 or float32"),
-    ({"D": 160}, ValueError, "up to 128"),
-    ({"block_q": 24}, ValueError, "power of two from 16 to 256"),
-    ({"block_k": 8}, ValueError, "power of two from 16 to 256"),
-    ({"block_q": 32.0}, TypeError, "block_q"),
-    ({"order": "fa1"}, ValueError, "order must be 'fa2'"),
-    ({"mask": np.ones((3, 4))}, TypeError, "boolean"),
-    ({"mask": np.ones((5, 4), bool)}, ValueError, "does not broadcast"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"dtype": np.float64}, TypeError, "float16, bfloat16 or float32"),
+        ({"D": 160}, ValueError, "up to 128"),
+        ({"block_q": 24}, ValueError, "power of two from 16 to 256"),
+        ({"block_k": 8}, ValueError, "power of two from 16 to 256"),
+        ({"block_q": 32.0}, TypeError, "block_q"),
+        ({"order": "fa1"}, ValueError, "order must be 'fa2'"),
+        ({"mask": np.ones((3, 4))}, TypeError, "boolean"),
+        ({"mask": np.ones((5, 4), bool)}, ValueError, "does not broadcast"),
+    ],
+)
 def test_errors(kwargs, error, match):
     kwargs = dict(kwargs)
     dtype, D = kwargs.pop("dtype", np.float32), kwargs.pop("D", 16)
@@ -222,7 +224,7 @@ def test_the_install_commands_are_readmes():
     from flashmath.triton_kernel import INSTALL_COMMANDS, TORCH_VERSION
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## The triton extra"):]
+    section = readme[readme.index("## The triton extra") :]
     section = section[: section.index("\n## ")]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     assert block.splitlines() == list(INSTALL_COMMANDS)
@@ -261,7 +263,7 @@ def test_a_chapter_without_the_extra_stops_at_its_check_cell_with_the_commands(t
     assert error.traceback[0].startswith(f"Chapter {chapter} needs the triton extra, PyTorch and Triton")
     assert len(error.traceback) <= 10 and not any('File "' in line or "---->" in line for line in error.traceback)
     assert all(f"    {command}" in error.traceback for command in INSTALL_COMMANDS)
-    ran = [c.execution_count for c in nb.cells[check + 2:] if c.cell_type == "code"]
+    ran = [c.execution_count for c in nb.cells[check + 2 :] if c.cell_type == "code"]
     assert set(ran) == {None}, "Run All stops at the check cell"
 
 
@@ -284,8 +286,9 @@ POISONED = {  # id: (q, k, v, mask) as float32, one query row; the key k = [1, 0
 
 
 def _poisoned(name, rows=1):
-    q, k, v, mask = (None if x is None else np.array(x, np.float32 if x is not POISONED[name][3] else bool)
-                     for x in POISONED[name])
+    q, k, v, mask = (
+        None if x is None else np.array(x, np.float32 if x is not POISONED[name][3] else bool) for x in POISONED[name]
+    )
     return np.repeat(q, rows, axis=0), k, v, None if mask is None else np.repeat(mask, rows, axis=0)
 
 
@@ -301,8 +304,14 @@ def test_a_poisoned_row_gets_the_logsumexp_of_flash_attention(name, rows):
     np.testing.assert_array_equal(lse, lse_ref)  # NaN where NaN, +inf where +inf, -inf where -inf
     np.testing.assert_array_equal(np.isnan(a), np.isnan(a_ref))
     np.testing.assert_array_equal(a[~np.isnan(a)], a_ref[~np.isnan(a_ref)])
-    expected = {"NaN in q": NAN, "+inf score": INF, "NaN in an attended key": NAN, "+inf and NaN scores": NAN,
-                "-inf scores only": -INF, "no key attended": -INF}[name]
+    expected = {
+        "NaN in q": NAN,
+        "+inf score": INF,
+        "NaN in an attended key": NAN,
+        "+inf and NaN scores": NAN,
+        "-inf scores only": -INF,
+        "no key attended": -INF,
+    }[name]
     np.testing.assert_array_equal(lse, np.full(rows, expected, np.float32))
 
 
@@ -330,11 +339,20 @@ def test_a_poisoned_state_stays_poisoned_when_merged_and_differentiated(name):
 
 # -- chapter 13: grouped-query heads, sliding window, softcap as compile-time switches of the same kernel -----------
 
+
 @needs_triton
 @pytest.mark.parametrize("N, M", [(40, 40), (17, 50), (50, 17), (1, 33)])
-@pytest.mark.parametrize("variant", [{"enable_gqa": True}, {"window": (5, 0)}, {"window": (3, 7)},
-                                     {"window": (None, 2), "causal": True}, {"softcap": 1.5},
-                                     {"softcap": 2.0, "window": 9, "enable_gqa": True, "causal": True}])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"enable_gqa": True},
+        {"window": (5, 0)},
+        {"window": (3, 7)},
+        {"window": (None, 2), "causal": True},
+        {"softcap": 1.5},
+        {"softcap": 2.0, "window": 9, "enable_gqa": True, "causal": True},
+    ],
+)
 def test_kernel_variants_match_the_numpy_loop(N, M, variant):
     from flashmath.flash import flash_attention
 
@@ -343,8 +361,9 @@ def test_kernel_variants_match_the_numpy_loop(N, M, variant):
     heads = 2 if variant.get("enable_gqa") else 4
     k, v = (rng.standard_normal((2, heads, M, 16)).astype(np.float32) for _ in range(2))
     got, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, return_lse=True, **variant)
-    want, want_lse = flash_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
-                                     return_lse=True, **variant)
+    want, want_lse = flash_attention(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), return_lse=True, **variant
+    )
     assert got.shape == want.shape and got.dtype == np.float32
     assert max_error(got, want) < 2e-5
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(want_lse))  # rows the window empties

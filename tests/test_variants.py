@@ -53,13 +53,18 @@ def test_gqa_head_mapping_is_h_over_g():
 def test_gqa_refuses_heads_that_do_not_divide():
     rng = np.random.default_rng(2)
     with pytest.raises(ValueError, match="multiple of the key/value heads"):
-        flash_attention(rng.standard_normal((5, 3, 4)), rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)),
-                        enable_gqa=True)
+        flash_attention(
+            rng.standard_normal((5, 3, 4)),
+            rng.standard_normal((2, 3, 4)),
+            rng.standard_normal((2, 3, 4)),
+            enable_gqa=True,
+        )
     with pytest.raises(TypeError, match="enable_gqa"):
         flash_attention(*make(rng, 3, 3, 2, 2), enable_gqa="yes")
 
 
 # -- sliding window ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("N, M", SIZES)
 @pytest.mark.parametrize("window", [(2, 0), (0, 0), (3, 1), (None, 0), (1, None), 3])
@@ -96,8 +101,9 @@ def test_window_skips_tiles_without_building_a_mask():
     assert bm.counts == {"empty": 64 - 8 - 7, "partial": 8 + 7, "full": 0}
 
 
-@pytest.mark.parametrize("bad, error", [((1, -2), ValueError), ((1,), TypeError), (0, ValueError), ("3", TypeError),
-                                         ((1.5, 0), TypeError)])
+@pytest.mark.parametrize(
+    "bad, error", [((1, -2), ValueError), ((1,), TypeError), (0, ValueError), ("3", TypeError), ((1.5, 0), TypeError)]
+)
 def test_window_refuses_bad_values(bad, error):
     rng = np.random.default_rng(6)
     with pytest.raises(error, match="window"):
@@ -105,6 +111,7 @@ def test_window_refuses_bad_values(bad, error):
 
 
 # -- softcap and ALiBi -----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("N, M", SIZES)
 @pytest.mark.parametrize("cap", [0.5, 5.0, 30.0])
@@ -162,6 +169,7 @@ def test_alibi_refuses_slopes_of_the_wrong_shape():
 
 # -- score_mod and mask_mod (FlexAttention) --------------------------------------------------------------------------
 
+
 def test_score_mod_and_mask_mod_get_index_arrays():
     rng = np.random.default_rng(10)
     q, k, v = make(rng, 9, 10, 4, 3, (2, 3))
@@ -212,25 +220,34 @@ def test_masked_key_stays_absent_with_softcap_and_alibi():
     assert not keep[:, 0].any()
     assert np.isfinite(got).all()
     bias = -0.5 * np.abs(np.arange(4)[:, None] + 2 - np.arange(6))
-    assert_close(got, direct(q, np.nan_to_num(k), np.nan_to_num(v, posinf=0), keep=keep, bias=bias, softcap=2.0),
-                 1e-12)
+    assert_close(got, direct(q, np.nan_to_num(k), np.nan_to_num(v, posinf=0), keep=keep, bias=bias, softcap=2.0), 1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_variants_in_low_precision(dtype):
     rng = np.random.default_rng(14)
     q, k, v = make(rng, 13, 17, 8, 4, (2,))
-    got = flash_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), window=(5, 2), softcap=3.0,
-                          alibi_slopes=[0.25, 0.5], block_q=4, block_k=8)
+    got = flash_attention(
+        q.astype(dtype),
+        k.astype(dtype),
+        v.astype(dtype),
+        window=(5, 2),
+        softcap=3.0,
+        alibi_slopes=[0.25, 0.5],
+        block_q=4,
+        block_k=8,
+    )
     assert got.dtype == dtype
     bias = -np.array([0.25, 0.5])[:, None, None] * np.abs(np.arange(13)[:, None] + 4 - np.arange(17))
-    want = direct(q.astype(dtype), k.astype(dtype), v.astype(dtype), keep=window_keep(13, 17, 5, 2), bias=bias,
-                  softcap=3.0)
+    want = direct(
+        q.astype(dtype), k.astype(dtype), v.astype(dtype), keep=window_keep(13, 17, 5, 2), bias=bias, softcap=3.0
+    )
     tol = 2e-3 if dtype == np.float16 else TOL32
     assert_close(got, want, tol)
 
 
 # -- block masks: skipped tiles are exactly the empty ones ---------------------------------------------------------
+
 
 @st.composite
 def random_tiled_masks(draw):
@@ -258,7 +275,7 @@ def test_block_mask_result_and_skipped_tiles(case):
     bm = block_mask(N, M, block_q=bq, block_k=bk, mask_mod=mask_mod)
     for i, r0 in enumerate(range(0, N, bq)):
         for j, c0 in enumerate(range(0, M, bk)):
-            tile = keep[r0:r0 + bq, c0:c0 + bk]
+            tile = keep[r0 : r0 + bq, c0 : c0 + bk]
             assert bm.kinds[i, j] == (0 if not tile.any() else 2 if tile.all() else 1)
     visited = bm.areas[bm.kinds != 0].sum()
     assert bm.computed_share == pytest.approx(visited / (N * M))
@@ -281,16 +298,19 @@ def test_document_block_mask_matches_elementwise_classification():
     keep = (doc[:, None] == doc[None, :]) & (local[None, :] <= local[:, None])
     for i in range(8):
         for j in range(8):
-            tile = keep[4 * i:4 * i + 4, 4 * j:4 * j + 4]
+            tile = keep[4 * i : 4 * i + 4, 4 * j : 4 * j + 4]
             assert bm.kinds[i, j] == (0 if not tile.any() else 2 if tile.all() else 1)
 
 
 # -- packed sequences -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lens_q, lens_k", [([3, 5, 1], [3, 5, 1]), ([2, 0, 4], [6, 3, 4]), ([1, 1], [7, 9]),
-                                            ([5, 2], [2, 3])])
-@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"window": (2, 1)}, {"alibi_slopes": [0.3, 0.6]},
-                                    {"softcap": 1.5, "causal": True}])
+
+@pytest.mark.parametrize(
+    "lens_q, lens_k", [([3, 5, 1], [3, 5, 1]), ([2, 0, 4], [6, 3, 4]), ([1, 1], [7, 9]), ([5, 2], [2, 3])]
+)
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"causal": True}, {"window": (2, 1)}, {"alibi_slopes": [0.3, 0.6]}, {"softcap": 1.5, "causal": True}]
+)
 def test_varlen_equals_each_sequence_alone(lens_q, lens_k, kwargs):
     rng = np.random.default_rng(sum(lens_q) + 7 * sum(lens_k))
     cu_q, cu_k = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
@@ -305,8 +325,12 @@ def test_varlen_equals_each_sequence_alone(lens_q, lens_k, kwargs):
 def test_varlen_refuses_bad_cu_seqlens():
     rng = np.random.default_rng(16)
     q, k, v = make(rng, 6, 6, 2, 2)
-    for cu, error in (([0, 3, 5], ValueError), ([1, 6], ValueError), ([0, 4, 3, 6], ValueError),
-                      ([0.0, 6.0], TypeError)):
+    for cu, error in (
+        ([0, 3, 5], ValueError),
+        ([1, 6], ValueError),
+        ([0, 4, 3, 6], ValueError),
+        ([0.0, 6.0], TypeError),
+    ):
         with pytest.raises(error, match="cu_seqlens"):
             flash_attention_varlen(q, k, v, cu)
 
@@ -324,15 +348,24 @@ def test_gather_pages_is_the_contiguous_cache():
 
 @pytest.mark.parametrize("N", [1, 3])
 @pytest.mark.parametrize("num_splits", [1, 2, 5])
-@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"window": (4, 0)}, {"softcap": 2.0, "causal": True},
-                                    {"alibi_slopes": [0.1, 0.2, 0.3, 0.4], "causal": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"causal": True},
+        {"window": (4, 0)},
+        {"softcap": 2.0, "causal": True},
+        {"alibi_slopes": [0.1, 0.2, 0.3, 0.4], "causal": True},
+    ],
+)
 def test_paged_equals_contiguous_cache(N, num_splits, kwargs):
     rng = np.random.default_rng(N * 10 + num_splits)
     seqlens = [7, 12, 4]
     k_pages, v_pages, table, lens = paged_case(rng, seqlens, 4, 2, 5, 3)
     q = rng.standard_normal((3, 4, N, 5))
-    got, lse = paged_attention(q, k_pages, v_pages, table, lens, enable_gqa=True, num_splits=num_splits,
-                               return_lse=True, **kwargs)
+    got, lse = paged_attention(
+        q, k_pages, v_pages, table, lens, enable_gqa=True, num_splits=num_splits, return_lse=True, **kwargs
+    )
     for b in range(3):
         k, v = gather_pages(k_pages, table, lens, b), gather_pages(v_pages, table, lens, b)
         want, want_lse = flash_attention(q[b], k, v, enable_gqa=True, return_lse=True, **kwargs)

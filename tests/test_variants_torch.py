@@ -24,7 +24,8 @@ def test_gqa_matches_pytorch_sdpa(N, M, H, H_kv):
     v = rng.standard_normal((2, H_kv, M, 5))
     got = flash_attention(q, k, v, enable_gqa=True, block_q=3, block_k=4)
     want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v)), enable_gqa=True).numpy()
+        *(torch.from_numpy(a) for a in (q, k, v)), enable_gqa=True
+    ).numpy()
     assert_close(got, want, 1e-10)
 
 
@@ -36,7 +37,8 @@ def test_window_matches_pytorch_masked_sdpa(window):
     keep = window_keep(5, 12, *window)
     got = flash_attention(q, k, v, window=window, block_q=2, block_k=5)
     want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v)), attn_mask=torch.from_numpy(keep)).numpy()
+        *(torch.from_numpy(a) for a in (q, k, v)), attn_mask=torch.from_numpy(keep)
+    ).numpy()
     assert_close(got, want, 1e-10)
 
 
@@ -49,7 +51,8 @@ def test_varlen_matches_pytorch_per_sequence_with_gqa():
     for s in range(3):
         r = slice(cu[s], cu[s + 1])
         want = torch.nn.functional.scaled_dot_product_attention(
-            *(torch.from_numpy(a[:, r]) for a in (q, k, v)), is_causal=True, enable_gqa=True).numpy()
+            *(torch.from_numpy(a[:, r]) for a in (q, k, v)), is_causal=True, enable_gqa=True
+        ).numpy()
         assert_close(got[:, r], want, 1e-10)
 
 
@@ -63,5 +66,6 @@ def test_paged_decoding_matches_pytorch():
     for b in range(2):
         k, v = gather_pages(k_pages, table, lens, b), gather_pages(v_pages, table, lens, b)
         want = torch.nn.functional.scaled_dot_product_attention(
-            torch.from_numpy(q[b].astype(np.float64)), torch.from_numpy(k), torch.from_numpy(v)).numpy()
+            torch.from_numpy(q[b].astype(np.float64)), torch.from_numpy(k), torch.from_numpy(v)
+        ).numpy()
         assert_close(got[b], want, TOL32)

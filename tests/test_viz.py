@@ -31,13 +31,18 @@ def small_plots():
     return [
         (lambda **s: viz.SplitKVPlot(splits, (q[:1] @ k.T)[0] / np.sqrt(3), **s), "splits", [1, 3, 7, 2]),
         (lambda **s: viz.OnlineSoftmaxPlot(fm.online_softmax_trace(x), **s), "step", [0, 3, 6, 2]),
-        (lambda **s: viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, **s), ("step", "order"),
-         [(0, "fa2"), (4, "fa2"), (4, "fa1"), (6, "fa1"), (2, "fa2")]),
-        (lambda **s: viz.OverflowPlot(x, **s), ("scale", "dtype"), [(1.0, "float16"), (40.0, "float16"),
-                                                                    (40.0, "float64"), (3.0, "float32")]),
+        (
+            lambda **s: viz.TileSweepPlot(traces, scores=scores, standard_bytes=standard, **s),
+            ("step", "order"),
+            [(0, "fa2"), (4, "fa2"), (4, "fa1"), (6, "fa1"), (2, "fa2")],
+        ),
+        (
+            lambda **s: viz.OverflowPlot(x, **s),
+            ("scale", "dtype"),
+            [(1.0, "float16"), (40.0, "float16"), (40.0, "float64"), (3.0, "float32")],
+        ),
         (lambda **s: viz.ScalePlot(sweep, **s), "D", [1, 16, 4]),
-        (lambda **s: viz.LoopSwapPlot(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), row=1, **s), "step",
-         [0, 5, 2]),
+        (lambda **s: viz.LoopSwapPlot(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), row=1, **s), "step", [0, 5, 2]),
         (lambda **s: viz.OneLoopPlot(fm.one_loop_trace(q, k, v), row=1, dims=(0, 3), **s), "step", [0, 5, 2]),
     ]
 
@@ -112,9 +117,11 @@ def test_nan_traces_draw_every_step():
     """NaN in, NaN out, and the figure still draws: the axis limits ignore what is not finite."""
     x = np.array([0.5, np.nan, 1.0])
     q, k, v = np.ones((1, 2)), np.array([[1.0, 0.0], [np.nan, 1.0], [0.0, 2.0]]), np.arange(6.0).reshape(3, 2)
-    traces = [(viz.plot_online_softmax_step, fm.online_softmax_trace(x)),
-              (viz.plot_loop_swap_step, fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v)),
-              (viz.plot_one_loop_step, fm.one_loop_trace(q, k, v))]
+    traces = [
+        (viz.plot_online_softmax_step, fm.online_softmax_trace(x)),
+        (viz.plot_loop_swap_step, fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v)),
+        (viz.plot_one_loop_step, fm.one_loop_trace(q, k, v)),
+    ]
     assert np.isnan(traces[2][1].a[-1]).all() and np.isnan(traces[1][1].a).all()
     for plot_step, trace in traces:
         for step in range(len(trace) + 1):
@@ -130,9 +137,12 @@ def test_one_loop_legends_are_the_same_at_every_step_and_name_the_jumps():
     def legends(m):
         """Every legend entry of the figure at step m: (text, colour of its swatch)."""
         fig = viz.plot_one_loop_step(trace, m)
-        return [(text.get_text(), to_hex(handle.get_color() if isinstance(handle, Line2D) else handle.get_facecolor()))
-                for ax in fig.axes if ax.get_legend() is not None
-                for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=False)]
+        return [
+            (text.get_text(), to_hex(handle.get_color() if isinstance(handle, Line2D) else handle.get_facecolor()))
+            for ax in fig.axes
+            if ax.get_legend() is not None
+            for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles, strict=False)
+        ]
 
     first = legends(0)
     assert first == legends(3) == legends(6)  # m = 0 used to give the correction swatch the weight's blue
@@ -155,8 +165,12 @@ def test_one_loop_title_numbers_in_one_format():
     title = viz.plot_one_loop_step(trace, 4)._suptitle.get_text()
     head, dist = title.split("\\|A'_m - A\\|$ = ")
     numbers = re.findall(r"= (-?[0-9.e+-]+)", head)[1:]  # after "m = 4"
-    assert numbers == [f"{float(trace.x[3, 0]):.3g}", f"{float(trace.g[3, 0]):.3g}", f"{float(trace.s[3, 0]):.3g}",
-                       f"{float(trace.correction[3, 0]):.3g}"]
+    assert numbers == [
+        f"{float(trace.x[3, 0]):.3g}",
+        f"{float(trace.g[3, 0]):.3g}",
+        f"{float(trace.s[3, 0]):.3g}",
+        f"{float(trace.correction[3, 0]):.3g}",
+    ]
     assert re.fullmatch(r"\d\.\d\de[+-]\d\d", dist)
 
 
@@ -216,9 +230,9 @@ def _idat(png: bytes) -> bytes:
 
     data, at = b"", 8
     while at < len(png):
-        (length,), kind = struct.unpack(">I", png[at:at + 4]), png[at + 4:at + 8]
+        (length,), kind = struct.unpack(">I", png[at : at + 4]), png[at + 4 : at + 8]
         if kind == b"IDAT":
-            data += png[at + 8:at + 8 + length]
+            data += png[at + 8 : at + 8 + length]
         at += 12 + length
     return data
 
@@ -237,7 +251,7 @@ def test_banded_png_encoding_follows_each_change_and_reuses_the_rest():
     bands: dict = {}
     for change in [None, (0, 1), (2 * rows + 3, 2 * rows + 4), (height - 1, height), (rows - 1, rows + 1)]:
         if change is not None:
-            rgb[change[0]:change[1], 3:9, 1] += 17
+            rgb[change[0] : change[1], 3:9, 1] += 17
         data = png.encode_png(rgb, bands=bands)
         with Image.open(io.BytesIO(data)) as image:
             np.testing.assert_array_equal(np.asarray(image), rgb)
@@ -268,9 +282,15 @@ def test_a_plots_png_is_its_pixels():
     assert (pixels[..., 3] == 255).all(), "opaque"
 
 
-@pytest.mark.parametrize("bad", [np.zeros((4, 4, 3), np.float32), np.zeros((4, 4), np.uint8),
-                                 np.zeros((0, 4, 3), np.uint8),
-                                 np.zeros((4, 4, 2), np.uint8)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros((4, 4, 3), np.float32),
+        np.zeros((4, 4), np.uint8),
+        np.zeros((0, 4, 3), np.uint8),
+        np.zeros((4, 4, 2), np.uint8),
+    ],
+)
 def test_encode_png_refuses_what_is_not_an_rgb_picture(bad):
     with pytest.raises(ValueError, match=r"\(height, width, 3 or 4\) uint8"):
         png.encode_png(bad)
@@ -309,8 +329,17 @@ def test_the_offline_player_draws_its_buttons_without_fonts():
     sweep = fm.scale_sweep([1, 4], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
     html = viz.offline_jshtml(viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4], name="D"))
     buttons = _player_buttons(html)
-    assert set(buttons) == {"Decrease speed", "First frame", "Previous frame", "Play backwards", "Pause", "Play",
-                            "Next frame", "Last frame", "Increase speed"}
+    assert set(buttons) == {
+        "Decrease speed",
+        "First frame",
+        "Previous frame",
+        "Play backwards",
+        "Pause",
+        "Play",
+        "Next frame",
+        "Last frame",
+        "Increase speed",
+    }
     for title, content in buttons.items():
         svg = re.fullmatch(r'\s*<svg [^>]*viewBox="0 0 16 16"[^>]*><path d="[^"]+"/></svg>\s*', content)
         assert svg, (title, content)
@@ -326,15 +355,17 @@ def test_the_offline_player_holds_its_first_frame_in_the_html():
 
     sweep = fm.scale_sweep([1, 4, 16], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
     html = viz.offline_jshtml(viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4, 16], name="D"))
-    (img_id, src, width, height), = re.findall(
-        r'<img id="(_anim_img\w+)" src="(data:image/png;base64,[^"]+)" width="(\d+)" height="(\d+)">', html)
+    ((img_id, src, width, height),) = re.findall(
+        r'<img id="(_anim_img\w+)" src="(data:image/png;base64,[^"]+)" width="(\d+)" height="(\d+)">', html
+    )
     png = base64.b64decode(src.split(",", 1)[1])
     assert Image.open(io.BytesIO(png)).size == (int(width), int(height)) != (0, 0)
     frames = {int(i): data.replace("\\\n", "") for i, data in re.findall(r'frames\[(\d)\] = "([^"]+)"', html)}
     assert set(frames) == {1, 2} and src not in frames.values()  # frame 0 is stored once, in the <img>
-    timeout = html[html.index("setTimeout(function() {"):]
+    timeout = html[html.index("setTimeout(function() {") :]
     assert timeout.index('frames[0] = document.getElementById(img_id).getAttribute("src");') < timeout.index(
-        "new Animation(frames, img_id")
+        "new Animation(frames, img_id"
+    )
     assert f'var img_id = "{img_id}";' in html
 
 
@@ -342,9 +373,11 @@ def test_the_offline_player_refuses_markup_it_does_not_know(monkeypatch):
     sweep = fm.scale_sweep([1, 4], rng=np.random.default_rng(0), n_queries=5, n_keys=6)
     anim = viz.animate_steps(viz.ScalePlot(sweep, dpi=30), steps=[1, 4], name="D")
     html = anim.to_jshtml()
-    for changed in (html.replace('<img id="_anim_img', '<img class="x" id="_anim_img'),
-                    html.replace("setTimeout(function() {", "window.requestAnimationFrame(function() {"),
-                    html.replace('<i class="fa fa-pause"></i>', "||")):
+    for changed in (
+        html.replace('<img id="_anim_img', '<img class="x" id="_anim_img'),
+        html.replace("setTimeout(function() {", "window.requestAnimationFrame(function() {"),
+        html.replace('<i class="fa fa-pause"></i>', "||"),
+    ):
         monkeypatch.setattr(anim, "to_jshtml", lambda changed=changed, **kwargs: changed)
         with pytest.raises(ValueError, match="matplotlib's animation player changed"):
             viz.offline_jshtml(anim)

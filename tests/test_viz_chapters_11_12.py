@@ -33,8 +33,12 @@ def control(ui, name):
 
 def test_kernel_memory_explorer_redraws_for_every_control():
     ui = widgets.kernel_memory_explorer(64)
-    for name, values in (("BLOCK_M", (128, 16)), ("BLOCK_N", (256, 32)), ("num_stages", (4, 1)),
-                         ("num_warps", (1, 16))):
+    for name, values in (
+        ("BLOCK_M", (128, 16)),
+        ("BLOCK_N", (256, 32)),
+        ("num_stages", (4, 1)),
+        ("num_warps", (1, 16)),
+    ):
         for value in values:
             move(ui, control(ui, name), value)
     assert [c.options for c in ui.kwargs_widgets] == [BLOCK_SIZES, BLOCK_SIZES, STAGES, WARPS]
@@ -56,8 +60,9 @@ def test_kernel_memory_plot_draws_the_bytes_of_tile_bytes():
     assert "fits one block on A100, H100" in plot.totals[0].get_text()
 
 
-@pytest.mark.parametrize("state, match", [({"block_q": 48}, "block_q"), ({"num_warps": 3}, "num_warps"),
-                                          ({"num_stages": 0}, "num_stages")])
+@pytest.mark.parametrize(
+    "state, match", [({"block_q": 48}, "block_q"), ({"num_warps": 3}, "num_warps"), ({"num_stages": 0}, "num_stages")]
+)
 def test_kernel_memory_plot_refuses_states_outside_the_controls(state, match):
     with pytest.raises(ValueError, match=match):
         KernelMemoryPlot(64, **state)

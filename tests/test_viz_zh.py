@@ -109,7 +109,7 @@ def options(control):
         values = [o[1] if isinstance(o, tuple) else o for o in control.options]
         return values if len(values) <= 12 else values[:: len(values) // 6] + values[-1:]
     if hasattr(control, "base"):  # a log slider: min and max are exponents
-        return [control.base ** e for e in (control.min, (control.min + control.max) / 2, control.max)]
+        return [control.base**e for e in (control.min, (control.min + control.max) / 2, control.max)]
     return sorted({control.min, (control.min + control.max) // 2, control.max})
 
 
@@ -148,16 +148,17 @@ def static_cases():
         "scale_step": lambda: viz.plot_scale_step(sweep, 1),
         "loop_swap_step": lambda: viz.plot_loop_swap_step(fm.loop_swap_trace(fm.safe_softmax(q @ k.T), v), 4, row=1),
         "one_loop_step": lambda: viz.plot_one_loop_step(fm.one_loop_trace(q, k, v), 5),
-        "sram_sweep": lambda: viz.plot_sram_sweep([sram_sweep(256, 64, [16384, 65536], order=o)
-                                                   for o in ("fa1", "fa2")]),
+        "sram_sweep": lambda: viz.plot_sram_sweep(
+            [sram_sweep(256, 64, [16384, 65536], order=o) for o in ("fa1", "fa2")]
+        ),
         "op_counts": lambda: viz.plot_op_counts({"fa2": count_ops("fa2", q, k, v, block_q=2, block_k=3)}),
         "masks": lambda: viz.plot_masks({"causal": np.tril(np.ones((4, 4), bool))}),
         "precision_study": lambda: viz.plot_precision_study(fm.precision_study(q, k, v, blocks=(1, 3))),
         "accumulator_growth": lambda: viz.plot_accumulator_growth(
             fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa2"),
-            fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa1")),
-        "mask_example": lambda: viz.plot_mask_example(mask_example, kind="window", param=5, block=4,
-                                                      N=16),
+            fm.flash_trace(q[:2], k, v, block_q=4, block_k=3, order="fa1"),
+        ),
+        "mask_example": lambda: viz.plot_mask_example(mask_example, kind="window", param=5, block=4, N=16),
         "paged_cache": lambda: viz.plot_paged_cache(np.array([[0, 2], [1, 3]]), np.array([5, 3]), 4, 4),
         "gqa_heads": lambda: viz.plot_gqa_heads(8, 2),
         "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),

@@ -44,8 +44,10 @@ def move(ui, control, value):
     before = ui.image.value
     quiet(setattr, control, "value", value)
     if ui.image.value == before:
-        raise AssertionError(f"moving {control.description!r} to {value!r} left the picture unchanged; the "
-                             f"widget's output area holds: {getattr(ui.out, 'outputs', ())}")
+        raise AssertionError(
+            f"moving {control.description!r} to {value!r} left the picture unchanged; the "
+            f"widget's output area holds: {getattr(ui.out, 'outputs', ())}"
+        )
     return rendered(ui)
 
 
@@ -236,26 +238,29 @@ def loop_swap(**kwargs):
     return lambda: widgets.loop_swap_player(fm.safe_softmax(q @ k.T), v, **kwargs)
 
 
-@pytest.mark.parametrize("build, error, match", [
-    (one_loop(labels=list("ab")), ValueError, r"labels must have one entry per key \(6\), got 2"),
-    (loop_swap(labels=list("ab")), ValueError, r"labels must have one entry per key \(6\), got 2"),
-    (one_loop(labels="abcdef"), TypeError, "labels must be a list"),
-    (one_loop(dims=(0, 4)), ValueError, r"each entry of dims must be in 0..3 \(V has Dv = 4"),
-    (one_loop(dims=(0.5,)), TypeError, "each entry of dims must be an integer"),
-    (one_loop(dims=()), ValueError, "dims must list 1 to 5 output dimensions"),
-    (one_loop(dims=3), TypeError, "dims must be a list"),
-    (one_loop(row=1.0), TypeError, "row must be an integer"),
-    (one_loop(row=True), TypeError, "row must be an integer, got the bool"),
-    (one_loop(row=3), ValueError, r"row must be in 0..2 \(q has N = 3 rows\)"),
-    (loop_swap(row=1.0), TypeError, "row must be an integer"),
-    (loop_swap(row=-1), ValueError, "row must be in 0..2"),
-    (one_loop(value=7), ValueError, r"value \(the step shown first\) must be in 0..6"),
-    (loop_swap(value=1.5), TypeError, "value .* must be an integer"),
-    (one_loop(interval=0), ValueError, "interval .* must be >= 1"),
-    (one_loop(interval=0.5), TypeError, "interval .* must be an integer"),
-    (lambda: widgets.online_softmax_player([1.0, 2.0], value=2.0), TypeError, "must be an integer"),
-    (lambda: widgets.overflow_explorer([1.0, 2.0], scale="10"), TypeError, "scale must be a number"),
-])
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (one_loop(labels=list("ab")), ValueError, r"labels must have one entry per key \(6\), got 2"),
+        (loop_swap(labels=list("ab")), ValueError, r"labels must have one entry per key \(6\), got 2"),
+        (one_loop(labels="abcdef"), TypeError, "labels must be a list"),
+        (one_loop(dims=(0, 4)), ValueError, r"each entry of dims must be in 0..3 \(V has Dv = 4"),
+        (one_loop(dims=(0.5,)), TypeError, "each entry of dims must be an integer"),
+        (one_loop(dims=()), ValueError, "dims must list 1 to 5 output dimensions"),
+        (one_loop(dims=3), TypeError, "dims must be a list"),
+        (one_loop(row=1.0), TypeError, "row must be an integer"),
+        (one_loop(row=True), TypeError, "row must be an integer, got the bool"),
+        (one_loop(row=3), ValueError, r"row must be in 0..2 \(q has N = 3 rows\)"),
+        (loop_swap(row=1.0), TypeError, "row must be an integer"),
+        (loop_swap(row=-1), ValueError, "row must be in 0..2"),
+        (one_loop(value=7), ValueError, r"value \(the step shown first\) must be in 0..6"),
+        (loop_swap(value=1.5), TypeError, "value .* must be an integer"),
+        (one_loop(interval=0), ValueError, "interval .* must be >= 1"),
+        (one_loop(interval=0.5), TypeError, "interval .* must be an integer"),
+        (lambda: widgets.online_softmax_player([1.0, 2.0], value=2.0), TypeError, "must be an integer"),
+        (lambda: widgets.overflow_explorer([1.0, 2.0], scale="10"), TypeError, "scale must be a number"),
+    ],
+)
 def test_every_argument_is_checked_before_a_widget_is_built(build, error, match):
     with pytest.raises(error, match=match):
         build()
@@ -341,8 +346,12 @@ def test_nan_and_inf_inputs_give_widgets_that_draw():
     y = fm.safe_softmax(q @ k.T)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no "invalid value" warning from the drawing code either
-        uis = [widgets.one_loop_player(q, k, v), widgets.one_loop_player(q, k_inf, v_inf, row=1),
-               widgets.loop_swap_player(y, v), widgets.online_softmax_player([1.0, np.nan, 2.0])]
+        uis = [
+            widgets.one_loop_player(q, k, v),
+            widgets.one_loop_player(q, k_inf, v_inf, row=1),
+            widgets.loop_swap_player(y, v),
+            widgets.online_softmax_player([1.0, np.nan, 2.0]),
+        ]
         for ui in uis:
             slider = ui.children[0].children[1]
             for step in sorted({1, 3, slider.max}):  # step 0 is drawn on construction; key 3 (m = 2) is the inf one
@@ -476,7 +485,11 @@ def test_mask_explorer_redraws_for_every_kind_parameter_and_tile():
 
 
 def test_mask_explorer_checks_its_arguments_first():
-    for kwargs, error in (({"kind": "diagonal"}, ValueError), ({"block": 5}, ValueError), ({"param": 0}, ValueError),
-                          ({"param": 1.5}, TypeError)):
+    for kwargs, error in (
+        ({"kind": "diagonal"}, ValueError),
+        ({"block": 5}, ValueError),
+        ({"param": 0}, ValueError),
+        ({"param": 1.5}, TypeError),
+    ):
         with pytest.raises(error):
             widgets.mask_explorer(**kwargs)

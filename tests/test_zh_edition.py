@@ -59,8 +59,10 @@ def headings(markdown: str) -> list[int]:
 
 def text_outputs(cell) -> str:
     """The text of a code cell's outputs: streams and text/plain results."""
-    return "".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-                   for out in cell.get("outputs", []))
+    return "".join(
+        "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+        for out in cell.get("outputs", [])
+    )
 
 
 def parse_cell(code: str):
@@ -88,7 +90,8 @@ def test_there_is_a_chinese_edition():
     english = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert not [p.name for p in ZH_NOTEBOOKS if p.name not in english], (
         "each Chinese chapter has the name of an English chapter (a chapter may be translated before an earlier one"
-        " that is still being edited; README.zh-CN.md's table marks the others 即将推出)")
+        " that is still being edited; README.zh-CN.md's table marks the others 即将推出)"
+    )
 
 
 @pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
@@ -101,8 +104,11 @@ class TestPairedWithEnglish:
         zh_cells, en, zh = self.pair(path)
         where = [k for k, c in enumerate(zh) if is_language_cell(c)]
         assert len(where) == 1, "exactly one cell calls flashmath.set_language('zh_CN')"
-        first_import = next(k for k, c in enumerate(en) if c["cell_type"] == "code" and re.search(
-            r"^(import flashmath|from flashmath)", source(c), re.MULTILINE))
+        first_import = next(
+            k
+            for k, c in enumerate(en)
+            if c["cell_type"] == "code" and re.search(r"^(import flashmath|from flashmath)", source(c), re.MULTILINE)
+        )
         assert where[0] == first_import, "the language cell comes right before the first cell that imports flashmath"
 
     def test_same_cells_in_the_same_order(self, path):
@@ -122,7 +128,8 @@ class TestPairedWithEnglish:
             if theirs["cell_type"] == "markdown":
                 assert headings(source(mine)) == headings(source(theirs)), f"markdown cell {k}: heading levels"
                 assert DISPLAY_MATH.findall(source(mine)) == DISPLAY_MATH.findall(source(theirs)), (
-                    f"markdown cell {k}: the display equations ($$...$$) must be the English ones")
+                    f"markdown cell {k}: the display equations ($$...$$) must be the English ones"
+                )
 
     def test_markdown_is_written_in_chinese(self, path):
         zh_cells, _, _ = self.pair(path)
@@ -163,7 +170,7 @@ def test_sync_follows_the_english_chapter_and_keeps_the_chinese(tmp_path, monkey
     new_code = nbformat.v4.new_code_cell("x = 1 + 1\nassert x == 2")
     new_text = nbformat.v4.new_markdown_cell("### A new question\n\nWhy is $x = 2$?")
     en.cells.remove(removed)
-    en.cells[code[2]:code[2]] = [new_text, new_code]
+    en.cells[code[2] : code[2]] = [new_text, new_code]
     nbformat.write(en, tmp_path / name)
 
     changes = zh_notebook.sync(zh_path)
@@ -172,8 +179,9 @@ def test_sync_follows_the_english_chapter_and_keeps_the_chinese(tmp_path, monkey
     ours = [c for c in after.cells if not is_language_cell(c)]
     assert [c.id for c in ours] == [c.id for c in en.cells]
     assert [c.cell_type for c in ours] == [c.cell_type for c in en.cells]
-    assert all(mine.source == theirs.source for mine, theirs in zip(ours, en.cells, strict=True)
-               if theirs.cell_type == "code")
+    assert all(
+        mine.source == theirs.source for mine, theirs in zip(ours, en.cells, strict=True) if theirs.cell_type == "code"
+    )
     where = [k for k, c in enumerate(after.cells) if is_language_cell(c)]
     assert where == [zh_notebook.language_cell_position(en.cells)] and after.cells[where[0]].id == language.id
     old = {c.id: c for c in before.cells}
@@ -215,8 +223,11 @@ def test_every_message_is_translated():
 def test_placeholders_survive_translation():
     """A translation keeps each {placeholder} of its message, or str.format would raise or drop a value."""
     placeholder = re.compile(r"\{[a-z_]*(?::[^}]*)?\}")
-    wrong = [m.id for m in read_catalog() if m.id and sorted(placeholder.findall(m.id)) != sorted(
-        placeholder.findall(m.string))]
+    wrong = [
+        m.id
+        for m in read_catalog()
+        if m.id and sorted(placeholder.findall(m.id)) != sorted(placeholder.findall(m.string))
+    ]
     assert not wrong, wrong
 
 
@@ -228,8 +239,7 @@ def test_the_catalog_holds_every_message_the_package_marks():
     from babel.messages.pofile import read_po
 
     method_map = [("flashmath/**.py", "python"), ("notebooks/*.ipynb", "flashmath.i18n:extract_notebook")]
-    in_code = {message for _, _, message, _, _ in extract_from_dir(str(ROOT), method_map)
-               if isinstance(message, str)}
+    in_code = {message for _, _, message, _, _ in extract_from_dir(str(ROOT), method_map) if isinstance(message, str)}
     with POT.open("rb") as f:
         in_template = {m.id for m in read_po(f) if m.id}
     in_catalog = {m.id for m in read_catalog() if m.id}
@@ -249,8 +259,13 @@ def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
             if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
                 calls += 1
                 tree = parse_cell(source(cell))
-                sentences += [k.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
-                              for k in node.keywords if k.arg == "why" and isinstance(k.value, ast.Constant)]
+                sentences += [
+                    k.value.value
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Call)
+                    for k in node.keywords
+                    if k.arg == "why" and isinstance(k.value, ast.Constant)
+                ]
     assert calls and len(sentences) >= calls, "each cell that calls check_prediction passes a why= sentence"
     assert not [s for s in sentences if s not in ids], "add them to flashmath.exercises.predict.NOTEBOOK_WHY"
 
@@ -376,13 +391,26 @@ def test_a_filled_template_is_english_text_and_translates_through_its_template(c
     assert i18n.gettext(name) == "A'_{m-1} 没有修正"  # the translated template, filled with the same names
 
 
-@pytest.mark.parametrize(("checker", "wrong", "english", "chinese_name"), [
-    # chapter 8: the square-case causal mask, top-left aligned when N != M
-    ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool)),
-     "the top-left alignment (off by M - N)", "左上对齐（差了 M - N）"),
-    # chapter 13: the softcap as a clip
-    ("check_softcap", lambda qk, scale, cap: np.clip(qk * scale, -cap, cap), "the cap as a clip", "把上限做成了截断"),
-], ids=["chapter 8", "chapter 13"])
+@pytest.mark.parametrize(
+    ("checker", "wrong", "english", "chinese_name"),
+    [
+        # chapter 8: the square-case causal mask, top-left aligned when N != M
+        (
+            "check_causal_mask",
+            lambda N, M: np.tril(np.ones((N, M), dtype=bool)),
+            "the top-left alignment (off by M - N)",
+            "左上对齐（差了 M - N）",
+        ),
+        # chapter 13: the softcap as a clip
+        (
+            "check_softcap",
+            lambda qk, scale, cap: np.clip(qk * scale, -cap, cap),
+            "the cap as a clip",
+            "把上限做成了截断",
+        ),
+    ],
+    ids=["chapter 8", "chapter 13"],
+)
 def test_later_checkers_name_their_mistakes_in_chinese(checker, wrong, english, chinese_name):
     """A wrong answer to a checker of chapter 8 and of chapter 13 names its mistake in Chinese once zh_CN is
     selected, with no English left in the verdict; English comes back with set_language("en")."""
@@ -408,11 +436,13 @@ def test_a_notebooks_tr_messages_are_extracted_and_its_magics_skipped(tmp_path):
 
     from babel.messages.extract import extract
 
-    notebook = {"cells": [
-        {"cell_type": "markdown", "source": 'fm.tr("not code")'},
-        {"cell_type": "code", "source": ["%pip install x\n", 'print(fm.tr("key tile j"))']},
-        {"cell_type": "code", "source": 'x = 1\ny = f"{fm.tr(\'keys\'):>8}" + _("a verdict") + other("no")'},
-    ]}
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "source": 'fm.tr("not code")'},
+            {"cell_type": "code", "source": ["%pip install x\n", 'print(fm.tr("key tile j"))']},
+            {"cell_type": "code", "source": 'x = 1\ny = f"{fm.tr(\'keys\'):>8}" + _("a verdict") + other("no")'},
+        ]
+    }
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(notebook))
     with path.open("rb") as f:
@@ -450,13 +480,15 @@ def test_a_filled_tr_message_still_pads_by_display_columns():
 # names of libraries, units, and Python's and numpy's own words (nan, True, float16, np), the notation's symbols
 # (dQ, dq, lse, acc, tanh, Dv), names of products, platforms and methods (RTX, Mistral, CUDA, Colab, Flash-Decoding),
 # and PyTorch's build tag (2.13.0+cpu).
-KEPT_IN_ENGLISH = set("""
+KEPT_IN_ENGLISH = set(
+    """
 softmax logsumexp attention query queries key keys value values kernel kernels token tokens batch padding loss split
 KV cache dtype SRAM HBM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch triton matplotlib ipywidgets flashmath
 Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi np Dv
 dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB
-""".split())
+""".split()
+)
 
 
 # An output with a picture, a widget or HTML (chapters 2 and 6's animations): its text/plain is a placeholder
@@ -500,9 +532,12 @@ def test_what_a_chinese_chapter_prints_is_chinese(path):
         if cell["cell_type"] != "code":
             continue
         allowed = KEPT_IN_ENGLISH | _code_names(source(cell)) | tokens
-        shown = "".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-                        for out in cell.get("outputs", []) if not {*out.get("data", {})} & PICTURES
-                        and not "".join(out.get("data", {}).get("text/plain", "")).startswith(WIDGET_TEXT))
+        shown = "".join(
+            "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            for out in cell.get("outputs", [])
+            if not {*out.get("data", {})} & PICTURES
+            and not "".join(out.get("data", {}).get("text/plain", "")).startswith(WIDGET_TEXT)
+        )
         for line in shown.splitlines():
             code = line.split(" | ", 1)[-1].strip()  # a line-for-line table: "numpy  | <a line of the package>"
             if line.strip() and (line.strip() in package_source or code and code in package_source):

@@ -12,8 +12,10 @@ from flashmath.bench import plain_text
 BENCHMARKS = {
     "sliders": ("flashmath.bench.sliders", "milliseconds per update of every widget, against Jupyter's inline PNG"),
     "speed": ("flashmath.bench.speed", "time and peak memory of flash_attention against naive numpy and PyTorch"),
-    "gpu": ("flashmath.bench.gpu",
-            "check and time the Triton kernels (chapters 11-12) on a CUDA GPU; says so without one"),
+    "gpu": (
+        "flashmath.bench.gpu",
+        "check and time the Triton kernels (chapters 11-12) on a CUDA GPU; says so without one",
+    ),
 }
 
 
@@ -21,11 +23,16 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # -h belongs to the benchmark once one is named (`speed --help` lists the speed benchmark's options), so the
     # top-level parser does not take it: it only picks the benchmark.
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench", description=plain_text(__doc__), add_help=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flashmath.bench",
+        description=plain_text(__doc__),
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-h", "--help", action="store_true", help="show this help (or, after a name, its options)")
-    parser.add_argument("name", nargs="?", choices=sorted(BENCHMARKS),
-                        help="; ".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
+    parser.add_argument(
+        "name", nargs="?", choices=sorted(BENCHMARKS), help="; ".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items())
+    )
     args, rest = parser.parse_known_args(argv)
     if args.name is None:
         if args.help:

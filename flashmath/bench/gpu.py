@@ -27,13 +27,17 @@ def _available() -> str | None:
     if missing:
         from flashmath.triton_setup import INSTALL_HINT
 
-        return (f"the triton extra is not installed ({' and '.join(missing)} missing): {INSTALL_HINT}; "
-                "nothing to check or time here")
+        return (
+            f"the triton extra is not installed ({' and '.join(missing)} missing): {INSTALL_HINT}; "
+            "nothing to check or time here"
+        )
     import torch
 
     if not torch.cuda.is_available():
-        return ("no CUDA GPU here: the kernels run only in Triton's interpreter, which the test suite checks "
-                "(python -m pytest tests/test_triton_kernel.py tests/test_triton_backward.py); nothing to time")
+        return (
+            "no CUDA GPU here: the kernels run only in Triton's interpreter, which the test suite checks "
+            "(python -m pytest tests/test_triton_kernel.py tests/test_triton_backward.py); nothing to time"
+        )
     return None
 
 
@@ -68,8 +72,11 @@ def check(report=print, *, device="cuda", size: int = 1024, heads=(2, 4)) -> boo
     ok = True
     torch.manual_seed(0)
     short, long, cut = (3 * size) // 4 + 1, size, (2 * size) // 3  # N != M, keys past `cut` are padding
-    cases = [(f"N = M = {size}", size, size, False, None), (f"N = M = {size}, causal", size, size, True, None),
-             (f"N = {short}, M = {long}, causal, key padding", short, long, True, cut)]  # no row fully masked
+    cases = [
+        (f"N = M = {size}", size, size, False, None),
+        (f"N = M = {size}, causal", size, size, True, None),
+        (f"N = {short}, M = {long}, causal, key padding", short, long, True, cut),
+    ]  # no row fully masked
     for name, N, M, causal, valid in cases:
         q, k, v = (torch.randn(*heads, n, 64, device=device, dtype=torch.float64) for n in (N, M, M))
         grad_a = torch.randn(*heads, N, 64, device=device, dtype=torch.float64)
@@ -78,6 +85,7 @@ def check(report=print, *, device="cuda", size: int = 1024, heads=(2, 4)) -> boo
             keep = torch.zeros(M, dtype=torch.bool, device=device)
             keep[:valid] = True
             keep = keep[None, :].expand(N, M)
+
         def naive(a, b, c, causal=causal, keep=keep):
             return _naive(a, b, c, causal, keep)
 
@@ -85,18 +93,22 @@ def check(report=print, *, device="cuda", size: int = 1024, heads=(2, 4)) -> boo
         half = [t.half() for t in (q, k, v)]
         naive_a, naive_grads = _grads(naive, half[0], half[1], half[2], grad_a)
         for dq_mode in ("separate", "atomic"):
+
             def kernel(a, b, c, causal=causal, keep=keep, dq_mode=dq_mode):
                 return triton_flash_attention(a, b, c, causal=causal, mask=keep, dq_mode=dq_mode)
 
             out, grads = _grads(kernel, half[0], half[1], half[2], grad_a)
-            for what, got, naive_got, ref in zip(("A", "dQ", "dK", "dV"), (out, *grads), (naive_a, *naive_grads),
-                                                 (ref_a, *ref_grads), strict=True):
+            for what, got, naive_got, ref in zip(
+                ("A", "dQ", "dK", "dV"), (out, *grads), (naive_a, *naive_grads), (ref_a, *ref_grads), strict=True
+            ):
                 err = (got.double() - ref).abs().max().item()
                 err_naive = (naive_got.double() - ref).abs().max().item()
                 passed = err <= 2 * err_naive and math.isfinite(err)
                 ok &= passed
-                report(f"{'ok  ' if passed else 'FAIL'} {name}, dq_mode={dq_mode}, {what}: kernel error {err:.1e}, "
-                       f"naive float16 {err_naive:.1e} (at most twice)")
+                report(
+                    f"{'ok  ' if passed else 'FAIL'} {name}, dq_mode={dq_mode}, {what}: kernel error {err:.1e}, "
+                    f"naive float16 {err_naive:.1e} (at most twice)"
+                )
     return ok
 
 
@@ -108,19 +120,22 @@ def time_all(sizes, *, heads: int = 8, dim: int = 64, report=print) -> dict:
 
     from flashmath.triton_kernel import triton_flash_attention
 
-    methods = {"Triton kernels": lambda q, k, v: triton_flash_attention(q, k, v),
-               "PyTorch SDPA": F.scaled_dot_product_attention,
-               "naive": _naive}
+    methods = {
+        "Triton kernels": lambda q, k, v: triton_flash_attention(q, k, v),
+        "PyTorch SDPA": F.scaled_dot_product_attention,
+        "naive": _naive,
+    }
     timings: dict = {}
-    report(f"{'N = M':>7} " + " ".join(f"{m + ' ' + p:>30}" for m in methods for p in ("fwd", "fwd+bwd"))
-           + "   (ms)")
+    report(f"{'N = M':>7} " + " ".join(f"{m + ' ' + p:>30}" for m in methods for p in ("fwd", "fwd+bwd")) + "   (ms)")
     for size in sizes:
-        q, k, v = (torch.randn(1, heads, size, dim, device="cuda", dtype=torch.float16, requires_grad=True)
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(1, heads, size, dim, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3)
+        )
         grad_a = torch.randn(1, heads, size, dim, device="cuda", dtype=torch.float16)
         row = []
         for name, method in methods.items():
             for part in ("forward", "forward + backward"):
+
                 def run(method=method, part=part, q=q, k=k, v=v, grad_a=grad_a):
                     out = method(q, k, v)
                     if part != "forward":
@@ -139,10 +154,16 @@ def time_all(sizes, *, heads: int = 8, dim: int = 64, report=print) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench gpu",
-                                     description=plain_text(__doc__.splitlines()[0]))
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384],
-                        help="sequence lengths N = M to time (default: 1024 ... 16384)")
+    parser = argparse.ArgumentParser(
+        prog="python -m flashmath.bench gpu", description=plain_text(__doc__.splitlines()[0])
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1024, 2048, 4096, 8192, 16384],
+        help="sequence lengths N = M to time (default: 1024 ... 16384)",
+    )
     parser.add_argument("--check-only", action="store_true", help="run the checks, not the timings")
     args = parser.parse_args(argv)
     why_not = _available()

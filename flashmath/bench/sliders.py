@@ -71,16 +71,18 @@ def course_cases() -> list[Case]:
     tokens = heads.tokens
     q, k, v = (a[layer, head].astype(np.float64) for a in (heads.q, heads.k, heads.v))
     y = fm.safe_softmax(q @ k.T / np.sqrt(q.shape[1]))
-    sweep = fm.scale_sweep([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], rng=np.random.default_rng(3), n_queries=200,
-                           n_keys=64)
+    sweep = fm.scale_sweep(
+        [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], rng=np.random.default_rng(3), n_queries=200, n_keys=64
+    )
     tile_traces, tile_scores, tile_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8, causal=True)
     window = fm.sliding_window_mask(len(q), len(k), 12)
-    window_traces, window_scores, window_standard = widgets.tile_sweep_traces(q, k, v, block_q=8, block_k=8,
-                                                                              mask=window)
-    split_traces = {p: fm.split_kv_trace(q[n:n + 1], k, v, p) for p in range(1, 17)}
+    window_traces, window_scores, window_standard = widgets.tile_sweep_traces(
+        q, k, v, block_q=8, block_k=8, mask=window
+    )
+    split_traces = {p: fm.split_kv_trace(q[n : n + 1], k, v, p) for p in range(1, 17)}
     softmax_trace = fm.online_softmax_trace(x)
     swap_trace = fm.loop_swap_trace(y, v)
-    loop_trace = fm.one_loop_trace(q[n:n + 1], k, v)
+    loop_trace = fm.one_loop_trace(q[n : n + 1], k, v)
 
     @functools.cache
     def traffic_table():  # chapter 6's traffic model over tile sizes and head dimensions
@@ -96,46 +98,106 @@ def course_cases() -> list[Case]:
         return precision_study(heads.q, heads.k, heads.v, blocks=PRECISION_BLOCKS)
 
     def player(notebook):
-        return Case(notebook, "online_softmax_player", lambda: widgets.online_softmax_player(x, labels=tokens),
-                    lambda step: viz.OnlineSoftmaxPlot(softmax_trace, labels=tokens, step=step))
+        return Case(
+            notebook,
+            "online_softmax_player",
+            lambda: widgets.online_softmax_player(x, labels=tokens),
+            lambda step: viz.OnlineSoftmaxPlot(softmax_trace, labels=tokens, step=step),
+        )
 
     return [
         player("00_welcome"),
-        Case("01_softmax", "overflow_explorer", lambda: widgets.overflow_explorer(x, scale=10.0, dtype="float16"),
-             lambda scale, dtype: viz.OverflowPlot(x, scale=scale, dtype=dtype)),
+        Case(
+            "01_softmax",
+            "overflow_explorer",
+            lambda: widgets.overflow_explorer(x, scale=10.0, dtype="float16"),
+            lambda scale, dtype: viz.OverflowPlot(x, scale=scale, dtype=dtype),
+        ),
         player("02_online_softmax"),
-        Case("03_attention", "scale_explorer", lambda: widgets.scale_explorer(sweep, D=64),
-             lambda D: viz.ScalePlot(sweep, D=D)),
-        Case("04_loop_swap", "loop_swap_player", lambda: widgets.loop_swap_player(y, v, row=n, labels=tokens),
-             lambda step: viz.LoopSwapPlot(swap_trace, row=n, labels=tokens, step=step)),
-        Case("05_one_loop", "one_loop_player", lambda: widgets.one_loop_player(q, k, v, row=n, labels=tokens),
-             lambda step: viz.OneLoopPlot(loop_trace, labels=tokens, step=step)),
-        Case("06_tiling", "tile_sweep_player",
-             lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
-             lambda step, order: viz.TileSweepPlot(tile_traces, scores=tile_scores, standard_bytes=tile_standard,
-                                                   step=step, order=order)),
-        Case("06_tiling", "tile_traffic_explorer", lambda: widgets.tile_traffic_explorer(traffic_table()),
-             lambda block, D: TileTrafficPlot(traffic_table(), block=block, D=D)),
-        Case("07_flashattention2", "ops_explorer", lambda: widgets.ops_explorer(ops_table(), block=8),
-             lambda block: OpsPerScorePlot(ops_table(), block=block)),
-        Case("08_masking", "tile_sweep_player",
-             lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
-             lambda step, order: viz.TileSweepPlot(window_traces, scores=window_scores,
-                                                   standard_bytes=window_standard, step=step, order=order)),
-        Case("09_floating_point", "precision_explorer", lambda: widgets.precision_explorer(study(), block=3),
-             lambda block: viz.PrecisionPlot(study(), block=block)),
-        Case("10_beyond", "split_kv_player", lambda: widgets.split_kv_player(q[n:n + 1], k, v, value=4),
-             lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits)),
-        Case("11_triton", "kernel_memory_explorer", lambda: widgets.kernel_memory_explorer(64),
-             lambda **state: KernelMemoryPlot(64, **state)),
-        Case("12_backward", "backward_sweep_player",
-             lambda: widgets.backward_sweep_player(64, 64, block_q=16, block_k=16, causal=True),
-             lambda step, dq_mode: BackwardSweepPlot(64, 64, block_q=16, block_k=16, causal=True, step=step,
-                                                     dq_mode=dq_mode)),
-        Case("13_variants", "mask_explorer", lambda: widgets.mask_explorer(kind="document", param=3, block=8),
-             lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block)),
-        Case("14_recap", "course_map_explorer", lambda: widgets.course_map_explorer(chapter=0),
-             lambda chapter: CourseMapPlot(chapter=chapter)),
+        Case(
+            "03_attention",
+            "scale_explorer",
+            lambda: widgets.scale_explorer(sweep, D=64),
+            lambda D: viz.ScalePlot(sweep, D=D),
+        ),
+        Case(
+            "04_loop_swap",
+            "loop_swap_player",
+            lambda: widgets.loop_swap_player(y, v, row=n, labels=tokens),
+            lambda step: viz.LoopSwapPlot(swap_trace, row=n, labels=tokens, step=step),
+        ),
+        Case(
+            "05_one_loop",
+            "one_loop_player",
+            lambda: widgets.one_loop_player(q, k, v, row=n, labels=tokens),
+            lambda step: viz.OneLoopPlot(loop_trace, labels=tokens, step=step),
+        ),
+        Case(
+            "06_tiling",
+            "tile_sweep_player",
+            lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, causal=True),
+            lambda step, order: viz.TileSweepPlot(
+                tile_traces, scores=tile_scores, standard_bytes=tile_standard, step=step, order=order
+            ),
+        ),
+        Case(
+            "06_tiling",
+            "tile_traffic_explorer",
+            lambda: widgets.tile_traffic_explorer(traffic_table()),
+            lambda block, D: TileTrafficPlot(traffic_table(), block=block, D=D),
+        ),
+        Case(
+            "07_flashattention2",
+            "ops_explorer",
+            lambda: widgets.ops_explorer(ops_table(), block=8),
+            lambda block: OpsPerScorePlot(ops_table(), block=block),
+        ),
+        Case(
+            "08_masking",
+            "tile_sweep_player",
+            lambda: widgets.tile_sweep_player(q, k, v, block_q=8, block_k=8, mask=window),
+            lambda step, order: viz.TileSweepPlot(
+                window_traces, scores=window_scores, standard_bytes=window_standard, step=step, order=order
+            ),
+        ),
+        Case(
+            "09_floating_point",
+            "precision_explorer",
+            lambda: widgets.precision_explorer(study(), block=3),
+            lambda block: viz.PrecisionPlot(study(), block=block),
+        ),
+        Case(
+            "10_beyond",
+            "split_kv_player",
+            lambda: widgets.split_kv_player(q[n : n + 1], k, v, value=4),
+            lambda splits: viz.SplitKVPlot(split_traces, x, splits=splits),
+        ),
+        Case(
+            "11_triton",
+            "kernel_memory_explorer",
+            lambda: widgets.kernel_memory_explorer(64),
+            lambda **state: KernelMemoryPlot(64, **state),
+        ),
+        Case(
+            "12_backward",
+            "backward_sweep_player",
+            lambda: widgets.backward_sweep_player(64, 64, block_q=16, block_k=16, causal=True),
+            lambda step, dq_mode: BackwardSweepPlot(
+                64, 64, block_q=16, block_k=16, causal=True, step=step, dq_mode=dq_mode
+            ),
+        ),
+        Case(
+            "13_variants",
+            "mask_explorer",
+            lambda: widgets.mask_explorer(kind="document", param=3, block=8),
+            lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block),
+        ),
+        Case(
+            "14_recap",
+            "course_map_explorer",
+            lambda: widgets.course_map_explorer(chapter=0),
+            lambda chapter: CourseMapPlot(chapter=chapter),
+        ),
     ]
 
 
@@ -146,7 +208,7 @@ def control_values(control) -> list:
         return [o[1] if isinstance(o, tuple) else o for o in options]
     if type(control).__name__ == "FloatLogSlider":
         exponents = np.arange(control.min, control.max + control.step / 2, control.step)
-        return [float(control.base ** e) for e in exponents]
+        return [float(control.base**e) for e in exponents]
     return list(range(control.min, control.max + 1, control.step))
 
 
@@ -158,7 +220,7 @@ def sweep_moves(values, start, max_moves: int | None = None) -> list:
     control left elsewhere can make the next one change nothing: chapter 13's ``param`` on a causal mask).
     """
     i = values.index(start) if start in values else 0
-    moves = values[i + 1:] + values[::-1][1:] + values[1:i + 1]
+    moves = values[i + 1 :] + values[::-1][1:] + values[1 : i + 1]
     if max_moves is not None and len(moves) > max_moves:
         moves = moves[:max_moves]
         if moves and moves[-1] != start:
@@ -247,8 +309,10 @@ def measure(case: Case, *, baseline_samples: int = 8, max_moves: int | None = No
             if ui.image.value == before:
                 # no new picture: the callback raised (interactive shows it in its output) or drew nothing new
                 outputs = getattr(ui.out, "outputs", ())
-                raise RuntimeError(f"{case.notebook} {case.builder}: moving {control.description!r} to {value!r} "
-                                   f"did not change the picture; output: {outputs}")
+                raise RuntimeError(
+                    f"{case.notebook} {case.builder}: moving {control.description!r} to {value!r} "
+                    f"did not change the picture; output: {outputs}"
+                )
             live.append(1000 * elapsed)
             cpu.append(1000 * cpu_elapsed)
             states.append(dict(ui.result.state))
@@ -282,12 +346,17 @@ def _walk(widget):
 def report(results: list[Result], out=None) -> bool:
     """Print the table (to ``out``, default stdout); True when every widget is within its targets."""
     out = sys.stdout if out is None else out
-    head = (f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} {'cpu med':>7} | "
-            f"{'first':>5} {'median':>6} {'cpu med':>7} | {'baseline':>8} {'max':>7} | {'speed-up':>8} | "
-            f"{'Play':>6} {'Play/med':>8}  verdict")
-    print("Slider updates in ms (callback + PNG the browser receives): wall-clock median and max, CPU-time median "
-          "(trust it on a busy machine); first: the moves to a state not shown before, their wall and CPU medians; "
-          "baseline: a fresh figure + Jupyter's inline tight PNG, same run", file=out)
+    head = (
+        f"{'notebook':<18} {'widget':<22} {'moves':>5} {'median':>7} {'max':>7} {'cpu med':>7} | "
+        f"{'first':>5} {'median':>6} {'cpu med':>7} | {'baseline':>8} {'max':>7} | {'speed-up':>8} | "
+        f"{'Play':>6} {'Play/med':>8}  verdict"
+    )
+    print(
+        "Slider updates in ms (callback + PNG the browser receives): wall-clock median and max, CPU-time median "
+        "(trust it on a busy machine); first: the moves to a state not shown before, their wall and CPU medians; "
+        "baseline: a fresh figure + Jupyter's inline tight PNG, same run",
+        file=out,
+    )
     print(head, file=out)
     print("-" * len(head), file=out)
     ok = True
@@ -296,20 +365,26 @@ def report(results: list[Result], out=None) -> bool:
         ok &= not problems
         play = f"{r.interval:>4}ms" if r.interval is not None else "    -"
         ratio = f"{r.interval / r.median:8.1f}" if r.interval is not None else "       -"
-        print(f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} "
-              f"{r.cpu_median:7.1f} | {sum(r.first):5d} {r.first_median:6.1f} {r.first_cpu_median:7.1f} | "
-              f"{r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | "
-              f"{r.baseline_median / r.median:7.1f}x | "
-              f"{play:>6} {ratio}  {'ok' if not problems else '; '.join(problems)}", file=out)
+        print(
+            f"{r.case.notebook:<18} {r.case.builder:<22} {len(r.live_ms):5d} {r.median:7.1f} {r.slowest:7.1f} "
+            f"{r.cpu_median:7.1f} | {sum(r.first):5d} {r.first_median:6.1f} {r.first_cpu_median:7.1f} | "
+            f"{r.baseline_median:8.1f} {max(r.baseline_ms):7.1f} | "
+            f"{r.baseline_median / r.median:7.1f}x | "
+            f"{play:>6} {ratio}  {'ok' if not problems else '; '.join(problems)}",
+            file=out,
+        )
     medians = [r.median for r in results]
     cpu_medians = [r.cpu_median for r in results]
     firsts = [r.first_median for r in results if r.first_median == r.first_median] or [float("nan")]
     first_cpus = [r.first_cpu_median for r in results if r.first_cpu_median == r.first_cpu_median] or [float("nan")]
-    print(f"targets: median <= {TARGET_MEDIAN_MS:.0f} ms (all moves and first visits), max <= {TARGET_MAX_MS:.0f} ms, "
-          f"Play <= {PLAY_MAX_MS} ms and >= {PLAY_MIN_RATIO} x median. Slowest median {max(medians):.1f} ms (CPU "
-          f"{max(cpu_medians):.1f} ms), slowest first-visit median {max(firsts):.1f} ms "
-          f"(CPU {max(first_cpus):.1f} ms); "
-          f"{'all within target' if ok else 'NOT all within target'}", file=out)
+    print(
+        f"targets: median <= {TARGET_MEDIAN_MS:.0f} ms (all moves and first visits), max <= {TARGET_MAX_MS:.0f} ms, "
+        f"Play <= {PLAY_MAX_MS} ms and >= {PLAY_MIN_RATIO} x median. Slowest median {max(medians):.1f} ms (CPU "
+        f"{max(cpu_medians):.1f} ms), slowest first-visit median {max(firsts):.1f} ms "
+        f"(CPU {max(first_cpus):.1f} ms); "
+        f"{'all within target' if ok else 'NOT all within target'}",
+        file=out,
+    )
     return ok
 
 
@@ -322,12 +397,19 @@ def _positive(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashmath.bench sliders", description=plain_text(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m flashmath.bench sliders",
+        description=plain_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--only", default="", help="only the widgets whose notebook stem contains this text")
     parser.add_argument("--baseline-samples", type=int, default=8, help="states timed the old way per widget")
-    parser.add_argument("--max-moves", type=_positive, default=None,
-                        help="only the first N moves of each control's sweep, then one move back to its start value")
+    parser.add_argument(
+        "--max-moves",
+        type=_positive,
+        default=None,
+        help="only the first N moves of each control's sweep, then one move back to its start value",
+    )
     args = parser.parse_args(argv)
 
     import matplotlib
@@ -344,7 +426,10 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         result = measure(case, baseline_samples=args.baseline_samples, max_moves=args.max_moves)
         results.append(result)
-        print(f"  [{number}/{len(cases)}] {case.notebook} {case.builder}: {len(result.live_ms)} moves, median "
-              f"{result.median:.1f} ms, CPU {result.cpu_median:.1f} ms ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"  [{number}/{len(cases)}] {case.notebook} {case.builder}: {len(result.live_ms)} moves, median "
+            f"{result.median:.1f} ms, CPU {result.cpu_median:.1f} ms ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     report(results)
     return 0

@@ -82,7 +82,7 @@ def inplace_attention(q, k, v, causal: bool = False):
         keys = np.arange(M)
         for r0 in range(0, N, 256):  # a (256, M) boolean mask at a time
             rows = np.arange(r0, min(r0 + 256, N))
-            np.copyto(x[r0:r0 + 256], -np.inf, where=keys > rows[:, None] + (M - N))
+            np.copyto(x[r0 : r0 + 256], -np.inf, where=keys > rows[:, None] + (M - N))
     x -= x.max(axis=1, keepdims=True)  # subtract each row's max
     np.exp(x, out=x)  # exp in place: X becomes the unnormalised Y
     x /= x.sum(axis=1, keepdims=True)  # Y = softmax(X)
@@ -163,8 +163,9 @@ def default_repeats(N: int) -> int:
     return 20 if N <= 2048 else 3 if N < 16384 else 1
 
 
-def measure(case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, block_k=None, threads=None,
-            causal: bool = False) -> dict:
+def measure(
+    case: str, N: int, D: int = 64, repeats: int = 3, block_q=None, block_k=None, threads=None, causal: bool = False
+) -> dict:
     """Run one case in this process: ``{"ms": best time, "ms_all": [...], "peak_mib", "peak_exact", "error"}``.
 
     ``threads`` sets PyTorch's thread count for the torch case and ``flash_attention``'s ``workers`` (numpy's
@@ -227,8 +228,8 @@ def breakdown(N: int, D: int, block_q=None, block_k=None) -> dict:
     g = x.max(axis=1)
     acc = np.zeros((bq, D), np.float32)
     work = {
-        "Q K^T": lambda r0, c0: qs[r0:r0 + bq] @ k[c0:c0 + bk].T,
-        "P V": lambda r0, c0: p @ v[c0:c0 + bk],
+        "Q K^T": lambda r0, c0: qs[r0 : r0 + bq] @ k[c0 : c0 + bk].T,
+        "P V": lambda r0, c0: p @ v[c0 : c0 + bk],
         "exp (and - max)": lambda r0, c0: np.exp(np.subtract(x, g[:, None], out=p), out=p),
         "row max, row sum": lambda r0, c0: (x.max(axis=-1), p.sum(axis=-1)),
         "rescale acc": lambda r0, c0: acc.__imul__(np.float32(0.5)),
@@ -315,11 +316,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 16384], help="values of N = M")
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128], help="head dimensions D (default 64 128)")
-    parser.add_argument("--masks", nargs="+", choices=("none", "causal"), default=["none", "causal"],
-                        help="no mask and/or causal (default both)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed calls per case after the first (default: 20 up to N = 2048, where a call takes "
-                             "milliseconds; 3 below N = 16384; 1 from N = 16384)")
+    parser.add_argument(
+        "--masks",
+        nargs="+",
+        choices=("none", "causal"),
+        default=["none", "causal"],
+        help="no mask and/or causal (default both)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed calls per case after the first (default: 20 up to N = 2048, where a call takes "
+        "milliseconds; 3 below N = 16384; 1 from N = 16384)",
+    )
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="cases to run")
     parser.add_argument("--block-q", type=int, default=None, help="flash_attention's block_q (default: its own)")
     parser.add_argument("--block-k", type=int, default=None, help="flash_attention's block_k (default: its own)")
@@ -332,10 +342,14 @@ def _parser() -> argparse.ArgumentParser:
         help="thread settings to run, each a positive count or 'default' (each library's own choice); "
         "default: 'default 1'. --threads 1: one thread for every case only",
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: N = M = 512 and 1024, D = 64, both masks, one repeat")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="milliseconds per kind of work in flash_attention at the first size and D, one thread")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: N = M = 512 and 1024, D = 64, both masks, one repeat"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="milliseconds per kind of work in flash_attention at the first size and D, one thread",
+    )
     parser.add_argument(
         "--sweep", action="store_true", help="time flash_attention's block sizes at the first size instead"
     )
@@ -376,8 +390,10 @@ def _print_breakdown(args) -> int:
         print(f"  failed: {result['failed']}")
         return 1
     total = result.pop("total")
-    print(f"flash_attention, N = M = {N}, D = {D}, float32, no mask, one thread: {total:.0f} ms in all; "
-          "its operations replayed one kind at a time (ms, share of the whole call):")
+    print(
+        f"flash_attention, N = M = {N}, D = {D}, float32, no mask, one thread: {total:.0f} ms in all; "
+        "its operations replayed one kind at a time (ms, share of the whole call):"
+    )
     for name, ms in result.items():
         print(f"  {name:<18} {ms:8.1f} {ms / total:6.0%}")
     rest = total - sum(result.values())
@@ -391,13 +407,16 @@ def _environment_lines() -> list[str]:
     from flashmath._checks import available_cores
     from flashmath.precision import blas_description
 
-    overrides = " ".join(f"{name}={os.environ[name]}" for name in
-                         ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
-                         if name in os.environ)
+    overrides = " ".join(
+        f"{name}={os.environ[name]}"
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
+        if name in os.environ
+    )
     return [
         f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
         f"{available_cores()} available to this process; load average {os.getloadavg()[0]:.1f}"
-        if hasattr(os, "getloadavg") else f"CPU: {os.cpu_count()} logical CPUs",
+        if hasattr(os, "getloadavg")
+        else f"CPU: {os.cpu_count()} logical CPUs",
         f"numpy's BLAS: {blas_description()}" + (f"; environment: {overrides}" if overrides else ""),
     ]
 
@@ -424,14 +443,18 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if c in args.cases]
     if "torch" in cases and not _torch_available():
         print("PyTorch is not installed: the torch case is skipped. For the CPU build:")
-        print("  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
-              "pip install -e '.[bench]' -c constraints.txt   (in the course's folder; README, \"Benchmarks\")")
+        print(
+            "  pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+            "pip install -e '.[bench]' -c constraints.txt   (in the course's folder; README, \"Benchmarks\")"
+        )
         cases.remove("torch")
     from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 
     bq, bk = args.block_q or DEFAULT_BLOCK_Q, args.block_k or DEFAULT_BLOCK_K
-    print(f"attention, N = M, float32; flash_attention blocks {bq} x {bk}; each case in its own process; "
-          f"time: best of the first call and {args.repeats or '20 (to N = 2048; 3 below N = 16384; 1 from it)'} more")
+    print(
+        f"attention, N = M, float32; flash_attention blocks {bq} x {bk}; each case in its own process; "
+        f"time: best of the first call and {args.repeats or '20 (to N = 2048; 3 below N = 16384; 1 from it)'} more"
+    )
     for line in _environment_lines():
         print(line)
     results, failed = {}, False
@@ -439,9 +462,20 @@ def main(argv=None) -> int:
         label = "default threads" if threads is None else f"{threads} thread(s) per case"
         print()
         print(f"{label}: flash = flash_attention(workers={threads or 'None'}), torch = SDPA, naive = numpy N x M")
-        header = [("N = M", 6), ("D", 4), ("mask", 6), ("flash ms", 9), ("torch ms", 9), ("naive ms", 9),
-                  ("flash/SDPA", 10), ("flash/naive", 11), ("peak MiB flash", 14), ("torch", 7), ("naive", 7),
-                  ("flash err", 9)]
+        header = [
+            ("N = M", 6),
+            ("D", 4),
+            ("mask", 6),
+            ("flash ms", 9),
+            ("torch ms", 9),
+            ("naive ms", 9),
+            ("flash/SDPA", 10),
+            ("flash/naive", 11),
+            ("peak MiB flash", 14),
+            ("torch", 7),
+            ("naive", 7),
+            ("flash err", 9),
+        ]
         print(" ".join(f"{name:>{width}}" for name, width in header))
         for N in args.sizes:
             repeats = args.repeats if args.repeats is not None else default_repeats(N)
@@ -457,18 +491,22 @@ def main(argv=None) -> int:
                             failed = True
                             print(f"{N:>6} {D:>4} {mask:>6}  {case} failed: {r['failed']}")
                     ms = {case: r.get("ms") for case, r in row.items()}
-                    peaks = {case: (f"{'' if r['peak_exact'] else '~'}{r['peak_mib']:.1f}" if "peak_mib" in r
-                                    else "-") for case, r in row.items()}
+                    peaks = {
+                        case: (f"{'' if r['peak_exact'] else '~'}{r['peak_mib']:.1f}" if "peak_mib" in r else "-")
+                        for case, r in row.items()
+                    }
                     err = row.get("flash", {}).get("error")
 
                     def cell(value, width, fmt=".1f"):
                         return f"{value:>{width}{fmt}}" if value is not None else f"{'-':>{width}}"
 
-                    print(f"{N:>6} {D:>4} {mask:>6} {cell(ms.get('flash'), 9)} {cell(ms.get('torch'), 9)} "
-                          f"{cell(ms.get('naive'), 9)} {_fmt_ratio(ms.get('flash'), ms.get('torch')):>10} "
-                          f"{_fmt_ratio(ms.get('flash'), ms.get('naive')):>11} {peaks.get('flash', '-'):>14} "
-                          f"{peaks.get('torch', '-'):>7} {peaks.get('naive', '-'):>7} {cell(err, 9, '.1e')}",
-                          flush=True)
+                    print(
+                        f"{N:>6} {D:>4} {mask:>6} {cell(ms.get('flash'), 9)} {cell(ms.get('torch'), 9)} "
+                        f"{cell(ms.get('naive'), 9)} {_fmt_ratio(ms.get('flash'), ms.get('torch')):>10} "
+                        f"{_fmt_ratio(ms.get('flash'), ms.get('naive')):>11} {peaks.get('flash', '-'):>14} "
+                        f"{peaks.get('torch', '-'):>7} {peaks.get('naive', '-'):>7} {cell(err, 9, '.1e')}",
+                        flush=True,
+                    )
     _print_targets(results, args.threads[0])
     return 1 if failed else 0
 
@@ -490,24 +528,34 @@ def _print_targets(results: dict, threads) -> None:
             verdict = "met" if flash <= 0.8 * torch else "NOT met"
             print(f"  N = {N}, D = {D}, {mask}: flash / SDPA time = {flash / torch:.2f} (target <= 0.8): {verdict}")
             lines += 1
-    naive_ratios = [(row["flash"]["ms"] / row["naive"]["ms"], key) for key, row in rows.items()
-                    if row.get("flash", {}).get("ms") and row.get("naive", {}).get("ms")]
+    naive_ratios = [
+        (row["flash"]["ms"] / row["naive"]["ms"], key)
+        for key, row in rows.items()
+        if row.get("flash", {}).get("ms") and row.get("naive", {}).get("ms")
+    ]
     if naive_ratios:
         worst, (N, D, mask) = max(naive_ratios)
         verdict = "met" if worst < 1 else "NOT met"
-        print(f"  flash / naive time, largest over {len(naive_ratios)} rows = {worst:.2f} at N = {N}, D = {D}, "
-              f"{mask} (target < 1 everywhere): {verdict}")
+        print(
+            f"  flash / naive time, largest over {len(naive_ratios)} rows = {worst:.2f} at N = {N}, D = {D}, "
+            f"{mask} (target < 1 everywhere): {verdict}"
+        )
         lines += 1
-    peaks = [(row["flash"]["peak_mib"], key) for key, row in rows.items()
-             if key[0] == 16384 and "peak_mib" in row.get("flash", {})]
+    peaks = [
+        (row["flash"]["peak_mib"], key)
+        for key, row in rows.items()
+        if key[0] == 16384 and "peak_mib" in row.get("flash", {})
+    ]
     if peaks:
         peak, (N, D, mask) = max(peaks)
         verdict = "met" if peak <= 64 else "NOT met"
         print(f"  N = 16384: flash extra peak, largest = {peak:.1f} MiB (D = {D}, {mask}; target <= 64): {verdict}")
         lines += 1
     if not lines:
-        print("  none applies to these sizes (the targets are for N = M = 4096 and 16384 with D = 64, the "
-              "ratio to naive numpy at every size)")
+        print(
+            "  none applies to these sizes (the targets are for N = M = 4096 and 16384 with D = 64, the "
+            "ratio to naive numpy at every size)"
+        )
 
 
 if __name__ == "__main__":

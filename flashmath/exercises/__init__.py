@@ -65,5 +65,16 @@ def solution_names(module: str) -> list[str]:
 # Every checker by its name (check_tile_step, ...), as the notebooks import it: from flashmath.exercises import ...
 globals().update({e.name: e.checker for e in EXERCISES})
 
-__all__ = ["CheckReport", "Mistake", "Exercise", "EXERCISES", "MISTAKES", "OnePassVector", "Traced",
-           "check_prediction", "print_recap_quiz", "solution_names", *(e.name for e in EXERCISES)]
+__all__ = [
+    "CheckReport",
+    "Mistake",
+    "Exercise",
+    "EXERCISES",
+    "MISTAKES",
+    "OnePassVector",
+    "Traced",
+    "check_prediction",
+    "print_recap_quiz",
+    "solution_names",
+    *(e.name for e in EXERCISES),
+]

@@ -37,21 +37,41 @@ from flashmath.i18n import gettext as _  # the learner-facing text (flashmath.i1
 from flashmath.i18n import gettext_noop as N_
 
 #: The property battery, in the order a checker runs it (the first two on every case, the rest as edge cases).
-PROPERTIES = ("the inputs unchanged", "the result's type, dtype and shape", "the empty input", "one element",
-              "an all -inf row", "+inf", "NaN", "float16 overflow", "integer input", "negative-only input")
+PROPERTIES = (
+    "the inputs unchanged",
+    "the result's type, dtype and shape",
+    "the empty input",
+    "one element",
+    "an all -inf row",
+    "+inf",
+    "NaN",
+    "float16 overflow",
+    "integer input",
+    "negative-only input",
+)
 
-INTEGER_OUT = Mistake(N_("an integer result"),
-                      N_("the result is made of fractions: cast to a float type, never back to an integer input's "
-                         "dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give float64 out"))
-DTYPE_OUT = Mistake(N_("a different dtype out"),
-                    N_("return the input's dtype (float16 in, float16 out): compute in a wider type if you like, then "
-                       "cast back"))
-BOOL_OUT = Mistake(N_("an integer 0/1 mask"),
-                   N_("return a boolean array (dtype=bool), True where the query may attend: np.tril(np.ones((N, M))) "
-                      "holds 0/1 numbers, and x[mask] or ~mask do something else with them (~1 is -2, an index array "
-                      "picks rows 0 and 1)"))
-WRONG_SHAPE = Mistake(N_("a wrong shape"),
-                      N_("the result must have the shape of the reference's (see the expected shape)"))
+INTEGER_OUT = Mistake(
+    N_("an integer result"),
+    N_(
+        "the result is made of fractions: cast to a float type, never back to an integer input's "
+        "dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give float64 out"
+    ),
+)
+DTYPE_OUT = Mistake(
+    N_("a different dtype out"),
+    N_("return the input's dtype (float16 in, float16 out): compute in a wider type if you like, then cast back"),
+)
+BOOL_OUT = Mistake(
+    N_("an integer 0/1 mask"),
+    N_(
+        "return a boolean array (dtype=bool), True where the query may attend: np.tril(np.ones((N, M))) "
+        "holds 0/1 numbers, and x[mask] or ~mask do something else with them (~1 is -2, an index array "
+        "picks rows 0 and 1)"
+    ),
+)
+WRONG_SHAPE = Mistake(
+    N_("a wrong shape"), N_("the result must have the shape of the reference's (see the expected shape)")
+)
 
 
 def property_cases(cases: Sequence[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
@@ -61,12 +81,14 @@ def property_cases(cases: Sequence[tuple[str, tuple]]) -> list[tuple[str, tuple]
 
 def copy_args(args: tuple) -> tuple:
     """A copy of each argument that is an array (or a list or tuple of arrays), for the learner's call."""
+
     def one(a):
         if isinstance(a, np.ndarray):
             return a.copy()
         if isinstance(a, list | tuple) and any(isinstance(e, np.ndarray) for e in a):
             return type(a)(e.copy() if isinstance(e, np.ndarray) else e for e in a)
         return a
+
     return tuple(one(a) for a in args)
 
 
@@ -105,10 +127,19 @@ def same_arrays(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
     if len(a) != len(b):
         return False
     try:
-        return all(np.shape(x) == np.shape(y) and bool(np.allclose(np.asarray(x, dtype=np.float64),
-                                                                   np.asarray(y, dtype=np.float64), rtol=rtol,
-                                                                   atol=atol, equal_nan=True))
-                   for x, y in zip(a, b, strict=False))
+        return all(
+            np.shape(x) == np.shape(y)
+            and bool(
+                np.allclose(
+                    np.asarray(x, dtype=np.float64),
+                    np.asarray(y, dtype=np.float64),
+                    rtol=rtol,
+                    atol=atol,
+                    equal_nan=True,
+                )
+            )
+            for x, y in zip(a, b, strict=False)
+        )
     except (TypeError, ValueError):
         return False
 
@@ -135,26 +166,44 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
         if g_arr.size == 0 and w_arr.size == 0 and not isinstance(g, np.ndarray):
             continue  # a list [] is the empty result, whatever the reference's empty shape
         if g_arr.shape != w_arr.shape:
-            return label + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape) \
+            return (
+                label
+                + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape)
                 + f": {WRONG_SHAPE.message()}"
+            )
         if w_arr.dtype.kind == "b" and g_arr.dtype.kind != "b":
-            return label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype) \
-                + f": {BOOL_OUT.message()}"
+            return (
+                label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype) + f": {BOOL_OUT.message()}"
+            )
         if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
-            return label + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype) \
+            return (
+                label
+                + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype)
                 + f": {INTEGER_OUT.message()}"
-        if (isinstance(w, np.ndarray) and w.dtype.kind == "f" and w.dtype.itemsize < 8 and isinstance(g, np.ndarray)
-                and g.dtype != w.dtype):
-            return label + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype) \
+            )
+        if (
+            isinstance(w, np.ndarray)
+            and w.dtype.kind == "f"
+            and w.dtype.itemsize < 8
+            and isinstance(g, np.ndarray)
+            and g.dtype != w.dtype
+        ):
+            return (
+                label
+                + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype)
                 + f": {DTYPE_OUT.message()}"
+            )
     return None
 
 
 def _zero_one(raws, answers) -> bool:
     """The run's answers are a mask written as numbers: every number of every answer is 0 or 1."""
     try:
-        return all(bool(np.isin(np.asarray(out, dtype=np.float64), (0, 1)).all())
-                   for out, (ok, _) in zip(raws, answers, strict=False) if ok)
+        return all(
+            bool(np.isin(np.asarray(out, dtype=np.float64), (0, 1)).all())
+            for out, (ok, _) in zip(raws, answers, strict=False)
+            if ok
+        )
     except (TypeError, ValueError):
         return False
 
@@ -165,16 +214,36 @@ def _default_describe(names, n_out):
         want = expected if n_out > 1 else (expected,)
         wrong = [k for k in range(n_out) if not same_arrays(got[k], want[k])] or [0]
         k = wrong[0]
-        return _("expected {what}{expected}, got {got}").format(what=f"{names[k]} = ", expected=fmt(want[k]),
-                                                                got=fmt(got[k])), got[k], want[k]
+        return (
+            _("expected {what}{expected}, got {got}").format(
+                what=f"{names[k]} = ", expected=fmt(want[k]), got=fmt(got[k])
+            ),
+            got[k],
+            want[k],
+        )
+
     return describe
 
 
-def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, names=None,
-                   not_answer: Mistake | None = None, hint=None, properties: Sequence[tuple[str, tuple]] = (),
-                   compare: Callable | None = None, convert: Callable | None = None,
-                   describe: Callable | None = None, check_form: bool = True,
-                   call: Callable | None = None, diagnosis: Callable | None = None) -> CheckReport:
+def check_function(
+    title: str,
+    fn,
+    cases,
+    reference,
+    mistakes,
+    *,
+    n_out: int,
+    names=None,
+    not_answer: Mistake | None = None,
+    hint=None,
+    properties: Sequence[tuple[str, tuple]] = (),
+    compare: Callable | None = None,
+    convert: Callable | None = None,
+    describe: Callable | None = None,
+    check_form: bool = True,
+    call: Callable | None = None,
+    diagnosis: Callable | None = None,
+) -> CheckReport:
     """Run ``fn`` on every case ``(name, args)``, check the property battery, compare with ``reference(*args)`` and
     name the mistake.
 
@@ -217,8 +286,11 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         problems.append(problem)
         raws.append(out)
     all_args, all_answers = [args for _, args in cases], [answer for _, answer in answers]
-    named = (diagnosis(all_args, all_answers) if diagnosis is not None
-             else Diagnosis(all_args, all_answers, mistakes, compare))
+    named = (
+        diagnosis(all_args, all_answers)
+        if diagnosis is not None
+        else Diagnosis(all_args, all_answers, mistakes, compare)
+    )
     for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
@@ -229,8 +301,11 @@ def check_function(title: str, fn, cases, reference, mistakes, *, n_out: int, na
         expected = convert(raw)
         if answer is None:
             form = ", ".join(names)
-            report.add(name, False, _("expected ({form})").format(form=form)
-                       + (f": {not_answer.message()}" if not_answer else ""))
+            report.add(
+                name,
+                False,
+                _("expected ({form})").format(form=form) + (f": {not_answer.message()}" if not_answer else ""),
+            )
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
@@ -256,7 +331,6 @@ class PropertyFailure:
 
     def __init__(self, message: str, out=None):
         self.message, self.out = message, out
-
 
 
 class Said(Mistake):
@@ -296,12 +370,24 @@ def check_quiz(title: str, answers, questions, *, what: str, parse, right, verdi
     """
     if not isinstance(answers, dict):
         report = CheckReport(title)
-        report.add(_("the answers"), False, _("expected a dict {{{what}}}, got {type}").format(
-            what=_(what), type=type(answers).__name__))
+        report.add(
+            _("the answers"),
+            False,
+            _("expected a dict {{{what}}}, got {type}").format(what=_(what), type=type(answers).__name__),
+        )
         return report
     return check_function(
-        title, answers, [(name, (key,)) for name, key in questions], lambda key: (key, right(key)), (), n_out=1,
-        names=(_("the answer"),), call=lambda answers, args: parse(answers, args[0]), convert=lambda choice: choice,
+        title,
+        answers,
+        [(name, (key,)) for name, key in questions],
+        lambda key: (key, right(key)),
+        (),
+        n_out=1,
+        names=(_("the answer"),),
+        call=lambda answers, args: parse(answers, args[0]),
+        convert=lambda choice: choice,
         compare=lambda choice, expected: choice in expected[1],
         describe=lambda choice, expected: (verdict(expected[0], choice)[0], choice, expected),
-        diagnosis=functools.partial(_Verdicts, verdict), check_form=False)
+        diagnosis=functools.partial(_Verdicts, verdict),
+        check_form=False,
+    )

@@ -66,9 +66,15 @@ class Exercise:
 _DECLARED: dict[str, Exercise] = {}
 
 
-def exercise(number: str, mistakes: tuple[Mistake, ...] = (), *, solution: str,
-             solutions: str = "flashmath.solutions", property_cases: int = 3,
-             quiz: bool = False) -> Callable[[Callable[..., CheckReport]], Callable[..., CheckReport]]:
+def exercise(
+    number: str,
+    mistakes: tuple[Mistake, ...] = (),
+    *,
+    solution: str,
+    solutions: str = "flashmath.solutions",
+    property_cases: int = 3,
+    quiz: bool = False,
+) -> Callable[[Callable[..., CheckReport]], Callable[..., CheckReport]]:
     """Declare the decorated checker as exercise ``number`` (the fields of :class:`Exercise`); the checker itself
     is returned unchanged.
 
@@ -85,6 +91,7 @@ def exercise(number: str, mistakes: tuple[Mistake, ...] = (), *, solution: str,
             raise ValueError(f"exercise {number} is already declared by {taken[0]}")
         _DECLARED[record.name] = record  # by name: a module imported again replaces its own declarations
         return checker
+
     return declare
 
 

@@ -45,11 +45,14 @@ class CheckReport:
 
     def __repr__(self) -> str:
         n_ok = sum(ok for _, ok, _ in self.cases)
-        lines = [_("{title}: {passed} of {total} cases passed").format(title=self.title, passed=n_ok,
-                                                                        total=len(self.cases))]
+        lines = [
+            _("{title}: {passed} of {total} cases passed").format(title=self.title, passed=n_ok, total=len(self.cases))
+        ]
         for name, ok, message in self.cases:
-            lines.append(f"  {_(PASS) if ok else _(FAIL)}  {_case_name(name)}"
-                         + ("" if ok or not message else _(": {message}").format(message=message)))
+            lines.append(
+                f"  {_(PASS) if ok else _(FAIL)}  {_case_name(name)}"
+                + ("" if ok or not message else _(": {message}").format(message=message))
+            )
         if self.passed:
             lines.append(_("All good."))
         return "\n".join(lines)
@@ -83,7 +86,7 @@ def _case_name(name: str) -> str:
     """A case's name in the selected language (the checkers build their names with ``_()``; the property prefix
     is added by :func:`flashmath.exercises._cases.property_cases` and translated here)."""
     if name.startswith(PROPERTY_PREFIX):
-        return _("property: {what}").format(what=name[len(PROPERTY_PREFIX):])
+        return _("property: {what}").format(what=name[len(PROPERTY_PREFIX) :])
     return name
 
 
@@ -138,8 +141,11 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
         report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         extra = hint(exc) if hint is not None else None
-        report.add(name, False, _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
-                   + (f" ({extra})" if extra else ""))
+        report.add(
+            name,
+            False,
+            _("raised {error}: {text}").format(error=type(exc).__name__, text=exc) + (f" ({extra})" if extra else ""),
+        )
     return None, False
 
 
@@ -193,7 +199,8 @@ def error_note(actual, expected) -> str:
     if nan_moved.size:
         where = tuple(nan_moved[0])
         note = _("; got {got:.6g} at {at} where {expected:.6g} was expected").format(
-            got=actual[where], at=at(where), expected=expected[where])
+            got=actual[where], at=at(where), expected=expected[where]
+        )
     finite = np.isfinite(actual) & np.isfinite(expected)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite, np.abs(actual - expected), 0.0)
@@ -202,11 +209,14 @@ def error_note(actual, expected) -> str:
     where = np.unravel_index(np.argmax(diff), diff.shape)
     if actual.ndim:  # one number has no index to point at, and the message already shows both
         note += _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
-            diff=diff[where], at=at(where), expected=expected[where], got=actual[where])
+            diff=diff[where], at=at(where), expected=expected[where], got=actual[where]
+        )
     if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
         err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
-        note += _(": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
-                  "float64, such as float32 (about 1e-7 relative)? Compute in float64").format(err=err)
+        note += _(
+            ": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
+            "float64, such as float32 (about 1e-7 relative)? Compute in float64"
+        ).format(err=err)
     return note
 
 
@@ -220,8 +230,14 @@ def modified(before, after) -> bool:
     return not np.array_equal(np.asarray(before), np.asarray(after), equal_nan=True)
 
 
-INPUT_MODIFIED = Mistake(N_("the input modified in place"), N_("your function changed an array it was given (for "
-                         "example x -= x.max() or q /= ...); work on a copy: x = x - x.max()"))
+INPUT_MODIFIED = Mistake(
+    N_("the input modified in place"),
+    N_(
+        "your function changed an array it was given (for "
+        "example x -= x.max() or q /= ...); work on a copy: x = x - x.max()"
+    ),
+)
 # Named by error_note, whose hint says "... computed in a lower precision than float64 ...".
-LOWER_PRECISION = Mistake(N_("a lower precision"),
-                          N_("part of the computation ran in float32 or float16: compute in float64"))
+LOWER_PRECISION = Mistake(
+    N_("a lower precision"), N_("part of the computation ran in float32 or float16: compute in float64")
+)

@@ -26,14 +26,19 @@ def shape_hint(exc) -> str | None:
         vector = next((d for d in dims if len(d) == 1), None)
         matrix = next((d for d in dims if len(d) == 2), None)
         if vector and matrix and vector[0] == matrix[0] != matrix[1]:
-            return _("a per-row vector of shape {vector} meets a {matrix} array: numpy lines up the last axes, so "
-                     "give the vector a column axis, v[:, None] (shape ({rows}, 1)), to scale each row").format(
-                         vector=vector, matrix=matrix, rows=vector[0])
-        return (_("two arrays whose shapes do not line up: numpy matches shapes from the last axis; a per-row "
-                  "quantity (B_r,) needs [:, None] to act on a (B_r, Dv) array, and X is (B_r, B_c), V is (B_c, Dv)"))
+            return _(
+                "a per-row vector of shape {vector} meets a {matrix} array: numpy lines up the last axes, so "
+                "give the vector a column axis, v[:, None] (shape ({rows}, 1)), to scale each row"
+            ).format(vector=vector, matrix=matrix, rows=vector[0])
+        return _(
+            "two arrays whose shapes do not line up: numpy matches shapes from the last axis; a per-row "
+            "quantity (B_r,) needs [:, None] to act on a (B_r, Dv) array, and X is (B_r, B_c), V is (B_c, Dv)"
+        )
     if "matmul" in text or "shapes" in text and "not aligned" in text:
-        return (_("a matrix product whose inner sizes differ: X (B_r, B_c) @ V (B_c, Dv) and Q (N, D) @ K^T (D, M); "
-                  "check which array needs .T"))
+        return _(
+            "a matrix product whose inner sizes differ: X (B_r, B_c) @ V (B_c, Dv) and Q (N, D) @ K^T (D, M); "
+            "check which array needs .T"
+        )
     if "index" in text and "out of bounds" in text:
         return _("an index past the end of an axis: check which axis holds rows (queries) and which columns (keys)")
     return None
@@ -55,9 +60,15 @@ def _reshaped_equal(answer, wrong) -> bool:
 
 def shape_mistake(reference) -> Mistake:
     """The mistake of right numbers in a wrong shape, for a checker whose right answer is ``reference(*args)``."""
-    return Mistake(N_("an answer of the wrong shape"),
-                   N_("the numbers are right but an array has another shape: keep per-row quantities 1-D (B_r,) (no "
-                      "keepdims=True, or .ravel() them) and outputs (B_r, Dv)"), (reference,), compare=_reshaped_equal)
+    return Mistake(
+        N_("an answer of the wrong shape"),
+        N_(
+            "the numbers are right but an array has another shape: keep per-row quantities 1-D (B_r,) (no "
+            "keepdims=True, or .ravel() them) and outputs (B_r, Dv)"
+        ),
+        (reference,),
+        compare=_reshaped_equal,
+    )
 
 
 def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2), always: bool = False) -> None:
@@ -73,18 +84,28 @@ def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2), 
     except NotImplementedError:
         out, why = None, _("not implemented yet")
     except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
-        out, why = None, _("not checked: the function raised {error} (see the cases above)").format(
-            error=type(exc).__name__)
+        out, why = (
+            None,
+            _("not checked: the function raised {error} (see the cases above)").format(error=type(exc).__name__),
+        )
     else:
         why = _("not checked: the function returned nothing")
     if out is None:
         if always:
             report.add(name, False, why)
         return
-    changed = [i for i, (a, b) in enumerate(zip(args, copies, strict=False))
-               if i in which and isinstance(a, np.ndarray) and modified(a, b)]
-    report.add(name, not changed, "" if not changed else _("argument {k} was changed: {message}").format(
-        k=changed[0] + 1, message=INPUT_MODIFIED.message()))
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(args, copies, strict=False))
+        if i in which and isinstance(a, np.ndarray) and modified(a, b)
+    ]
+    report.add(
+        name,
+        not changed,
+        ""
+        if not changed
+        else _("argument {k} was changed: {message}").format(k=changed[0] + 1, message=INPUT_MODIFIED.message()),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -115,16 +136,30 @@ def tile_cases(rng, state: str = "(g, s, A')"):
     V = rng.standard_normal((4, 2))
     X = rng.standard_normal((3, 4))
     return [
-        (_("the first tile, from the empty state {state} = (-inf, 0, 0)").format(state=state),
-         (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V)),
+        (
+            _("the first tile, from the empty state {state} = (-inf, 0, 0)").format(state=state),
+            (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V),
+        ),
         (_("every row's max holds (old max 3)"), (np.full(3, 3.0), np.array([1.5, 2.0, 1.0]), a, X, V)),
         (_("the max jumps in some rows only"), (np.array([0.5, 3.0, -1.0]), np.array([1.5, 2.0, 1.0]), a, X, V)),
-        (_("rows with maxima far apart (a tile max of 1000 in row 1)"),
-         (np.array([0.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]), a, X + np.array([[0.0], [1000.0], [0.0]]), V)),
-        (_("a square tile (B_r = B_c = 4)"), (np.array([0.5, 3.0, -1.0, 0.0]), np.array([1.5, 2.0, 1.0, 1.0]),
-                                          rng.standard_normal((4, 2)), rng.standard_normal((4, 4)), V)),
-        (_("the first tile, every score negative (row maxima below 0)"),
-         (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X - 6.0, V)),
+        (
+            _("rows with maxima far apart (a tile max of 1000 in row 1)"),
+            (np.array([0.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]), a, X + np.array([[0.0], [1000.0], [0.0]]), V),
+        ),
+        (
+            _("a square tile (B_r = B_c = 4)"),
+            (
+                np.array([0.5, 3.0, -1.0, 0.0]),
+                np.array([1.5, 2.0, 1.0, 1.0]),
+                rng.standard_normal((4, 2)),
+                rng.standard_normal((4, 4)),
+                V,
+            ),
+        ),
+        (
+            _("the first tile, every score negative (row maxima below 0)"),
+            (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X - 6.0, V),
+        ),
     ]
 
 
@@ -144,19 +179,37 @@ def tile_properties(state: str = "(g, s, A')", masked: bool = False):
     pos_inf[0, 2] = np.inf
     nan[2, 1] = np.nan
     cases = [
-        (_("the empty input: a tile of no rows gives an empty {state}").format(state=state),
-         (np.zeros(0), np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4)), V)),
-        (_("one element: one row, one key, one value dimension"),
-         (np.array([-np.inf]), np.zeros(1), np.zeros((1, 1)), np.array([[0.7]]), np.array([[2.0]]))),
+        (
+            _("the empty input: a tile of no rows gives an empty {state}").format(state=state),
+            (np.zeros(0), np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4)), V),
+        ),
+        (
+            _("one element: one row, one key, one value dimension"),
+            (np.array([-np.inf]), np.zeros(1), np.zeros((1, 1)), np.array([[0.7]]), np.array([[2.0]])),
+        ),
         (_("+inf: a score of +inf makes its row NaN (inf - inf), not a clipped number"), (g, s, a, pos_inf, V)),
         (_("NaN propagates: a NaN score makes its row NaN (never silently 0)"), (g, s, a, nan, V)),
-        (_("integer input: integer scores, values, sums and outputs give floats out"),
-         (np.array([1.0, 2.0, 0.0]), np.array([2, 1, 3]), np.array([[1, 0], [2, 1], [0, 3]]),
-          np.array([[0, 3, 1, 2], [1, 1, 0, 4], [2, 0, 1, 1]]), np.array([[1, 0], [0, 2], [3, 1], [1, 1]]))),
-        (_("negative-only input: every score and max near -1000"),
-         (np.array([-1000.5, -998.0, -1003.0]), s, a, X - 1000.0, V)),
+        (
+            _("integer input: integer scores, values, sums and outputs give floats out"),
+            (
+                np.array([1.0, 2.0, 0.0]),
+                np.array([2, 1, 3]),
+                np.array([[1, 0], [2, 1], [0, 3]]),
+                np.array([[0, 3, 1, 2], [1, 1, 0, 4], [2, 0, 1, 1]]),
+                np.array([[1, 0], [0, 2], [3, 1], [1, 1]]),
+            ),
+        ),
+        (
+            _("negative-only input: every score and max near -1000"),
+            (np.array([-1000.5, -998.0, -1003.0]), s, a, X - 1000.0, V),
+        ),
     ]
     if masked:
-        cases.insert(2, (_("an all -inf row (kept keys scoring -inf): row 1 keeps its {state}").format(state=state),
-                         (g, s, a, inf_row, V)))
+        cases.insert(
+            2,
+            (
+                _("an all -inf row (kept keys scoring -inf): row 1 keeps its {state}").format(state=state),
+                (g, s, a, inf_row, V),
+            ),
+        )
     return property_cases(cases)

@@ -33,31 +33,54 @@ def _cosine(q_n, K):
 
 
 MISTAKES = (
-    Mistake(N_("no scale"),
-            N_("these are the raw dot products q_n . k_m: divide them by sqrt(D)"),
-            (lambda q, K: _scores(q, K, lambda D, M: 1.0),)),
-    Mistake(N_("divided by D"),
-            N_("the scores were divided by D, the width of q_n: divide by sqrt(D)"),
-            (lambda q, K: _scores(q, K, lambda D, M: 1 / D),)),
-    Mistake(N_("divided by sqrt(M)"),
-            N_("the scores were divided by the square root of the number of keys M (len(K)): divide by sqrt(D), D = "
-               "len(q_n) the width of q_n and of each key"),
-            (lambda q, K: _scores(q, K, lambda D, M: 1 / np.sqrt(M)),)),
-    Mistake(N_("D**1/2 (precedence)"),
-            N_("x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
-               "D**0.5, D**(1/2) or math.sqrt(D)"), (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),)),
-    Mistake(N_("math.isqrt (an integer square root)"),
-            N_("math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, not 5.657): use math.sqrt(D) or "
-               "np.sqrt(D)"), (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),)),
-    Mistake(N_("multiplied by sqrt(D)"),
-            N_("the scale went the wrong way: divide by sqrt(D)"),
-            (lambda q, K: _scores(q, K, lambda D, M: np.sqrt(D)),)),
-    Mistake(N_("the columns of K instead of its rows"),
-            N_("q_n @ K sums over the keys: K is (M, D) with one key per row, so x_m = K[m, :] . q_n, that is K @ q_n"),
-            (_columns,)),
-    Mistake(N_("a cosine similarity"),
-            N_("the dot products were divided by the lengths of q_n and k_m: attention divides only by sqrt(D)"),
-            (_cosine,)),
+    Mistake(
+        N_("no scale"),
+        N_("these are the raw dot products q_n . k_m: divide them by sqrt(D)"),
+        (lambda q, K: _scores(q, K, lambda D, M: 1.0),),
+    ),
+    Mistake(
+        N_("divided by D"),
+        N_("the scores were divided by D, the width of q_n: divide by sqrt(D)"),
+        (lambda q, K: _scores(q, K, lambda D, M: 1 / D),),
+    ),
+    Mistake(
+        N_("divided by sqrt(M)"),
+        N_(
+            "the scores were divided by the square root of the number of keys M (len(K)): divide by sqrt(D), D = "
+            "len(q_n) the width of q_n and of each key"
+        ),
+        (lambda q, K: _scores(q, K, lambda D, M: 1 / np.sqrt(M)),),
+    ),
+    Mistake(
+        N_("D**1/2 (precedence)"),
+        N_(
+            "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
+            "D**0.5, D**(1/2) or math.sqrt(D)"
+        ),
+        (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),),
+    ),
+    Mistake(
+        N_("math.isqrt (an integer square root)"),
+        N_(
+            "math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(32) = 5, not 5.657): use math.sqrt(D) or np.sqrt(D)"
+        ),
+        (lambda q, K: _scores(q, K, lambda D, M: 1 / math.isqrt(D)),),
+    ),
+    Mistake(
+        N_("multiplied by sqrt(D)"),
+        N_("the scale went the wrong way: divide by sqrt(D)"),
+        (lambda q, K: _scores(q, K, lambda D, M: np.sqrt(D)),),
+    ),
+    Mistake(
+        N_("the columns of K instead of its rows"),
+        N_("q_n @ K sums over the keys: K is (M, D) with one key per row, so x_m = K[m, :] . q_n, that is K @ q_n"),
+        (_columns,),
+    ),
+    Mistake(
+        N_("a cosine similarity"),
+        N_("the dot products were divided by the lengths of q_n and k_m: attention divides only by sqrt(D)"),
+        (_cosine,),
+    ),
     INPUT_MODIFIED,
     WRONG_SHAPE,
     LOWER_PRECISION,
@@ -79,17 +102,21 @@ def score_row_properties():
     q_inf[0] = np.inf
     masked = K.copy()
     masked[2] = -np.inf
-    return property_cases([
-        (_("the empty input (no keys, M = 0): no scores"), (q, np.zeros((0, 3)))),
-        (_("one element (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
-        (_("an all -inf key row"), (np.abs(q) + 1, masked)),
-        (_("+inf in the query"), (q_inf, np.abs(K) + 1)),
-        (_("NaN in a key propagates to its score"), (q, k_nan)),
-        (_("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)"),
-         (np.full(3, 300.0, np.float16), np.full((2, 3), 300.0, np.float16))),
-        (_("integer input (float scores out)"), (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
-        (_("negative-only input"), (-np.abs(q) - 1, -np.abs(K) - 1)),
-    ])
+    return property_cases(
+        [
+            (_("the empty input (no keys, M = 0): no scores"), (q, np.zeros((0, 3)))),
+            (_("one element (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
+            (_("an all -inf key row"), (np.abs(q) + 1, masked)),
+            (_("+inf in the query"), (q_inf, np.abs(K) + 1)),
+            (_("NaN in a key propagates to its score"), (q, k_nan)),
+            (
+                _("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)"),
+                (np.full(3, 300.0, np.float16), np.full((2, 3), 300.0, np.float16)),
+            ),
+            (_("integer input (float scores out)"), (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
+            (_("negative-only input"), (-np.abs(q) - 1, -np.abs(K) - 1)),
+        ]
+    )
 
 
 @exercise("0.1", MISTAKES, solution="score_row")
@@ -112,8 +139,20 @@ def check_score_row(fn) -> CheckReport:
         (_("D = 1 (the scale is 1)"), (np.array([2.0]), np.array([[1.0], [-3.0]]))),
         (_("a single key (M = 1)"), (rng.normal(size=5), rng.normal(size=(1, 5)))),
         (_("as many keys as dimensions (M = D = 4)"), (rng.normal(size=4), rng.normal(size=(4, 4)))),
-        (_("a real head (D = 32, M = 46)"), (heads.q[layer, head, n].astype(np.float64),
-                                           heads.k[layer, head].astype(np.float64))),
+        (
+            _("a real head (D = 32, M = 46)"),
+            (heads.q[layer, head, n].astype(np.float64), heads.k[layer, head].astype(np.float64)),
+        ),
     ]
-    return check_function("check_score_row", fn, cases, _right, MISTAKES, n_out=1, names=("x",),
-                           not_answer=WRONG_SHAPE, hint=_hint, properties=score_row_properties())
+    return check_function(
+        "check_score_row",
+        fn,
+        cases,
+        _right,
+        MISTAKES,
+        n_out=1,
+        names=("x",),
+        not_answer=WRONG_SHAPE,
+        hint=_hint,
+        properties=score_row_properties(),
+    )

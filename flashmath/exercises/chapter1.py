@@ -81,58 +81,92 @@ def _uniform_when_masked(x):
 def _inf_row_zeros(x):
     x = np.asarray(x)
     g = np.max(x.astype(compute_dtype(x.dtype))) if x.size else 0.0
-    return np.zeros_like(x, dtype=np.result_type(x.dtype, np.float64) if x.dtype.kind in "iub" else x.dtype) \
-        if not np.isfinite(g) else safe_softmax(x)
+    return (
+        np.zeros_like(x, dtype=np.result_type(x.dtype, np.float64) if x.dtype.kind in "iub" else x.dtype)
+        if not np.isfinite(g)
+        else safe_softmax(x)
+    )
 
 
 def _max_from_zero(x):
     return _softmax_like(x, lambda w: np.maximum(0, np.max(w)))
 
 
-NOT_SUBTRACTED = Mistake(N_("the max not subtracted"),
-                         N_("exp(x) overflows to inf for large x (above 11.09 in float16, 88.72 in float32, 709.78 in "
-                            "float64), or their sum does, and inf / inf is NaN, finite / inf is 0. Subtract the max "
-                            "first: exp(x - max(x)) / sum(exp(x - max(x)))"),
-                         (lambda x: _softmax_like(x, lambda w: 0, in_dtype=True),
-                          lambda x: _softmax_like(x, lambda w: 0)))
+NOT_SUBTRACTED = Mistake(
+    N_("the max not subtracted"),
+    N_(
+        "exp(x) overflows to inf for large x (above 11.09 in float16, 88.72 in float32, 709.78 in "
+        "float64), or their sum does, and inf / inf is NaN, finite / inf is 0. Subtract the max "
+        "first: exp(x - max(x)) / sum(exp(x - max(x)))"
+    ),
+    (lambda x: _softmax_like(x, lambda w: 0, in_dtype=True), lambda x: _softmax_like(x, lambda w: 0)),
+)
 
 MISTAKES = (
     NOT_SUBTRACTED,
-    Mistake(N_("the max started at 0"),
-            N_("a running max that starts at 0 is never below 0, so for a vector of very negative values every exp(x "
-               "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x)"),
-            (_max_from_zero, _guarded(_max_from_zero))),
-    Mistake(N_("the sum started at 1"),
-            N_("the denominator is sum_j exp(x_j - g) and nothing more: start the sum at 0"),
-            (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / (1 + np.sum(e))),)),
-    Mistake(N_("a wrong base (2 or 10) instead of e"),
-            N_("softmax uses the natural exponential: np.exp or math.exp, not 2 ** x or 10 ** x"),
-            (lambda x: _softmax_like(x, _max, exp=np.exp2), lambda x: _softmax_like(x, _max, exp=lambda t: 10.0 ** t))),
-    Mistake(N_("divided twice"),
-            N_("each exp(x_i - g) is divided by the sum once: y_i = exp(x_i - g) / s"),
-            (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / np.sum(e) / np.sum(e)),)),
-    Mistake(N_("exp missing"),
-            N_("the values were normalised without exponentiating: y_i = exp(x_i - g) / sum_j exp(x_j - g)"),
-            (lambda x: _softmax_like(x, _max, exp=lambda t: t),
-                                   lambda x: _softmax_like(x, lambda w: 0, exp=lambda t: t))),
-    Mistake(N_("log-probabilities returned"),
-            N_("x - g - log(s) is the log-softmax: return exp(x - g) / s"),
-            (lambda x: _softmax_like(x, _max, finish=lambda e, w: w - np.max(w) - np.log(np.sum(e))),)),
-    Mistake(N_("the min subtracted instead of the max"),
-            N_("subtracting the min makes the exponents >= 0, so exp still overflows; subtract the max: every "
-               "exponent is then <= 0"), (lambda x: _softmax_like(x, np.min),)),
-    Mistake(N_("NaN or +inf turned into zeros"),
-            N_("a NaN in the input means something went wrong upstream, and a row holding +inf gives NaN (inf - inf): "
-               "let both through (NaN out) instead of np.nan_to_num or a guard such as `if not np.isfinite(g): return "
-               "zeros`. Only a max of -inf (a fully masked row) gives zeros: test g == -np.inf"),
-            (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros)),
-    Mistake(N_("-inf - (-inf) on a fully masked row"),
-            N_("when every entry is -inf the max is -inf and x - max is -inf - (-inf) = NaN. The course's convention "
-               "for a fully masked row is all zeros: test for a max of -inf and return zeros"),
-            (lambda x: _softmax_like(x, _max),)),
-    Mistake(N_("a fully masked row made uniform"),
-            N_("a row with no key to attend to gets zeros in this course (it attends to nothing), not 1/N everywhere"),
-            (_uniform_when_masked,)),
+    Mistake(
+        N_("the max started at 0"),
+        N_(
+            "a running max that starts at 0 is never below 0, so for a vector of very negative values every exp(x "
+            "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x)"
+        ),
+        (_max_from_zero, _guarded(_max_from_zero)),
+    ),
+    Mistake(
+        N_("the sum started at 1"),
+        N_("the denominator is sum_j exp(x_j - g) and nothing more: start the sum at 0"),
+        (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / (1 + np.sum(e))),),
+    ),
+    Mistake(
+        N_("a wrong base (2 or 10) instead of e"),
+        N_("softmax uses the natural exponential: np.exp or math.exp, not 2 ** x or 10 ** x"),
+        (lambda x: _softmax_like(x, _max, exp=np.exp2), lambda x: _softmax_like(x, _max, exp=lambda t: 10.0**t)),
+    ),
+    Mistake(
+        N_("divided twice"),
+        N_("each exp(x_i - g) is divided by the sum once: y_i = exp(x_i - g) / s"),
+        (lambda x: _softmax_like(x, _max, finish=lambda e, w: e / np.sum(e) / np.sum(e)),),
+    ),
+    Mistake(
+        N_("exp missing"),
+        N_("the values were normalised without exponentiating: y_i = exp(x_i - g) / sum_j exp(x_j - g)"),
+        (lambda x: _softmax_like(x, _max, exp=lambda t: t), lambda x: _softmax_like(x, lambda w: 0, exp=lambda t: t)),
+    ),
+    Mistake(
+        N_("log-probabilities returned"),
+        N_("x - g - log(s) is the log-softmax: return exp(x - g) / s"),
+        (lambda x: _softmax_like(x, _max, finish=lambda e, w: w - np.max(w) - np.log(np.sum(e))),),
+    ),
+    Mistake(
+        N_("the min subtracted instead of the max"),
+        N_(
+            "subtracting the min makes the exponents >= 0, so exp still overflows; subtract the max: every "
+            "exponent is then <= 0"
+        ),
+        (lambda x: _softmax_like(x, np.min),),
+    ),
+    Mistake(
+        N_("NaN or +inf turned into zeros"),
+        N_(
+            "a NaN in the input means something went wrong upstream, and a row holding +inf gives NaN (inf - inf): "
+            "let both through (NaN out) instead of np.nan_to_num or a guard such as `if not np.isfinite(g): return "
+            "zeros`. Only a max of -inf (a fully masked row) gives zeros: test g == -np.inf"
+        ),
+        (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros),
+    ),
+    Mistake(
+        N_("-inf - (-inf) on a fully masked row"),
+        N_(
+            "when every entry is -inf the max is -inf and x - max is -inf - (-inf) = NaN. The course's convention "
+            "for a fully masked row is all zeros: test for a max of -inf and return zeros"
+        ),
+        (lambda x: _softmax_like(x, _max),),
+    ),
+    Mistake(
+        N_("a fully masked row made uniform"),
+        N_("a row with no key to attend to gets zeros in this course (it attends to nothing), not 1/N everywhere"),
+        (_uniform_when_masked,),
+    ),
     INPUT_MODIFIED,
     DTYPE_OUT,
     INTEGER_OUT,
@@ -181,6 +215,18 @@ def check_safe_softmax(fn) -> CheckReport:
     """
     cases = [(name, (x,)) for name, x in softmax_cases()]
     properties = property_cases([(name, (x,)) for name, x in softmax_properties()])
-    return check_function("check_safe_softmax", fn, cases, safe_softmax, MISTAKES, n_out=1, names=("y",),
-                          not_answer=WRONG_SHAPE, properties=properties, compare=same_probs, convert=_as_array,
-                          describe=_describe, hint=_hint)
+    return check_function(
+        "check_safe_softmax",
+        fn,
+        cases,
+        safe_softmax,
+        MISTAKES,
+        n_out=1,
+        names=("y",),
+        not_answer=WRONG_SHAPE,
+        properties=properties,
+        compare=same_probs,
+        convert=_as_array,
+        describe=_describe,
+        hint=_hint,
+    )

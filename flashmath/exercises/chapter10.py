@@ -26,13 +26,16 @@ def _merge_model(a_of, lse_of=None):
         a1, lse1, a2, lse2 = (np.asarray(t, dtype=np.float64) for t in (a1, lse1, a2, lse2))
         lse = np.logaddexp(lse1, lse2) if lse_of is None else lse_of(lse1, lse2)
         return a_of(a1, lse1, a2, lse2, lse), lse
+
     return model
 
 
 def _wrong_lse(lse_of):
     """The models of a wrong merged logsumexp: used for the weights too, or only returned (the output right)."""
-    return (_merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l1, a2, l2, L), lse_of=lse_of),
-            _merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l1, a2, l2, np.logaddexp(l1, l2)), lse_of=lse_of))
+    return (
+        _merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l1, a2, l2, L), lse_of=lse_of),
+        _merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l1, a2, l2, np.logaddexp(l1, l2)), lse_of=lse_of),
+    )
 
 
 def _weights(l1, l2, lse):
@@ -40,59 +43,119 @@ def _weights(l1, l2, lse):
 
 
 MERGE_STATES_MISTAKES = (
-    Mistake(N_("merged without rescaling"),
-            N_("each part is weighted by its share of the sum, e^{L_p - L}; the plain average of the outputs ignores "
-               "how much weight each range holds"),
-            (_merge_model(lambda a1, l1, a2, l2, L: (a1 + a2) / 2), _merge_model(lambda a1, l1, a2, l2, L: a1 + a2))),
-    Mistake(N_("the logsumexp as the max of the two"),
-            N_("the sums add: L = log(e^{L_1} + e^{L_2}) (np.logaddexp), which is more than the larger one"),
-            _wrong_lse(np.maximum)),
-    Mistake(N_("the logsumexps added"),
-            N_("L_1 + L_2 is the log of a product; the sums add: L = np.logaddexp(L_1, L_2)"),
-            _wrong_lse(lambda l1, l2: l1 + l2)),
-    Mistake(N_("a base-2 logsumexp"), N_("natural logarithms throughout: np.logaddexp, not np.logaddexp2"),
-            _wrong_lse(np.logaddexp2)),
-    Mistake(N_("e^{L_p} without a common reference"),
-            N_("e^{L} overflows for large logsumexps: weight the parts by e^{L_p - L}, which is at most 1"),
-            (_merge_model(
-                lambda a1, l1, a2, l2, L: (np.exp(l1)[..., None] * a1 + np.exp(l2)[..., None] * a2)
-                / (np.exp(l1) + np.exp(l2))[..., None]),)),
-    Mistake(N_("an empty part's output read (0 * NaN)"),
-            N_("a part with L = -inf has no keys and contributes nothing, whatever its output holds (NaN or inf: 0 * "
-               "inf is NaN too): select it away with np.where instead of multiplying by its weight 0"),
-            (_merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1 + _weights(l1, l2, L)[1] * a2),
-             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1
-                          + np.where(l2[..., None] == -np.inf, 0, _weights(l1, l2, L)[1] * a2)),
-             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a2
-                          + np.where(l1[..., None] == -np.inf, 0, _weights(l1, l2, L)[0] * a1)))),
-    Mistake(N_("both parts empty: -inf - (-inf)"),
-            N_("when both parts are empty L = -inf and e^{L_p - L} = e^{-inf + inf} is NaN: the merged row has no "
-               "key, so A = 0 and L = -inf (measure against 0 where L is -inf)"),
-            (_merge_model(lambda a1, l1, a2, l2, L: np.where(
-                np.expand_dims(np.isneginf(L), -1), np.nan, _mix(a1, l1, a2, l2, L))),)),
-    Mistake(N_("the weights swapped"),
-            N_("part p is weighted by its own share e^{L_p - L}: a1 by e^{L_1 - L}, a2 by e^{L_2 - L}"),
-            (_merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l2, a2, l1, L)),
-             _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a1
-                          + _weights(l1, l2, L)[0] * a2))),
-    Mistake(N_("the weights inverted (e^{L - L_p})"),
-            N_("a part's share of the sum is e^{L_p} / e^{L} = e^{L_p - L} <= 1, not its inverse"),
-            (_merge_model(lambda a1, l1, a2, l2, L: np.exp(L - l1)[..., None] * a1
-                          + np.exp(L - l2)[..., None] * a2),
-             _merge_model(lambda a1, l1, a2, l2, L: (np.exp(L - l1)[..., None] * a1
-                          + np.exp(L - l2)[..., None] * a2)
-                          / (np.exp(L - l1) + np.exp(L - l2))[..., None]))),
-    Mistake(N_("a base-2 merge"),
-            N_("the logsumexps are natural logarithms: weight by np.exp(L_p - L), not 2 ** (L_p - L)"),
-            (_merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2,
-                          lse_of=np.logaddexp2),
-             _merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2),
-             _merge_model(lambda a1, l1, a2, l2, L: np.where(
-                 np.expand_dims(np.isneginf(l1), -1), 0, np.exp2(l1 - L)[..., None] * a1) + np.where(
-                 np.expand_dims(np.isneginf(l2), -1), 0, np.exp2(l2 - L)[..., None] * a2), lse_of=np.logaddexp2))),
-    Mistake(N_("the logsumexp without the shift"),
-            N_("log(e^{L_1} + e^{L_2}) overflows once L > 709: use np.logaddexp(L_1, L_2), which subtracts the larger "
-               "first"), _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2)))),
+    Mistake(
+        N_("merged without rescaling"),
+        N_(
+            "each part is weighted by its share of the sum, e^{L_p - L}; the plain average of the outputs ignores "
+            "how much weight each range holds"
+        ),
+        (_merge_model(lambda a1, l1, a2, l2, L: (a1 + a2) / 2), _merge_model(lambda a1, l1, a2, l2, L: a1 + a2)),
+    ),
+    Mistake(
+        N_("the logsumexp as the max of the two"),
+        N_("the sums add: L = log(e^{L_1} + e^{L_2}) (np.logaddexp), which is more than the larger one"),
+        _wrong_lse(np.maximum),
+    ),
+    Mistake(
+        N_("the logsumexps added"),
+        N_("L_1 + L_2 is the log of a product; the sums add: L = np.logaddexp(L_1, L_2)"),
+        _wrong_lse(lambda l1, l2: l1 + l2),
+    ),
+    Mistake(
+        N_("a base-2 logsumexp"),
+        N_("natural logarithms throughout: np.logaddexp, not np.logaddexp2"),
+        _wrong_lse(np.logaddexp2),
+    ),
+    Mistake(
+        N_("e^{L_p} without a common reference"),
+        N_("e^{L} overflows for large logsumexps: weight the parts by e^{L_p - L}, which is at most 1"),
+        (
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    (np.exp(l1)[..., None] * a1 + np.exp(l2)[..., None] * a2) / (np.exp(l1) + np.exp(l2))[..., None]
+                )
+            ),
+        ),
+    ),
+    Mistake(
+        N_("an empty part's output read (0 * NaN)"),
+        N_(
+            "a part with L = -inf has no keys and contributes nothing, whatever its output holds (NaN or inf: 0 * "
+            "inf is NaN too): select it away with np.where instead of multiplying by its weight 0"
+        ),
+        (
+            _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1 + _weights(l1, l2, L)[1] * a2),
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    _weights(l1, l2, L)[0] * a1 + np.where(l2[..., None] == -np.inf, 0, _weights(l1, l2, L)[1] * a2)
+                )
+            ),
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    _weights(l1, l2, L)[1] * a2 + np.where(l1[..., None] == -np.inf, 0, _weights(l1, l2, L)[0] * a1)
+                )
+            ),
+        ),
+    ),
+    Mistake(
+        N_("both parts empty: -inf - (-inf)"),
+        N_(
+            "when both parts are empty L = -inf and e^{L_p - L} = e^{-inf + inf} is NaN: the merged row has no "
+            "key, so A = 0 and L = -inf (measure against 0 where L is -inf)"
+        ),
+        (
+            _merge_model(
+                lambda a1, l1, a2, l2, L: np.where(np.expand_dims(np.isneginf(L), -1), np.nan, _mix(a1, l1, a2, l2, L))
+            ),
+        ),
+    ),
+    Mistake(
+        N_("the weights swapped"),
+        N_("part p is weighted by its own share e^{L_p - L}: a1 by e^{L_1 - L}, a2 by e^{L_2 - L}"),
+        (
+            _merge_model(lambda a1, l1, a2, l2, L: _mix(a1, l2, a2, l1, L)),
+            _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[1] * a1 + _weights(l1, l2, L)[0] * a2),
+        ),
+    ),
+    Mistake(
+        N_("the weights inverted (e^{L - L_p})"),
+        N_("a part's share of the sum is e^{L_p} / e^{L} = e^{L_p - L} <= 1, not its inverse"),
+        (
+            _merge_model(lambda a1, l1, a2, l2, L: np.exp(L - l1)[..., None] * a1 + np.exp(L - l2)[..., None] * a2),
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    (np.exp(L - l1)[..., None] * a1 + np.exp(L - l2)[..., None] * a2)
+                    / (np.exp(L - l1) + np.exp(L - l2))[..., None]
+                )
+            ),
+        ),
+    ),
+    Mistake(
+        N_("a base-2 merge"),
+        N_("the logsumexps are natural logarithms: weight by np.exp(L_p - L), not 2 ** (L_p - L)"),
+        (
+            _merge_model(
+                lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2,
+                lse_of=np.logaddexp2,
+            ),
+            _merge_model(lambda a1, l1, a2, l2, L: np.exp2(l1 - L)[..., None] * a1 + np.exp2(l2 - L)[..., None] * a2),
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    np.where(np.expand_dims(np.isneginf(l1), -1), 0, np.exp2(l1 - L)[..., None] * a1)
+                    + np.where(np.expand_dims(np.isneginf(l2), -1), 0, np.exp2(l2 - L)[..., None] * a2)
+                ),
+                lse_of=np.logaddexp2,
+            ),
+        ),
+    ),
+    Mistake(
+        N_("the logsumexp without the shift"),
+        N_(
+            "log(e^{L_1} + e^{L_2}) overflows once L > 709: use np.logaddexp(L_1, L_2), which subtracts the larger "
+            "first"
+        ),
+        _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
+    ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _merge_reference(*args)),
     Mistake(N_("not a pair"), N_("return (A, lse)"), ()),
@@ -123,35 +186,70 @@ def check_merge_states(fn) -> CheckReport:
     a1, a2 = np.array([[1.0, -2.0], [0.5, 0.5]]), np.array([[3.0, 1.0], [-1.0, 2.0]])
     cases = [
         (_("two key ranges of two rows"), (a1, np.array([0.3, 1.2]), a2, np.array([1.0, -0.5]))),
-        (_("ranges of very different weight (L = 5 and L = -2)"),
-         (a1, np.array([5.0, -2.0]), a2, np.array([-2.0, 5.0]))),
-        (_("large logsumexps (L = 1000 and 999: e^L overflows)"), (a1, np.array([1000.0, 999.0]), a2,
-                                                                np.array([999.0, 1000.0]))),
-        (_("an empty range (L = -inf) whose output holds NaN"), (a1, np.array([0.3, 1.2]), np.full((2, 2), np.nan),
-                                                             np.array([-np.inf, -np.inf]))),
-        (_("the first range empty, its output +inf"), (np.full((2, 2), np.inf), np.array([-np.inf, -np.inf]), a2,
-                                                    np.array([0.3, 1.2]))),
-        (_("both ranges empty (row 0), then one (row 1)"), (np.full((2, 2), np.nan), np.array([-np.inf, -np.inf]), a2,
-                                                        np.array([-np.inf, 0.7]))),
+        (
+            _("ranges of very different weight (L = 5 and L = -2)"),
+            (a1, np.array([5.0, -2.0]), a2, np.array([-2.0, 5.0])),
+        ),
+        (
+            _("large logsumexps (L = 1000 and 999: e^L overflows)"),
+            (a1, np.array([1000.0, 999.0]), a2, np.array([999.0, 1000.0])),
+        ),
+        (
+            _("an empty range (L = -inf) whose output holds NaN"),
+            (a1, np.array([0.3, 1.2]), np.full((2, 2), np.nan), np.array([-np.inf, -np.inf])),
+        ),
+        (
+            _("the first range empty, its output +inf"),
+            (np.full((2, 2), np.inf), np.array([-np.inf, -np.inf]), a2, np.array([0.3, 1.2])),
+        ),
+        (
+            _("both ranges empty (row 0), then one (row 1)"),
+            (np.full((2, 2), np.nan), np.array([-np.inf, -np.inf]), a2, np.array([-np.inf, 0.7])),
+        ),
     ]
-    properties = property_cases([
-        (_("the empty input: no rows give an empty A and lse"),
-         (np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), np.zeros(0))),
-        (_("one element: one row, one value dimension"), (np.array([[2.0]]), np.array([0.5]), np.array([[-1.0]]),
-                                                       np.array([1.5]))),
-        (_("an all -inf row: both ranges empty in every row (A = 0, lse = -inf)"),
-         (np.zeros((2, 2)), np.full(2, -np.inf), np.zeros((2, 2)), np.full(2, -np.inf))),
-        (_("+inf: an output holding +inf in a range that counts stays +inf"),
-         (np.array([[np.inf, 1.0], [0.5, 0.5]]), np.array([0.3, 1.2]), a2, np.array([1.0, -0.5]))),
-        (_("NaN propagates: a NaN logsumexp gives NaN (never silently 0)"),
-         (a1, np.array([np.nan, 1.2]), a2, np.array([1.0, -0.5]))),
-        (_("integer input: integer outputs and logsumexps give floats out"),
-         (np.array([[1, -2], [0, 3]]), np.array([1, 2]), np.array([[3, 1], [-1, 2]]), np.array([2, 0]))),
-        (_("negative-only input: logsumexps near -1000 (e^L underflows to 0)"),
-         (a1, np.array([-1000.0, -1001.0]), a2, np.array([-1001.0, -1000.0]))),
-    ])
-    report = check_function("check_merge_states", fn, cases, merge_states, MERGE_STATES_MISTAKES, n_out=2,
-                            names=("A", "lse"), not_answer=MERGE_STATES_MISTAKES[-1], hint=shape_hint,
-                            properties=properties)
+    properties = property_cases(
+        [
+            (
+                _("the empty input: no rows give an empty A and lse"),
+                (np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), np.zeros(0)),
+            ),
+            (
+                _("one element: one row, one value dimension"),
+                (np.array([[2.0]]), np.array([0.5]), np.array([[-1.0]]), np.array([1.5])),
+            ),
+            (
+                _("an all -inf row: both ranges empty in every row (A = 0, lse = -inf)"),
+                (np.zeros((2, 2)), np.full(2, -np.inf), np.zeros((2, 2)), np.full(2, -np.inf)),
+            ),
+            (
+                _("+inf: an output holding +inf in a range that counts stays +inf"),
+                (np.array([[np.inf, 1.0], [0.5, 0.5]]), np.array([0.3, 1.2]), a2, np.array([1.0, -0.5])),
+            ),
+            (
+                _("NaN propagates: a NaN logsumexp gives NaN (never silently 0)"),
+                (a1, np.array([np.nan, 1.2]), a2, np.array([1.0, -0.5])),
+            ),
+            (
+                _("integer input: integer outputs and logsumexps give floats out"),
+                (np.array([[1, -2], [0, 3]]), np.array([1, 2]), np.array([[3, 1], [-1, 2]]), np.array([2, 0])),
+            ),
+            (
+                _("negative-only input: logsumexps near -1000 (e^L underflows to 0)"),
+                (a1, np.array([-1000.0, -1001.0]), a2, np.array([-1001.0, -1000.0])),
+            ),
+        ]
+    )
+    report = check_function(
+        "check_merge_states",
+        fn,
+        cases,
+        merge_states,
+        MERGE_STATES_MISTAKES,
+        n_out=2,
+        names=("A", "lse"),
+        not_answer=MERGE_STATES_MISTAKES[-1],
+        hint=shape_hint,
+        properties=properties,
+    )
     inputs_unchanged(report, fn, _("the two states given are left unchanged"), cases[0][1], which=(0, 1, 2, 3))
     return report

@@ -56,12 +56,14 @@ def _lse(x: np.ndarray) -> np.ndarray:
 
 def _padded_with_zeros(block: int):
     """A kernel whose masked loads fill the columns past the end with 0 (``other=0.0``) instead of ``-inf``."""
+
     def model(x):
         cols = x.shape[1]
         if cols % block == 0:
             return None  # no padding: the mistake makes no difference here
         pad = np.zeros((x.shape[0], block - cols % block), np.float32)
         return _lse(np.concatenate([x, pad], axis=1))
+
     return model
 
 
@@ -74,11 +76,12 @@ def _blockwise(block: int, *, rescale: bool = True, g0: float = -np.inf, base2: 
         g = np.full(x.shape[0], g0, np.float32)
         s = np.zeros(x.shape[0], np.float32)
         for c0 in range(0, x.shape[1], block):
-            blk = x[:, c0:c0 + block]
+            blk = x[:, c0 : c0 + block]
             g_new = np.maximum(g, blk.max(axis=1))
             s = (s * exp(g - g_new) if rescale else s) + exp(blk - g_new[:, None]).sum(axis=1)
             g = g_new
         return g + log(s)
+
     return model
 
 
@@ -96,7 +99,7 @@ def _stride_ignored(x, wide=None):
     (``x.stride(0)``): on a slice of a wider array it reads the first ``R * C`` numbers of the storage."""
     if wide is None:
         return None
-    return _lse(np.asarray(wide, np.float32).ravel()[:x.size].reshape(x.shape))
+    return _lse(np.asarray(wide, np.float32).ravel()[: x.size].reshape(x.shape))
 
 
 def _plus_inf_empty(x):
@@ -105,31 +108,63 @@ def _plus_inf_empty(x):
 
 
 ROW_LSE_MISTAKES = (
-    Mistake(N_("the padding read as 0"),
-            N_("the columns past the end of the row were loaded with other=0.0, so each adds exp(0 - g) to the sum; "
-               "load them with other=float('-inf') (weight exp(-inf) = 0)"),
-            tuple(_padded_with_zeros(b) for b in BLOCKS)),
-    Mistake(N_("the max not subtracted"),
-            N_("exp(x) overflows float32 once x > 88.7: keep a running max g and sum exp(x - g), every exponent <= 0"),
-            (_no_max,)),
-    Mistake(N_("the rescale of s missing"),
-            N_("when a block raises the running max, the old sum is relative to the old max: s = s * exp(g - g_new) + "
-               "sum(exp(x - g_new))"), tuple(_blockwise(b, rescale=False) for b in BLOCKS)),
-    Mistake(N_("the running max started at 0"),
-            N_("start g at -inf (tl.full([...], float('-inf'), tl.float32) or the first block's max): with g = 0, a "
-               "row of -1000s gives exp(-1000) = 0 and log(0) = -inf"), tuple(_blockwise(b, g0=0.0) for b in BLOCKS)),
-    Mistake(N_("g left out of the result"), N_("the logsumexp is g + log(s): s is relative to the max g"),
-            (_without_g,)),
-    Mistake(N_("base 2 instead of e"),
-            N_("tl.exp2 and tl.log2 need the scores multiplied by log2(e) and the result divided by it; use tl.exp "
-               "and tl.log"), tuple(_blockwise(b, base2=True) for b in BLOCKS)),
-    Mistake(N_("the row stride ignored"),
-            N_("a tensor that is a slice or a transpose of another is not contiguous: row r starts at x_ptr + r * "
-               "x.stride(0), not r * n_cols. Pass x.stride(0) (and x.stride(1)) to the kernel, or call x = "
-               "x.contiguous() first"), (_stride_ignored,)),
-    Mistake(N_("FlashAttention-2's +inf convention"),
-            N_("FlashAttention-2's kernels store +inf for a row with no key (so that exp(x - L) = 0 in their "
-               "backward); this exercise, like the course, wants -inf, the log of an empty sum"), (_plus_inf_empty,)),
+    Mistake(
+        N_("the padding read as 0"),
+        N_(
+            "the columns past the end of the row were loaded with other=0.0, so each adds exp(0 - g) to the sum; "
+            "load them with other=float('-inf') (weight exp(-inf) = 0)"
+        ),
+        tuple(_padded_with_zeros(b) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("the max not subtracted"),
+        N_("exp(x) overflows float32 once x > 88.7: keep a running max g and sum exp(x - g), every exponent <= 0"),
+        (_no_max,),
+    ),
+    Mistake(
+        N_("the rescale of s missing"),
+        N_(
+            "when a block raises the running max, the old sum is relative to the old max: s = s * exp(g - g_new) + "
+            "sum(exp(x - g_new))"
+        ),
+        tuple(_blockwise(b, rescale=False) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("the running max started at 0"),
+        N_(
+            "start g at -inf (tl.full([...], float('-inf'), tl.float32) or the first block's max): with g = 0, a "
+            "row of -1000s gives exp(-1000) = 0 and log(0) = -inf"
+        ),
+        tuple(_blockwise(b, g0=0.0) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("g left out of the result"), N_("the logsumexp is g + log(s): s is relative to the max g"), (_without_g,)
+    ),
+    Mistake(
+        N_("base 2 instead of e"),
+        N_(
+            "tl.exp2 and tl.log2 need the scores multiplied by log2(e) and the result divided by it; use tl.exp "
+            "and tl.log"
+        ),
+        tuple(_blockwise(b, base2=True) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("the row stride ignored"),
+        N_(
+            "a tensor that is a slice or a transpose of another is not contiguous: row r starts at x_ptr + r * "
+            "x.stride(0), not r * n_cols. Pass x.stride(0) (and x.stride(1)) to the kernel, or call x = "
+            "x.contiguous() first"
+        ),
+        (_stride_ignored,),
+    ),
+    Mistake(
+        N_("FlashAttention-2's +inf convention"),
+        N_(
+            "FlashAttention-2's kernels store +inf for a row with no key (so that exp(x - L) = 0 in their "
+            "backward); this exercise, like the course, wants -inf, the log of an empty sum"
+        ),
+        (_plus_inf_empty,),
+    ),
 )
 
 
@@ -137,12 +172,16 @@ def _kernel_hint(exc) -> str | None:
     """What a stride or shape error raised by the learner's wrapper probably means."""
     text = str(exc)
     if "stride" in text or "contiguous" in text:
-        return (_("the input is a non-contiguous view (a slice of a wider tensor): .view() needs contiguous memory; "
-                  "use x.stride(0) in the kernel, or x.contiguous()"))
+        return _(
+            "the input is a non-contiguous view (a slice of a wider tensor): .view() needs contiguous memory; "
+            "use x.stride(0) in the kernel, or x.contiguous()"
+        )
     if "shape" in text or "broadcast" in text:
-        return (_("two blocks of different shapes met: g, s and the stored logsumexp hold one value per row (shape "
-                  "[1]), x holds BLOCK values; reduce the block before combining it with them, tl.max(x, 0) and "
-                  "tl.sum(..., 0) (tl.maximum(g, x) alone keeps BLOCK values)"))
+        return _(
+            "two blocks of different shapes met: g, s and the stored logsumexp hold one value per row (shape "
+            "[1]), x holds BLOCK values; reduce the block before combining it with them, tl.max(x, 0) and "
+            "tl.sum(..., 0) (tl.maximum(g, x) alone keeps BLOCK values)"
+        )
     return None
 
 
@@ -161,8 +200,10 @@ def _row_lse_cases():
         (_("rows of -1000 (a running max started at 0 underflows)"), -1000.0 + rng.standard_normal((2, 64))),
         (_("-inf entries (masked), and a fully masked row: its logsumexp is -inf, not NaN"), masked),
         (_("one column"), rng.standard_normal((4, 1))),
-        (_("a slice of a wider tensor (x[:, :40] of a (3, 64) tensor: row stride 64, not 40)"),
-         rng.standard_normal((3, 64))),  # the last case: the strided one (check_row_lse)
+        (
+            _("a slice of a wider tensor (x[:, :40] of a (3, 64) tensor: row stride 64, not 40)"),
+            rng.standard_normal((3, 64)),
+        ),  # the last case: the strided one (check_row_lse)
     ]
 
 
@@ -177,11 +218,13 @@ def _row_lse_properties():
     rng = np.random.default_rng(111)
     with_nan = rng.standard_normal((3, 45))
     with_nan[1, 7] = np.nan
-    return property_cases([
-        (_("the empty input: no rows (a (0, 5) tensor) give an empty result"), (np.zeros((0, 5), np.float32),)),
-        (_("one element: a (1, 1) tensor"), (np.array([[0.75]], np.float32),)),
-        (_("NaN propagates: a row holding NaN gives NaN (never -inf or a number)"), (with_nan.astype(np.float32),)),
-    ])
+    return property_cases(
+        [
+            (_("the empty input: no rows (a (0, 5) tensor) give an empty result"), (np.zeros((0, 5), np.float32),)),
+            (_("one element: a (1, 1) tensor"), (np.array([[0.75]], np.float32),)),
+            (_("NaN propagates: a row holding NaN gives NaN (never -inf or a number)"), (with_nan.astype(np.float32),)),
+        ]
+    )
 
 
 class _RowLseDiagnosis:
@@ -198,9 +241,13 @@ class _RowLseDiagnosis:
         except Exception:
             nan_on_empty = False
         if nan_on_empty:
-            return Said(_("a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
-                          "subtract 0 while g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return "
-                          "-inf for s = 0"))
+            return Said(
+                _(
+                    "a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
+                    "subtract 0 while g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return "
+                    "-inf for s = 0"
+                )
+            )
         return self.catalogue.for_case(i)
 
 
@@ -223,8 +270,11 @@ def check_row_lse(fn) -> CheckReport:
         from flashmath.triton_setup import INSTALL_HINT  # here: importing it tries to import torch
 
         report = CheckReport("check_row_lse")
-        report.add("PyTorch", False, _("this exercise needs PyTorch and Triton (the triton extra): {how}").format(
-            how=INSTALL_HINT))
+        report.add(
+            "PyTorch",
+            False,
+            _("this exercise needs PyTorch and Triton (the triton extra): {how}").format(how=INSTALL_HINT),
+        )
         return report
     cases = []
     row_lse_cases = _row_lse_cases()
@@ -249,56 +299,95 @@ def check_row_lse(fn) -> CheckReport:
         if out is None:
             return PropertyFailure(_("returned None: return the tensor of logsumexps"))
         if not isinstance(out, torch.Tensor):
-            return PropertyFailure(_("returned {type}, not a torch tensor: write the results into out = "
-                                     "torch.empty(x.shape[0], dtype=torch.float32, device=x.device) and return it"
-                                     ).format(type=type(out).__name__))
+            return PropertyFailure(
+                _(
+                    "returned {type}, not a torch tensor: write the results into out = "
+                    "torch.empty(x.shape[0], dtype=torch.float32, device=x.device) and return it"
+                ).format(type=type(out).__name__)
+            )
         values = np.asarray(out.detach().cpu().numpy())
         if out.dtype != torch.float32 or out.device != x.device:
-            return PropertyFailure(_("expected a float32 tensor on {device} (x's device), got {dtype} on "
-                                     "{out_device}: torch.empty(x.shape[0], dtype=torch.float32, device=x.device)"
-                                     ).format(device=x.device, dtype=out.dtype, out_device=out.device), values)
+            return PropertyFailure(
+                _(
+                    "expected a float32 tensor on {device} (x's device), got {dtype} on "
+                    "{out_device}: torch.empty(x.shape[0], dtype=torch.float32, device=x.device)"
+                ).format(device=x.device, dtype=out.dtype, out_device=out.device),
+                values,
+            )
         return values
 
     def describe(got, expected):
         return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(got)), got, expected
 
-    return check_function("check_row_lse", fn, cases, lambda x, *_: _lse(x), ROW_LSE_MISTAKES, n_out=1,
-                          names=("L",), properties=_row_lse_properties(), compare=functools.partial(_same, rtol=1e-5),
-                          describe=describe, call=call, diagnosis=_RowLseDiagnosis, hint=_kernel_hint,
-                          not_answer=Said(_("expected one logsumexp per row, a tensor of shape (R,)")))
+    return check_function(
+        "check_row_lse",
+        fn,
+        cases,
+        lambda x, *_: _lse(x),
+        ROW_LSE_MISTAKES,
+        n_out=1,
+        names=("L",),
+        properties=_row_lse_properties(),
+        compare=functools.partial(_same, rtol=1e-5),
+        describe=describe,
+        call=call,
+        diagnosis=_RowLseDiagnosis,
+        hint=_kernel_hint,
+        not_answer=Said(_("expected one logsumexp per row, a tensor of shape (R,)")),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # 11.2: where each quantity lives
 # ------------------------------------------------------------------------------------------------------------------
 
-PLACES = {"registers": ("registers", "register", "register file", "rf", "寄存器"),
-          "shared memory": ("shared memory", "shared", "smem", "sram", "lds", "共享内存"),
-          "HBM": ("hbm", "global memory", "global", "dram", "device memory", "gpu memory", "显存")}
+PLACES = {
+    "registers": ("registers", "register", "register file", "rf", "寄存器"),
+    "shared memory": ("shared memory", "shared", "smem", "sram", "lds", "共享内存"),
+    "HBM": ("hbm", "global memory", "global", "dram", "device memory", "gpu memory", "显存"),
+}
 
 #: How a place is named in a verdict ("not registers"): the PLACES key, translated where it is shown.
 PLACE_NAMES = {"registers": N_("registers"), "shared memory": N_("shared memory"), "HBM": N_("HBM")}
 
 WHERE = {
-    N_("Q, K, V (the whole arrays)"): ({"HBM"}, N_("the inputs stay in the GPU's main memory (HBM); a program loads "
-                                                   "only its tiles")),
+    N_("Q, K, V (the whole arrays)"): (
+        {"HBM"},
+        N_("the inputs stay in the GPU's main memory (HBM); a program loads only its tiles"),
+    ),
     "q_tile": ({"registers", "shared memory"}, N_("loaded once per program and kept for the whole sweep")),
-    "k_tile, v_tile": ({"shared memory"}, N_("streamed: one tile per step, staged in shared memory for the matrix "
-                                             "unit (num_stages tiles in flight when the loads are pipelined)")),
-    "x_tile, p_tile": ({"registers"}, N_("tl.dot leaves the score tile in registers (float32), where the matrix unit "
-                                         "writes its result, and it is dropped after the step")),
+    "k_tile, v_tile": (
+        {"shared memory"},
+        N_(
+            "streamed: one tile per step, staged in shared memory for the matrix "
+            "unit (num_stages tiles in flight when the loads are pipelined)"
+        ),
+    ),
+    "x_tile, p_tile": (
+        {"registers"},
+        N_(
+            "tl.dot leaves the score tile in registers (float32), where the matrix unit "
+            "writes its result, and it is dropped after the step"
+        ),
+    ),
     "m_i, l_i": ({"registers"}, N_("one float32 per row of the tile, updated every step: registers")),
-    "acc": ({"registers"}, N_("(B_r, Dv) float32, updated every step and written once at the end: registers, spread "
-                              "over the program's threads (num_warps x 32 of them)")),
+    "acc": (
+        {"registers"},
+        N_(
+            "(B_r, Dv) float32, updated every step and written once at the end: registers, spread "
+            "over the program's threads (num_warps x 32 of them)"
+        ),
+    ),
     N_("A, LSE (the results)"): ({"HBM"}, N_("written once, at the end, to HBM")),
 }
 """For each quantity of the kernel: the right places, and why. The learner's dict uses these English keys in both
 editions; a key holding words is marked, and its case in the report is named in the selected language."""
 
-SCORES_IN_SHARED_MEMORY = (
-    N_("tl.dot leaves the score tile in registers, where Ampere's and Hopper's matrix units write their results "
-       "(NVIDIA's CUTLASS MMA guides), and the exponentials and row sums work on it there; shared memory holds the "
-       "tiles on their way from HBM (k_tile, v_tile)"))
+SCORES_IN_SHARED_MEMORY = N_(
+    "tl.dot leaves the score tile in registers, where Ampere's and Hopper's matrix units write their results "
+    "(NVIDIA's CUTLASS MMA guides), and the exponentials and row sums work on it there; shared memory holds the "
+    "tiles on their way from HBM (k_tile, v_tile)"
+)
 """Why the score tile is not in shared memory (exercise 11.2)."""
 
 
@@ -313,8 +402,9 @@ def _where_parse(answers, quantity):
         return PropertyFailure(_("no answer yet: write 'registers', 'shared memory' or 'HBM'"))
     place = _place(answers[quantity])
     if place is None:
-        return PropertyFailure(_("{answer} is not one of 'registers', 'shared memory', 'HBM'").format(
-            answer=repr(answers[quantity])))
+        return PropertyFailure(
+            _("{answer} is not one of 'registers', 'shared memory', 'HBM'").format(answer=repr(answers[quantity]))
+        )
     return place
 
 
@@ -324,13 +414,17 @@ def _where_verdict(quantity: str, place: str) -> tuple[str, str]:
     if quantity == "k_tile, v_tile" and place == "registers":
         return _("not registers for the whole sweep"), why
     if quantity == "x_tile, p_tile" and place == "HBM":
-        why = _("{why}: it never reaches HBM, the whole point of FlashAttention. A score tile in HBM is standard "
-                "attention, which writes X and Y (N x M each) and reads them back").format(why=why)
+        why = _(
+            "{why}: it never reaches HBM, the whole point of FlashAttention. A score tile in HBM is standard "
+            "attention, which writes X and Y (N x M each) and reads them back"
+        ).format(why=why)
     elif quantity == "x_tile, p_tile" and place == "shared memory":
         why = _(SCORES_IN_SHARED_MEMORY)
     elif quantity == "acc" and place == "HBM":
-        why = _("FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; FlashAttention-2 "
-                "keeps acc on chip. {why}").format(why=why)
+        why = _(
+            "FlashAttention (Algorithm 1, key tiles outside) reads and writes A at every step; FlashAttention-2 "
+            "keeps acc on chip. {why}"
+        ).format(why=why)
     return _("not {place}").format(place=_(PLACE_NAMES[place])), why
 
 
@@ -345,12 +439,20 @@ def check_where_it_lives(answers) -> CheckReport:
     streamed tile in registers for the whole sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and
     writes it each step; FlashAttention-2 does not).
     """
-    report = check_quiz("check_where_it_lives", answers, [(_(quantity), quantity) for quantity in WHERE],
-                         what=N_("quantity: place"), parse=_where_parse, right=lambda quantity: WHERE[quantity][0],
-                         verdict=_where_verdict)
+    report = check_quiz(
+        "check_where_it_lives",
+        answers,
+        [(_(quantity), quantity) for quantity in WHERE],
+        what=N_("quantity: place"),
+        parse=_where_parse,
+        right=lambda quantity: WHERE[quantity][0],
+        verdict=_where_verdict,
+    )
     extra = sorted(set(answers) - set(WHERE), key=str) if isinstance(answers, dict) else []
     if extra:
-        report.add(_("unknown quantities"), False, _("{extra}: answer for {quantities}").format(
-            extra=extra, quantities=list(WHERE)))
+        report.add(
+            _("unknown quantities"),
+            False,
+            _("{extra}: answer for {quantities}").format(extra=extra, quantities=list(WHERE)),
+        )
     return report
-

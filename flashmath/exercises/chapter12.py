@@ -22,8 +22,24 @@ from flashmath.i18n import gettext_noop as N_
 __all__ = ["BACKWARD_MISTAKES", "check_backward_tiles"]
 
 
-def _model(q, k, v, a, lse, grad_a, keep, block_k, *, delta=True, y="lse", transpose=False, scale_dq=True,
-           scale_dk=True, accumulate_dq=True, mask=True):
+def _model(
+    q,
+    k,
+    v,
+    a,
+    lse,
+    grad_a,
+    keep,
+    block_k,
+    *,
+    delta=True,
+    y="lse",
+    transpose=False,
+    scale_dq=True,
+    scale_dk=True,
+    accumulate_dq=True,
+    mask=True,
+):
     """The tiled backward with one mistake switched on (the defaults are right)."""
     N, D = q.shape
     M = k.shape[0]
@@ -59,23 +75,42 @@ def _mistake(**switch):
 
 
 BACKWARD_MISTAKES = (
-    Mistake(N_("D forgotten"),
-            N_("the softmax Jacobian gives dX = Y * (dY - D) with D_n = rowsum(dA * A), not Y * dY: subtract each "
-               "row's D (computed once, before the key tiles)"), (_mistake(delta=False),)),
-    Mistake(N_("Y not recomputed from the logsumexp"),
-            N_("Y_ij = exp(X_ij - L_i) with the saved L of the whole row; a softmax of the tile alone, or exp(X) "
-               "without L, is not the forward's Y"), (_mistake(y="tile softmax"), _mistake(y="exp"))),
-    Mistake(N_("a transpose wrong"),
-            N_("dV_j = Y_ij^T dA_i and dK_j = dX_ij^T Q_i: the key index must come first (shape (B_c, Dv) and (B_c, "
-               "D))"), (_mistake(transpose=True),)),
+    Mistake(
+        N_("D forgotten"),
+        N_(
+            "the softmax Jacobian gives dX = Y * (dY - D) with D_n = rowsum(dA * A), not Y * dY: subtract each "
+            "row's D (computed once, before the key tiles)"
+        ),
+        (_mistake(delta=False),),
+    ),
+    Mistake(
+        N_("Y not recomputed from the logsumexp"),
+        N_(
+            "Y_ij = exp(X_ij - L_i) with the saved L of the whole row; a softmax of the tile alone, or exp(X) "
+            "without L, is not the forward's Y"
+        ),
+        (_mistake(y="tile softmax"), _mistake(y="exp")),
+    ),
+    Mistake(
+        N_("a transpose wrong"),
+        N_("dV_j = Y_ij^T dA_i and dK_j = dX_ij^T Q_i: the key index must come first (shape (B_c, Dv) and (B_c, D))"),
+        (_mistake(transpose=True),),
+    ),
     Mistake(N_("the scale missing from dQ"), N_("X = scale Q K^T, so dQ = scale dX K"), (_mistake(scale_dq=False),)),
     Mistake(N_("the scale missing from dK"), N_("X = scale Q K^T, so dK = scale dX^T Q"), (_mistake(scale_dk=False),)),
-    Mistake(N_("dQ not accumulated across key tiles"),
-            N_("every key tile adds to dQ: dQ += scale dX_ij K_j, not dQ = (the result was the last key tile's part "
-               "only)"), (_mistake(accumulate_dq=False),)),
-    Mistake(N_("gradients leaking into masked keys"),
-            N_("a masked pair is absent: select Y and dX to 0 where keep is False (np.where), so that a masked key "
-               "gets dK = dV = 0"), (_mistake(mask=False),)),
+    Mistake(
+        N_("dQ not accumulated across key tiles"),
+        N_("every key tile adds to dQ: dQ += scale dX_ij K_j, not dQ = (the result was the last key tile's part only)"),
+        (_mistake(accumulate_dq=False),),
+    ),
+    Mistake(
+        N_("gradients leaking into masked keys"),
+        N_(
+            "a masked pair is absent: select Y and dX to 0 where keep is False (np.where), so that a masked key "
+            "gets dK = dV = 0"
+        ),
+        (_mistake(mask=False),),
+    ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _reference(*args)),
     Mistake(N_("not (dq, dk, dv)"), N_("return the three gradients as a tuple (dq, dk, dv)")),
@@ -106,22 +141,34 @@ def _properties(rng):
 
     nan, inf = _case(rng, 4, 6, 3), _case(rng, 4, 6, 3)
     nan[5][1, 2], inf[5][2, 0] = np.nan, np.inf
-    qi, ki, vi = np.array([[1, 0], [0, 2], [1, 1]]), np.array([[2, 1], [0, 1], [1, -1], [1, 0]]), \
-        np.array([[1, 2], [0, -1], [3, 1], [2, 2]])
+    qi, ki, vi = (
+        np.array([[1, 0], [0, 2], [1, 1]]),
+        np.array([[2, 1], [0, 1], [1, -1], [1, 0]]),
+        np.array([[1, 2], [0, -1], [3, 1], [2, 2]]),
+    )
     keep = np.ones((3, 4), bool)
-    ai, lsei = attention(qi.astype(np.float64), ki.astype(np.float64), vi.astype(np.float64), mask=keep,
-                         return_lse=True)
-    return property_cases([
-        (_("the empty input: no queries (N = 0) give dq of shape (0, D) and zero dk, dv"),
-         _case(rng, 0, 5, 3) + (2,)),
-        (_("one element: one query, one key, D = 1"), _case(rng, 1, 1, 1) + (1,)),
-        (_("an all -inf row: every row attends no key (every gradient 0)"),
-         _case(rng, 3, 5, 2, np.zeros((3, 5), bool)) + (2,)),
-        (_("NaN propagates: a NaN in grad_a gives NaN (never silently 0)"), nan + (4,)),
-        (_("+inf: a +inf in grad_a gives inf or NaN, never a finite number"), inf + (4,)),
-        (_("integer input: integer q, k, v and grad_a give float gradients"),
-         (qi, ki, vi, ai, lsei, np.array([[1, 0], [2, 1], [0, -1]]), keep, 2)),
-    ])
+    ai, lsei = attention(
+        qi.astype(np.float64), ki.astype(np.float64), vi.astype(np.float64), mask=keep, return_lse=True
+    )
+    return property_cases(
+        [
+            (
+                _("the empty input: no queries (N = 0) give dq of shape (0, D) and zero dk, dv"),
+                _case(rng, 0, 5, 3) + (2,),
+            ),
+            (_("one element: one query, one key, D = 1"), _case(rng, 1, 1, 1) + (1,)),
+            (
+                _("an all -inf row: every row attends no key (every gradient 0)"),
+                _case(rng, 3, 5, 2, np.zeros((3, 5), bool)) + (2,),
+            ),
+            (_("NaN propagates: a NaN in grad_a gives NaN (never silently 0)"), nan + (4,)),
+            (_("+inf: a +inf in grad_a gives inf or NaN, never a finite number"), inf + (4,)),
+            (
+                _("integer input: integer q, k, v and grad_a give float gradients"),
+                (qi, ki, vi, ai, lsei, np.array([[1, 0], [2, 1], [0, -1]]), keep, 2),
+            ),
+        ]
+    )
 
 
 @exercise("12.1", BACKWARD_MISTAKES, solution="backward_tiles", solutions="flashmath.solutions_triton")
@@ -144,10 +191,22 @@ def check_backward_tiles(fn) -> CheckReport:
         (_("row 3 attends no key (L = -inf)"), _case(rng, 6, 7, 4, empty) + (3,)),
     ]
 
-    report = check_function("check_backward_tiles", fn, cases, _reference, BACKWARD_MISTAKES, n_out=3,
-                            names=("dq", "dk", "dv"), not_answer=BACKWARD_MISTAKES[-1], hint=shape_hint,
-                            properties=_properties(np.random.default_rng(121)))
-    inputs_unchanged(report, fn, _("the inputs (q, k, v, a, lse, grad_a, keep) are left unchanged"), cases[3][1],
-                     which=range(7))
+    report = check_function(
+        "check_backward_tiles",
+        fn,
+        cases,
+        _reference,
+        BACKWARD_MISTAKES,
+        n_out=3,
+        names=("dq", "dk", "dv"),
+        not_answer=BACKWARD_MISTAKES[-1],
+        hint=shape_hint,
+        properties=_properties(np.random.default_rng(121)),
+    )
+    inputs_unchanged(
+        report, fn, _("the inputs (q, k, v, a, lse, grad_a, keep) are left unchanged"), cases[3][1], which=range(7)
+    )
     return report
+
+
 """For each checker of this chapter, the mistakes it names."""

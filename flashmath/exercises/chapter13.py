@@ -22,8 +22,17 @@ from flashmath.i18n import Filled
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-__all__ = ["check_window_mask", "check_document_mask", "check_softcap", "check_alibi", "check_tile_kind",
-           "check_page_gather", "EMPTY", "PARTIAL", "FULL"]
+__all__ = [
+    "check_window_mask",
+    "check_document_mask",
+    "check_softcap",
+    "check_alibi",
+    "check_tile_kind",
+    "check_page_gather",
+    "EMPTY",
+    "PARTIAL",
+    "FULL",
+]
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
@@ -51,25 +60,39 @@ def _window_model(offset=lambda N, M: M - N, lo_strict=False, hi_strict=False, s
         low = kv_idx > p - left if lo_strict else kv_idx >= p - left
         high = kv_idx < p + right if hi_strict else kv_idx <= p + right
         return low & high
+
     return model
 
 
 WINDOW_MISTAKES = (
-    Mistake(N_("the top-left alignment when N != M"),
-            N_("FlashAttention aligns the window bottom-right: query n sits at key p = n + M - N, and sees keys p - "
-               "left .. p + right"), (_window_model(offset=lambda N, M: 0),)),
-    Mistake(N_("the offset N - M instead of M - N"),
-            N_("the key aligned with query n is n + M - N (the last query with the last key)"),
-            (_window_model(offset=lambda N, M: N - M),)),
-    Mistake(N_("an edge off by one (< instead of <=)"),
-            N_("both extents are inclusive: p - left <= m <= p + right, so a window (left, 0) holds left + 1 keys"),
-            (_window_model(lo_strict=True), _window_model(hi_strict=True),
-             _window_model(lo_strict=True, hi_strict=True))),
-    Mistake(N_("left and right swapped"), N_("left is how far back (keys before p), right how far ahead"),
-            (_window_model(swap=True),)),
-    Mistake(N_("the right extent ignored"),
-            N_("right is how far ahead query n may look: keys up to p + right, not only up to p"),
-            (lambda q, kv, N, M, left, right: _window_model()(q, kv, N, M, left, 0),)),
+    Mistake(
+        N_("the top-left alignment when N != M"),
+        N_(
+            "FlashAttention aligns the window bottom-right: query n sits at key p = n + M - N, and sees keys p - "
+            "left .. p + right"
+        ),
+        (_window_model(offset=lambda N, M: 0),),
+    ),
+    Mistake(
+        N_("the offset N - M instead of M - N"),
+        N_("the key aligned with query n is n + M - N (the last query with the last key)"),
+        (_window_model(offset=lambda N, M: N - M),),
+    ),
+    Mistake(
+        N_("an edge off by one (< instead of <=)"),
+        N_("both extents are inclusive: p - left <= m <= p + right, so a window (left, 0) holds left + 1 keys"),
+        (_window_model(lo_strict=True), _window_model(hi_strict=True), _window_model(lo_strict=True, hi_strict=True)),
+    ),
+    Mistake(
+        N_("left and right swapped"),
+        N_("left is how far back (keys before p), right how far ahead"),
+        (_window_model(swap=True),),
+    ),
+    Mistake(
+        N_("the right extent ignored"),
+        N_("right is how far ahead query n may look: keys up to p + right, not only up to p"),
+        (lambda q, kv, N, M, left, right: _window_model()(q, kv, N, M, left, 0),),
+    ),
 )
 
 
@@ -77,20 +100,44 @@ WINDOW_MISTAKES = (
 def check_window_mask(fn) -> CheckReport:
     """Check ``fn(q_idx, kv_idx, N, M, left, right) -> bool`` of shape ``(N, M)``: query ``n`` sees key ``m`` when
     ``p - left <= m <= p + right`` with ``p = n + M - N``. Named mistakes: :data:`WINDOW_MISTAKES`."""
-    cases = [(title, (*_grid(N, M), N, M, left, right)) for title, N, M, left, right in (
-        (_("N = M = 6, window (2, 0)"), 6, 6, 2, 0),
-        (_("N = M = 6, window (1, 2)"), 6, 6, 1, 2),
-        (_("N = 3 < M = 8, window (2, 0)"), 3, 8, 2, 0),
-        (_("N = 7 > M = 4, window (1, 1)"), 7, 4, 1, 1),
-        (_("decoding: N = 1, M = 9, window (3, 0)"), 1, 9, 3, 0))]
-    properties = property_cases([(title, (*_grid(N, M), N, M, left, right)) for title, N, M, left, right in (
-        (_("the empty input: N = 0 queries give a (0, 5) mask"), 0, 5, 2, 0),
-        (_("the empty input: M = 0 keys give a (4, 0) mask"), 4, 0, 2, 0),
-        (_("one element: N = M = 1, window (0, 0)"), 1, 1, 0, 0),
-        (_("integer input: N, M, left, right as numpy integers"), np.int64(5), np.int64(7), np.int64(2), np.int64(1)),
-        (_("a window wider than the sequence (every key seen)"), 4, 4, 10, 10))])
-    return check_function("check_window_mask", fn, cases, window_reference, WINDOW_MISTAKES, n_out=1,
-                          names=(_("the mask"),), properties=properties)
+    cases = [
+        (title, (*_grid(N, M), N, M, left, right))
+        for title, N, M, left, right in (
+            (_("N = M = 6, window (2, 0)"), 6, 6, 2, 0),
+            (_("N = M = 6, window (1, 2)"), 6, 6, 1, 2),
+            (_("N = 3 < M = 8, window (2, 0)"), 3, 8, 2, 0),
+            (_("N = 7 > M = 4, window (1, 1)"), 7, 4, 1, 1),
+            (_("decoding: N = 1, M = 9, window (3, 0)"), 1, 9, 3, 0),
+        )
+    ]
+    properties = property_cases(
+        [
+            (title, (*_grid(N, M), N, M, left, right))
+            for title, N, M, left, right in (
+                (_("the empty input: N = 0 queries give a (0, 5) mask"), 0, 5, 2, 0),
+                (_("the empty input: M = 0 keys give a (4, 0) mask"), 4, 0, 2, 0),
+                (_("one element: N = M = 1, window (0, 0)"), 1, 1, 0, 0),
+                (
+                    _("integer input: N, M, left, right as numpy integers"),
+                    np.int64(5),
+                    np.int64(7),
+                    np.int64(2),
+                    np.int64(1),
+                ),
+                (_("a window wider than the sequence (every key seen)"), 4, 4, 10, 10),
+            )
+        ]
+    )
+    return check_function(
+        "check_window_mask",
+        fn,
+        cases,
+        window_reference,
+        WINDOW_MISTAKES,
+        n_out=1,
+        names=(_("the mask"),),
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -106,15 +153,26 @@ def document_reference(q_idx, kv_idx, doc):
 
 
 DOCUMENT_MISTAKES = (
-    Mistake(N_("the causal part forgotten"), N_("inside a document the mask is still causal: and (&) kv_idx <= q_idx"),
-            (lambda q, kv, doc: doc[q] == doc[kv],)),
-    Mistake(N_("the document part forgotten"),
-            N_("a query sees only its own document: and (&) doc[q_idx] == doc[kv_idx]"), (lambda q, kv, doc: kv <= q,)),
-    Mistake(N_("the diagonal excluded (< instead of <=)"), N_("a query sees its own key: kv_idx <= q_idx"),
-            (lambda q, kv, doc: (doc[q] == doc[kv]) & (kv < q),)),
-    Mistake(N_("or (|) instead of and (&)"),
-            N_("both conditions must hold: (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)"),
-            (lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),)),
+    Mistake(
+        N_("the causal part forgotten"),
+        N_("inside a document the mask is still causal: and (&) kv_idx <= q_idx"),
+        (lambda q, kv, doc: doc[q] == doc[kv],),
+    ),
+    Mistake(
+        N_("the document part forgotten"),
+        N_("a query sees only its own document: and (&) doc[q_idx] == doc[kv_idx]"),
+        (lambda q, kv, doc: kv <= q,),
+    ),
+    Mistake(
+        N_("the diagonal excluded (< instead of <=)"),
+        N_("a query sees its own key: kv_idx <= q_idx"),
+        (lambda q, kv, doc: (doc[q] == doc[kv]) & (kv < q),),
+    ),
+    Mistake(
+        N_("or (|) instead of and (&)"),
+        N_("both conditions must hold: (doc[q_idx] == doc[kv_idx]) & (kv_idx <= q_idx)"),
+        (lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),),
+    ),
 )
 
 
@@ -122,17 +180,34 @@ DOCUMENT_MISTAKES = (
 def check_document_mask(fn) -> CheckReport:
     """Check ``fn(q_idx, kv_idx, doc) -> bool (N, N)``: same document (``doc[n] == doc[m]``) and causal. Named
     mistakes: :data:`DOCUMENT_MISTAKES`."""
-    cases = [(title, (*_grid(len(doc), len(doc)), np.array(doc))) for title, doc in (
-        (_("three documents of 3, 2, 3 tokens"), [0, 0, 0, 1, 1, 2, 2, 2]),
-        (_("one document (plain causal)"), [0, 0, 0, 0]),
-        (_("documents of one token each"), [0, 1, 2, 3]))]
-    properties = property_cases([(title, (*_grid(len(doc), len(doc)), np.array(doc, dtype=np.int64)))
-                                 for title, doc in ((_("the empty input: no tokens give a (0, 0) mask"), []),
-                                                    (_("one element: one token"), [0]),
-                                                    (_("integer input: document ids that are not 0, 1, 2 ..."),
-                                                     [7, 7, 3, 3, 3, 12]))])
-    return check_function("check_document_mask", fn, cases, document_reference, DOCUMENT_MISTAKES, n_out=1,
-                          names=(_("the mask"),), properties=properties)
+    cases = [
+        (title, (*_grid(len(doc), len(doc)), np.array(doc)))
+        for title, doc in (
+            (_("three documents of 3, 2, 3 tokens"), [0, 0, 0, 1, 1, 2, 2, 2]),
+            (_("one document (plain causal)"), [0, 0, 0, 0]),
+            (_("documents of one token each"), [0, 1, 2, 3]),
+        )
+    ]
+    properties = property_cases(
+        [
+            (title, (*_grid(len(doc), len(doc)), np.array(doc, dtype=np.int64)))
+            for title, doc in (
+                (_("the empty input: no tokens give a (0, 0) mask"), []),
+                (_("one element: one token"), [0]),
+                (_("integer input: document ids that are not 0, 1, 2 ..."), [7, 7, 3, 3, 3, 12]),
+            )
+        ]
+    )
+    return check_function(
+        "check_document_mask",
+        fn,
+        cases,
+        document_reference,
+        DOCUMENT_MISTAKES,
+        n_out=1,
+        names=(_("the mask"),),
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -145,15 +220,26 @@ def softcap_reference(qk, scale, cap):
 
 
 SOFTCAP_MISTAKES = (
-    Mistake(N_("the softcap applied before the scale"),
-            N_("FlashAttention caps the scaled score: c tanh((q.k * scale) / c), not scale * c tanh(q.k / c)"),
-            (lambda qk, scale, cap: scale * cap * np.tanh(qk / cap),)),
-    Mistake(N_("tanh without the factor c"), N_("tanh(x / c) lies in (-1, 1); multiply by c to cap the score at +-c"),
-            (lambda qk, scale, cap: np.tanh(qk * scale / cap),)),
-    Mistake(N_("x not divided by c inside tanh"), N_("c tanh(x / c) is x for small x; c tanh(x) is not"),
-            (lambda qk, scale, cap: cap * np.tanh(qk * scale),)),
-    Mistake(N_("the cap as a clip"), N_("softcapping is smooth: c tanh(x / c), not np.clip(x, -c, c)"),
-            (lambda qk, scale, cap: np.clip(qk * scale, -cap, cap),)),
+    Mistake(
+        N_("the softcap applied before the scale"),
+        N_("FlashAttention caps the scaled score: c tanh((q.k * scale) / c), not scale * c tanh(q.k / c)"),
+        (lambda qk, scale, cap: scale * cap * np.tanh(qk / cap),),
+    ),
+    Mistake(
+        N_("tanh without the factor c"),
+        N_("tanh(x / c) lies in (-1, 1); multiply by c to cap the score at +-c"),
+        (lambda qk, scale, cap: np.tanh(qk * scale / cap),),
+    ),
+    Mistake(
+        N_("x not divided by c inside tanh"),
+        N_("c tanh(x / c) is x for small x; c tanh(x) is not"),
+        (lambda qk, scale, cap: cap * np.tanh(qk * scale),),
+    ),
+    Mistake(
+        N_("the cap as a clip"),
+        N_("softcapping is smooth: c tanh(x / c), not np.clip(x, -c, c)"),
+        (lambda qk, scale, cap: np.clip(qk * scale, -cap, cap),),
+    ),
 )
 
 
@@ -162,20 +248,38 @@ def check_softcap(fn) -> CheckReport:
     """Check ``fn(qk, scale, cap)``: the softcapped scaled score ``cap tanh(qk scale / cap)`` of raw dot products
     ``qk``. Named mistakes: :data:`SOFTCAP_MISTAKES`."""
     qk = np.array([[-40.0, -3.0, 0.0, 0.5, 8.0, 120.0]])
-    cases = [(_("scale 1/8, cap 5"), (qk, 0.125, 5.0)), (_("scale 1, cap 30"), (qk, 1.0, 30.0)),
-             (_("scale 1/2, cap 1"), (qk, 0.5, 1.0))]
-    properties = property_cases([
-        (_("the empty input: no scores give no scores"), (np.zeros((1, 0)), 0.125, 5.0)),
-        (_("one element: a single score"), (np.array([[3.0]]), 0.5, 2.0)),
-        (_("an all -inf row (masked): -inf is capped at -cap"), (np.full((1, 3), -np.inf), 0.125, 5.0)),
-        (_("+inf is capped at +cap (tanh(inf) = 1), not NaN"), (np.array([[np.inf, 1.0, -np.inf]]), 0.125, 5.0)),
-        (_("NaN propagates (never silently 0)"), (np.array([[np.nan, 1.0]]), 0.125, 5.0)),
-        (_("float16 overflow: float16 scores near 65504 give float16 scores (tanh, not exp(2x) in float16)"),
-         (np.array([[-60000.0, -8.0, 0.0, 8.0, 60000.0]], np.float16), 0.125, 4.0)),
-        (_("integer input: integer dot products give float scores"), (np.array([[-40, -3, 0, 1, 8, 120]]), 0.125, 5.0)),
-    ])
-    return check_function("check_softcap", fn, cases, softcap_reference, SOFTCAP_MISTAKES, n_out=1,
-                          names=(_("the scores"),), properties=properties)
+    cases = [
+        (_("scale 1/8, cap 5"), (qk, 0.125, 5.0)),
+        (_("scale 1, cap 30"), (qk, 1.0, 30.0)),
+        (_("scale 1/2, cap 1"), (qk, 0.5, 1.0)),
+    ]
+    properties = property_cases(
+        [
+            (_("the empty input: no scores give no scores"), (np.zeros((1, 0)), 0.125, 5.0)),
+            (_("one element: a single score"), (np.array([[3.0]]), 0.5, 2.0)),
+            (_("an all -inf row (masked): -inf is capped at -cap"), (np.full((1, 3), -np.inf), 0.125, 5.0)),
+            (_("+inf is capped at +cap (tanh(inf) = 1), not NaN"), (np.array([[np.inf, 1.0, -np.inf]]), 0.125, 5.0)),
+            (_("NaN propagates (never silently 0)"), (np.array([[np.nan, 1.0]]), 0.125, 5.0)),
+            (
+                _("float16 overflow: float16 scores near 65504 give float16 scores (tanh, not exp(2x) in float16)"),
+                (np.array([[-60000.0, -8.0, 0.0, 8.0, 60000.0]], np.float16), 0.125, 4.0),
+            ),
+            (
+                _("integer input: integer dot products give float scores"),
+                (np.array([[-40, -3, 0, 1, 8, 120]]), 0.125, 5.0),
+            ),
+        ]
+    )
+    return check_function(
+        "check_softcap",
+        fn,
+        cases,
+        softcap_reference,
+        SOFTCAP_MISTAKES,
+        n_out=1,
+        names=(_("the scores"),),
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -188,17 +292,29 @@ def alibi_reference(score, slope, q_idx, kv_idx, N, M):
 
 
 ALIBI_MISTAKES = (
-    Mistake(N_("ALiBi's sign"),
-            N_("the bias is a penalty: score - slope |distance| (farther keys score lower), not +"),
-            (lambda s, slope, q, kv, N, M: s + slope * np.abs(q + M - N - kv),)),
-    Mistake(N_("the top-left alignment when N != M"),
-            N_("FlashAttention measures the distance to the bottom-right aligned key: |n + M - N - m|"),
-            (lambda s, slope, q, kv, N, M: s - slope * np.abs(q - kv),)),
-    Mistake(N_("the distance without its absolute value"), N_("keys on both sides are penalised: |n + M - N - m|"),
-            (lambda s, slope, q, kv, N, M: s - slope * (q + M - N - kv),
-             lambda s, slope, q, kv, N, M: s - slope * (kv - q - M + N))),
-    Mistake(N_("the slope divided instead of multiplied"), N_("the bias is slope times the distance"),
-            (lambda s, slope, q, kv, N, M: s - np.abs(q + M - N - kv) / slope,)),
+    Mistake(
+        N_("ALiBi's sign"),
+        N_("the bias is a penalty: score - slope |distance| (farther keys score lower), not +"),
+        (lambda s, slope, q, kv, N, M: s + slope * np.abs(q + M - N - kv),),
+    ),
+    Mistake(
+        N_("the top-left alignment when N != M"),
+        N_("FlashAttention measures the distance to the bottom-right aligned key: |n + M - N - m|"),
+        (lambda s, slope, q, kv, N, M: s - slope * np.abs(q - kv),),
+    ),
+    Mistake(
+        N_("the distance without its absolute value"),
+        N_("keys on both sides are penalised: |n + M - N - m|"),
+        (
+            lambda s, slope, q, kv, N, M: s - slope * (q + M - N - kv),
+            lambda s, slope, q, kv, N, M: s - slope * (kv - q - M + N),
+        ),
+    ),
+    Mistake(
+        N_("the slope divided instead of multiplied"),
+        N_("the bias is slope times the distance"),
+        (lambda s, slope, q, kv, N, M: s - np.abs(q + M - N - kv) / slope,),
+    ),
 )
 
 
@@ -208,20 +324,37 @@ def check_alibi(fn) -> CheckReport:
     :data:`ALIBI_MISTAKES`."""
     rng = np.random.default_rng(13)
     cases = []
-    for title, N, M, slope in ((_("N = M = 5, slope 1/2"), 5, 5, 0.5), (_("N = 2 < M = 6, slope 1/4"), 2, 6, 0.25),
-                               (_("N = 6 > M = 3, slope 1/8"), 6, 3, 0.125), (_("decoding: N = 1, M = 7"), 1, 7, 0.5)):
+    for title, N, M, slope in (
+        (_("N = M = 5, slope 1/2"), 5, 5, 0.5),
+        (_("N = 2 < M = 6, slope 1/4"), 2, 6, 0.25),
+        (_("N = 6 > M = 3, slope 1/8"), 6, 3, 0.125),
+        (_("decoding: N = 1, M = 7"), 1, 7, 0.5),
+    ):
         cases.append((title, (rng.standard_normal((N, M)), slope, *_grid(N, M), N, M)))
     scores = rng.standard_normal((3, 4))
-    properties = property_cases([(title, (score, slope, *_grid(*score.shape), *score.shape))
-                                 for title, score, slope in (
-        (_("the empty input: no keys (M = 0)"), np.zeros((3, 0)), 0.5),
-        (_("one element: N = M = 1"), np.array([[0.7]]), 0.5),
-        (_("an all -inf row (masked) stays -inf"), np.where(np.arange(3)[:, None] == 1, -np.inf, scores), 0.5),
-        (_("+inf stays +inf"), np.where(np.eye(3, 4) > 0, np.inf, scores), 0.25),
-        (_("NaN propagates (never silently 0)"), np.where(np.eye(3, 4) > 0, np.nan, scores), 0.25),
-        (_("integer input: integer scores give float scores"), np.arange(12).reshape(3, 4), 0.5))])
-    return check_function("check_alibi", fn, cases, alibi_reference, ALIBI_MISTAKES, n_out=1, names=(_("the scores"),),
-                          properties=properties)
+    properties = property_cases(
+        [
+            (title, (score, slope, *_grid(*score.shape), *score.shape))
+            for title, score, slope in (
+                (_("the empty input: no keys (M = 0)"), np.zeros((3, 0)), 0.5),
+                (_("one element: N = M = 1"), np.array([[0.7]]), 0.5),
+                (_("an all -inf row (masked) stays -inf"), np.where(np.arange(3)[:, None] == 1, -np.inf, scores), 0.5),
+                (_("+inf stays +inf"), np.where(np.eye(3, 4) > 0, np.inf, scores), 0.25),
+                (_("NaN propagates (never silently 0)"), np.where(np.eye(3, 4) > 0, np.nan, scores), 0.25),
+                (_("integer input: integer scores give float scores"), np.arange(12).reshape(3, 4), 0.5),
+            )
+        ]
+    )
+    return check_function(
+        "check_alibi",
+        fn,
+        cases,
+        alibi_reference,
+        ALIBI_MISTAKES,
+        n_out=1,
+        names=(_("the scores"),),
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -238,45 +371,68 @@ def tile_kind_reference(r0, r1, c0, c1, N, M):
 
 def _kind_model(seen):
     """A classifier from ``seen(n, m, N, M) -> bool`` looking only at the tile's corners (a wrong rule)."""
+
     def model(r0, r1, c0, c1, N, M):
         corners = [seen(n, m, N, M) for n in (r0, r1 - 1) for m in (c0, c1 - 1)]
         return EMPTY if not any(corners) else FULL if all(corners) else PARTIAL
+
     return model
 
 
 def _inclusive_end_model(rows: bool, keys: bool):
     """The right corners, but the tile's ends ``r1``, ``c1`` read as inclusive (they are one past the tile)."""
+
     def model(r0, r1, c0, c1, N, M):
         last_row, last_key = (r1 if rows else r1 - 1), (c1 if keys else c1 - 1)
         if c0 > last_row + M - N:
             return EMPTY
         return FULL if last_key <= r0 + M - N else PARTIAL
+
     return model
 
 
 def _corner_model(which):
     """Partial tiles called full (or empty) by looking at one corner only."""
+
     def model(r0, r1, c0, c1, N, M):
         n, m = which(r0, r1, c0, c1)
         return FULL if m <= n + M - N else EMPTY
+
     return model
 
 
 TILE_KIND_MISTAKES = (
-    Mistake(N_("a partial tile called full"),
-            N_("a tile is full only when its top-right corner (the first row, the last key) is seen: c1 - 1 <= r0 + M "
-               "- N; when only the bottom-left one is, it is partial"),
-            (_corner_model(lambda r0, r1, c0, c1: (r1 - 1, c0)),)),
-    Mistake(N_("a partial tile called empty"),
-            N_("a tile is empty only when even its bottom-left corner (the last row, the first key) is not seen: c0 > "
-               "r1 - 1 + M - N"), (_corner_model(lambda r0, r1, c0, c1: (r0, c1 - 1)),)),
-    Mistake(N_("the top-left alignment when N != M"), N_("query n sees keys m <= n + M - N (bottom-right)"),
-            (_kind_model(lambda n, m, N, M: m <= n),)),
-    Mistake(N_("the diagonal excluded (< instead of <=)"), N_("query n sees its aligned key: m <= n + M - N"),
-            (_kind_model(lambda n, m, N, M: m < n + M - N),)),
-    Mistake(N_("the tile's end read as inclusive (r1 for r1 - 1)"),
-            N_("a tile [r0, r1) x [c0, c1) ends one before r1 and c1: its last row is r1 - 1 and its last key c1 - 1"),
-            (_inclusive_end_model(True, True), _inclusive_end_model(True, False), _inclusive_end_model(False, True))),
+    Mistake(
+        N_("a partial tile called full"),
+        N_(
+            "a tile is full only when its top-right corner (the first row, the last key) is seen: c1 - 1 <= r0 + M "
+            "- N; when only the bottom-left one is, it is partial"
+        ),
+        (_corner_model(lambda r0, r1, c0, c1: (r1 - 1, c0)),),
+    ),
+    Mistake(
+        N_("a partial tile called empty"),
+        N_(
+            "a tile is empty only when even its bottom-left corner (the last row, the first key) is not seen: c0 > "
+            "r1 - 1 + M - N"
+        ),
+        (_corner_model(lambda r0, r1, c0, c1: (r0, c1 - 1)),),
+    ),
+    Mistake(
+        N_("the top-left alignment when N != M"),
+        N_("query n sees keys m <= n + M - N (bottom-right)"),
+        (_kind_model(lambda n, m, N, M: m <= n),),
+    ),
+    Mistake(
+        N_("the diagonal excluded (< instead of <=)"),
+        N_("query n sees its aligned key: m <= n + M - N"),
+        (_kind_model(lambda n, m, N, M: m < n + M - N),),
+    ),
+    Mistake(
+        N_("the tile's end read as inclusive (r1 for r1 - 1)"),
+        N_("a tile [r0, r1) x [c0, c1) ends one before r1 and c1: its last row is r1 - 1 and its last key c1 - 1"),
+        (_inclusive_end_model(True, True), _inclusive_end_model(True, False), _inclusive_end_model(False, True)),
+    ),
 )
 
 
@@ -284,20 +440,42 @@ TILE_KIND_MISTAKES = (
 def check_tile_kind(fn) -> CheckReport:
     """Check ``fn(r0, r1, c0, c1, N, M) -> 0 | 1 | 2`` (EMPTY, PARTIAL, FULL) for tile ``[r0, r1) x [c0, c1)`` of
     the bottom-right causal mask. Named mistakes: :data:`TILE_KIND_MISTAKES`."""
-    cases = [(_("tile rows {r0}:{r1}, keys {c0}:{c1} of N = {N}, M = {M}").format(r0=r0, r1=r1, c0=c0, c1=c1, N=N, M=M),
-              (r0, r1, c0, c1, N, M))
-             for r0, r1, c0, c1, N, M in ((0, 4, 0, 4, 8, 8), (4, 8, 0, 4, 8, 8), (0, 4, 4, 8, 8, 8),
-                                          (0, 4, 8, 12, 4, 12), (0, 4, 4, 8, 4, 12), (4, 8, 0, 4, 8, 4),
-                                          (0, 4, 0, 4, 8, 4), (0, 3, 0, 3, 8, 8), (6, 8, 0, 4, 8, 8),
-                                          (4, 8, 1, 5, 8, 8))]
-    properties = property_cases([
-        (_("one element: a 1 x 1 tile on the diagonal (full)"), (3, 4, 3, 4, 8, 8)),
-        (_("one element: a 1 x 1 tile above the diagonal (empty)"), (3, 4, 4, 5, 8, 8)),
-        (_("one element: a tile of one row crossing the diagonal (partial)"), (3, 4, 0, 8, 8, 8)),
-        (_("integer input: numpy integer bounds"), tuple(np.int64(i) for i in (4, 8, 1, 5, 8, 8))),
-    ])
-    return check_function("check_tile_kind", fn, cases, tile_kind_reference, TILE_KIND_MISTAKES, n_out=1,
-                          names=(_("the kind"),), properties=properties)
+    cases = [
+        (
+            _("tile rows {r0}:{r1}, keys {c0}:{c1} of N = {N}, M = {M}").format(r0=r0, r1=r1, c0=c0, c1=c1, N=N, M=M),
+            (r0, r1, c0, c1, N, M),
+        )
+        for r0, r1, c0, c1, N, M in (
+            (0, 4, 0, 4, 8, 8),
+            (4, 8, 0, 4, 8, 8),
+            (0, 4, 4, 8, 8, 8),
+            (0, 4, 8, 12, 4, 12),
+            (0, 4, 4, 8, 4, 12),
+            (4, 8, 0, 4, 8, 4),
+            (0, 4, 0, 4, 8, 4),
+            (0, 3, 0, 3, 8, 8),
+            (6, 8, 0, 4, 8, 8),
+            (4, 8, 1, 5, 8, 8),
+        )
+    ]
+    properties = property_cases(
+        [
+            (_("one element: a 1 x 1 tile on the diagonal (full)"), (3, 4, 3, 4, 8, 8)),
+            (_("one element: a 1 x 1 tile above the diagonal (empty)"), (3, 4, 4, 5, 8, 8)),
+            (_("one element: a tile of one row crossing the diagonal (partial)"), (3, 4, 0, 8, 8, 8)),
+            (_("integer input: numpy integer bounds"), tuple(np.int64(i) for i in (4, 8, 1, 5, 8, 8))),
+        ]
+    )
+    return check_function(
+        "check_tile_kind",
+        fn,
+        cases,
+        tile_kind_reference,
+        TILE_KIND_MISTAKES,
+        n_out=1,
+        names=(_("the kind"),),
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -311,38 +489,68 @@ def page_reference(pages, block_table, b, t):
 
 
 PAGE_MISTAKES = (
-    Mistake(N_("the block table ignored"),
-            N_("logical page j of sequence b is physical page block_table[b, j]: pages[block_table[b, t // "
-               "page_size], t % page_size]"),
-            (lambda pages, table, b, t: pages[t // pages.shape[1], t % pages.shape[1]],)),
-    Mistake(N_("the token index used as a page index"),
-            N_("the block table lists pages, not tokens: look up block_table[b, t // page_size], then take row t % "
-               "page_size of that page"),
-            (lambda pages, table, b, t: pages[table[b, t % table.shape[1]], t % pages.shape[1]],
-             lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], t // pages.shape[1]])),
-    Mistake(N_("the row inside the page taken as t"), N_("inside its page the token is row t % page_size"),
-            (lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], min(t, pages.shape[1] - 1)],)),
-    Mistake(N_("the sequence's row of the table not used"), N_("row b of the block table belongs to sequence b"),
-            (lambda pages, table, b, t: pages[table[0, t // pages.shape[1]], t % pages.shape[1]],)),
-    Mistake(N_("the block table's axes swapped"),
-            N_("block_table is (B, max_pages): sequence b's pages are row b, so its logical page j is block_table[b, "
-               "j], not block_table[j, b]"),
-            (lambda pages, table, b, t: pages[table[t // pages.shape[1], b], t % pages.shape[1]],)),
-    Mistake(N_("the page size read from the wrong axis"),
-            N_("pages is (P, page_size, D): page_size = pages.shape[1], not shape[0] (the number of pages) nor "
-               "shape[2] (D)"),
-            (lambda pages, table, b, t: pages[table[b, t // pages.shape[0]], t % pages.shape[0]],
-             lambda pages, table, b, t: pages[table[b, t // pages.shape[2]], t % pages.shape[2]])),
-    Mistake(Filled(N_("{floor} and {mod} swapped"), floor="//", mod="%"),
-            N_("the page is t // page_size (which page) and the row inside it t % page_size"),
-            (lambda pages, table, b, t: pages[table[b, t % pages.shape[1]], t // pages.shape[1]],)),
+    Mistake(
+        N_("the block table ignored"),
+        N_(
+            "logical page j of sequence b is physical page block_table[b, j]: pages[block_table[b, t // "
+            "page_size], t % page_size]"
+        ),
+        (lambda pages, table, b, t: pages[t // pages.shape[1], t % pages.shape[1]],),
+    ),
+    Mistake(
+        N_("the token index used as a page index"),
+        N_(
+            "the block table lists pages, not tokens: look up block_table[b, t // page_size], then take row t % "
+            "page_size of that page"
+        ),
+        (
+            lambda pages, table, b, t: pages[table[b, t % table.shape[1]], t % pages.shape[1]],
+            lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], t // pages.shape[1]],
+        ),
+    ),
+    Mistake(
+        N_("the row inside the page taken as t"),
+        N_("inside its page the token is row t % page_size"),
+        (lambda pages, table, b, t: pages[table[b, t // pages.shape[1]], min(t, pages.shape[1] - 1)],),
+    ),
+    Mistake(
+        N_("the sequence's row of the table not used"),
+        N_("row b of the block table belongs to sequence b"),
+        (lambda pages, table, b, t: pages[table[0, t // pages.shape[1]], t % pages.shape[1]],),
+    ),
+    Mistake(
+        N_("the block table's axes swapped"),
+        N_(
+            "block_table is (B, max_pages): sequence b's pages are row b, so its logical page j is block_table[b, "
+            "j], not block_table[j, b]"
+        ),
+        (lambda pages, table, b, t: pages[table[t // pages.shape[1], b], t % pages.shape[1]],),
+    ),
+    Mistake(
+        N_("the page size read from the wrong axis"),
+        N_(
+            "pages is (P, page_size, D): page_size = pages.shape[1], not shape[0] (the number of pages) nor "
+            "shape[2] (D)"
+        ),
+        (
+            lambda pages, table, b, t: pages[table[b, t // pages.shape[0]], t % pages.shape[0]],
+            lambda pages, table, b, t: pages[table[b, t // pages.shape[2]], t % pages.shape[2]],
+        ),
+    ),
+    Mistake(
+        Filled(N_("{floor} and {mod} swapped"), floor="//", mod="%"),
+        N_("the page is t // page_size (which page) and the row inside it t % page_size"),
+        (lambda pages, table, b, t: pages[table[b, t % pages.shape[1]], t // pages.shape[1]],),
+    ),
 )
 
 
 def _page_hint(exc) -> str | None:
     if isinstance(exc, IndexError):
-        return (_("an index past the end of an axis: pages is (P, page_size, D) and block_table (B, max_pages); token "
-                  "t of sequence b is row t % page_size of page block_table[b, t // page_size]"))
+        return _(
+            "an index past the end of an axis: pages is (P, page_size, D) and block_table (B, max_pages); token "
+            "t of sequence b is row t % page_size of page block_table[b, t // page_size]"
+        )
     return None
 
 
@@ -353,17 +561,38 @@ def check_page_gather(fn) -> CheckReport:
     rng = np.random.default_rng(7)
     pages = rng.standard_normal((9, 4, 3))  # 9 physical pages of 4 tokens, D = 3
     table = np.array([[5, 2, 7], [0, 8, 3]])
-    cases = [(_("sequence {b}, token {t}").format(b=b, t=t), (pages, table, b, t))
-             for b, t in ((0, 0), (0, 6), (1, 9), (1, 3), (0, 11), (1, 4))]
-    properties = property_cases([
-        (_("one element: pages of one token, D = 1"), (rng.standard_normal((5, 1, 1)), np.array([[3, 1, 4]]), 0, 2)),
-        (_("NaN in the key gathered comes out as NaN"), (np.where(np.arange(4)[None, :, None] == 2, np.nan, pages),
-                                                      table, 0, 6)),
-        (_("float16 overflow: a float16 cache gives its key in float16 (no float64 copy)"),
-         (pages.astype(np.float16) * np.float16(1e4), table, 1, 9)),
-        (_("integer input: an integer cache gives its key unchanged"),
-         (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4)),
-    ])
-    return check_function("check_page_gather", fn, cases, page_reference, PAGE_MISTAKES, n_out=1,
-                          names=(_("the key"),), properties=properties, hint=_page_hint)
-
+    cases = [
+        (_("sequence {b}, token {t}").format(b=b, t=t), (pages, table, b, t))
+        for b, t in ((0, 0), (0, 6), (1, 9), (1, 3), (0, 11), (1, 4))
+    ]
+    properties = property_cases(
+        [
+            (
+                _("one element: pages of one token, D = 1"),
+                (rng.standard_normal((5, 1, 1)), np.array([[3, 1, 4]]), 0, 2),
+            ),
+            (
+                _("NaN in the key gathered comes out as NaN"),
+                (np.where(np.arange(4)[None, :, None] == 2, np.nan, pages), table, 0, 6),
+            ),
+            (
+                _("float16 overflow: a float16 cache gives its key in float16 (no float64 copy)"),
+                (pages.astype(np.float16) * np.float16(1e4), table, 1, 9),
+            ),
+            (
+                _("integer input: an integer cache gives its key unchanged"),
+                (np.arange(9 * 4 * 3).reshape(9, 4, 3), table, 1, 4),
+            ),
+        ]
+    )
+    return check_function(
+        "check_page_gather",
+        fn,
+        cases,
+        page_reference,
+        PAGE_MISTAKES,
+        n_out=1,
+        names=(_("the key"),),
+        properties=properties,
+        hint=_page_hint,
+    )

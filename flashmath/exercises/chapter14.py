@@ -44,44 +44,92 @@ def _same(a, b, rtol: float) -> bool:
 
 # (question, {letter: choice}, right letter, {wrong letter: why not})
 RECAP_QUESTIONS = {
-    1: (N_("After i steps of the online normalizer (chapter 2), s_i is"),
-        {"a": N_("the softmax denominator of the whole row"),
-         "b": N_("the sum of exp(x_j - g_i) over the first i elements, measured against the running max g_i"),
-         "c": N_("the sum of exp(x_j) over the first i elements")},
-        "b", {"a": N_("only s_N, after the last element, is the denominator: that is the one idea"),
-              "c": N_("exp(x_j) alone overflows; every term is measured against the running max")}),
-    2: (N_("Subtracting the max before exp (chapter 1)"),
-        {"a": N_("changes the probabilities slightly, for stability"),
-         "b": N_("changes nothing mathematically and keeps every exponent <= 0"),
-         "c": N_("is needed only in float16")},
-        "b", {"a": N_("the same factor exp(-g) is in the numerator and the denominator: it cancels exactly"),
-              "c": N_("float32 overflows at exp(88.7) and float64 at exp(709.8): every dtype needs it")}),
-    3: (N_("FlashAttention-2 keeps acc = s A' instead of the output A' (chapter 7) because"),
-        {"a": N_("the division by s can then wait until the last key tile: one division per output instead of one per "
-                 "tile"),
-         "b": N_("acc is a more accurate average than A'"),
-         "c": N_("A' cannot be computed tile by tile")},
-        "a", {"b": N_("acc is not an average at all; it only becomes one when divided by s at the end"),
-              "c": N_("FlashAttention (Algorithm 1) does compute A' tile by tile, normalised at every step")}),
-    4: (N_("A query row whose keys are all masked (chapter 8) gives, in this course"),
-        {"a": N_("NaN, from -inf - (-inf)"), "b": N_("an output of 0 and a logsumexp of -inf"),
-         "c": N_("the mean of V")},
-        "b", {"a": N_("that NaN is the bug the chapter fixes: the convention is 0 and -inf"),
-              "c": N_("with no key to attend to there is nothing to average")}),
-    5: (N_("In the FlashAttention-2 loop (query tiles outside), each key/value tile is read from HBM"),
+    1: (
+        N_("After i steps of the online normalizer (chapter 2), s_i is"),
+        {
+            "a": N_("the softmax denominator of the whole row"),
+            "b": N_("the sum of exp(x_j - g_i) over the first i elements, measured against the running max g_i"),
+            "c": N_("the sum of exp(x_j) over the first i elements"),
+        },
+        "b",
+        {
+            "a": N_("only s_N, after the last element, is the denominator: that is the one idea"),
+            "c": N_("exp(x_j) alone overflows; every term is measured against the running max"),
+        },
+    ),
+    2: (
+        N_("Subtracting the max before exp (chapter 1)"),
+        {
+            "a": N_("changes the probabilities slightly, for stability"),
+            "b": N_("changes nothing mathematically and keeps every exponent <= 0"),
+            "c": N_("is needed only in float16"),
+        },
+        "b",
+        {
+            "a": N_("the same factor exp(-g) is in the numerator and the denominator: it cancels exactly"),
+            "c": N_("float32 overflows at exp(88.7) and float64 at exp(709.8): every dtype needs it"),
+        },
+    ),
+    3: (
+        N_("FlashAttention-2 keeps acc = s A' instead of the output A' (chapter 7) because"),
+        {
+            "a": N_(
+                "the division by s can then wait until the last key tile: one division per output instead of one per "
+                "tile"
+            ),
+            "b": N_("acc is a more accurate average than A'"),
+            "c": N_("A' cannot be computed tile by tile"),
+        },
+        "a",
+        {
+            "b": N_("acc is not an average at all; it only becomes one when divided by s at the end"),
+            "c": N_("FlashAttention (Algorithm 1) does compute A' tile by tile, normalised at every step"),
+        },
+    ),
+    4: (
+        N_("A query row whose keys are all masked (chapter 8) gives, in this course"),
+        {
+            "a": N_("NaN, from -inf - (-inf)"),
+            "b": N_("an output of 0 and a logsumexp of -inf"),
+            "c": N_("the mean of V"),
+        },
+        "b",
+        {
+            "a": N_("that NaN is the bug the chapter fixes: the convention is 0 and -inf"),
+            "c": N_("with no key to attend to there is nothing to average"),
+        },
+    ),
+    5: (
+        N_("In the FlashAttention-2 loop (query tiles outside), each key/value tile is read from HBM"),
         {"a": N_("once in all"), "b": N_("once per query tile"), "c": N_("once per key")},
-        "b", {"a": N_("every query tile sweeps every key tile: T_r reads of each (chapter 6)"),
-              "c": N_("keys are read a tile at a time, not one by one")}),
-    6: (N_("Flash-Decoding splits the keys of a single query (N = 1) into chunks (chapter 10) because"),
-        {"a": N_("one query tile is too little work to fill a GPU; the chunks' (g, s, acc) states merge exactly"),
-         "b": N_("it does fewer operations than one sweep"),
-         "c": N_("it approximates attention to save time")},
-        "a", {"b": N_("it does the same work plus a small merge; it wins by running the chunks in parallel"),
-              "c": N_("the merge is exact: it is chapter 2's rule for two (g, s) states")}),
-    7: (N_("In the Triton kernel (chapter 11), acc lives in"),
+        "b",
+        {
+            "a": N_("every query tile sweeps every key tile: T_r reads of each (chapter 6)"),
+            "c": N_("keys are read a tile at a time, not one by one"),
+        },
+    ),
+    6: (
+        N_("Flash-Decoding splits the keys of a single query (N = 1) into chunks (chapter 10) because"),
+        {
+            "a": N_("one query tile is too little work to fill a GPU; the chunks' (g, s, acc) states merge exactly"),
+            "b": N_("it does fewer operations than one sweep"),
+            "c": N_("it approximates attention to save time"),
+        },
+        "a",
+        {
+            "b": N_("it does the same work plus a small merge; it wins by running the chunks in parallel"),
+            "c": N_("the merge is exact: it is chapter 2's rule for two (g, s) states"),
+        },
+    ),
+    7: (
+        N_("In the Triton kernel (chapter 11), acc lives in"),
         {"a": N_("HBM"), "b": N_("shared memory"), "c": N_("registers")},
-        "c", {"a": N_("it is written to HBM once, at the end, as A"),
-              "b": N_("shared memory holds the streamed K, V tiles")}),
+        "c",
+        {
+            "a": N_("it is written to HBM once, at the end, as A"),
+            "b": N_("shared memory holds the streamed K, V tiles"),
+        },
+    ),
 }
 
 
@@ -100,8 +148,11 @@ def _recap_parse(answers, number):
         return PropertyFailure(_("no answer yet"))
     letter = str(answer).strip().lower().strip("()")
     choices = RECAP_QUESTIONS[number][1]
-    return letter if letter in choices else PropertyFailure(_("{answer} is not one of {choices}").format(
-        answer=repr(answer), choices=sorted(choices)))
+    return (
+        letter
+        if letter in choices
+        else PropertyFailure(_("{answer} is not one of {choices}").format(answer=repr(answer), choices=sorted(choices)))
+    )
 
 
 @exercise("14.1", solution="recap_quiz", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
@@ -109,12 +160,18 @@ def check_recap_quiz(answers) -> CheckReport:
     """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1), one case per
     question through the harness (:func:`~flashmath.exercises._cases.check_function`); a wrong letter is answered
     with why that choice is wrong, naming the chapter to revisit."""
-    return check_quiz("check_recap_quiz", answers,
-                       [(f"{number}. {_(question[0])}", number) for number, question in RECAP_QUESTIONS.items()],
-                       what=N_("question number: letter"), parse=_recap_parse,
-                       right=lambda number: {RECAP_QUESTIONS[number][2]},
-                       verdict=lambda number, letter: (_("not ({letter})").format(letter=letter),
-                                                       _(RECAP_QUESTIONS[number][3][letter])))
+    return check_quiz(
+        "check_recap_quiz",
+        answers,
+        [(f"{number}. {_(question[0])}", number) for number, question in RECAP_QUESTIONS.items()],
+        what=N_("question number: letter"),
+        parse=_recap_parse,
+        right=lambda number: {RECAP_QUESTIONS[number][2]},
+        verdict=lambda number, letter: (
+            _("not ({letter})").format(letter=letter),
+            _(RECAP_QUESTIONS[number][3][letter]),
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -122,20 +179,32 @@ def check_recap_quiz(answers) -> CheckReport:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _flash_row(q_n, K, V, B_c, *, scale=True, rescale_acc=True, rescale_s=True, g0=-np.inf, subtract_max=True,
-               divide=True, lse_with_g=True):
+def _flash_row(
+    q_n,
+    K,
+    V,
+    B_c,
+    *,
+    scale=True,
+    rescale_acc=True,
+    rescale_s=True,
+    g0=-np.inf,
+    subtract_max=True,
+    divide=True,
+    lse_with_g=True,
+):
     """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches: ``(a_n,
     lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with."""
     q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
     D = q_n.shape[0]
     g, s, acc = g0, 0.0, np.zeros(V.shape[1])
     for c0 in range(0, K.shape[0], B_c):
-        x = K[c0:c0 + B_c] @ q_n / (math.sqrt(D) if scale else 1.0)  # (B_c,)
+        x = K[c0 : c0 + B_c] @ q_n / (math.sqrt(D) if scale else 1.0)  # (B_c,)
         g_new = max(g, float(x.max())) if subtract_max else 0.0
         alpha = math.exp(g - g_new) if g_new != -np.inf else 0.0
         p = np.exp(x - g_new)
         s = (s * alpha if rescale_s else s) + p.sum()
-        acc = (acc * alpha if rescale_acc else acc) + p @ V[c0:c0 + B_c]
+        acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
         g = g_new
     return (acc / s if divide else acc), float((g if lse_with_g else 0.0) + np.log(s))
 
@@ -151,30 +220,53 @@ def _close_in_float32(answer, right) -> bool:
 
 
 FLASH_ROW_MISTAKES = (
-    Mistake(N_("acc not divided by s at the end"), N_("A = acc / s: acc = s A' is the unnormalised numerator"),
-            (_model(divide=False),)),
+    Mistake(
+        N_("acc not divided by s at the end"),
+        N_("A = acc / s: acc = s A' is the unnormalised numerator"),
+        (_model(divide=False),),
+    ),
     Mistake(N_("the scale 1/sqrt(D) missing"), N_("the scores are q_n . K[m] / sqrt(D)"), (_model(scale=False),)),
-    Mistake(N_("acc not rescaled"),
-            N_("when a key tile raises the max, acc must be multiplied by alpha = exp(g - g_new) before P V is added"),
-            (_model(rescale_acc=False),)),
-    Mistake(N_("s not rescaled"), N_("s = s * exp(g - g_new) + sum(P): the old sum is measured against the old max"),
-            (_model(rescale_s=False),)),
-    Mistake(N_("both rescales missing"),
-            N_("acc and s are measured against the running max: multiply both by exp(g - g_new) when it moves"),
-            (_model(rescale_acc=False, rescale_s=False),)),
-    Mistake(N_("the running max started at 0"),
-            N_("start g at -inf: with g = 0, scores far below 0 give exp(x - 0) = 0, s = 0 and 0 / 0"),
-            (_model(g0=0.0),)),
-    Mistake(N_("the max not subtracted"),
-            N_("exp(x) overflows for scores above 709 (float64): subtract the running max"),
-            (_model(subtract_max=False),)),
-    Mistake(N_("g left out of the logsumexp"), N_("lse = g + log(s): s is measured against the max g"),
-            (_model(lse_with_g=False),)),
-    Mistake(N_("float32 instead of float64"),
-            N_("the answer agrees to about 1e-7 relative, float32's precision: this exercise is checked against "
-               "float64 to 1e-9, so compute in float64 (np.zeros(..., np.float64), no .astype(np.float32), torch "
-               "tensors of dtype float64). A real kernel computes in float32 and is tested with a tolerance instead "
-               "(chapter 9)"), (_model(),), compare=_close_in_float32),
+    Mistake(
+        N_("acc not rescaled"),
+        N_("when a key tile raises the max, acc must be multiplied by alpha = exp(g - g_new) before P V is added"),
+        (_model(rescale_acc=False),),
+    ),
+    Mistake(
+        N_("s not rescaled"),
+        N_("s = s * exp(g - g_new) + sum(P): the old sum is measured against the old max"),
+        (_model(rescale_s=False),),
+    ),
+    Mistake(
+        N_("both rescales missing"),
+        N_("acc and s are measured against the running max: multiply both by exp(g - g_new) when it moves"),
+        (_model(rescale_acc=False, rescale_s=False),),
+    ),
+    Mistake(
+        N_("the running max started at 0"),
+        N_("start g at -inf: with g = 0, scores far below 0 give exp(x - 0) = 0, s = 0 and 0 / 0"),
+        (_model(g0=0.0),),
+    ),
+    Mistake(
+        N_("the max not subtracted"),
+        N_("exp(x) overflows for scores above 709 (float64): subtract the running max"),
+        (_model(subtract_max=False),),
+    ),
+    Mistake(
+        N_("g left out of the logsumexp"),
+        N_("lse = g + log(s): s is measured against the max g"),
+        (_model(lse_with_g=False),),
+    ),
+    Mistake(
+        N_("float32 instead of float64"),
+        N_(
+            "the answer agrees to about 1e-7 relative, float32's precision: this exercise is checked against "
+            "float64 to 1e-9, so compute in float64 (np.zeros(..., np.float64), no .astype(np.float32), torch "
+            "tensors of dtype float64). A real kernel computes in float32 and is tested with a tolerance instead "
+            "(chapter 9)"
+        ),
+        (_model(),),
+        compare=_close_in_float32,
+    ),
 )
 
 
@@ -182,8 +274,7 @@ def _flash_row_hint(exc) -> str | None:
     """What a math error in a one-row FlashAttention probably means."""
     by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
     if isinstance(exc, (ValueError, ZeroDivisionError)) and ("domain" in str(exc) or "division" in str(exc)):
-        return _("s = 0 after every key: {message}").format(
-            message=by_name["the running max started at 0"].message())
+        return _("s = 0 after every key: {message}").format(message=by_name["the running max started at 0"].message())
     if isinstance(exc, OverflowError):
         return by_name["the max not subtracted"].message()
     return shape_hint(exc)
@@ -208,16 +299,20 @@ def _flash_row_cases():
         (_("tiles of one key"), (rng.standard_normal(D), K, V, 1)),
         (_("one tile holding every key"), (rng.standard_normal(D), K, V, 16)),
         (_("scores near 2000 (exp overflows unless the max is subtracted)"), (600.0 * q_rise, rising, V, 4)),
-        (_("scores of -1000 and below (a max started at 0 underflows: exp(-1000) = 0)"),
-         (-1000.0 * q_rise, rising + 4.0 * np.eye(D)[0], V, 4)),
+        (
+            _("scores of -1000 and below (a max started at 0 underflows: exp(-1000) = 0)"),
+            (-1000.0 * q_rise, rising + 4.0 * np.eye(D)[0], V, 4),
+        ),
         (_("a real head's row (46 keys, D = 32) in tiles of 8"), (q[n], k, v, 8)),
     ]
     with_nan = V.copy()
     with_nan[6, 0] = np.nan
-    properties = property_cases([
-        (_("one element: a single key"), (rng.standard_normal(D), K[:1], V[:1], 4)),
-        (_("NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"), (q_rise, rising, with_nan, 4)),
-    ])
+    properties = property_cases(
+        [
+            (_("one element: a single key"), (rng.standard_normal(D), K[:1], V[:1], 4)),
+            (_("NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"), (q_rise, rising, with_nan, 4)),
+        ]
+    )
     return cases, properties
 
 
@@ -233,8 +328,11 @@ def _flash_row_call(fn, args):
     try:
         return np.asarray(a), float(lse)
     except (TypeError, ValueError):
-        return PropertyFailure(_("lse_n must be one number (a float), got {type} of shape {shape}").format(
-            type=type(lse).__name__, shape=np.shape(lse)))
+        return PropertyFailure(
+            _("lse_n must be one number (a float), got {type} of shape {shape}").format(
+                type=type(lse).__name__, shape=np.shape(lse)
+            )
+        )
 
 
 def _flash_row_reference(q_n, K, V, B_c):
@@ -249,15 +347,21 @@ def _flash_row_describe(answer, expected) -> tuple[str, object, object]:
     (a, lse), (a_ref, lse_ref) = answer, expected
     if not _same(a, a_ref, 1e-9):
         return _("expected a_n = {expected}, got {got}").format(expected=fmt(a_ref), got=fmt(a)), a, a_ref
-    return (_("a_n is right; expected lse_n = {expected:.10g}, got {got:.10g}").format(
-        expected=float(lse_ref), got=float(lse)), lse_ref, lse_ref)
+    return (
+        _("a_n is right; expected lse_n = {expected:.10g}, got {got:.10g}").format(
+            expected=float(lse_ref), got=float(lse)
+        ),
+        lse_ref,
+        lse_ref,
+    )
 
 
 def _a_only(mistake: Mistake) -> Mistake:
     """The mistake with models that give ``a_n`` alone (its comparison, if any, works on arrays as on pairs; the
     :class:`~flashmath.exercises._report.Diagnosis` runs each model quietly)."""
-    return dataclasses.replace(mistake, models=tuple((lambda *args, model=model: model(*args)[0])
-                                                     for model in mistake.models))
+    return dataclasses.replace(
+        mistake, models=tuple((lambda *args, model=model: model(*args)[0]) for model in mistake.models)
+    )
 
 
 class _FlashRowDiagnosis:
@@ -266,11 +370,17 @@ class _FlashRowDiagnosis:
     the same pair."""
 
     def __init__(self, cases, answers):
-        self.a_wrong = [answer is not None and not _same(answer[0], _flash_row_reference(*args)[0], 1e-9)
-                        for args, answer in zip(cases, answers, strict=True)]
+        self.a_wrong = [
+            answer is not None and not _same(answer[0], _flash_row_reference(*args)[0], 1e-9)
+            for args, answer in zip(cases, answers, strict=True)
+        ]
         same = functools.partial(_same, rtol=1e-9)
-        self.by_a = Diagnosis(cases, [None if answer is None else answer[0] for answer in answers],
-                              [_a_only(mistake) for mistake in FLASH_ROW_MISTAKES], same)
+        self.by_a = Diagnosis(
+            cases,
+            [None if answer is None else answer[0] for answer in answers],
+            [_a_only(mistake) for mistake in FLASH_ROW_MISTAKES],
+            same,
+        )
         self.by_pair = Diagnosis(cases, answers, FLASH_ROW_MISTAKES, same)
 
     def for_case(self, i: int) -> Mistake | None:
@@ -291,8 +401,18 @@ def check_flash_row(fn) -> CheckReport:
     relative.
     """
     cases, properties = _flash_row_cases()
-    return check_function("check_flash_row", fn, cases, _flash_row_reference, FLASH_ROW_MISTAKES, n_out=2,
-                          names=("a_n", "lse_n"), properties=properties, call=_flash_row_call,
-                          compare=functools.partial(_same, rtol=1e-9), describe=_flash_row_describe,
-                          diagnosis=_FlashRowDiagnosis, hint=_flash_row_hint)
-
+    return check_function(
+        "check_flash_row",
+        fn,
+        cases,
+        _flash_row_reference,
+        FLASH_ROW_MISTAKES,
+        n_out=2,
+        names=("a_n", "lse_n"),
+        properties=properties,
+        call=_flash_row_call,
+        compare=functools.partial(_same, rtol=1e-9),
+        describe=_flash_row_describe,
+        diagnosis=_FlashRowDiagnosis,
+        hint=_flash_row_hint,
+    )

@@ -117,69 +117,134 @@ def _closed_form(x, term=np.exp, shift=True):
     return g, float(np.sum(term(x - g if shift else x)))
 
 
-STATE_NOT_SUBTRACTED = Mistake(N_("the max not subtracted"),
-                               N_("sum(exp(x_i)) overflows to inf for large x: add exp(x_i - g_i), relative to the "
-                                  "running max, and rescale the old sum when the max grows"),
-                               (lambda x: _closed_form(x, shift=False),))
-NO_RESCALE = Mistake(N_("the rescale missing"),
-                     N_("when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply it "
-                        "by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that "
-                        "factor?)"), (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),))
-RESCALE_ON_NEW = Mistake(N_("the rescale applied to the new term"),
-                         N_("the factor exp(g_{i-1} - g_i) converts the OLD sum to the new max: s_i = s_{i-1} "
-                            "exp(g_{i-1} - g_i) + exp(x_i - g_i); the new term exp(x_i - g_i) is already relative to "
-                            "g_i"),
-                         (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn) * np.exp(g - gn)),
-     lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - g) * np.exp(g - gn))))
-INVERTED_RESCALE = Mistake(N_("the rescale inverted"),
-                           N_("the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
-                              "sum; exp(g_i - g_{i-1}) grows it"),
-                           (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn)),
-     lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn), first=lambda xi: 1.0)))
-OLD_MAX_TERM = Mistake(N_("the new term relative to the old max"),
-                       N_("the new term is exp(x_i - g_i), with the new max g_i (compute g_i first); exp(x_i - "
-                          "g_{i-1}) can be above 1 and overflow"),
-                       (lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g)),
-     lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g), first=lambda xi: 1.0)))
-BASE_2 = Mistake(N_("a wrong base (2 or 10) instead of e"),
-                 N_("the sum is of natural exponentials: np.exp or math.exp, not 2 ** x or 10 ** x"),
-                 (lambda x: _closed_form(x, term=np.exp2), lambda x: _closed_form(x, term=lambda t: 10.0 ** t)))
+STATE_NOT_SUBTRACTED = Mistake(
+    N_("the max not subtracted"),
+    N_(
+        "sum(exp(x_i)) overflows to inf for large x: add exp(x_i - g_i), relative to the "
+        "running max, and rescale the old sum when the max grows"
+    ),
+    (lambda x: _closed_form(x, shift=False),),
+)
+NO_RESCALE = Mistake(
+    N_("the rescale missing"),
+    N_(
+        "when the max grows from g_{i-1} to g_i the old sum is relative to the old max: multiply it "
+        "by exp(g_{i-1} - g_i) before adding the new term (did you overwrite g before computing that "
+        "factor?)"
+    ),
+    (lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn)),),
+)
+RESCALE_ON_NEW = Mistake(
+    N_("the rescale applied to the new term"),
+    N_(
+        "the factor exp(g_{i-1} - g_i) converts the OLD sum to the new max: s_i = s_{i-1} "
+        "exp(g_{i-1} - g_i) + exp(x_i - g_i); the new term exp(x_i - g_i) is already relative to "
+        "g_i"
+    ),
+    (
+        lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - gn) * np.exp(g - gn)),
+        lambda x: _scan(x, lambda s, g, gn, xi: s + np.exp(xi - g) * np.exp(g - gn)),
+    ),
+)
+INVERTED_RESCALE = Mistake(
+    N_("the rescale inverted"),
+    N_(
+        "the factor is exp(g_{i-1} - g_i) = exp(old max - new max) <= 1, which shrinks the old "
+        "sum; exp(g_i - g_{i-1}) grows it"
+    ),
+    (
+        lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn)),
+        lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(gn - g) + np.exp(xi - gn), first=lambda xi: 1.0),
+    ),
+)
+OLD_MAX_TERM = Mistake(
+    N_("the new term relative to the old max"),
+    N_(
+        "the new term is exp(x_i - g_i), with the new max g_i (compute g_i first); exp(x_i - "
+        "g_{i-1}) can be above 1 and overflow"
+    ),
+    (
+        lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g)),
+        lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp(g - gn) + np.exp(xi - g), first=lambda xi: 1.0),
+    ),
+)
+BASE_2 = Mistake(
+    N_("a wrong base (2 or 10) instead of e"),
+    N_("the sum is of natural exponentials: np.exp or math.exp, not 2 ** x or 10 ** x"),
+    (lambda x: _closed_form(x, term=np.exp2), lambda x: _closed_form(x, term=lambda t: 10.0**t)),
+)
 SWAPPED = Mistake(N_("(s, g) swapped"), N_("return the max first and the sum second: (g, s)"))
-UNGUARDED = Mistake(N_("-inf - (-inf) while nothing is seen"),
-                    N_("while the max is still -inf (nothing seen, or only masked elements) exp(g_{i-1} - g_i) is "
-                       "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
-                       "as a fresh start"), (lambda x: _scan(x, _right_step, guard=False),))
-PYTHON_MAX = Mistake(N_("Python's max dropping NaN"),
-                     N_("Python's max(1.0, nan) returns 1.0 (every comparison with NaN is False), so a NaN went "
-                        "missing: test with math.isnan, or use np.maximum, which propagates NaN"),
-                     (lambda x: _scan(x, _right_step, maximum=_python_max),))
-TWO_PASSES = Mistake(N_("two passes over x"),
-                     N_("the online normalizer reads each element once: one for loop that updates g and s together, "
-                        "no max(x) or sum(...) beforehand"))
-READ_TWICE = Mistake(N_("an element read twice"),
-                     N_("every element is read once, in the one loop: reading x[0] before the loop and then looping "
-                        "over all of x reads it twice"))
+UNGUARDED = Mistake(
+    N_("-inf - (-inf) while nothing is seen"),
+    N_(
+        "while the max is still -inf (nothing seen, or only masked elements) exp(g_{i-1} - g_i) is "
+        "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
+        "as a fresh start"
+    ),
+    (lambda x: _scan(x, _right_step, guard=False),),
+)
+PYTHON_MAX = Mistake(
+    N_("Python's max dropping NaN"),
+    N_(
+        "Python's max(1.0, nan) returns 1.0 (every comparison with NaN is False), so a NaN went "
+        "missing: test with math.isnan, or use np.maximum, which propagates NaN"
+    ),
+    (lambda x: _scan(x, _right_step, maximum=_python_max),),
+)
+TWO_PASSES = Mistake(
+    N_("two passes over x"),
+    N_(
+        "the online normalizer reads each element once: one for loop that updates g and s together, "
+        "no max(x) or sum(...) beforehand"
+    ),
+)
+READ_TWICE = Mistake(
+    N_("an element read twice"),
+    N_(
+        "every element is read once, in the one loop: reading x[0] before the loop and then looping "
+        "over all of x reads it twice"
+    ),
+)
 NOT_A_PAIR = Mistake(N_("not a pair"), N_("return the two numbers (g, s)"))
-EMPTY_CRASH = Mistake(N_("the empty vector not handled"),
-                      N_("an empty x (no element, or a row with no key) has the state of nothing seen, (g, s) = "
-                         "(-inf, 0): start from it instead of from x[0], and never take max(x) of nothing"))
-BUFFERED = Mistake(N_("the input buffered"),
-                   N_("a one-pass function keeps a few numbers, not a copy of x: np.array(list(x)), list(x) or "
-                      "np.fromiter(x) store every element (and then read them again); update (g, s) as each element "
-                      "arrives"))
+EMPTY_CRASH = Mistake(
+    N_("the empty vector not handled"),
+    N_(
+        "an empty x (no element, or a row with no key) has the state of nothing seen, (g, s) = "
+        "(-inf, 0): start from it instead of from x[0], and never take max(x) of nothing"
+    ),
+)
+BUFFERED = Mistake(
+    N_("the input buffered"),
+    N_(
+        "a one-pass function keeps a few numbers, not a copy of x: np.array(list(x)), list(x) or "
+        "np.fromiter(x) store every element (and then read them again); update (g, s) as each element "
+        "arrives"
+    ),
+)
 
 NORMALIZER_MISTAKES = (
     STATE_NOT_SUBTRACTED,
-    Mistake(N_("the max started at 0"),
-            N_("a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 instead of -3. Start from "
-               "g_0 = -inf (nothing seen) and s_0 = 0"), (_from_zero, lambda x: _from_zero(x, masked_guard=True))),
-    Mistake(N_("the sum started at 1"),
-            N_("s_0 = 0 (the empty sum): with s_0 = 1 a fully masked row ends with s = 1 instead of 0"),
-            (lambda x: _scan(x, _right_step, s0=1.0),)),
-    Mistake(N_("the first element counted twice"),
-            N_("starting from (g, s) = (x_1, 1) already counts x_1: then loop over the remaining elements only, or "
-               "start from (-inf, 0) and loop over all of them"),
-            (lambda x: _scan(x, _right_step, g0=float(x[0]), s0=1.0),)),
+    Mistake(
+        N_("the max started at 0"),
+        N_(
+            "a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 instead of -3. Start from "
+            "g_0 = -inf (nothing seen) and s_0 = 0"
+        ),
+        (_from_zero, lambda x: _from_zero(x, masked_guard=True)),
+    ),
+    Mistake(
+        N_("the sum started at 1"),
+        N_("s_0 = 0 (the empty sum): with s_0 = 1 a fully masked row ends with s = 1 instead of 0"),
+        (lambda x: _scan(x, _right_step, s0=1.0),),
+    ),
+    Mistake(
+        N_("the first element counted twice"),
+        N_(
+            "starting from (g, s) = (x_1, 1) already counts x_1: then loop over the remaining elements only, or "
+            "start from (-inf, 0) and loop over all of them"
+        ),
+        (lambda x: _scan(x, _right_step, g0=float(x[0]), s0=1.0),),
+    ),
     BASE_2,
     NO_RESCALE,
     RESCALE_ON_NEW,
@@ -227,13 +292,15 @@ def _call_one_pass(fn, args):
                 tracemalloc.stop()
         if peak > MEMORY_LIMIT:
             used = _("used {used:.0f} kB for {n} elements (a copy of x takes {copy:.0f} kB or more)").format(
-                used=peak / 1000, n=len(x), copy=8 * len(x) / 1000)
+                used=peak / 1000, n=len(x), copy=8 * len(x) / 1000
+            )
             return PropertyFailure(f"{used}: {BUFFERED.message()}", out)
     else:
         out = fn(vec)
     if vec.reads > len(x) or vec.passes > 1:
         count = _("read {reads} elements of a vector of length {n}").format(reads=vec.reads, n=len(x)) + (
-            _(" in {passes} passes").format(passes=vec.passes) if vec.passes > 1 else "")
+            _(" in {passes} passes").format(passes=vec.passes) if vec.passes > 1 else ""
+        )
         if _pair(out) is not None and not same_state(out, online_normalizer(np.asarray(x, dtype=np.float64))):
             return out  # a wrong state: the mistake models say more than the count
         return PropertyFailure(f"{count}: {(TWO_PASSES if vec.passes > 1 else READ_TWICE).message()}", out)
@@ -253,8 +320,12 @@ def _normalizer_reference(x, *mode):
 
 
 # The names normalizer_properties makes from chapter 1's property names, marked for the catalog.
-_NORMALIZER_PROPERTY_NAMES = (N_("the empty input: the state (-inf, 0)"), N_("an all -inf row (fully masked)"),
-                              N_("+inf: a row holding +inf gives g = +inf"), N_("integer input [3, 1, 2]"))
+_NORMALIZER_PROPERTY_NAMES = (
+    N_("the empty input: the state (-inf, 0)"),
+    N_("an all -inf row (fully masked)"),
+    N_("+inf: a row holding +inf gives g = +inf"),
+    N_("integer input [3, 1, 2]"),
+)
 
 
 def normalizer_properties():
@@ -263,14 +334,30 @@ def normalizer_properties():
     Rules: the empty vector has the state (-inf, 0) (nothing seen); a +inf element gives g = +inf (the state's
     logsumexp is +inf; s is not compared); NaN gives NaN; integers are read as numbers.
     """
-    props: list[tuple[str, tuple]] = [(name, (x,)) for name, x in softmax_properties(translate=False)
-                                      if x.dtype != np.float16]
-    props = [(_(name.replace(": an empty vector out", ": the state (-inf, 0)").replace(": expected zeros", "")
-                .replace(": float64 probabilities out", "").replace("gives NaN (inf - inf), not zeros",
-                                                                     "gives g = +inf")), args) for name, args in props]
+    props: list[tuple[str, tuple]] = [
+        (name, (x,)) for name, x in softmax_properties(translate=False) if x.dtype != np.float16
+    ]
+    props = [
+        (
+            _(
+                name.replace(": an empty vector out", ": the state (-inf, 0)")
+                .replace(": expected zeros", "")
+                .replace(": float64 probabilities out", "")
+                .replace("gives NaN (inf - inf), not zeros", "gives g = +inf")
+            ),
+            args,
+        )
+        for name, args in props
+    ]
     x = np.random.default_rng(21).normal(size=MEMORY_CASE_LENGTH)
-    props.append((_("one pass in constant memory ({n} elements: a copy such as np.array(list(x)) is not one pass)")
-                  .format(n=MEMORY_CASE_LENGTH), (x, "memory")))
+    props.append(
+        (
+            _("one pass in constant memory ({n} elements: a copy such as np.array(list(x)) is not one pass)").format(
+                n=MEMORY_CASE_LENGTH
+            ),
+            (x, "memory"),
+        )
+    )
     return property_cases(props)
 
 
@@ -286,18 +373,34 @@ def check_online_normalizer(fn) -> CheckReport:
     below 0), a masked element first. Named mistakes: :data:`NORMALIZER_MISTAKES`.
     """
     cases = [(name, (x,)) for name, x in softmax_cases() if x.dtype != np.float16]
-    cases += [(_("negative values, [-3, -5] (the max is -3)"), (np.array([-3.0, -5.0]),)),
-              (_("a masked element first, [-inf, 1, 2]"), (np.array([-np.inf, 1.0, 2.0]),))]
-    return check_function("check_online_normalizer", fn, cases, _normalizer_reference, NORMALIZER_MISTAKES, n_out=2,
-                           names=("g", "s"), not_answer=NOT_A_PAIR, hint=_normalizer_hint,
-                           properties=normalizer_properties(), compare=same_state, convert=_pair,
-                           describe=_state_describe, check_form=False, call=_call_one_pass)
+    cases += [
+        (_("negative values, [-3, -5] (the max is -3)"), (np.array([-3.0, -5.0]),)),
+        (_("a masked element first, [-inf, 1, 2]"), (np.array([-np.inf, 1.0, 2.0]),)),
+    ]
+    return check_function(
+        "check_online_normalizer",
+        fn,
+        cases,
+        _normalizer_reference,
+        NORMALIZER_MISTAKES,
+        n_out=2,
+        names=("g", "s"),
+        not_answer=NOT_A_PAIR,
+        hint=_normalizer_hint,
+        properties=normalizer_properties(),
+        compare=same_state,
+        convert=_pair,
+        describe=_state_describe,
+        check_form=False,
+        call=_call_one_pass,
+    )
 
 
 def _state_message(state, expected, mistake: Mistake | None) -> str:
     (g, s), (g_ref, s_ref) = state, expected
     message = _("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
-        g_ref=g_ref, s_ref=s_ref, g=g, s=s)
+        g_ref=g_ref, s_ref=s_ref, g=g, s=s
+    )
     return message + (f": {mistake.message()}" if mistake is not None else "")
 
 
@@ -308,6 +411,7 @@ def _state_message(state, expected, mistake: Mistake | None) -> str:
 
 def _merge_model(g_of=_np_max, term=lambda s, g_k, g: s * np.exp(g_k - g), guard=False):
     """A merge variant: ``g = g_of(g1, g2)``, ``s = term(s1, g1, g) + term(s2, g2, g)``; ``guard`` skips empty parts."""
+
     def model(g1, s1, g2, s2):
         g = g_of(g1, g2)
         if guard:
@@ -316,6 +420,7 @@ def _merge_model(g_of=_np_max, term=lambda s, g_k, g: s * np.exp(g_k - g), guard
                 return g, 0.0
             return g, float(sum(term(s_k, g_k, g) for s_k, g_k in parts))
         return g, float(term(s1, g1, g) + term(s2, g2, g))
+
     return model
 
 
@@ -325,6 +430,7 @@ def _guarded_merge(g_of):
         if g == -math.inf:
             return g, 0.0
         return g, float(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g))
+
     return model
 
 
@@ -339,39 +445,81 @@ def _right_merge(g1, s1, g2, s2):
 
 
 MERGE_MISTAKES = (
-    Mistake(N_("the exponential of each max taken alone"),
-            N_("s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above 709 (inf / inf = NaN): never take exp of a "
-               "max alone; take exp of differences, s1 exp(g1 - g) + s2 exp(g2 - g), each <= 1"), (_exp_of_maxima,)),
-    Mistake(N_("the two states swapped"),
-            N_("merge(g1, s1, g2, s2) takes part 1's state (g1, s1), then part 2's (g2, s2): each sum s_k is rescaled "
-               "by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), or pairing s1 with g2, "
-               "mixes the parts)"),
-            (lambda g1, s1, g2, s2: _right_merge(g1, g2, s1, s2),
-             lambda g1, s1, g2, s2: (_np_max(g1, g2), float(s1 * np.exp(g2 - _np_max(g1, g2))
-                                                            + s2 * np.exp(g1 - _np_max(g1, g2)))))),
-    Mistake(N_("merged without rescaling"),
-            N_("s1 is relative to g1 and s2 to g2: convert both to the common max g first, s = s1 exp(g1 - g) + s2 "
-               "exp(g2 - g)"), (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),)),
-    Mistake(INVERTED_RESCALE.name, N_("each factor is exp(g_k - g) = exp(part max - common max) <= 1"),
-            (_merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k)),
-             _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k), guard=True))),
-    Mistake(N_("only one part rescaled"),
-            N_("both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
-               "below 1, and the one that holds it by exactly 1, so write both factors"),
-            (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
-             lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))))),
-    Mistake(N_("the min of the two maxima"),
-            N_("the merged state's max is the larger one, g = max(g1, g2); relative to the smaller one the factors "
-               "exp(g_k - g) can overflow"),
-            (_guarded_merge(lambda a, b: float(np.fmin(a, b))),
-                                                                   _merge_model(
-                                                                       g_of=lambda a, b: float(np.fmin(a, b))))),
-    Mistake(BASE_2.name, BASE_2.fix, (_merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
-                                      _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)))),
+    Mistake(
+        N_("the exponential of each max taken alone"),
+        N_(
+            "s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above 709 (inf / inf = NaN): never take exp of a "
+            "max alone; take exp of differences, s1 exp(g1 - g) + s2 exp(g2 - g), each <= 1"
+        ),
+        (_exp_of_maxima,),
+    ),
+    Mistake(
+        N_("the two states swapped"),
+        N_(
+            "merge(g1, s1, g2, s2) takes part 1's state (g1, s1), then part 2's (g2, s2): each sum s_k is rescaled "
+            "by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), or pairing s1 with g2, "
+            "mixes the parts)"
+        ),
+        (
+            lambda g1, s1, g2, s2: _right_merge(g1, g2, s1, s2),
+            lambda g1, s1, g2, s2: (
+                _np_max(g1, g2),
+                float(s1 * np.exp(g2 - _np_max(g1, g2)) + s2 * np.exp(g1 - _np_max(g1, g2))),
+            ),
+        ),
+    ),
+    Mistake(
+        N_("merged without rescaling"),
+        N_(
+            "s1 is relative to g1 and s2 to g2: convert both to the common max g first, s = s1 exp(g1 - g) + s2 "
+            "exp(g2 - g)"
+        ),
+        (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),),
+    ),
+    Mistake(
+        INVERTED_RESCALE.name,
+        N_("each factor is exp(g_k - g) = exp(part max - common max) <= 1"),
+        (
+            _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k)),
+            _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k), guard=True),
+        ),
+    ),
+    Mistake(
+        N_("only one part rescaled"),
+        N_(
+            "both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
+            "below 1, and the one that holds it by exactly 1, so write both factors"
+        ),
+        (
+            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
+            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))),
+        ),
+    ),
+    Mistake(
+        N_("the min of the two maxima"),
+        N_(
+            "the merged state's max is the larger one, g = max(g1, g2); relative to the smaller one the factors "
+            "exp(g_k - g) can overflow"
+        ),
+        (_guarded_merge(lambda a, b: float(np.fmin(a, b))), _merge_model(g_of=lambda a, b: float(np.fmin(a, b)))),
+    ),
+    Mistake(
+        BASE_2.name,
+        BASE_2.fix,
+        (
+            _merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
+            _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)),
+        ),
+    ),
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed([float(v) for v in merge(*a)])),)),
-    Mistake(UNGUARDED.name,
-            N_("when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is exp(-inf - (-inf)) = NaN: "
-               "return (-inf, 0) when the merged max is -inf"), (_merge_model(),)),
+    Mistake(
+        UNGUARDED.name,
+        N_(
+            "when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is exp(-inf - (-inf)) = NaN: "
+            "return (-inf, 0) when the merged max is -inf"
+        ),
+        (_merge_model(),),
+    ),
     Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
     NOT_A_PAIR,
 )
@@ -401,15 +549,17 @@ def merge_properties():
     Rules: two empty parts give the empty state (-inf, 0); a part with max +inf gives g = +inf; NaN gives NaN;
     integer states are numbers like any other.
     """
-    return property_cases([
-        (_("the empty input: both parts empty, (-inf, 0) each"), (-np.inf, 0.0, -np.inf, 0.0)),
-        (_("one element on each side, (x, 1)"), (0.5, 1.0, -0.25, 1.0)),
-        (_("an all -inf part (fully masked) and a real one"), (-np.inf, 0.0, 1.0, 2.0)),
-        (_("+inf: a part with max +inf gives g = +inf"), (np.inf, 1.0, 0.0, 1.0)),
-        (_("NaN in the second part's max propagates"), (0.0, 1.0, np.nan, 1.0)),
-        (_("integer input (3, 1, 1, 2)"), (3, 1, 1, 2)),
-        (_("negative-only maxima (-3, 1, -5, 2)"), (-3.0, 1.0, -5.0, 2.0)),
-    ])
+    return property_cases(
+        [
+            (_("the empty input: both parts empty, (-inf, 0) each"), (-np.inf, 0.0, -np.inf, 0.0)),
+            (_("one element on each side, (x, 1)"), (0.5, 1.0, -0.25, 1.0)),
+            (_("an all -inf part (fully masked) and a real one"), (-np.inf, 0.0, 1.0, 2.0)),
+            (_("+inf: a part with max +inf gives g = +inf"), (np.inf, 1.0, 0.0, 1.0)),
+            (_("NaN in the second part's max propagates"), (0.0, 1.0, np.nan, 1.0)),
+            (_("integer input (3, 1, 1, 2)"), (3, 1, 1, 2)),
+            (_("negative-only maxima (-3, 1, -5, 2)"), (-3.0, 1.0, -5.0, 2.0)),
+        ]
+    )
 
 
 @exercise("2.2", MERGE_MISTAKES, solution="merge")
@@ -425,9 +575,21 @@ def check_merge(fn) -> CheckReport:
 
 def _check_states(title, fn, cases, reference, mistakes, properties=()) -> CheckReport:
     """A checker of a function of numbers that returns a state ``(g, s)``, on the one harness."""
-    return check_function(title, fn, cases, lambda *a: tuple(float(v) for v in reference(*a)), mistakes, n_out=2,
-                          names=("g", "s"), not_answer=NOT_A_PAIR, properties=properties, compare=same_state,
-                          convert=_pair, describe=_state_describe, check_form=False)
+    return check_function(
+        title,
+        fn,
+        cases,
+        lambda *a: tuple(float(v) for v in reference(*a)),
+        mistakes,
+        n_out=2,
+        names=("g", "s"),
+        not_answer=NOT_A_PAIR,
+        properties=properties,
+        compare=same_state,
+        convert=_pair,
+        describe=_state_describe,
+        check_form=False,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -441,6 +603,7 @@ def _three(term=lambda s, g_k, g: s * np.exp(g_k - g), guard=True, g_of=None):
         if guard and g == -math.inf:
             return g, 0.0
         return g, float(term(s1, g1, g) + term(s2, g2, g) + term(s3, g3, g))
+
     return model
 
 
@@ -459,23 +622,38 @@ def _three_not_moved(g1, s1, g2, s2, g3, s3):
 
 
 THREE_MISTAKES = (
-    Mistake(PYTHON_MAX.name,
-            N_("Python's max(0.0, nan, 1.0) returns 1.0 (every comparison with NaN is False), so a NaN in a later "
-               "part went missing: test with math.isnan, or use np.maximum / np.max, which propagate NaN"),
-            (_three_python_max,)),
-    Mistake(N_("an intermediate state not moved to the new max"),
-            N_("the state of P1 and P2 is relative to their max g_12; once P3 brings a larger max g, that sum must be "
-               "moved to it too, s_12 exp(g_12 - g) (with the closed form: s = sum_k s_k exp(g_k - g), every part "
-               "relative to the same g)"), (_three_not_moved,)),
-    Mistake(N_("merged without rescaling"),
-            N_("each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with g = max(g_1, g_2, g_3)"),
-            (_three(term=lambda s, g_k, g: s),)),
-    Mistake(INVERTED_RESCALE.name, N_("each factor is exp(g_k - g) <= 1"),
-            (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),)),
-    Mistake(N_("a max of two parts only"),
-            N_("g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)"),
-            tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]]))
-                  for pair in ((0, 1), (1, 2), (0, 2)))),
+    Mistake(
+        PYTHON_MAX.name,
+        N_(
+            "Python's max(0.0, nan, 1.0) returns 1.0 (every comparison with NaN is False), so a NaN in a later "
+            "part went missing: test with math.isnan, or use np.maximum / np.max, which propagate NaN"
+        ),
+        (_three_python_max,),
+    ),
+    Mistake(
+        N_("an intermediate state not moved to the new max"),
+        N_(
+            "the state of P1 and P2 is relative to their max g_12; once P3 brings a larger max g, that sum must be "
+            "moved to it too, s_12 exp(g_12 - g) (with the closed form: s = sum_k s_k exp(g_k - g), every part "
+            "relative to the same g)"
+        ),
+        (_three_not_moved,),
+    ),
+    Mistake(
+        N_("merged without rescaling"),
+        N_("each s_k is relative to its own max g_k: s = sum_k s_k exp(g_k - g) with g = max(g_1, g_2, g_3)"),
+        (_three(term=lambda s, g_k, g: s),),
+    ),
+    Mistake(
+        INVERTED_RESCALE.name,
+        N_("each factor is exp(g_k - g) <= 1"),
+        (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),),
+    ),
+    Mistake(
+        N_("a max of two parts only"),
+        N_("g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)"),
+        tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]])) for pair in ((0, 1), (1, 2), (0, 2))),
+    ),
     Mistake(UNGUARDED.name, N_("when all three parts are empty the merged state is (-inf, 0)"), (_three(guard=False),)),
     NOT_A_PAIR,
 )
@@ -504,15 +682,17 @@ def merge_three_cases():
 def merge_three_properties():
     """The property cases of exercise 2.3 (the battery of :mod:`~flashmath.exercises._cases`)."""
     empty = (-np.inf, 0.0)
-    return property_cases([
-        (_("the empty input: all three parts empty"), empty * 3),
-        (_("one element in each part, (x, 1)"), (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
-        (_("an all -inf part first"), (*empty, 1.0, 2.0, 0.0, 1.0)),
-        (_("+inf: a part with max +inf gives g = +inf"), (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
-        (_("NaN in the middle part's max propagates"), (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
-        (_("integer input"), (3, 1, 1, 2, 2, 1)),
-        (_("negative-only maxima"), (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
-    ])
+    return property_cases(
+        [
+            (_("the empty input: all three parts empty"), empty * 3),
+            (_("one element in each part, (x, 1)"), (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
+            (_("an all -inf part first"), (*empty, 1.0, 2.0, 0.0, 1.0)),
+            (_("+inf: a part with max +inf gives g = +inf"), (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
+            (_("NaN in the middle part's max propagates"), (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
+            (_("integer input"), (3, 1, 1, 2, 2, 1)),
+            (_("negative-only maxima"), (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
+        ]
+    )
 
 
 @exercise("2.3", THREE_MISTAKES, solution="merge_three")
@@ -525,8 +705,9 @@ def check_merge_three(fn) -> CheckReport:
     :func:`merge_three_cases`. Named mistakes: :data:`THREE_MISTAKES`.
     """
     cases = [(name, args) for name, args, _ in merge_three_cases()]
-    return _check_states("check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES,
-                         merge_three_properties())
+    return _check_states(
+        "check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES, merge_three_properties()
+    )
 
 
 def merge_three_reference(g1, s1, g2, s2, g3, s3):

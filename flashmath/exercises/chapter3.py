@@ -27,11 +27,20 @@ def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", n
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     x = np.matmul(q, np.swapaxes(k, -1, -2))  # (..., N, M)
     x = x * scale(q.shape[-1], k.shape[-2], v.shape[-1], q)
-    shifts = {"row": lambda: x.max(axis=-1, keepdims=True), "column": lambda: x.max(axis=-2, keepdims=True),
-              "global": lambda: x.max(), "none": lambda: 0.0, "flat": lambda: x.max(axis=-1)}
+    shifts = {
+        "row": lambda: x.max(axis=-1, keepdims=True),
+        "column": lambda: x.max(axis=-2, keepdims=True),
+        "global": lambda: x.max(),
+        "none": lambda: 0.0,
+        "flat": lambda: x.max(axis=-1),
+    }
     e = np.exp(x - shifts[shift]())
-    sums = {-1: lambda: e.sum(axis=-1, keepdims=True), -2: lambda: e.sum(axis=-2, keepdims=True),
-            "all": lambda: e.sum(), "flat": lambda: e.sum(axis=-1)}
+    sums = {
+        -1: lambda: e.sum(axis=-1, keepdims=True),
+        -2: lambda: e.sum(axis=-2, keepdims=True),
+        "all": lambda: e.sum(),
+        "flat": lambda: e.sum(axis=-1),
+    }
     return np.matmul(e / sums[norm](), v) * after  # (..., N, Dv)
 
 
@@ -51,77 +60,148 @@ def _scaled(scale):
 
 
 MISTAKES = (
-    Mistake(N_("no scale"),
-            N_("this is softmax(Q K^T) V: divide the scores by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1.0),)),
-    Mistake(N_("divided by sqrt(M)"),
-            N_("the scores were divided by the square root of the number of keys M: divide by sqrt(D), D = "
-               "q.shape[-1] the width of q and k"), (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),)),
-    Mistake(N_("divided by D"),
-            N_("the scores were divided by D: divide by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / D),)),
-    Mistake(N_("divided by sqrt(Dv)"),
-            N_("the scores were divided by the square root of the width of V: divide by sqrt(D), D = q.shape[-1] the "
-               "width of q and k"), (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(Dv)),)),
-    Mistake(N_("the scale from the wrong axis of q"),
-            N_("D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the number of queries (or the batch)"),
-            (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])),
-                                                 _scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[0])))),
-    Mistake(N_("D**1/2 (precedence)"),
-            N_("x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
-               "D**0.5, D**(1/2) or math.sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / (2 * D)),)),
-    Mistake(N_("math.isqrt (an integer square root)"),
-            N_("math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(5) = 2, not 2.236): use math.sqrt(D) or "
-               "np.sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / math.isqrt(D)),)),
-    Mistake(N_("V transposed"),
-            N_("A = Y V with V of shape (..., M, Dv), one value row per key: v.T (or swapaxes) pairs the weights with "
-               "the columns of V, and runs only when M = Dv"), (_v_transposed,)),
-    Mistake(N_("the first key skipped"),
-            N_("every key takes part, m = 0 .. M-1 in code: a loop over range(1, M) (or k[1:]) leaves out key 0"),
-            (_first_key_skipped,)),
-    Mistake(N_("einsum written for 2-D inputs"),
-            N_("subscripts such as 'nd,md->nm' name two axes only: for (..., N, D) inputs write "
-               "np.einsum('...nd,...md->...nm', q, k) (and '...nm,...mv->...nv' for the values)")),
-    Mistake(N_("multiplied by sqrt(D)"),
-            N_("the scale went the wrong way: divide the scores by sqrt(D)"),
-            (_scaled(lambda D, M, Dv, q: np.sqrt(D)),)),
-    Mistake(N_("the scale applied to the output"),
-            N_("1/sqrt(D) belongs inside the softmax, on the scores: softmax(Q K^T / sqrt(D)) V, not softmax(Q K^T) V "
-               "/ sqrt(D)"),
-            (lambda q, k, v: variant(q, k, v, scale=lambda D, M, Dv, q: 1.0, after=1 / np.sqrt(q.shape[-1])),)),
-    Mistake(N_("softmax over the wrong axis (the queries)"),
-            N_("each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1). With "
-               "one query (N = 1) a softmax over the queries makes every weight 1, and A becomes the sum of the rows "
-               "of V"),
-            (lambda q, k, v: variant(q, k, v, shift="column", norm=-2), lambda q, k, v: variant(q, k, v, norm=-2))),
-    Mistake(N_("the max over the wrong axis"),
-            N_("subtract each row's own max, x.max(axis=-1, keepdims=True): a max over the queries (axis=-2) "
-               "subtracts a different number from each entry of a row, which changes its softmax"),
-            (lambda q, k, v: variant(q, k, v, shift="column"),)),
-    Mistake(N_("keepdims missing"),
-            N_("x.max(axis=-1) and e.sum(axis=-1) drop the axis, and broadcasting then lines them up with the "
-               "columns: keep it, with keepdims=True (or [..., None])"),
-            (lambda q, k, v: variant(q, k, v, shift="flat"), lambda q, k, v: variant(q, k, v, norm="flat"),
-             lambda q, k, v: variant(q, k, v, shift="flat", norm="flat"))),
-    Mistake(N_("the global max instead of each row's max"),
-            N_("one max for the whole array is far above the scores of some rows: their exp(x - max) all underflow to "
-               "0, and 0 / 0 is NaN. Subtract each row's own max, x.max(axis=-1, keepdims=True)"),
-            (lambda q, k, v: variant(q, k, v, shift="global"),)),
-    Mistake(N_("the max not subtracted"),
-            N_("exp of a large score overflows to inf and inf / inf is NaN: subtract each row's max before exp"),
-            (lambda q, k, v: variant(q, k, v, shift="none"),)),
-    Mistake(N_("normalised over the whole matrix"),
-            N_("divide each row by its own sum, e.sum(axis=-1, keepdims=True), not by the sum of every entry"),
-            (lambda q, k, v: variant(q, k, v, norm="all"),)),
-    Mistake(N_("k.T on a batched array"),
-            N_("k.T reverses every axis of a (B, H, M, D) array: transpose only the last two, np.swapaxes(k, -1, -2) "
-               "(or k.swapaxes(-1, -2))")),
+    Mistake(
+        N_("no scale"),
+        N_("this is softmax(Q K^T) V: divide the scores by sqrt(D)"),
+        (_scaled(lambda D, M, Dv, q: 1.0),),
+    ),
+    Mistake(
+        N_("divided by sqrt(M)"),
+        N_(
+            "the scores were divided by the square root of the number of keys M: divide by sqrt(D), D = "
+            "q.shape[-1] the width of q and k"
+        ),
+        (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),),
+    ),
+    Mistake(
+        N_("divided by D"), N_("the scores were divided by D: divide by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / D),)
+    ),
+    Mistake(
+        N_("divided by sqrt(Dv)"),
+        N_(
+            "the scores were divided by the square root of the width of V: divide by sqrt(D), D = q.shape[-1] the "
+            "width of q and k"
+        ),
+        (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(Dv)),),
+    ),
+    Mistake(
+        N_("the scale from the wrong axis of q"),
+        N_("D is the last axis, q.shape[-1]; len(q) and q.shape[0] are the number of queries (or the batch)"),
+        (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[-2])), _scaled(lambda D, M, Dv, q: 1 / np.sqrt(q.shape[0]))),
+    ),
+    Mistake(
+        N_("D**1/2 (precedence)"),
+        N_(
+            "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
+            "D**0.5, D**(1/2) or math.sqrt(D)"
+        ),
+        (_scaled(lambda D, M, Dv, q: 1 / (2 * D)),),
+    ),
+    Mistake(
+        N_("math.isqrt (an integer square root)"),
+        N_("math.isqrt(D) rounds sqrt(D) down to an integer (isqrt(5) = 2, not 2.236): use math.sqrt(D) or np.sqrt(D)"),
+        (_scaled(lambda D, M, Dv, q: 1 / math.isqrt(D)),),
+    ),
+    Mistake(
+        N_("V transposed"),
+        N_(
+            "A = Y V with V of shape (..., M, Dv), one value row per key: v.T (or swapaxes) pairs the weights with "
+            "the columns of V, and runs only when M = Dv"
+        ),
+        (_v_transposed,),
+    ),
+    Mistake(
+        N_("the first key skipped"),
+        N_("every key takes part, m = 0 .. M-1 in code: a loop over range(1, M) (or k[1:]) leaves out key 0"),
+        (_first_key_skipped,),
+    ),
+    Mistake(
+        N_("einsum written for 2-D inputs"),
+        N_(
+            "subscripts such as 'nd,md->nm' name two axes only: for (..., N, D) inputs write "
+            "np.einsum('...nd,...md->...nm', q, k) (and '...nm,...mv->...nv' for the values)"
+        ),
+    ),
+    Mistake(
+        N_("multiplied by sqrt(D)"),
+        N_("the scale went the wrong way: divide the scores by sqrt(D)"),
+        (_scaled(lambda D, M, Dv, q: np.sqrt(D)),),
+    ),
+    Mistake(
+        N_("the scale applied to the output"),
+        N_(
+            "1/sqrt(D) belongs inside the softmax, on the scores: softmax(Q K^T / sqrt(D)) V, not softmax(Q K^T) V "
+            "/ sqrt(D)"
+        ),
+        (lambda q, k, v: variant(q, k, v, scale=lambda D, M, Dv, q: 1.0, after=1 / np.sqrt(q.shape[-1])),),
+    ),
+    Mistake(
+        N_("softmax over the wrong axis (the queries)"),
+        N_(
+            "each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1). With "
+            "one query (N = 1) a softmax over the queries makes every weight 1, and A becomes the sum of the rows "
+            "of V"
+        ),
+        (lambda q, k, v: variant(q, k, v, shift="column", norm=-2), lambda q, k, v: variant(q, k, v, norm=-2)),
+    ),
+    Mistake(
+        N_("the max over the wrong axis"),
+        N_(
+            "subtract each row's own max, x.max(axis=-1, keepdims=True): a max over the queries (axis=-2) "
+            "subtracts a different number from each entry of a row, which changes its softmax"
+        ),
+        (lambda q, k, v: variant(q, k, v, shift="column"),),
+    ),
+    Mistake(
+        N_("keepdims missing"),
+        N_(
+            "x.max(axis=-1) and e.sum(axis=-1) drop the axis, and broadcasting then lines them up with the "
+            "columns: keep it, with keepdims=True (or [..., None])"
+        ),
+        (
+            lambda q, k, v: variant(q, k, v, shift="flat"),
+            lambda q, k, v: variant(q, k, v, norm="flat"),
+            lambda q, k, v: variant(q, k, v, shift="flat", norm="flat"),
+        ),
+    ),
+    Mistake(
+        N_("the global max instead of each row's max"),
+        N_(
+            "one max for the whole array is far above the scores of some rows: their exp(x - max) all underflow to "
+            "0, and 0 / 0 is NaN. Subtract each row's own max, x.max(axis=-1, keepdims=True)"
+        ),
+        (lambda q, k, v: variant(q, k, v, shift="global"),),
+    ),
+    Mistake(
+        N_("the max not subtracted"),
+        N_("exp of a large score overflows to inf and inf / inf is NaN: subtract each row's max before exp"),
+        (lambda q, k, v: variant(q, k, v, shift="none"),),
+    ),
+    Mistake(
+        N_("normalised over the whole matrix"),
+        N_("divide each row by its own sum, e.sum(axis=-1, keepdims=True), not by the sum of every entry"),
+        (lambda q, k, v: variant(q, k, v, norm="all"),),
+    ),
+    Mistake(
+        N_("k.T on a batched array"),
+        N_(
+            "k.T reverses every axis of a (B, H, M, D) array: transpose only the last two, np.swapaxes(k, -1, -2) "
+            "(or k.swapaxes(-1, -2))"
+        ),
+    ),
     Mistake(N_("the probabilities Y returned"), N_("this has the shape of Y (..., N, M): multiply it by v")),
     INPUT_MODIFIED,
     Mistake(N_("a wrong shape"), N_("A has shape (..., N, Dv): one output row per query")),
     LOWER_PRECISION,
 )
 K_T, KEEPDIMS, Y_RETURNED, WRONG_SHAPE, EINSUM_2D = pick(
-    MISTAKES, "k.T on a batched array", "keepdims missing", "the probabilities Y returned", "a wrong shape",
-    "einsum written for 2-D inputs")
+    MISTAKES,
+    "k.T on a batched array",
+    "keepdims missing",
+    "the probabilities Y returned",
+    "a wrong shape",
+    "einsum written for 2-D inputs",
+)
 
 
 def attention_cases():
@@ -146,8 +226,10 @@ def attention_cases():
         (_("D = 1 (the scale is 1)"), qkv(4, 6, 1)),
         (_("values of another width (V is M x 3, D = 4)"), qkv(4, 6, 4, 3)),
         (_("batch and heads, shape (B, H, N, D) = (2, 3, 4, 5)"), qkv(4, 6, 5, batch=(2, 3))),
-        (_("a real head (layer 0, head 0, N = M = 46, D = 32)"),
-         tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v))),
+        (
+            _("a real head (layer 0, head 0, N = M = 46, D = 32)"),
+            tuple(a[0, 0].astype(np.float64) for a in (heads.q, heads.k, heads.v)),
+        ),
         (_("large scores close together (about 800 each): subtract the row max"), large),
         (_("rows at very different levels (scores near +1000, 0 and -1000)"), levels),
         (_("square values (M = Dv = 5, where v.T also runs), D = 5"), qkv(3, 5, 5)),
@@ -174,18 +256,24 @@ def attention_properties():
     k_nan[1, 2] = np.nan
     big = tuple(np.full(shape, 30.0, np.float16) for shape in ((2, 4), (3, 4), (3, 2)))
     big[1][0] = 31.0
-    return property_cases([
-        (_("the empty input (no query, N = 0): an empty (0, Dv) output"), (q[:0], k, v)),
-        (_("one element (N = M = D = Dv = 1)"), (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
-        (_("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros"),
-         (np.abs(q) + 1, k_masked, v)),
-        (_("+inf in a query: NaN in its row"), (q_inf, k, v)),
-        (_("NaN in a key propagates"), (q, k_nan, v)),
-        (_("float16 overflow (scores of 1800 and more do not fit exp in float16)"), big),
-        (_("integer input (float64 out)"), (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]),
-                                         np.array([[1, 2], [3, 4], [5, 6]]))),
-        (_("negative-only input"), tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
-    ])
+    return property_cases(
+        [
+            (_("the empty input (no query, N = 0): an empty (0, Dv) output"), (q[:0], k, v)),
+            (_("one element (N = M = D = Dv = 1)"), (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
+            (
+                _("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros"),
+                (np.abs(q) + 1, k_masked, v),
+            ),
+            (_("+inf in a query: NaN in its row"), (q_inf, k, v)),
+            (_("NaN in a key propagates"), (q, k_nan, v)),
+            (_("float16 overflow (scores of 1800 and more do not fit exp in float16)"), big),
+            (
+                _("integer input (float64 out)"),
+                (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]), np.array([[1, 2], [3, 4], [5, 6]])),
+            ),
+            (_("negative-only input"), tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
+        ]
+    )
 
 
 def _hint(exc) -> str | None:
@@ -193,8 +281,9 @@ def _hint(exc) -> str | None:
     if "einstein" in text or "subscripts" in text:
         return _("{name}? {fix}").format(name=_(EINSUM_2D.name), fix=_(EINSUM_2D.fix))
     if "matmul" in text:
-        return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(name=_(K_T.name),
-                                                                                                  fix=_(K_T.fix))
+        return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(
+            name=_(K_T.name), fix=_(K_T.fix)
+        )
     if "broadcast" in text:
         return _("{name}? {fix}").format(name=_(KEEPDIMS.name), fix=_(KEEPDIMS.fix))
     return None
@@ -234,9 +323,20 @@ def check_attention(fn) -> CheckReport:
     rows at very different levels (each row needs its own max), square values (where ``v.T`` runs). Named
     mistakes: :data:`MISTAKES`.
     """
-    report = check_function("check_attention", fn, attention_cases(), _reference, MISTAKES, n_out=1, names=("A",),
-                            not_answer=WRONG_SHAPE, hint=_hint, properties=attention_properties(), convert=_form,
-                            describe=_describe)
+    report = check_function(
+        "check_attention",
+        fn,
+        attention_cases(),
+        _reference,
+        MISTAKES,
+        n_out=1,
+        names=("A",),
+        not_answer=WRONG_SHAPE,
+        hint=_hint,
+        properties=attention_properties(),
+        convert=_form,
+        describe=_describe,
+    )
     cases = dict(attention_properties() + attention_cases())
     for j, (name, ok, message) in enumerate(report.cases):  # the shape of Y: name that mistake
         q, k, v = cases[name]

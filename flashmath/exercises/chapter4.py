@@ -132,49 +132,92 @@ def products(log) -> list | None:
     return pairs
 
 
-NOT_SWAPPED = Mistake(N_("the loops not swapped (order n, d, m)"),
-                      N_("for each row the products came output element by output element, all keys for d = 0, then "
-                         "all keys for d = 1: that is the textbook order. Swap the m and d loops, so that each key m "
-                         "updates the whole row of partial sums before the next key"))
+NOT_SWAPPED = Mistake(
+    N_("the loops not swapped (order n, d, m)"),
+    N_(
+        "for each row the products came output element by output element, all keys for d = 0, then "
+        "all keys for d = 1: that is the textbook order. Swap the m and d loops, so that each key m "
+        "updates the whole row of partial sums before the next key"
+    ),
+)
 MISTAKES = (
-    Mistake(N_("summed in another order"),
-            N_("a sum matches bit for bit only when it adds the terms of each A[n, d] strictly in the order m = 0, 1, "
-               "..., M-1 (code indices), one multiply and one add each; @, np.dot and np.einsum (BLAS or SIMD "
-               "kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round differently")),
+    Mistake(
+        N_("summed in another order"),
+        N_(
+            "a sum matches bit for bit only when it adds the terms of each A[n, d] strictly in the order m = 0, 1, "
+            "..., M-1 (code indices), one multiply and one add each; @, np.dot and np.einsum (BLAS or SIMD "
+            "kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round differently"
+        ),
+    ),
     NOT_SWAPPED,
-    Mistake(N_("keys out of order"),
-            N_("within each row, take the keys one after the other, m = 0, 1, ..., M-1, and finish all the products "
-               "of a key before the next")),
+    Mistake(
+        N_("keys out of order"),
+        N_(
+            "within each row, take the keys one after the other, m = 0, 1, ..., M-1, and finish all the products "
+            "of a key before the next"
+        ),
+    ),
     Mistake(N_("products missing or repeated"), N_("each product Y[n, m] V[m, d] is computed exactly once")),
-    Mistake(N_("Y[n, m] paired with another key's values"),
-            N_("key m's weight Y[n, m] multiplies key m's value row, V[m, :]")),
-    Mistake(N_("the inputs converted before the loops"),
-            N_("y and v arrived as arrays of traced numbers that record the order of your products, and your function "
-               "turned them into floats first (np.asarray(..., dtype=float), .astype, np.array(..., dtype=...)). Use "
-               "them as they are: indexing, np.asarray(y) without a dtype and np.zeros for the result all keep the "
-               "record")),
-    Mistake(N_("the row of partial sums not reset for each row"),
-            N_("create the row of partial sums (acc = np.zeros(Dv)) inside the loop over n: as it is, row n also "
-               "holds the sums of rows 0..n-1"), (lambda y, v: np.cumsum(np.asarray(y) @ np.asarray(v), axis=0),)),
-    Mistake(N_("= instead of +="),
-            N_("each key must add Y[n, m] V[m, d] to the partial sum (acc[d] = acc[d] + ...); assigning it keeps only "
-               "the last key's term"), (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],)),
-    Mistake(N_("a key skipped (off by one)"),
-            N_("the loop over keys must run over all of range(M), 0 to M-1 in code; range(1, M) or range(M - 1) "
-               "leaves one out (the math counts keys 1..M, the code 0..M-1)"),
-            (lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:],
-             lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1])),
+    Mistake(
+        N_("Y[n, m] paired with another key's values"),
+        N_("key m's weight Y[n, m] multiplies key m's value row, V[m, :]"),
+    ),
+    Mistake(
+        N_("the inputs converted before the loops"),
+        N_(
+            "y and v arrived as arrays of traced numbers that record the order of your products, and your function "
+            "turned them into floats first (np.asarray(..., dtype=float), .astype, np.array(..., dtype=...)). Use "
+            "them as they are: indexing, np.asarray(y) without a dtype and np.zeros for the result all keep the "
+            "record"
+        ),
+    ),
+    Mistake(
+        N_("the row of partial sums not reset for each row"),
+        N_(
+            "create the row of partial sums (acc = np.zeros(Dv)) inside the loop over n: as it is, row n also "
+            "holds the sums of rows 0..n-1"
+        ),
+        (lambda y, v: np.cumsum(np.asarray(y) @ np.asarray(v), axis=0),),
+    ),
+    Mistake(
+        N_("= instead of +="),
+        N_(
+            "each key must add Y[n, m] V[m, d] to the partial sum (acc[d] = acc[d] + ...); assigning it keeps only "
+            "the last key's term"
+        ),
+        (lambda y, v: np.asarray(y)[:, -1:] * np.asarray(v)[-1],),
+    ),
+    Mistake(
+        N_("a key skipped (off by one)"),
+        N_(
+            "the loop over keys must run over all of range(M), 0 to M-1 in code; range(1, M) or range(M - 1) "
+            "leaves one out (the math counts keys 1..M, the code 0..M-1)"
+        ),
+        (
+            lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:],
+            lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1],
+        ),
+    ),
     Mistake(N_("the result transposed"), N_("A has one row per query: shape (N, Dv), A[n, d]")),
-    Mistake(N_("zeros returned"),
-            N_("did the loop run, and did you return the array you accumulated into?"),
-            (lambda y, v: np.zeros((np.shape(y)[0], np.shape(v)[1])),)),
+    Mistake(
+        N_("zeros returned"),
+        N_("did the loop run, and did you return the array you accumulated into?"),
+        (lambda y, v: np.zeros((np.shape(y)[0], np.shape(v)[1])),),
+    ),
     INPUT_MODIFIED,
     Mistake(N_("a wrong shape"), N_("A = Y V has shape (N, Dv)")),
     LOWER_PRECISION,
 )
 OTHER_ORDER, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
-    MISTAKES, "summed in another order", "the inputs converted before the loops", "the result transposed",
-    "a wrong shape", "Y[n, m] paired with another key's values", "products missing or repeated", "keys out of order")
+    MISTAKES,
+    "summed in another order",
+    "the inputs converted before the loops",
+    "the result transposed",
+    "a wrong shape",
+    "Y[n, m] paired with another key's values",
+    "products missing or repeated",
+    "keys out of order",
+)
 
 
 def order_case(M: int = 64):
@@ -187,13 +230,13 @@ def order_case(M: int = 64):
     terms together first and keeps them; a fused multiply-add keeps the exact ``p`` and leaves ``p - r != 0``. Row 3
     holds ordinary weights in ``[0, 1)`` and skips the ``2^53`` terms, so that the answer is not all zeros.
     """
-    big = 2.0 ** 53
-    w = 1 + 2.0 ** -30
+    big = 2.0**53
+    w = 1 + 2.0**-30
     small = 0.5 + (np.arange(M - 4) % 31 + 1) / 64  # each in (0.5, 1): one alone vanishes into 2^53, two do not
     v = np.concatenate([[big], small, [-big, -1.0, w]])[:, None]  # (M, 1)
     rows = []
     for j in (1, 3, 5):
-        y_last = 1 + j * 2.0 ** -30
+        y_last = 1 + j * 2.0**-30
         r = y_last * w  # rounded: the exact product has j * 2^-60 more, which only a fused multiply-add keeps
         rows.append(np.concatenate([np.ones(M - 2), [r, y_last]]))  # Y[n, M-2] V[M-2] = -r exactly
     weights = np.random.default_rng(4).random(M)
@@ -217,12 +260,20 @@ def loop_swap_cases():
         (_("one row (N = 1)"), rng.random((1, 6)), rng.standard_normal((6, 3))),
         (_("one key (M = 1)"), rng.random((3, 1)), rng.standard_normal((1, 4))),
         (_("one output dimension (Dv = 1)"), rng.random((3, 5)), rng.standard_normal((5, 1))),
-        (_("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0"), np.ones((1, 3)),
-         np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]])),
-        (_("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ..."),
-         *order_case()),
-        (_("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)"), safe_softmax(x),
-         heads.v[0, 1].astype(np.float64)),
+        (
+            _("order-sensitive terms [1, 1e16, -1e16]: added in key order they give 0"),
+            np.ones((1, 3)),
+            np.array([[1.0, 2.0], [1e16, 1.0], [-1e16, 3.0]]),
+        ),
+        (
+            _("order-sensitive sums of 64 terms: 2^53, 60 terms below 1 that vanish into it in order, -2^53, ..."),
+            *order_case(),
+        ),
+        (
+            _("real probabilities: 4 rows of Y and V of a head (M = 46, Dv = 32)"),
+            safe_softmax(x),
+            heads.v[0, 1].astype(np.float64),
+        ),
     ]
 
 
@@ -255,21 +306,25 @@ def loop_swap_properties():
     y, v = rng.random((2, 3)), rng.standard_normal((3, 2))
     v_inf, v_nan, v_minf = v.copy(), v.copy(), v.copy()
     v_inf[1, 0], v_nan[2, 1], v_minf[:, 0] = np.inf, np.nan, -np.inf
-    return property_cases([
-        (_("the empty input (no query, N = 0): an empty (0, Dv) result"), (y[:0], v)),
-        (_("one element (N = M = Dv = 1)"), (np.array([[0.5]]), np.array([[-3.0]]))),
-        (_("an all -inf column of V"), (y, v_minf)),
-        (_("+inf in V"), (y, v_inf)),
-        (_("NaN in V propagates"), (y, v_nan)),
-        (_("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)"),
-         (np.ones((1, 3), np.float16), np.array([[40000.0], [40000.0], [-40000.0]], np.float16))),
-        (_("integer input"), (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
-        (_("negative-only input"), (-y, -np.abs(v) - 1)),
-    ])
+    return property_cases(
+        [
+            (_("the empty input (no query, N = 0): an empty (0, Dv) result"), (y[:0], v)),
+            (_("one element (N = M = Dv = 1)"), (np.array([[0.5]]), np.array([[-3.0]]))),
+            (_("an all -inf column of V"), (y, v_minf)),
+            (_("+inf in V"), (y, v_inf)),
+            (_("NaN in V propagates"), (y, v_nan)),
+            (
+                _("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)"),
+                (np.ones((1, 3), np.float16), np.array([[40000.0], [40000.0], [-40000.0]], np.float16)),
+            ),
+            (_("integer input"), (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
+            (_("negative-only input"), (-y, -np.abs(v) - 1)),
+        ]
+    )
 
 
 class _LoopDiagnosis:
-    """"summed in another order" when every answer is within rounding of the product; else the catalogue's models.
+    """ "summed in another order" when every answer is within rounding of the product; else the catalogue's models.
 
     (A case whose terms hold 2^53 has a rounding bound that would also cover some wrong answers, so the rounding
     rule is taken only when all the answers of the run are within it.)"""
@@ -280,12 +335,17 @@ class _LoopDiagnosis:
         for args, a in zip(args_list, answers, strict=False):
             y, v = np.asarray(args[0]), np.asarray(args[1])
             expected = np.asarray(reference(*args), dtype=np.float64)
-            self._within.append(a is not None and a.shape == expected.shape
-                                and _within_rounding(a, expected, y.astype(np.float64), v.astype(np.float64)))
-        shapes_right = [a is not None and a.shape == np.shape(reference(*args)) for args, a in
-                        zip(args_list, answers, strict=False)]
-        self._all_within = all(w or not right for w, right in zip(self._within[skip:], shapes_right[skip:],
-                                                                  strict=False))
+            self._within.append(
+                a is not None
+                and a.shape == expected.shape
+                and _within_rounding(a, expected, y.astype(np.float64), v.astype(np.float64))
+            )
+        shapes_right = [
+            a is not None and a.shape == np.shape(reference(*args)) for args, a in zip(args_list, answers, strict=False)
+        ]
+        self._all_within = all(
+            w or not right for w, right in zip(self._within[skip:], shapes_right[skip:], strict=False)
+        )
         self._skip = skip
 
     def for_case(self, i: int) -> Mistake | None:
@@ -346,8 +406,11 @@ def check_loop_swap(fn) -> CheckReport:
         a, expected = _form(out), matmul_ndm(y, v)
         if a is not None and a.shape != expected.shape:
             return out  # the shape speaks first
-        values = (_("the right numbers,") if _exact(a, expected)
-                  else _("expected {expected}, got {got}; and").format(expected=fmt(expected), got=fmt(a)))
+        values = (
+            _("the right numbers,")
+            if _exact(a, expected)
+            else _("expected {expected}, got {got}; and").format(expected=fmt(expected), got=fmt(a))
+        )
         seen = _("but the order of your loops could not be seen") if order is CONVERTED else _("in the wrong order")
         return PropertyFailure(_("{values} {seen}: {why}").format(values=values, seen=seen, why=order.message()), out)
 
@@ -362,10 +425,22 @@ def check_loop_swap(fn) -> CheckReport:
         return TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
 
     cases = [(name, (y, v, "traced") if name == _(TRACED_CASE) else (y, v)) for name, y, v in loop_swap_cases()]
-    report = check_function("check_loop_swap", fn, cases, reference, (), n_out=1, names=("A",), not_answer=WRONG_SHAPE,
-                            properties=loop_swap_properties(), compare=_exact, convert=_form, describe=describe,
-                            call=call, diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference,
-                                                                           len(loop_swap_properties())))
+    report = check_function(
+        "check_loop_swap",
+        fn,
+        cases,
+        reference,
+        (),
+        n_out=1,
+        names=("A",),
+        not_answer=WRONG_SHAPE,
+        properties=loop_swap_properties(),
+        compare=_exact,
+        convert=_form,
+        describe=describe,
+        call=call,
+        diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference, len(loop_swap_properties())),
+    )
     # "looks like a wrong shape", in the selected language (the message of _cases's shape check ends with it)
     wrong_shape = _("looks like {name}: {fix}").split("{name}")[0] + _(WRONG_SHAPE.name)
     for j, (name, ok, message) in enumerate(report.cases):  # name the transposed result

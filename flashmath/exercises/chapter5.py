@@ -83,6 +83,7 @@ def _block_model(update, state=None, guard=True, python_max=False):
     ``update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)`` gets ``rescale = exp(g_prev - g)``, the weights
     ``e = exp(x_i - g)`` of the block's keys ``(b,)`` and their value rows ``V (b, Dv)``.
     """
+
     def model(g_prev, s_prev, a_prev, x_block, v_block):
         x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
         V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
@@ -93,6 +94,7 @@ def _block_model(update, state=None, guard=True, python_max=False):
         rescale, e = np.exp(g_prev - g), np.exp(x - g)
         s = s_prev * rescale + e.sum() if state is None else state(s_prev, g_prev, g, x)
         return g, s, update(a_prev, s_prev, rescale, e, V, s, x, g_prev, g)
+
     return model
 
 
@@ -115,40 +117,79 @@ def _a_mistakes(model, rule, old="m-1"):
         return Filled(template, **{k: v for k, v in names.items() if "{" + k + "}" in template})
 
     return (
-        Mistake(N_("s_m A'_m returned (not divided)"),
-                N_("that is the unnormalised numerator of FlashAttention-2 (chapter 7): divide by s_m"),
-                (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),)),
-        Mistake(N_("divided by s_m twice"), text(N_("{rule} divides each term by s_m once")),
-                (model(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),)),
-        Mistake(text(N_("{a_old} not corrected")),
-                text(N_("the old output must be multiplied by {correction}, which is below 1 even when the max holds "
-                        "({s_old} < s_m): the old average gives up the weight the new keys take")),
-                (model(lambda a, sp, r, e, V, s, *_: a + e @ V / s),)),
-        Mistake(N_("FlashAttention-2's update"),
-                text(N_("{a_old} exp({g_old} - g_m) + exp(x - g_m) V updates the unnormalised numerator s A' of "
-                        "FlashAttention-2 (chapter 7); here A' is normalised at every step: {rule}")),
-                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V),)),
-        Mistake(text(N_("exp({g_old} - g_m) missing")),
-                text(N_("when the max jumps, {a_old} must be multiplied by {correction} (did you overwrite g with the "
-                        "new max before computing exp({g_old} - g_m)?)")),
-                (model(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),)),
-        Mistake(text(N_("{s_old} missing")),
-                text(N_("{a_old} is an average over a total weight of {s_old}, so it must be multiplied by "
-                        "{correction}")), (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),)),
-        Mistake(text(N_("divided by {s_old} instead of s_m")),
-                text(N_("both terms are divided by the new sum s_m, which includes the new keys: {rule}")),
-                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
-                 model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp))),
-        Mistake(text(N_("s_m used where {s_old} belongs")),
-                text(N_("the correction is {correction}, with the old sum on top: keep {s_old} before updating s")),
-                (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),)),
-        Mistake(N_("the correction inverted"), text(N_("the factor is {correction} <= 1: the old output shrinks")),
-                (model(lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s),)),
-        Mistake(N_("the new weight relative to the old max"),
-                N_("a new value row's weight is exp(x - g_m) / s_m, with the new max g_m"),
-                (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),)),
-        Mistake(text(N_("{a_old} returned unchanged")), text(N_("the output must take in the new keys: {rule}")),
-                (model(lambda a, *_: a),)),
+        Mistake(
+            N_("s_m A'_m returned (not divided)"),
+            N_("that is the unnormalised numerator of FlashAttention-2 (chapter 7): divide by s_m"),
+            (model(lambda a, sp, r, e, V, s, *_: a * sp * r + e @ V),),
+        ),
+        Mistake(
+            N_("divided by s_m twice"),
+            text(N_("{rule} divides each term by s_m once")),
+            (model(lambda a, sp, r, e, V, s, *_: (a * sp * r / s + e @ V / s) / s),),
+        ),
+        Mistake(
+            text(N_("{a_old} not corrected")),
+            text(
+                N_(
+                    "the old output must be multiplied by {correction}, which is below 1 even when the max holds "
+                    "({s_old} < s_m): the old average gives up the weight the new keys take"
+                )
+            ),
+            (model(lambda a, sp, r, e, V, s, *_: a + e @ V / s),),
+        ),
+        Mistake(
+            N_("FlashAttention-2's update"),
+            text(
+                N_(
+                    "{a_old} exp({g_old} - g_m) + exp(x - g_m) V updates the unnormalised numerator s A' of "
+                    "FlashAttention-2 (chapter 7); here A' is normalised at every step: {rule}"
+                )
+            ),
+            (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V),),
+        ),
+        Mistake(
+            text(N_("exp({g_old} - g_m) missing")),
+            text(
+                N_(
+                    "when the max jumps, {a_old} must be multiplied by {correction} (did you overwrite g with the "
+                    "new max before computing exp({g_old} - g_m)?)"
+                )
+            ),
+            (model(lambda a, sp, r, e, V, s, *_: (a * sp + e @ V) / s),),
+        ),
+        Mistake(
+            text(N_("{s_old} missing")),
+            text(N_("{a_old} is an average over a total weight of {s_old}, so it must be multiplied by {correction}")),
+            (model(lambda a, sp, r, e, V, s, *_: (a * r + e @ V) / s),),
+        ),
+        Mistake(
+            text(N_("divided by {s_old} instead of s_m")),
+            text(N_("both terms are divided by the new sum s_m, which includes the new keys: {rule}")),
+            (
+                model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
+                model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp),
+            ),
+        ),
+        Mistake(
+            text(N_("s_m used where {s_old} belongs")),
+            text(N_("the correction is {correction}, with the old sum on top: keep {s_old} before updating s")),
+            (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),),
+        ),
+        Mistake(
+            N_("the correction inverted"),
+            text(N_("the factor is {correction} <= 1: the old output shrinks")),
+            (model(lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s),),
+        ),
+        Mistake(
+            N_("the new weight relative to the old max"),
+            N_("a new value row's weight is exp(x - g_m) / s_m, with the new max g_m"),
+            (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + np.exp(x - gp) @ V / s),),
+        ),
+        Mistake(
+            text(N_("{a_old} returned unchanged")),
+            text(N_("the output must take in the new keys: {rule}")),
+            (model(lambda a, *_: a),),
+        ),
     )
 
 
@@ -156,19 +197,37 @@ def _state_mistakes(model, old="m-1"):
     """The classic wrong ``(g, s)`` of a step (compared on ``(g, s)`` only)."""
     s_old, g_old = f"s_{{{old}}}", f"g_{{{old}}}"
     return (
-        Mistake(N_("the rescale of s missing"),
-                Filled(N_("s_m = {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m): the old sum is relative to "
-                          "the old max"), s_old=s_old, g_old=g_old),
-                (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),), same_state),
-        Mistake(N_("the rescale of s inverted"),
-                Filled(N_("the factor on {s_old} is exp({g_old} - g_m) <= 1"), s_old=s_old, g_old=g_old),
-                (model(None, lambda sp, gp, g, x: sp * np.exp(g - gp) + np.exp(x - g).sum()),), same_state),
-        Mistake(N_("the new term of s relative to the old max"),
-                N_("a new term is exp(x - g_m), with the new max"),
-                (model(None, lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - gp).sum()),), same_state),
-        Mistake(N_("a wrong base (2 or 10) instead of e"),
-                N_("use the natural exponential, np.exp or math.exp"),
-                (model(None, lambda sp, gp, g, x: sp * np.exp2(gp - g) + np.exp2(x - g).sum()),), same_state),
+        Mistake(
+            N_("the rescale of s missing"),
+            Filled(
+                N_(
+                    "s_m = {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m): the old sum is relative to "
+                    "the old max"
+                ),
+                s_old=s_old,
+                g_old=g_old,
+            ),
+            (model(None, lambda sp, gp, g, x: sp + np.exp(x - g).sum()),),
+            same_state,
+        ),
+        Mistake(
+            N_("the rescale of s inverted"),
+            Filled(N_("the factor on {s_old} is exp({g_old} - g_m) <= 1"), s_old=s_old, g_old=g_old),
+            (model(None, lambda sp, gp, g, x: sp * np.exp(g - gp) + np.exp(x - g).sum()),),
+            same_state,
+        ),
+        Mistake(
+            N_("the new term of s relative to the old max"),
+            N_("a new term is exp(x - g_m), with the new max"),
+            (model(None, lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - gp).sum()),),
+            same_state,
+        ),
+        Mistake(
+            N_("a wrong base (2 or 10) instead of e"),
+            N_("use the natural exponential, np.exp or math.exp"),
+            (model(None, lambda sp, gp, g, x: sp * np.exp2(gp - g) + np.exp2(x - g).sum()),),
+            same_state,
+        ),
     )
 
 
@@ -178,36 +237,54 @@ def _right_update(a, sp, r, e, V, s, *_):
 
 def _with_state(make):
     """``make(update, state)`` adapted so that ``update=None`` keeps the right ``A'`` (for the state mistakes)."""
+
     def model(update, state=None):
         return make(_right_update if update is None else update, state)
+
     return model
 
 
 def _guard_mistakes(model, old="m-1"):
     """A missing guard for the empty state, and Python's max (compared on the whole triple)."""
     return (
-        Mistake(N_("-inf - (-inf) while nothing is seen"),
-                Filled(N_("from the empty state a key of -inf gives g_m = -inf and exp({g_old} - g_m) = "
-                          "exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state (-inf, 0, 0)"),
-                       g_old=f"g_{{{old}}}"), (model(_right_update, guard=False),), same_state),
-        Mistake(N_("Python's max dropping NaN"),
-                N_("Python's max(2.0, nan) returns 2.0 (every comparison with NaN is False): test with math.isnan, or "
-                   "use np.maximum / np.max, which propagate NaN"),
-                (model(_right_update, python_max=True),), same_state),
+        Mistake(
+            N_("-inf - (-inf) while nothing is seen"),
+            Filled(
+                N_(
+                    "from the empty state a key of -inf gives g_m = -inf and exp({g_old} - g_m) = "
+                    "exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state (-inf, 0, 0)"
+                ),
+                g_old=f"g_{{{old}}}",
+            ),
+            (model(_right_update, guard=False),),
+            same_state,
+        ),
+        Mistake(
+            N_("Python's max dropping NaN"),
+            N_(
+                "Python's max(2.0, nan) returns 2.0 (every comparison with NaN is False): test with math.isnan, or "
+                "use np.maximum / np.max, which propagate NaN"
+            ),
+            (model(_right_update, python_max=True),),
+            same_state,
+        ),
     )
 
 
 NOT_A_TRIPLE = Mistake(N_("not a triple"), N_("return the three values (g_m, s_m, A'_m)"))
-STEP_MISTAKES = (_a_mistakes(_step_model, RULE) + _state_mistakes(_with_state(_step_model))
-                 + _guard_mistakes(_step_model) + (NOT_A_TRIPLE, LOWER_PRECISION))
+STEP_MISTAKES = (
+    _a_mistakes(_step_model, RULE)
+    + _state_mistakes(_with_state(_step_model))
+    + _guard_mistakes(_step_model)
+    + (NOT_A_TRIPLE, LOWER_PRECISION)
+)
 
 
 def _hint(exc) -> str | None:
     if isinstance(exc, ZeroDivisionError):
         return _("at the first key s_{m-1} = s_0 = 0: divide by s_m, which is never 0 once a key is seen")
     if isinstance(exc, OverflowError):
-        return _("math.exp overflowed: every exponent must be <= 0, x_m - g_m and g_{m-1} - g_m with the new max "
-                 "g_m")
+        return _("math.exp overflowed: every exponent must be <= 0, x_m - g_m and g_{m-1} - g_m with the new max g_m")
     return None
 
 
@@ -230,9 +307,13 @@ class _StepDiagnosis:
 def _describe_triple(triple, expected):
     (g, s, a), (g_ref, s_ref, a_ref) = triple, expected
     if not _close_state((g, s), (g_ref, s_ref)):
-        return (_("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
-            g_ref=g_ref, s_ref=s_ref, g=g, s=s), np.array([g, s]),
-                np.array([g_ref, s_ref]))
+        return (
+            _("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
+                g_ref=g_ref, s_ref=s_ref, g=g, s=s
+            ),
+            np.array([g, s]),
+            np.array([g_ref, s_ref]),
+        )
     if a.shape != a_ref.shape:
         return _("expected A' of shape {expected}, got {got}").format(expected=a_ref.shape, got=a.shape), a, a_ref
     return _("expected {what}{expected}, got {got}").format(what="A' = ", expected=fmt(a_ref), got=fmt(a)), a, a_ref
@@ -240,6 +321,7 @@ def _describe_triple(triple, expected):
 
 def _check_steps(title, fn, cases, reference, mistakes, properties):
     """Run a step-like ``fn`` on ``cases`` ``[(name, args)]`` through the one harness, against ``reference``."""
+
     def quiet_reference(*args):
         with np.errstate(all="ignore"):
             return reference(*args)
@@ -248,10 +330,23 @@ def _check_steps(title, fn, cases, reference, mistakes, properties):
         triple = _triple(out)
         return None if triple is None else triple
 
-    return check_function(title, fn, cases, quiet_reference, mistakes, n_out=3, names=("g", "s", "A'"),
-                          not_answer=NOT_A_TRIPLE, hint=_hint, properties=properties, compare=same_triple,
-                          convert=form, describe=_describe_triple, check_form=False,
-                          diagnosis=lambda args, answers: _StepDiagnosis(mistakes, args, answers, quiet_reference))
+    return check_function(
+        title,
+        fn,
+        cases,
+        quiet_reference,
+        mistakes,
+        n_out=3,
+        names=("g", "s", "A'"),
+        not_answer=NOT_A_TRIPLE,
+        hint=_hint,
+        properties=properties,
+        compare=same_triple,
+        convert=form,
+        describe=_describe_triple,
+        check_form=False,
+        diagnosis=lambda args, answers: _StepDiagnosis(mistakes, args, answers, quiet_reference),
+    )
 
 
 def step_properties():
@@ -262,59 +357,86 @@ def step_properties():
     float A'; float16 values are combined without overflow (A' s_{m-1} would overflow float16).
     """
     v_m, a_prev = np.array([1.0, -2.0]), np.array([0.2, 0.4])
-    return property_cases([
-        (_("the empty input (value rows of width 0)"), (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
-        (_("one element (Dv = 1)"), (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
-        (_("an all -inf key from the empty state: still (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
-        (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.inf, v_m)),
-        (_("NaN in the key's score propagates"), (2.0, 1.5, a_prev, np.nan, v_m)),
-        (_("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)"),
-         (0.0, 2.0, np.array([60000.0], np.float16), 0.0, np.array([60000.0], np.float16))),
-        (_("integer input"), (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
-        (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
-    ])
+    return property_cases(
+        [
+            (_("the empty input (value rows of width 0)"), (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
+            (_("one element (Dv = 1)"), (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
+            (_("an all -inf key from the empty state: still (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
+            (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.inf, v_m)),
+            (_("NaN in the key's score propagates"), (2.0, 1.5, a_prev, np.nan, v_m)),
+            (
+                _("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)"),
+                (0.0, 2.0, np.array([60000.0], np.float16), 0.0, np.array([60000.0], np.float16)),
+            ),
+            (_("integer input"), (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
+            (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
+        ]
+    )
 
 
 def block_properties():
     """The property cases of exercise 5.2: as :func:`step_properties`, for blocks; an empty block leaves the state
     as it is."""
     v, a_prev = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([0.2, 0.4])
-    return property_cases([
-        (_("the empty input (a block of no key leaves the state as it is)"), (2.0, 1.5, a_prev, np.zeros(0),
-                                                                           np.zeros((0, 2)))),
-        (_("one element (b = 1, Dv = 1)"), (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
-        (_("an all -inf block from the empty state: still (-inf, 0, 0)"),
-         (-np.inf, 0.0, np.zeros(2), np.full(2, -np.inf), v)),
-        (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
-        (_("NaN in a key's score propagates"), (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
-        (_("float16 overflow: A' and V of 60000 in float16"), (0.0, 2.0, np.array([60000.0], np.float16),
-                                                            np.array([0.0, -np.inf]),
-                                                            np.array([[60000.0], [1.0]], np.float16))),
-        (_("integer input"), (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
-        (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
-    ])
+    return property_cases(
+        [
+            (
+                _("the empty input (a block of no key leaves the state as it is)"),
+                (2.0, 1.5, a_prev, np.zeros(0), np.zeros((0, 2))),
+            ),
+            (_("one element (b = 1, Dv = 1)"), (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
+            (
+                _("an all -inf block from the empty state: still (-inf, 0, 0)"),
+                (-np.inf, 0.0, np.zeros(2), np.full(2, -np.inf), v),
+            ),
+            (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
+            (_("NaN in a key's score propagates"), (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
+            (
+                _("float16 overflow: A' and V of 60000 in float16"),
+                (
+                    0.0,
+                    2.0,
+                    np.array([60000.0], np.float16),
+                    np.array([0.0, -np.inf]),
+                    np.array([[60000.0], [1.0]], np.float16),
+                ),
+            ),
+            (_("integer input"), (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
+            (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
+        ]
+    )
 
 
 def _fold(report, name, step, x, v, expected, block=1):
     """Fold ``step`` over a whole row in blocks; report whether the final ``A'`` equals ``expected``."""
     state = (-np.inf, 0.0, np.zeros(v.shape[1]))
     for start in range(0, x.size, block):
-        chunk = (float(x[start]), v[start].copy()) if block == 1 else (x[start:start + block].copy(),
-                                                                        v[start:start + block].copy())
+        chunk = (
+            (float(x[start]), v[start].copy())
+            if block == 1
+            else (x[start : start + block].copy(), v[start : start + block].copy())
+        )
         out, ok = run(report, name, step, *state, *chunk, hint=_hint)
         if not ok:
             return
         state = _triple(out)
         if state is None:
-            report.add(name, False, _("expected a triple (g, s, A') after key {m}").format(m=start + 1)
-                       + f": {NOT_A_TRIPLE.message()}")
+            report.add(
+                name,
+                False,
+                _("expected a triple (g, s, A') after key {m}").format(m=start + 1) + f": {NOT_A_TRIPLE.message()}",
+            )
             return
     earlier = _(" (the cases above say what went wrong)") if not report.passed and report.cases else ""
     if same_array(state[2], expected):
         report.add(name, True)
     else:
-        report.add(name, False, _("after all keys expected A = {expected}, got {got}").format(
-            expected=fmt(expected), got=fmt(state[2])) + f"{error_note(state[2], expected)}{earlier}")
+        report.add(
+            name,
+            False,
+            _("after all keys expected A = {expected}, got {got}").format(expected=fmt(expected), got=fmt(state[2]))
+            + f"{error_note(state[2], expected)}{earlier}",
+        )
 
 
 def _real_row():
@@ -324,7 +446,7 @@ def _real_row():
     heads = load_heads()
     layer, head, n = heads.demo_rows[0]
     q, k, v = (arr[layer, head].astype(np.float64) for arr in (heads.q, heads.k, heads.v))
-    return heads.score_row(layer, head, n), v, attention(q[n:n + 1], k, v)[0]
+    return heads.score_row(layer, head, n), v, attention(q[n : n + 1], k, v)[0]
 
 
 @exercise("5.1", STEP_MISTAKES, solution="one_loop_step")
@@ -339,8 +461,10 @@ def check_one_loop_step(fn) -> CheckReport:
     v_m = np.array([1.0, -2.0, 0.5])
     a_prev = np.array([0.2, 0.4, -0.6])
     cases = [
-        (_("the first key, from the empty state (g, s, A') = (-inf, 0, 0): expected (x_1, 1, V_1)"),
-         (-np.inf, 0.0, np.zeros(3), 0.7, v_m)),
+        (
+            _("the first key, from the empty state (g, s, A') = (-inf, 0, 0): expected (x_1, 1, V_1)"),
+            (-np.inf, 0.0, np.zeros(3), 0.7, v_m),
+        ),
         (_("the max holds (x_m = 0.5 < g_{m-1} = 2)"), (2.0, 1.5, a_prev, 0.5, v_m)),
         (_("the max jumps by 3 (x_m = 5 > g_{m-1} = 2)"), (2.0, 1.5, a_prev, 5.0, v_m)),
         (_("the max jumps by 1000 (no overflow: never take exp of a score alone)"), (0.0, 2.0, a_prev, 1000.0, v_m)),
@@ -370,26 +494,43 @@ def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_a=False):
 
 def _one_key_max(which):
     """The block's ``(g, s)`` with the max taken over the old max and key ``which`` of the block only."""
+
     def model(g_prev, s_prev, a_prev, x_block, v_block):
         x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
-        g = _max_of(g_prev, x[which:which + 1] if which >= 0 else x[which:])
+        g = _max_of(g_prev, x[which : which + 1] if which >= 0 else x[which:])
         if g == -np.inf:
             return g, 0.0, np.asarray(a_prev, dtype=np.float64)
         return g, s_prev * np.exp(g_prev - g) + np.exp(x - g).sum(), np.asarray(a_prev, dtype=np.float64)
+
     return model
 
 
 BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
-BLOCK_MISTAKES = (_a_mistakes(_block_model, BLOCK_RULE, "m-b") + _state_mistakes(_with_state(_block_model), "m-b")
-                  + _guard_mistakes(_block_model, "m-b") + (
-    Mistake(N_("the max of one key of the block only"),
+BLOCK_MISTAKES = (
+    _a_mistakes(_block_model, BLOCK_RULE, "m-b")
+    + _state_mistakes(_with_state(_block_model), "m-b")
+    + _guard_mistakes(_block_model, "m-b")
+    + (
+        Mistake(
+            N_("the max of one key of the block only"),
             N_("the new max is over the old max and every key of the block, g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)"),
-            (_one_key_max(0), _one_key_max(-1)), same_state),
-    Mistake(N_("the block's own max not moved to the new max"),
-            N_("Algorithm 1 of FlashAttention computes the block's max m~ = max(x_block), its sum l~ = sum exp(x_i - "
-               "m~) and exp(x_i - m~) V; both must then be moved to the new max g_m = max(g_{m-b}, m~) by exp(m~ - "
-               "g_m), like the old state by exp(g_{m-b} - g_m)"), (_block_local,), same_state),
-    NOT_A_TRIPLE, LOWER_PRECISION))
+            (_one_key_max(0), _one_key_max(-1)),
+            same_state,
+        ),
+        Mistake(
+            N_("the block's own max not moved to the new max"),
+            N_(
+                "Algorithm 1 of FlashAttention computes the block's max m~ = max(x_block), its sum l~ = sum exp(x_i - "
+                "m~) and exp(x_i - m~) V; both must then be moved to the new max g_m = max(g_{m-b}, m~) by exp(m~ - "
+                "g_m), like the old state by exp(g_{m-b} - g_m)"
+            ),
+            (_block_local,),
+            same_state,
+        ),
+        NOT_A_TRIPLE,
+        LOWER_PRECISION,
+    )
+)
 
 
 @exercise("5.2", BLOCK_MISTAKES, solution="block_step")
@@ -409,14 +550,17 @@ def check_block_step(fn) -> CheckReport:
     cases = [
         (_("a block of one key (b = 1: the recurrence of this chapter)"), (2.0, 1.5, a_prev, np.array([5.0]), V[:1])),
         (_("a block of 3 keys below the old max"), (2.0, 1.5, a_prev, np.array([0.5, 1.0, -1.0]), V[:3])),
-        (_("a block of 4 keys whose max is 2 above the old one"),
-         (2.0, 1.5, a_prev, np.array([1.0, 4.0, 3.0, 0.0]), V)),
-        (_("the first block, from the empty state (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(3), np.array([0.3, -0.2]),
-                                                                V[:2])),
+        (
+            _("a block of 4 keys whose max is 2 above the old one"),
+            (2.0, 1.5, a_prev, np.array([1.0, 4.0, 3.0, 0.0]), V),
+        ),
+        (
+            _("the first block, from the empty state (-inf, 0, 0)"),
+            (-np.inf, 0.0, np.zeros(3), np.array([0.3, -0.2]), V[:2]),
+        ),
         (_("a block with a key 1000 above the old max"), (0.0, 2.0, a_prev, np.array([1000.0, 999.0]), V[:2])),
     ]
     report = _check_steps("check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties())
     x, v, expected = _real_row()
-    _fold(report, _("a real score row folded in blocks of 8 keys gives the attention output"), fn, x, v, expected,
-          8)
+    _fold(report, _("a real score row folded in blocks of 8 keys gives the attention output"), fn, x, v, expected, 8)
     return report

@@ -34,6 +34,7 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
     ``g_of(g, x)`` the new max; ``s_update(s, r, p, s_old_g...)``; ``a_update(a, s, r, pv, s_new, x, g, g_new, V)``;
     ``rescale(g, g_new)`` the factor of the old state; ``p_of(x, g, g_new)`` the tile's weights.
     """
+
     def model(g, s, a, x_tile, v_tile, keep=None):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
@@ -47,56 +48,103 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
         if a_update is None:
             return g_new, s_new, (a * (s * r)[:, None] + pv) / s_new[:, None]
         return g_new, s_new, a_update(a, s, r, pv, s_new, x, g, g_new, V)
+
     return model
 
 
 TILE_RULE = "A'_new = A' s e^{g - g_new} / s_new + P V / s_new, with P = e^{X - g_new} and g_new = max(g, rowmax X)"
 TILE_MISTAKES = (
-    Mistake(N_("the old output not corrected"),
-            N_("A' must be multiplied by s e^{g - g_new} / s_new: the old average gives up the weight the new keys "
-               "take"), (_tile_model(lambda a, s, r, pv, sn, *_: a + pv / sn[:, None]),)),
-    Mistake(N_("no rescale when the max changes"),
-            N_("the old output and sum are relative to the old max g: multiply them by e^{g - g_new}"),
-            (_tile_model(lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None],
-                         s_update=lambda s, r, p, *_: s + p.sum(axis=1)),
-             _tile_model(lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None]))),
-    Mistake(N_("the rescale of s missing"),
-            N_("s_new = s e^{g - g_new} + rowsum P: the old sum is relative to the old max"),
-            (_tile_model(s_update=lambda s, r, p, *_: s + p.sum(axis=1)),)),
-    Mistake(N_("divided by the old sum"),
-            Filled(N_("both terms are divided by the new sum s_new: {rule}"), rule=TILE_RULE),
-            (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),)),
-    Mistake(N_("FlashAttention-2's update (not divided)"),
-            N_("A' r + P V is the numerator s A' that the next chapter keeps; here the output is normalised after "
-               "every tile: divide by s_new"), (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),)),
-    Mistake(N_("divided twice"), Filled(N_("each term is divided by s_new once: {rule}"), rule=TILE_RULE),
-            (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),)),
-    Mistake(N_("the max over the whole tile"),
-            N_("each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()"),
-            (_tile_model(g_of=lambda g, x: np.maximum(g, x.max())),)),
-    Mistake(N_("the max over the wrong axis"), N_("X is (B_r, B_c), one row per query: the row max is X.max(axis=1)"),
-            (_tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),)),
-    Mistake(N_("the tile's max only (the old max forgotten)"),
-            N_("the new max is over the old max and the tile: g_new = max(g, rowmax X)"),
-            (_tile_model(g_of=lambda g, x: x.max(axis=1)),)),
-    Mistake(N_("a wrong base (2) instead of e"), N_("use the natural exponential np.exp"),
-            (_tile_model(base=np.exp2),)),
-    Mistake(N_("P measured against the old max (e^{X - g})"),
-            N_("the tile's weights are P = e^{X - g_new}: the old g is -inf before the first tile (e^{X + inf} = "
-               "inf), and below the tile's scores whenever the max jumps"),
-            (_tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
-             _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])))),
-    Mistake(N_("the rescale inverted (e^{g_new - g})"),
-            N_("the old state is measured against the old max g; against the larger g_new it shrinks by e^{g - g_new} "
-               "<= 1, not e^{g_new - g} (which is inf for a row that has seen no key yet)"),
-            (_tile_model(rescale=lambda g, gn: np.exp(gn - g)),
-             _tile_model(rescale=lambda g, gn: np.exp(max_or_zero(gn) - g)),
-             _tile_model(rescale=lambda g, gn: np.exp(gn - max_or_zero(g))))),
-    Mistake(N_("the max started at 0"),
-            N_("a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
-               "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"),
-            (_tile_model(g_of=lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1))),
-             _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
+    Mistake(
+        N_("the old output not corrected"),
+        N_("A' must be multiplied by s e^{g - g_new} / s_new: the old average gives up the weight the new keys take"),
+        (_tile_model(lambda a, s, r, pv, sn, *_: a + pv / sn[:, None]),),
+    ),
+    Mistake(
+        N_("no rescale when the max changes"),
+        N_("the old output and sum are relative to the old max g: multiply them by e^{g - g_new}"),
+        (
+            _tile_model(
+                lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None],
+                s_update=lambda s, r, p, *_: s + p.sum(axis=1),
+            ),
+            _tile_model(lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None]),
+        ),
+    ),
+    Mistake(
+        N_("the rescale of s missing"),
+        N_("s_new = s e^{g - g_new} + rowsum P: the old sum is relative to the old max"),
+        (_tile_model(s_update=lambda s, r, p, *_: s + p.sum(axis=1)),),
+    ),
+    Mistake(
+        N_("divided by the old sum"),
+        Filled(N_("both terms are divided by the new sum s_new: {rule}"), rule=TILE_RULE),
+        (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),),
+    ),
+    Mistake(
+        N_("FlashAttention-2's update (not divided)"),
+        N_(
+            "A' r + P V is the numerator s A' that the next chapter keeps; here the output is normalised after "
+            "every tile: divide by s_new"
+        ),
+        (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),),
+    ),
+    Mistake(
+        N_("divided twice"),
+        Filled(N_("each term is divided by s_new once: {rule}"), rule=TILE_RULE),
+        (_tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / sn[:, None] ** 2),),
+    ),
+    Mistake(
+        N_("the max over the whole tile"),
+        N_("each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()"),
+        (_tile_model(g_of=lambda g, x: np.maximum(g, x.max())),),
+    ),
+    Mistake(
+        N_("the max over the wrong axis"),
+        N_("X is (B_r, B_c), one row per query: the row max is X.max(axis=1)"),
+        (_tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),),
+    ),
+    Mistake(
+        N_("the tile's max only (the old max forgotten)"),
+        N_("the new max is over the old max and the tile: g_new = max(g, rowmax X)"),
+        (_tile_model(g_of=lambda g, x: x.max(axis=1)),),
+    ),
+    Mistake(
+        N_("a wrong base (2) instead of e"), N_("use the natural exponential np.exp"), (_tile_model(base=np.exp2),)
+    ),
+    Mistake(
+        N_("P measured against the old max (e^{X - g})"),
+        N_(
+            "the tile's weights are P = e^{X - g_new}: the old g is -inf before the first tile (e^{X + inf} = "
+            "inf), and below the tile's scores whenever the max jumps"
+        ),
+        (
+            _tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
+            _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])),
+        ),
+    ),
+    Mistake(
+        N_("the rescale inverted (e^{g_new - g})"),
+        N_(
+            "the old state is measured against the old max g; against the larger g_new it shrinks by e^{g - g_new} "
+            "<= 1, not e^{g_new - g} (which is inf for a row that has seen no key yet)"
+        ),
+        (
+            _tile_model(rescale=lambda g, gn: np.exp(gn - g)),
+            _tile_model(rescale=lambda g, gn: np.exp(max_or_zero(gn) - g)),
+            _tile_model(rescale=lambda g, gn: np.exp(gn - max_or_zero(g))),
+        ),
+    ),
+    Mistake(
+        N_("the max started at 0"),
+        N_(
+            "a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
+            "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"
+        ),
+        (
+            _tile_model(g_of=lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1))),
+            _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))),
+        ),
+    ),
     INPUT_MODIFIED,
     shape_mistake(tile_step_reference),
     NOT_A_STATE,
@@ -116,7 +164,7 @@ def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     try:
         with np.errstate(all="ignore"):
             for c0 in range(0, k.shape[0], 10):
-                g, s, a = fn(g, s, a, q_tile @ k[c0:c0 + 10].T, v[c0:c0 + 10])
+                g, s, a = fn(g, s, a, q_tile @ k[c0 : c0 + 10].T, v[c0 : c0 + 10])
         ok = np.allclose(np.asarray(a, dtype=np.float64), attention(q, k, v)[32:40], rtol=1e-9, atol=1e-12)
     except NotImplementedError:
         report.add(name, False, _("not implemented yet"))
@@ -137,9 +185,18 @@ def check_tile_step(fn) -> CheckReport:
     """
     rng = np.random.default_rng(6)
     cases = tile_cases(rng)
-    report = check_function("check_tile_step", fn, cases, tile_step_reference, TILE_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
-                            properties=tile_properties())
+    report = check_function(
+        "check_tile_step",
+        fn,
+        cases,
+        tile_step_reference,
+        TILE_MISTAKES,
+        n_out=3,
+        names=("g_new", "s_new", "A'_new"),
+        not_answer=NOT_A_STATE,
+        hint=shape_hint,
+        properties=tile_properties(),
+    )
     inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[2][1], always=True)
     _fold_tiles(report, fn, _("a real query tile folded over 5 key tiles gives the attention output"))
     return report

@@ -41,37 +41,70 @@ def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_
             r = rescale(g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
         return g_new, s_new, u_update(u, s, r, p @ V, s_new)
+
     return model
 
 
 NOT_A_NUMERATOR = Mistake(N_("not a triple"), N_("return the three arrays (g_new, s_new, U_new)"))
 NUMERATOR_MISTAKES = (
-    Mistake(N_("divided every step"),
-            N_("U is the numerator s A': it is rescaled and accumulated, never divided; the one division by s comes "
-               "at the end (exercise 7.2)"),
-            (_numerator_model(lambda u, s, r, pv, sn: (u * r[:, None] + pv) / sn[:, None]),
-             _numerator_model(lambda u, s, r, pv, sn: (u * (s * r)[:, None] + pv) / sn[:, None]))),
-    Mistake(N_("no rescale when the max changes"),
-            N_("U and s are measured against the running max: when it moves, multiply the old U by e^{g - g_new}"),
-            (_numerator_model(lambda u, s, r, pv, sn: u + pv),)),
-    Mistake(N_("the rescale inverted"),
-            N_("the factor is e^{g - g_new} <= 1: the old numerator shrinks (e^{g_new - g} grows it, and is inf for a "
-               "row that has seen no key yet)"),
-            (_numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),
-             *(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, rescale=inverted)
-               for inverted in (lambda g, gn: np.exp(gn - g), lambda g, gn: np.exp(max_or_zero(gn) - g),
-                                lambda g, gn: np.exp(gn - max_or_zero(g)))))),
-    Mistake(N_("the rescale of s missing"), N_("s_new = s e^{g - g_new} + rowsum P"),
-            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv,
-                              s_update=lambda s, r, p: s + p.sum(axis=1)),)),
-    Mistake(N_("a wrong base (2) instead of e"), N_("use np.exp"),
-            (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, base=np.exp2),)),
-    Mistake(N_("the max started at 0"),
-            N_("a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
-               "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"),
-            tuple(_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, g_of=g_of)
-                  for g_of in (lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1)),
-                               lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))))),
+    Mistake(
+        N_("divided every step"),
+        N_(
+            "U is the numerator s A': it is rescaled and accumulated, never divided; the one division by s comes "
+            "at the end (exercise 7.2)"
+        ),
+        (
+            _numerator_model(lambda u, s, r, pv, sn: (u * r[:, None] + pv) / sn[:, None]),
+            _numerator_model(lambda u, s, r, pv, sn: (u * (s * r)[:, None] + pv) / sn[:, None]),
+        ),
+    ),
+    Mistake(
+        N_("no rescale when the max changes"),
+        N_("U and s are measured against the running max: when it moves, multiply the old U by e^{g - g_new}"),
+        (_numerator_model(lambda u, s, r, pv, sn: u + pv),),
+    ),
+    Mistake(
+        N_("the rescale inverted"),
+        N_(
+            "the factor is e^{g - g_new} <= 1: the old numerator shrinks (e^{g_new - g} grows it, and is inf for a "
+            "row that has seen no key yet)"
+        ),
+        (
+            _numerator_model(lambda u, s, r, pv, sn: u / r[:, None] + pv),
+            *(
+                _numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, rescale=inverted)
+                for inverted in (
+                    lambda g, gn: np.exp(gn - g),
+                    lambda g, gn: np.exp(max_or_zero(gn) - g),
+                    lambda g, gn: np.exp(gn - max_or_zero(g)),
+                )
+            ),
+        ),
+    ),
+    Mistake(
+        N_("the rescale of s missing"),
+        N_("s_new = s e^{g - g_new} + rowsum P"),
+        (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, s_update=lambda s, r, p: s + p.sum(axis=1)),),
+    ),
+    Mistake(
+        N_("a wrong base (2) instead of e"),
+        N_("use np.exp"),
+        (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, base=np.exp2),),
+    ),
+    Mistake(
+        N_("the max started at 0"),
+        N_(
+            "a row that has seen no key has g = -inf, and its new max is the tile's row max even when that is "
+            "negative: g_new = max(g, rowmax X), with -inf replaced by 0 only where it is subtracted"
+        ),
+        tuple(
+            _numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, g_of=g_of)
+            for g_of in (
+                lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1)),
+                lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1)),
+            )
+        ),
+    ),
     INPUT_MODIFIED,
     shape_mistake(numerator_step_reference),
     NOT_A_NUMERATOR,
@@ -87,9 +120,18 @@ def check_numerator_step(fn) -> CheckReport:
     """
     rng = np.random.default_rng(7)
     cases = tile_cases(rng, "(g, s, U)")
-    report = check_function("check_numerator_step", fn, cases, numerator_step_reference, NUMERATOR_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "U_new"), not_answer=NOT_A_NUMERATOR, hint=shape_hint,
-                            properties=tile_properties("(g, s, U)"))
+    report = check_function(
+        "check_numerator_step",
+        fn,
+        cases,
+        numerator_step_reference,
+        NUMERATOR_MISTAKES,
+        n_out=3,
+        names=("g_new", "s_new", "U_new"),
+        not_answer=NOT_A_NUMERATOR,
+        hint=shape_hint,
+        properties=tile_properties("(g, s, U)"),
+    )
     inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[2][1])
     return report
 
@@ -107,31 +149,53 @@ def _finish_model(a_of=None, lse_of=None):
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         a, lse = finish_reference(g, s, u)
         return (a if a_of is None else a_of(g, s, u)), (lse if lse_of is None else lse_of(g, s, u))
+
     return model
 
 
 NOT_A_PAIR = Mistake(N_("not a pair"), N_("return (A, lse)"))
 FINISH_MISTAKES = (
-    Mistake(N_("a base-2 logsumexp"), N_("the logsumexp is natural: g + log(s) with np.log, not np.log2"),
-            (_finish_model(lse_of=lambda g, s, u: g + np.log2(s)),)),
-    Mistake(N_("log(s) without g"), N_("s is relative to the running max: L = g + log(s)"),
-            (_finish_model(lse_of=lambda g, s, u: np.log(s)),)),
-    Mistake(N_("divided again"),
-            N_("U is divided by s exactly once, here at the end: a loop that already divided every step (chapter 6) "
-               "must not divide again"), (_finish_model(a_of=lambda g, s, u: u / s[:, None] ** 2),)),
-    Mistake(N_("not divided"), N_("A = U / s: the numerator still has to be divided"),
-            (_finish_model(a_of=lambda g, s, u: u),)),
-    Mistake(N_("0 / 0 on a row with no key"),
-            N_("a row that saw no key has s = 0 and U = 0: give it A = 0 (and L = -inf), not NaN"),
-            (_finish_model(a_of=lambda g, s, u: u / s[:, None]),)),
-    Mistake(N_("the logsumexp without the shift"),
-            N_("log(e^g s) overflows once g > 709 (e^g is inf in float64): keep the shift, L = g + log(s)"),
-            (_finish_model(lse_of=lambda g, s, u: np.log(np.exp(g) * s)),)),
-    Mistake(N_("FlashAttention-2's +inf convention"),
-            N_("FlashAttention-2's kernels store L = +inf for a row with no key (so that exp(X - L) = 0 in their "
-               "backward); this course uses L = -inf, the log of an empty sum (chapter 8's conventions table)"),
-            (_finish_model(lse_of=lambda g, s, u: np.where(
-                s == 0, np.inf, g + np.log(np.where(s == 0, 1, s)))),)),
+    Mistake(
+        N_("a base-2 logsumexp"),
+        N_("the logsumexp is natural: g + log(s) with np.log, not np.log2"),
+        (_finish_model(lse_of=lambda g, s, u: g + np.log2(s)),),
+    ),
+    Mistake(
+        N_("log(s) without g"),
+        N_("s is relative to the running max: L = g + log(s)"),
+        (_finish_model(lse_of=lambda g, s, u: np.log(s)),),
+    ),
+    Mistake(
+        N_("divided again"),
+        N_(
+            "U is divided by s exactly once, here at the end: a loop that already divided every step (chapter 6) "
+            "must not divide again"
+        ),
+        (_finish_model(a_of=lambda g, s, u: u / s[:, None] ** 2),),
+    ),
+    Mistake(
+        N_("not divided"),
+        N_("A = U / s: the numerator still has to be divided"),
+        (_finish_model(a_of=lambda g, s, u: u),),
+    ),
+    Mistake(
+        N_("0 / 0 on a row with no key"),
+        N_("a row that saw no key has s = 0 and U = 0: give it A = 0 (and L = -inf), not NaN"),
+        (_finish_model(a_of=lambda g, s, u: u / s[:, None]),),
+    ),
+    Mistake(
+        N_("the logsumexp without the shift"),
+        N_("log(e^g s) overflows once g > 709 (e^g is inf in float64): keep the shift, L = g + log(s)"),
+        (_finish_model(lse_of=lambda g, s, u: np.log(np.exp(g) * s)),),
+    ),
+    Mistake(
+        N_("FlashAttention-2's +inf convention"),
+        N_(
+            "FlashAttention-2's kernels store L = +inf for a row with no key (so that exp(X - L) = 0 in their "
+            "backward); this course uses L = -inf, the log of an empty sum (chapter 8's conventions table)"
+        ),
+        (_finish_model(lse_of=lambda g, s, u: np.where(s == 0, np.inf, g + np.log(np.where(s == 0, 1, s)))),),
+    ),
     INPUT_MODIFIED,
     shape_mistake(finish_reference),
     NOT_A_PAIR,
@@ -148,24 +212,48 @@ def check_finish(fn) -> CheckReport:
     u = rng.standard_normal((3, 2)) * 3
     cases = [
         (_("three rows"), (np.array([0.5, 2.0, -1.0]), np.array([3.0, 1.5, 7.0]), u)),
-        (_("a row that saw no key (g = -inf, s = 0, U = 0)"), (np.array([0.5, -np.inf, 1.0]), np.array([3.0, 0.0, 2.0]),
-                                                           u * np.array([[1.0], [0.0], [1.0]]))),
-        (_("large maxima (g = 800: e^g overflows float64)"), (np.array([800.0, -2.0, 750.0]), np.array([3.0, 1.5, 7.0]),
-                                                          u)),
+        (
+            _("a row that saw no key (g = -inf, s = 0, U = 0)"),
+            (np.array([0.5, -np.inf, 1.0]), np.array([3.0, 0.0, 2.0]), u * np.array([[1.0], [0.0], [1.0]])),
+        ),
+        (
+            _("large maxima (g = 800: e^g overflows float64)"),
+            (np.array([800.0, -2.0, 750.0]), np.array([3.0, 1.5, 7.0]), u),
+        ),
     ]
-    properties = property_cases([
-        (_("the empty input: no rows give an empty A and lse"), (np.zeros(0), np.zeros(0), np.zeros((0, 2)))),
-        (_("one element: one row, one value dimension"), (np.array([0.5]), np.array([2.0]), np.array([[3.0]]))),
-        (_("an all -inf row: every row saw no key (A = 0, lse = -inf)"),
-         (np.full(2, -np.inf), np.zeros(2), np.zeros((2, 2)))),
-        (_("+inf: an accumulator holding +inf stays +inf"), (np.array([0.5, 1.0]), np.array([2.0, 1.0]),
-                                                          np.array([[np.inf, 1.0], [0.5, 2.0]]))),
-        (_("NaN propagates: a NaN sum gives NaN (never silently 0)"),
-         (np.array([0.5, 1.0]), np.array([np.nan, 1.0]), np.array([[1.0, 1.0], [0.5, 2.0]]))),
-        (_("negative-only input: maxima near -1000 (lse = g + log s, no exp(g))"),
-         (np.array([-1000.0, -1002.5]), np.array([2.0, 1.5]), u[:2])),
-    ])
-    report = check_function("check_finish", fn, cases, finish_reference, FINISH_MISTAKES, n_out=2,
-                            names=("A", "lse"), not_answer=NOT_A_PAIR, hint=shape_hint, properties=properties)
+    properties = property_cases(
+        [
+            (_("the empty input: no rows give an empty A and lse"), (np.zeros(0), np.zeros(0), np.zeros((0, 2)))),
+            (_("one element: one row, one value dimension"), (np.array([0.5]), np.array([2.0]), np.array([[3.0]]))),
+            (
+                _("an all -inf row: every row saw no key (A = 0, lse = -inf)"),
+                (np.full(2, -np.inf), np.zeros(2), np.zeros((2, 2))),
+            ),
+            (
+                _("+inf: an accumulator holding +inf stays +inf"),
+                (np.array([0.5, 1.0]), np.array([2.0, 1.0]), np.array([[np.inf, 1.0], [0.5, 2.0]])),
+            ),
+            (
+                _("NaN propagates: a NaN sum gives NaN (never silently 0)"),
+                (np.array([0.5, 1.0]), np.array([np.nan, 1.0]), np.array([[1.0, 1.0], [0.5, 2.0]])),
+            ),
+            (
+                _("negative-only input: maxima near -1000 (lse = g + log s, no exp(g))"),
+                (np.array([-1000.0, -1002.5]), np.array([2.0, 1.5]), u[:2]),
+            ),
+        ]
+    )
+    report = check_function(
+        "check_finish",
+        fn,
+        cases,
+        finish_reference,
+        FINISH_MISTAKES,
+        n_out=2,
+        names=("A", "lse"),
+        not_answer=NOT_A_PAIR,
+        hint=shape_hint,
+        properties=properties,
+    )
     inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[1][1])
     return report

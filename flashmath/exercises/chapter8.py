@@ -34,27 +34,56 @@ def _tril(offset_of):
 
 
 CAUSAL_MISTAKES = (
-    Mistake(N_("the top-left alignment (off by M - N)"),
-            N_("bottom-right aligns the last query with the last key: query n sees key m when m <= n + M - N "
-               "(np.tril(..., k=M - N))"), (_tril(lambda N, M: 0),)),
-    Mistake(N_("the offset N - M instead of M - N"),
-            N_("with N < M each query sees more keys than in the square case: m <= n + (M - N)"),
-            (_tril(lambda N, M: N - M),)),
-    Mistake(N_("the diagonal excluded (< instead of <=)"), N_("a query sees its own aligned key: m <= n + M - N"),
-            (_tril(lambda N, M: M - N - 1),)),
-    Mistake(N_("the diagonal shifted by one (m <= n + M - N + 1)"),
-            N_("each query sees one key too many, the next one: query n sees key m when m <= n + M - N (np.tril(..., "
-               "k=M - N))"), (_tril(lambda N, M: M - N + 1),)),
-    Mistake(N_("transposed"), N_("the mask is (N, M): rows are queries, columns keys"),
-            (lambda N, M: np.tril(np.ones((M, N), dtype=bool), k=M - N).T,
-             lambda N, M: np.triu(np.ones((N, M), dtype=bool), k=M - N))),
-    Mistake(N_("an inverted mask (True = masked)"),
-            N_("in this course True means attend (flashmath.inputs): query n sees key m when m <= n + M - N, so that "
-               "pair is True"), (lambda N, M: ~_tril(lambda N, M: M - N)(N, M),)),
-    Mistake(N_("a 0/-inf additive mask"),
-            N_("the exercise asks for a boolean mask (True = attend), not the bias added to the scores (0 where "
-               "attended, -inf elsewhere): return m <= n + M - N"),
-            (lambda N, M: np.where(_tril(lambda N, M: M - N)(N, M), 0.0, -np.inf),)),
+    Mistake(
+        N_("the top-left alignment (off by M - N)"),
+        N_(
+            "bottom-right aligns the last query with the last key: query n sees key m when m <= n + M - N "
+            "(np.tril(..., k=M - N))"
+        ),
+        (_tril(lambda N, M: 0),),
+    ),
+    Mistake(
+        N_("the offset N - M instead of M - N"),
+        N_("with N < M each query sees more keys than in the square case: m <= n + (M - N)"),
+        (_tril(lambda N, M: N - M),),
+    ),
+    Mistake(
+        N_("the diagonal excluded (< instead of <=)"),
+        N_("a query sees its own aligned key: m <= n + M - N"),
+        (_tril(lambda N, M: M - N - 1),),
+    ),
+    Mistake(
+        N_("the diagonal shifted by one (m <= n + M - N + 1)"),
+        N_(
+            "each query sees one key too many, the next one: query n sees key m when m <= n + M - N (np.tril(..., "
+            "k=M - N))"
+        ),
+        (_tril(lambda N, M: M - N + 1),),
+    ),
+    Mistake(
+        N_("transposed"),
+        N_("the mask is (N, M): rows are queries, columns keys"),
+        (
+            lambda N, M: np.tril(np.ones((M, N), dtype=bool), k=M - N).T,
+            lambda N, M: np.triu(np.ones((N, M), dtype=bool), k=M - N),
+        ),
+    ),
+    Mistake(
+        N_("an inverted mask (True = masked)"),
+        N_(
+            "in this course True means attend (flashmath.inputs): query n sees key m when m <= n + M - N, so that "
+            "pair is True"
+        ),
+        (lambda N, M: ~_tril(lambda N, M: M - N)(N, M),),
+    ),
+    Mistake(
+        N_("a 0/-inf additive mask"),
+        N_(
+            "the exercise asks for a boolean mask (True = attend), not the bias added to the scores (0 where "
+            "attended, -inf elsewhere): return m <= n + M - N"
+        ),
+        (lambda N, M: np.where(_tril(lambda N, M: M - N)(N, M), 0.0, -np.inf),),
+    ),
     BOOL_OUT,  # "an integer 0/1 mask": the property battery's check of the result's dtype names it
 )
 
@@ -66,17 +95,31 @@ def check_causal_mask(fn) -> CheckReport:
     N > M, N = 1. Named mistakes: :data:`CAUSAL_MISTAKES`."""
     from flashmath.masks import causal_mask
 
-    cases = [(_("N = M = 4"), (4, 4)), (_("N = 2 < M = 5"), (2, 5)),
-             (_("N = 5 > M = 2 (the first rows see nothing)"), (5, 2)),
-             (_("decoding: N = 1, M = 6 (the query sees the whole cache)"), (1, 6))]
-    properties = property_cases([
-        (_("the empty input: N = 0 queries, M = 3 keys give a (0, 3) mask"), (0, 3)),
-        (_("the empty input: N = 3 queries, M = 0 keys give a (3, 0) mask"), (3, 0)),
-        (_("one element: N = M = 1"), (1, 1)),
-        (_("integer input: N and M as numpy integers"), (np.int64(3), np.int64(4))),
-    ])
-    return check_function("check_causal_mask", fn, cases, causal_mask, CAUSAL_MISTAKES, n_out=1,
-                          names=(_("the mask"),), hint=shape_hint, properties=properties)
+    cases = [
+        (_("N = M = 4"), (4, 4)),
+        (_("N = 2 < M = 5"), (2, 5)),
+        (_("N = 5 > M = 2 (the first rows see nothing)"), (5, 2)),
+        (_("decoding: N = 1, M = 6 (the query sees the whole cache)"), (1, 6)),
+    ]
+    properties = property_cases(
+        [
+            (_("the empty input: N = 0 queries, M = 3 keys give a (0, 3) mask"), (0, 3)),
+            (_("the empty input: N = 3 queries, M = 0 keys give a (3, 0) mask"), (3, 0)),
+            (_("one element: N = M = 1"), (1, 1)),
+            (_("integer input: N and M as numpy integers"), (np.int64(3), np.int64(4))),
+        ]
+    )
+    return check_function(
+        "check_causal_mask",
+        fn,
+        cases,
+        causal_mask,
+        CAUSAL_MISTAKES,
+        n_out=1,
+        names=(_("the mask"),),
+        hint=shape_hint,
+        properties=properties,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -91,6 +134,7 @@ def _absent_terms(p, keep, V):
 
 def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
     """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied."""
+
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
@@ -102,34 +146,64 @@ def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
         return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+
     return model
 
 
 MASKED_MISTAKES = (
-    Mistake(N_("masked terms multiplied by 0 (0 * NaN)"),
-            N_("a masked key's weight is 0, but 0 * NaN is NaN: select masked terms away with np.where instead of "
-               "multiplying P by the mask"), (_masked_model(), _masked_model(term=lambda p, keep, V: p @ V))),
-    Mistake(N_("-inf - (-inf) on a masked prefix"),
-            N_("while a row has seen no key its max is -inf, and e^{g - g_new} = e^{-inf + inf} is NaN: subtract 0 "
-               "instead of -inf (np.where(g_new == -np.inf, 0, g_new))"),
-            (_masked_model(term=_absent_terms, guard=False),)),
-    Mistake(N_("a finite fill value instead of -inf"),
-            N_("a masked score is -inf, not a large negative number: with a fill a fully masked row averages the "
-               "masked keys' values (and keeps a finite max)"),
-            tuple(_masked_model(fill=fill, term=term) for fill in (-1e9, -1e4)
-                  for term in (lambda p, keep, V: p @ V, _absent_terms))
-            + (tile_step_reference,), compare=lambda answer, right: _finite_fill(answer, right)),
-    Mistake(N_("the mask added to the scores (NaN + -inf)"),
-            N_("adding a 0/-inf bias keeps what a masked score holds: NaN + (-inf) is NaN and inf + (-inf) is NaN. "
-               "Select masked scores away: np.where(keep, X, -np.inf)"),
-            tuple(_masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
-                  for term in (None, _absent_terms, lambda p, keep, V: p @ V))),
-    Mistake(N_("a per-column mask"),
-            N_("keep is (B_r, B_c), one entry per (query, key) pair: a causal or per-row mask differs from row to "
-               "row, so mask each pair, not whole columns"),
-            tuple(_masked_model(mask_of=mask_of, term=term) for mask_of in (lambda k: k.all(axis=0),
-                                                                           lambda k: k.any(axis=0), lambda k: k[0])
-                  for term in (None, _absent_terms))),
+    Mistake(
+        N_("masked terms multiplied by 0 (0 * NaN)"),
+        N_(
+            "a masked key's weight is 0, but 0 * NaN is NaN: select masked terms away with np.where instead of "
+            "multiplying P by the mask"
+        ),
+        (_masked_model(), _masked_model(term=lambda p, keep, V: p @ V)),
+    ),
+    Mistake(
+        N_("-inf - (-inf) on a masked prefix"),
+        N_(
+            "while a row has seen no key its max is -inf, and e^{g - g_new} = e^{-inf + inf} is NaN: subtract 0 "
+            "instead of -inf (np.where(g_new == -np.inf, 0, g_new))"
+        ),
+        (_masked_model(term=_absent_terms, guard=False),),
+    ),
+    Mistake(
+        N_("a finite fill value instead of -inf"),
+        N_(
+            "a masked score is -inf, not a large negative number: with a fill a fully masked row averages the "
+            "masked keys' values (and keeps a finite max)"
+        ),
+        tuple(
+            _masked_model(fill=fill, term=term)
+            for fill in (-1e9, -1e4)
+            for term in (lambda p, keep, V: p @ V, _absent_terms)
+        )
+        + (tile_step_reference,),
+        compare=lambda answer, right: _finite_fill(answer, right),
+    ),
+    Mistake(
+        N_("the mask added to the scores (NaN + -inf)"),
+        N_(
+            "adding a 0/-inf bias keeps what a masked score holds: NaN + (-inf) is NaN and inf + (-inf) is NaN. "
+            "Select masked scores away: np.where(keep, X, -np.inf)"
+        ),
+        tuple(
+            _masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
+            for term in (None, _absent_terms, lambda p, keep, V: p @ V)
+        ),
+    ),
+    Mistake(
+        N_("a per-column mask"),
+        N_(
+            "keep is (B_r, B_c), one entry per (query, key) pair: a causal or per-row mask differs from row to "
+            "row, so mask each pair, not whole columns"
+        ),
+        tuple(
+            _masked_model(mask_of=mask_of, term=term)
+            for mask_of in (lambda k: k.all(axis=0), lambda k: k.any(axis=0), lambda k: k[0])
+            for term in (None, _absent_terms)
+        ),
+    ),
     INPUT_MODIFIED,
     shape_mistake(tile_step_reference),
     NOT_A_STATE,
@@ -143,8 +217,9 @@ def _finite_fill(answer, right) -> bool:
     try:
         g, g_right = np.asarray(answer[0], np.float64), np.asarray(right[0], np.float64)
         empty = np.isneginf(g_right)
-        return bool(g.shape == g_right.shape and empty.any() and np.all(np.isfinite(g[empty]))
-                    and np.all(g[empty] <= -50))
+        return bool(
+            g.shape == g_right.shape and empty.any() and np.all(np.isfinite(g[empty])) and np.all(g[empty] <= -50)
+        )
     except Exception:
         return False
 
@@ -187,11 +262,22 @@ def check_masked_tile_step(fn) -> CheckReport:
         (_("NaN in the value row of a key masked for every row"), (g0, s0, a, X, V_nan, keep)),
         (_("+inf in the value row of a key masked for every row"), (g0, s0, a, X, V_inf, keep)),
         (_("NaN and +inf in masked scores"), (g0, s0, a, X_bad, V, keep)),
-        (_("rows that have seen no key and still see none (a masked prefix)"),
-         (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V, empty)),
+        (
+            _("rows that have seen no key and still see none (a masked prefix)"),
+            (np.full(3, -np.inf), np.zeros(3), np.zeros((3, 2)), X, V, empty),
+        ),
     ]
-    report = check_function("check_masked_tile_step", fn, cases, tile_step_reference, MASKED_MISTAKES, n_out=3,
-                            names=("g_new", "s_new", "A'_new"), not_answer=NOT_A_STATE, hint=shape_hint,
-                            properties=_masked_properties(keep))
+    report = check_function(
+        "check_masked_tile_step",
+        fn,
+        cases,
+        tile_step_reference,
+        MASKED_MISTAKES,
+        n_out=3,
+        names=("g_new", "s_new", "A'_new"),
+        not_answer=NOT_A_STATE,
+        hint=shape_hint,
+        properties=_masked_properties(keep),
+    )
     inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[3][1])
     return report

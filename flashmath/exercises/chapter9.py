@@ -78,37 +78,81 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
     low_ref = round_to(ref, q.dtype)
     with np.errstate(all="ignore"):
         mistakes = [
-            (max_abs_error(out, ref) / max_abs_error(_naive_in_input_dtype(q, k, v), ref),
-             _("your naive attention seems to compute in {dtype} throughout: its matrix products, max and sums "
-               "accumulate in {dtype}. A framework stores X, Y and A in {dtype} but computes each in float32 (GPUs "
-               "accumulate in float32): cast to np.float32 before each product and the softmax, and round to {dtype} "
-               "only when a result is stored").format(dtype=dtype)),
-            (max_abs_error(out, ref) / max_abs_error(round_to(ref, q.dtype), ref),
-             _("your naive attention seems to round only its output to {dtype}. A framework that stores the scores X "
-               "and the probabilities Y rounds them too: X = round(Q K^T / sqrt(D)), Y = round(softmax(X)), A = "
-               "round(Y V), each computed in float32").format(dtype=dtype)),
-            (max_abs_error(out, low_ref) / max_abs_error(naive, low_ref),
-             _("the errors seem measured against a reference stored in {dtype}. A reference in the precision being "
-               "judged hides exactly the errors you are measuring: compute the reference in float64 from the same "
-               "inputs (fm.attention does) and compare in float64").format(dtype=dtype)),
-            (_mean_abs_error(out, ref) / _mean_abs_error(naive, ref),
-             _("this is the ratio of the mean errors. FlashAttention's rule compares the largest absolute errors, max "
-               "|A - A_ref| over all elements")),
-            (max_abs_error(naive, ref) / max_abs_error(out, ref),
-             _("the ratio is upside down: error of out divided by error of the naive attention")),
-            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False, y=False, a=False), ref),
-             _("your naive attention seems never rounded to {dtype}: computed in float32 and kept there, its error is "
-               "float32's (about 1e-7), so the ratio is thousands. The naive attention FlashAttention compares with "
-               "stores X, Y and A in {dtype}: round each to {dtype} when it is stored").format(dtype=dtype)),
-            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, y=False), ref),
-             _("your naive attention seems to leave the probabilities Y unrounded: a framework stores Y = softmax(X) "
-               "in {dtype} before Y V, so round Y too").format(dtype=dtype)),
-            (max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False), ref),
-             _("your naive attention seems to leave the scores X unrounded: a framework stores X = Q K^T / sqrt(D) in "
-               "{dtype} before the softmax, so round X too").format(dtype=dtype)),
-            (_relative_error(out, ref) / _relative_error(naive, ref),
-             _("this is the ratio of the largest relative errors. FlashAttention's rule compares the largest absolute "
-               "errors, max |A - A_ref| (an output element near 0 makes a relative error meaningless)")),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_in_input_dtype(q, k, v), ref),
+                _(
+                    "your naive attention seems to compute in {dtype} throughout: its matrix products, max and sums "
+                    "accumulate in {dtype}. A framework stores X, Y and A in {dtype} but computes each in float32 "
+                    "(GPUs "
+                    "accumulate in float32): cast to np.float32 before each product and the softmax, and round to "
+                    "{dtype} "
+                    "only when a result is stored"
+                ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(round_to(ref, q.dtype), ref),
+                _(
+                    "your naive attention seems to round only its output to {dtype}. A framework that stores the "
+                    "scores X "
+                    "and the probabilities Y rounds them too: X = round(Q K^T / sqrt(D)), Y = round(softmax(X)), A = "
+                    "round(Y V), each computed in float32"
+                ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, low_ref) / max_abs_error(naive, low_ref),
+                _(
+                    "the errors seem measured against a reference stored in {dtype}. A reference in the precision "
+                    "being "
+                    "judged hides exactly the errors you are measuring: compute the reference in float64 from the same "
+                    "inputs (fm.attention does) and compare in float64"
+                ).format(dtype=dtype),
+            ),
+            (
+                _mean_abs_error(out, ref) / _mean_abs_error(naive, ref),
+                _(
+                    "this is the ratio of the mean errors. FlashAttention's rule compares the largest absolute "
+                    "errors, max "
+                    "|A - A_ref| over all elements"
+                ),
+            ),
+            (
+                max_abs_error(naive, ref) / max_abs_error(out, ref),
+                _("the ratio is upside down: error of out divided by error of the naive attention"),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False, y=False, a=False), ref),
+                _(
+                    "your naive attention seems never rounded to {dtype}: computed in float32 and kept there, its "
+                    "error is "
+                    "float32's (about 1e-7), so the ratio is thousands. The naive attention FlashAttention compares "
+                    "with "
+                    "stores X, Y and A in {dtype}: round each to {dtype} when it is stored"
+                ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, y=False), ref),
+                _(
+                    "your naive attention seems to leave the probabilities Y unrounded: a framework stores Y = "
+                    "softmax(X) "
+                    "in {dtype} before Y V, so round Y too"
+                ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, x=False), ref),
+                _(
+                    "your naive attention seems to leave the scores X unrounded: a framework stores X = Q K^T / "
+                    "sqrt(D) in "
+                    "{dtype} before the softmax, so round X too"
+                ).format(dtype=dtype),
+            ),
+            (
+                _relative_error(out, ref) / _relative_error(naive, ref),
+                _(
+                    "this is the ratio of the largest relative errors. FlashAttention's rule compares the largest "
+                    "absolute "
+                    "errors, max |A - A_ref| (an output element near 0 makes a relative error meaningless)"
+                ),
+            ),
         ]
     return right, mistakes
 
@@ -126,14 +170,34 @@ def _cases():
     qb, kb, vb = inputs(ml_dtypes.bfloat16, 32, 512, 1.0)  # 512 keys: a sum kept in bfloat16 stalls
     q2, k2, v2 = inputs(np.float16, 48, 80, 1.0)
     return [
-        (_("float16 inputs, out = flash_attention (fa2, 16 x 16 tiles)"),
-         flash_attention(q16, k16, v16, block_q=16, block_k=16), q16, k16, v16),
-        (_("bfloat16 inputs, out = flash_attention (fa1, 8 x 8 tiles)"),
-         flash_attention(qb, kb, vb, block_q=8, block_k=8, order="fa1"), qb, kb, vb),
-        (_("float16 inputs, out = naive attention itself: expected exactly 1"),
-         naive_attention(q2, k2, v2), q2, k2, v2),
-        (_("float16 inputs, out = the float64 reference rounded to float16 (the best a float16 output can be)"),
-         round_to(attention(q2, k2, v2), np.float16), q2, k2, v2),
+        (
+            _("float16 inputs, out = flash_attention (fa2, 16 x 16 tiles)"),
+            flash_attention(q16, k16, v16, block_q=16, block_k=16),
+            q16,
+            k16,
+            v16,
+        ),
+        (
+            _("bfloat16 inputs, out = flash_attention (fa1, 8 x 8 tiles)"),
+            flash_attention(qb, kb, vb, block_q=8, block_k=8, order="fa1"),
+            qb,
+            kb,
+            vb,
+        ),
+        (
+            _("float16 inputs, out = naive attention itself: expected exactly 1"),
+            naive_attention(q2, k2, v2),
+            q2,
+            k2,
+            v2,
+        ),
+        (
+            _("float16 inputs, out = the float64 reference rounded to float16 (the best a float16 output can be)"),
+            round_to(attention(q2, k2, v2), np.float16),
+            q2,
+            k2,
+            v2,
+        ),
     ]
 
 
@@ -165,8 +229,10 @@ def _number(out) -> float | None:
         return None
 
 
-RECIPE = N_("divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs and naive the "
-            "attention that stores X, Y and A in the inputs' dtype, computing each in float32")
+RECIPE = N_(
+    "divide max |out - A| by max |naive - A|, with A the float64 attention of the given inputs and naive the "
+    "attention that stores X, Y and A in the inputs' dtype, computing each in float32"
+)
 
 
 class _RatioDiagnosis:
@@ -179,15 +245,24 @@ class _RatioDiagnosis:
     def for_case(self, i: int) -> Said:
         value, (out, q, k, v) = self.answers[i], self.cases[i]
         right, mistakes = _ratios(out, q, k, v)
-        named = next((message for wrong, message in mistakes
-                      if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)), None)
+        named = next(
+            (
+                message
+                for wrong, message in mistakes
+                if _close(value, wrong, MISTAKE_RTOL) and not _close(wrong, right, MISTAKE_RTOL)
+            ),
+            None,
+        )
         if named is None and not np.isfinite(value) and np.isfinite(right):
-            named = _("the naive error seems to be 0 (a ratio of inf or NaN): your naive attention equals the float64 "
-                      "reference, so it was never rounded to {dtype}. Store X, Y and A in the inputs' dtype").format(
-                          dtype=q.dtype.name)
+            named = _(
+                "the naive error seems to be 0 (a ratio of inf or NaN): your naive attention equals the float64 "
+                "reference, so it was never rounded to {dtype}. Store X, Y and A in the inputs' dtype"
+            ).format(dtype=q.dtype.name)
         elif named is None and np.isfinite(right) and value > 20 * max(right, 1.0):
-            named = _("a ratio this large means your naive error is tiny: is your naive attention rounded to {dtype} "
-                      "where a framework stores X, Y and A?").format(dtype=q.dtype.name)
+            named = _(
+                "a ratio this large means your naive error is tiny: is your naive attention rounded to {dtype} "
+                "where a framework stores X, Y and A?"
+            ).format(dtype=q.dtype.name)
         return Said(named or _(RECIPE))
 
 
@@ -213,17 +288,27 @@ def _properties():
     q1, k1, v1 = inputs(1, 64)
     qn, kn, vn = inputs(24, 64, shift=-4.0)
     qb, kb, vb = inputs(24, 64, spread=5.0)
-    return property_cases([
-        (_("NaN propagates: an output holding NaN gives a NaN ratio (never ignored by np.nanmax)"),
-         (with_nan, q, k, v)),
-        (_("+inf: an output that overflowed (+inf) gives a ratio of inf"), (with_inf, q, k, v)),
-        (_("one element: a single query row (N = 1)"), (flash_attention(q1, k1, v1, block_q=1, block_k=16), q1, k1,
-                                                     v1)),
-        (_("negative-only input: values all below 0 (the largest error is the largest absolute one)"),
-         (flash_attention(qn, kn, vn, block_q=8, block_k=16), qn, kn, vn)),
-        (_("float16 overflow: float16 scores near 20 (exp(20) overflows float16)"),
-         (flash_attention(qb, kb, vb, block_q=8, block_k=16), qb, kb, vb)),
-    ])
+    return property_cases(
+        [
+            (
+                _("NaN propagates: an output holding NaN gives a NaN ratio (never ignored by np.nanmax)"),
+                (with_nan, q, k, v),
+            ),
+            (_("+inf: an output that overflowed (+inf) gives a ratio of inf"), (with_inf, q, k, v)),
+            (
+                _("one element: a single query row (N = 1)"),
+                (flash_attention(q1, k1, v1, block_q=1, block_k=16), q1, k1, v1),
+            ),
+            (
+                _("negative-only input: values all below 0 (the largest error is the largest absolute one)"),
+                (flash_attention(qn, kn, vn, block_q=8, block_k=16), qn, kn, vn),
+            ),
+            (
+                _("float16 overflow: float16 scores near 20 (exp(20) overflows float16)"),
+                (flash_attention(qb, kb, vb, block_q=8, block_k=16), qb, kb, vb),
+            ),
+        ]
+    )
 
 
 NOT_A_NUMBER = Said(N_("expected one number (the ratio of two errors), not a tuple or an array"))
@@ -244,6 +329,18 @@ def check_flash_test_ratio(fn) -> CheckReport:
     a mistake is named when the ratio is within 10 percent of the one it gives.
     """
     cases = [(name, (out, q, k, v)) for name, out, q, k, v in _cases()]
-    return check_function("check_flash_test_ratio", fn, cases, _right, (), n_out=1, names=(_("the ratio"),),
-                          not_answer=NOT_A_NUMBER, properties=_properties(), compare=_same_ratio, convert=_number,
-                          describe=_describe, diagnosis=_RatioDiagnosis)
+    return check_function(
+        "check_flash_test_ratio",
+        fn,
+        cases,
+        _right,
+        (),
+        n_out=1,
+        names=(_("the ratio"),),
+        not_answer=NOT_A_NUMBER,
+        properties=_properties(),
+        compare=_same_ratio,
+        convert=_number,
+        describe=_describe,
+        diagnosis=_RatioDiagnosis,
+    )

@@ -7,12 +7,15 @@ import math
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-PLACEHOLDER_MESSAGE = N_("No prediction yet: write your number in place of the ... above, then run this cell again "
-                         "(the answer is printed only once you have committed to a prediction).")
+PLACEHOLDER_MESSAGE = N_(
+    "No prediction yet: write your number in place of the ... above, then run this cell again "
+    "(the answer is printed only once you have committed to a prediction)."
+)
 
 
-def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why: str = "",
-                     length: int | None = None) -> None:
+def check_prediction(
+    prediction, answer: float, *, tolerance: float = 0.05, why: str = "", length: int | None = None
+) -> None:
     """Print how a learner's ``prediction`` compares with the computed ``answer``.
 
     Args:
@@ -41,15 +44,20 @@ def check_prediction(prediction, answer: float, *, tolerance: float = 0.05, why:
     note = ""
     if length is not None and guess.is_integer() and -length <= guess < 0:
         note = _(" (x[{guess:.0f}] is x[{index:.0f}] in a sequence of {length})").format(
-            guess=guess, index=guess + length, length=length)
+            guess=guess, index=guess + length, length=length
+        )
         guess += length
     if math.isnan(answer) or math.isinf(answer):
         right = guess == answer or (math.isnan(answer) and math.isnan(guess))
     else:
         right = abs(guess - answer) <= tolerance * max(abs(answer), 0.2)
     verdict = _("right") if right else _("not quite")
-    print(_("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
-        guess=guess, note=note, answer=answer, verdict=verdict) + (f" {_(why)}" if why else ""))
+    print(
+        _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
+            guess=guess, note=note, answer=answer, verdict=verdict
+        )
+        + (f" {_(why)}" if why else "")
+    )
 
 
 #: The ``why`` sentences that the chapters pass to :func:`check_prediction`, marked here for the catalog (a notebook's
@@ -61,8 +69,10 @@ NOTEBOOK_WHY = (
     N_("The variance of q . k is D = 64, so its spread is sqrt(64) = 8."),
     N_("Every element receives the same additions in the same order, so not one bit differs."),
     N_("No jump, s_3 = 3 and s_4 = 4: the old output keeps 3/4 and the new key gets 1/4."),
-    N_("fa1 keeps one key tile on chip and streams every query tile past it: Q is read once per key tile, "
-       "T_c = ceil(46 / 4) = 12 times, whatever B_r is."),
+    N_(
+        "fa1 keeps one key tile on chip and streams every query tile past it: Q is read once per key tile, "
+        "T_c = ceil(46 / 4) = 12 times, whatever B_r is."
+    ),
     N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
     N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
     N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),

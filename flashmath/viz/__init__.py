@@ -16,12 +16,12 @@ seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy
 """
 
 from flashmath.viz.attention import (
-                                     LoopSwapPlot,
-                                     OneLoopPlot,
-                                     ScalePlot,
-                                     plot_loop_swap_step,
-                                     plot_one_loop_step,
-                                     plot_scale_step,
+    LoopSwapPlot,
+    OneLoopPlot,
+    ScalePlot,
+    plot_loop_swap_step,
+    plot_one_loop_step,
+    plot_scale_step,
 )
 from flashmath.viz.frames import animate_steps, offline_jshtml, strip
 from flashmath.viz.live import LivePlot, Picture, figure_signature

@@ -12,8 +12,7 @@ from flashmath.viz.axes import check_dims, check_labels, finite_or_nan, index, l
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
 
-__all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step",
-           "plot_scale_step"]
+__all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step", "plot_scale_step"]
 
 RAW = "#ff7f0e"  # unscaled scores
 SCALED = SEEN  # scores divided by sqrt(D)
@@ -60,11 +59,24 @@ class ScalePlot(LivePlot):
         ax_h, ax_std = axes[0]
         ax_p, ax_e = axes[1]
 
-        self.stairs_raw = ax_h.stairs(np.full(len(self.edges_raw) - 1, HIST_FLOOR), self.edges_raw, fill=True,
-                                      baseline=HIST_FLOOR, color=RAW, alpha=0.75, label="$q \\cdot k$")
-        self.stairs_scaled = ax_h.stairs(np.full(len(self.edges_scaled) - 1, HIST_FLOOR), self.edges_scaled,
-                                         fill=True, baseline=HIST_FLOOR, color=SCALED, alpha=0.6,
-                                         label="$q \\cdot k / \\sqrt{D}$")
+        self.stairs_raw = ax_h.stairs(
+            np.full(len(self.edges_raw) - 1, HIST_FLOOR),
+            self.edges_raw,
+            fill=True,
+            baseline=HIST_FLOOR,
+            color=RAW,
+            alpha=0.75,
+            label="$q \\cdot k$",
+        )
+        self.stairs_scaled = ax_h.stairs(
+            np.full(len(self.edges_scaled) - 1, HIST_FLOOR),
+            self.edges_scaled,
+            fill=True,
+            baseline=HIST_FLOOR,
+            color=SCALED,
+            alpha=0.6,
+            label="$q \\cdot k / \\sqrt{D}$",
+        )
         ax_h.set_xlim(self.edges_raw[0], self.edges_raw[-1])
         ax_h.set_yscale("log")
         ax_h.set_ylim(1e-4, 5.0)
@@ -113,10 +125,18 @@ class ScalePlot(LivePlot):
         self.hist_title.set_text(_("scores at D = {D}").format(D=D))
         for marker in self.markers:
             marker.set_xdata([D, D])
-        self.title.set_text(_("D = {D}: score std {raw:.2f} unscaled, {scaled:.2f} scaled; max probability "
-                              "{p_raw:.2f} vs {p_scaled:.2f}").format(
-            D=D, raw=std_raw[i], scaled=std_scaled[i], p_raw=sweep.max_prob_raw[i].mean(),
-            p_scaled=sweep.max_prob_scaled[i].mean()))
+        self.title.set_text(
+            _(
+                "D = {D}: score std {raw:.2f} unscaled, {scaled:.2f} scaled; max probability "
+                "{p_raw:.2f} vs {p_scaled:.2f}"
+            ).format(
+                D=D,
+                raw=std_raw[i],
+                scaled=std_scaled[i],
+                p_raw=sweep.max_prob_raw[i].mean(),
+                p_scaled=sweep.max_prob_scaled[i].mean(),
+            )
+        )
 
 
 class LoopSwapPlot(LivePlot):
@@ -137,8 +157,17 @@ class LoopSwapPlot(LivePlot):
         ValueError: ``m`` or ``row`` out of range, ``labels`` of the wrong length. TypeError: not integers.
     """
 
-    def __init__(self, trace, *, row: int = 0, labels=None, step: int = 0, figsize=(9.0, 5.2), dpi: int = DPI,
-                 pyplot: bool = False):
+    def __init__(
+        self,
+        trace,
+        *,
+        row: int = 0,
+        labels=None,
+        step: int = 0,
+        figsize=(9.0, 5.2),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         self.y = np.asarray(trace.y, dtype=np.float64)
         self.v = np.asarray(trace.v, dtype=np.float64)
         self.partial = np.asarray(trace.partial, dtype=np.float64)
@@ -176,10 +205,15 @@ class LoopSwapPlot(LivePlot):
         ax_a.set_xlim(-0.6, Dv - 0.4)
         ax_a.set_xlabel(_("output dimension d (0-based)"))
         ax_a.set_ylabel(f"A[{n}, d]")
-        ax_a.legend(handles=[Patch(color=SEEN, label=_("partial sums of the first m keys")),
-                             Line2D([], [], color=JUMP, lw=4, label=_("just added: key m's term")),
-                             Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5,
-                                    label=_("final A[{n}, :]").format(n=n))], ncol=3, **LEGEND_ABOVE)
+        ax_a.legend(
+            handles=[
+                Patch(color=SEEN, label=_("partial sums of the first m keys")),
+                Line2D([], [], color=JUMP, lw=4, label=_("just added: key m's term")),
+                Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5, label=_("final A[{n}, :]").format(n=n)),
+            ],
+            ncol=3,
+            **LEGEND_ABOVE,
+        )
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.y_bars, self.current, self.a_bars, self.added_lines, self.added_ticks, self.title)
 
@@ -191,7 +225,7 @@ class LoopSwapPlot(LivePlot):
         final = self.partial[n, -1]
         current = self.partial[n, m - 1] if m > 0 else np.zeros(Dv)
         recolor(self.y_bars, np.where(keys <= m, SEEN, UNSEEN))
-        self.current.set_data(keys[m - 1:m], self.y[n, m - 1:m])
+        self.current.set_data(keys[m - 1 : m], self.y[n, m - 1 : m])
         set_heights(self.a_bars, finite_or_nan(current))
         dd = np.arange(Dv)
         if m > 0:
@@ -204,8 +238,11 @@ class LoopSwapPlot(LivePlot):
         with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
             dist = float(np.max(np.abs(current - final)))
         seen = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
-        self.title.set_text(_("loop order n, m, d, row n = {n}: after {keys} of {M}, max |partial - A| = {dist:.3g}")
-                            .format(n=n, keys=seen, M=M, dist=dist))
+        self.title.set_text(
+            _("loop order n, m, d, row n = {n}: after {keys} of {M}, max |partial - A| = {dist:.3g}").format(
+                n=n, keys=seen, M=M, dist=dist
+            )
+        )
 
 
 class OneLoopPlot(LivePlot):
@@ -230,8 +267,18 @@ class OneLoopPlot(LivePlot):
         TypeError: ``m``, ``row`` or an entry of ``dims`` not an integer.
     """
 
-    def __init__(self, trace, *, row: int = 0, dims=None, labels=None, step: int = 0, figsize=(10.0, 6.6),
-                 dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        trace,
+        *,
+        row: int = 0,
+        dims=None,
+        labels=None,
+        step: int = 0,
+        figsize=(10.0, 6.6),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         x_all = np.asarray(trace.x, dtype=np.float64)
         if x_all.ndim != 2:
             raise ValueError(f"OneLoopPlot needs a trace of 2-D inputs (M, N); got x of shape {x_all.shape}")
@@ -267,26 +314,40 @@ class OneLoopPlot(LivePlot):
         ax_x.axhline(0, color="k", lw=0.5)
         ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
         ax_x.set_ylabel(_("score"))
-        ax_x.legend(handles=[Patch(color=SEEN, label=_("score $x_m$ (seen)")),
-                             Patch(color=UNSEEN, label=_("not seen yet")),
-                             Line2D([], [], color=JUMP, lw=2, label=_("running max $g_m$"))], ncol=3, **LEGEND_ABOVE)
+        ax_x.legend(
+            handles=[
+                Patch(color=SEEN, label=_("score $x_m$ (seen)")),
+                Patch(color=UNSEEN, label=_("not seen yet")),
+                Line2D([], [], color=JUMP, lw=2, label=_("running max $g_m$")),
+            ],
+            ncol=3,
+            **LEGEND_ABOVE,
+        )
 
         self.c_bars = ax_c.bar(steps, np.zeros(M), color=HOLD, width=0.7)
         (self.w_marks,) = ax_c.plot([], [], "o", color=SEEN, ms=6)
         ax_c.set_ylim(0, 1.15)
         ax_c.set_ylabel(_("factor"))
-        ax_c.legend(handles=[Patch(color=HOLD, label=_("correction of $A'_{m-1}$, max held")),
-                             Patch(color=JUMP, label=_("max jumped")),
-                             Line2D([], [], color=SEEN, marker="o", ls="", ms=6, label=_("weight of $V_m$"))],
-                    ncol=3, **LEGEND_ABOVE)
+        ax_c.legend(
+            handles=[
+                Patch(color=HOLD, label=_("correction of $A'_{m-1}$, max held")),
+                Patch(color=JUMP, label=_("max jumped")),
+                Line2D([], [], color=SEEN, marker="o", ls="", ms=6, label=_("weight of $V_m$")),
+            ],
+            ncol=3,
+            **LEGEND_ABOVE,
+        )
 
         (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=5)
         if np.isfinite(self.s[-1]):
             ax_s.axhline(self.s[-1], color="k", ls="--", lw=1)
         ax_s.set_ylim(0, top(self.s))
         ax_s.set_ylabel(_("running sum $s_m$"))
-        ax_s.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {self.s[-1]:.3g}")],
-                    loc="lower right", fontsize=8)
+        ax_s.legend(
+            handles=[Line2D([], [], color="k", ls="--", lw=1, label=f"$s_M$ = {self.s[-1]:.3g}")],
+            loc="lower right",
+            fontsize=8,
+        )
         if self.labels is not None:
             ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
         else:
@@ -308,8 +369,17 @@ class OneLoopPlot(LivePlot):
         ax_d.set_ylabel("$\\|A'_m - A\\|$")
         ax_d.set_xlabel(_("keys seen m (0 = none)"))
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.x_bars, self.g_line, self.c_bars, self.w_marks, self.s_line, ax_s.get_legend(), *self.a_lines,
-                  self.d_line, self.title)
+        self.live(
+            self.x_bars,
+            self.g_line,
+            self.c_bars,
+            self.w_marks,
+            self.s_line,
+            ax_s.get_legend(),
+            *self.a_lines,
+            self.d_line,
+            self.title,
+        )
 
     def _update(self, step) -> None:
         M = len(self.x)
@@ -331,9 +401,10 @@ class OneLoopPlot(LivePlot):
             title = _("m = 0: nothing seen, $g_0 = -\\infty$, $s_0 = 0$, $A'_0 = 0$")
         else:
             j = m - 1
-            title = _("m = {m}: $x_m$ = {x:.3g}, $g_m$ = {g:.3g}, $s_m$ = {s:.3g}, correction = {corr:.3g}, "
-                      "$\\|A'_m - A\\|$ = {dist:.2e}").format(m=m, x=self.x[j], g=self.g[j], s=self.s[j],
-                                                           corr=self.corr[j], dist=self.dist[j])
+            title = _(
+                "m = {m}: $x_m$ = {x:.3g}, $g_m$ = {g:.3g}, $s_m$ = {s:.3g}, correction = {corr:.3g}, "
+                "$\\|A'_m - A\\|$ = {dist:.2e}"
+            ).format(m=m, x=self.x[j], g=self.g[j], s=self.s[j], corr=self.corr[j], dist=self.dist[j])
         self.title.set_text(title)
 
 

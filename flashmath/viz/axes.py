@@ -8,8 +8,19 @@ import numpy as np
 from flashmath._checks import integer
 from flashmath.viz.style import DIM_COLORS
 
-__all__ = ["index", "check_labels", "check_dims", "limits", "NICE_STEPS", "nice_up", "nice_limits", "top",
-           "finite_or_nan", "recolor", "set_heights"]
+__all__ = [
+    "index",
+    "check_labels",
+    "check_dims",
+    "limits",
+    "NICE_STEPS",
+    "nice_up",
+    "nice_limits",
+    "top",
+    "finite_or_nan",
+    "recolor",
+    "set_heights",
+]
 
 
 def index(value, name: str, stop: int, what: str = "") -> int:
@@ -63,7 +74,7 @@ def nice_up(value: float) -> float:
     """The smallest number ``m * 10**k`` (``m`` in :data:`NICE_STEPS`) at or above ``value`` (> 0)."""
     exponent = np.floor(np.log10(value))
     for mantissa in (*NICE_STEPS, 10.0):
-        nice = float(mantissa * 10.0 ** exponent)
+        nice = float(mantissa * 10.0**exponent)
         if nice >= value * (1 - 1e-12):
             return nice
     return float(10.0 ** (exponent + 1))  # pragma: no cover - 10.0 above always answers

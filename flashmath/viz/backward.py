@@ -37,12 +37,25 @@ class BackwardSweepPlot(LivePlot):
         ValueError: as :func:`flashmath.triton_backward.backward_schedule`; a step outside ``0..len(plot) - 1``.
     """
 
-    def __init__(self, N: int, M: int, *, block_q: int = 16, block_k: int = 16, causal: bool = False,
-                 dq_mode: str = "separate", step: int = 0, figsize=(6.4, 4.6), dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        N: int,
+        M: int,
+        *,
+        block_q: int = 16,
+        block_k: int = 16,
+        causal: bool = False,
+        dq_mode: str = "separate",
+        step: int = 0,
+        figsize=(6.4, 4.6),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         from flashmath.triton_backward import backward_schedule
 
-        self.schedules = {mode: backward_schedule(N, M, block_q, block_k, causal=causal, dq_mode=mode)
-                          for mode in DQ_MODES}
+        self.schedules = {
+            mode: backward_schedule(N, M, block_q, block_k, causal=causal, dq_mode=mode) for mode in DQ_MODES
+        }
         check_dq_mode(dq_mode)
         self.n_q, self.n_k = -(-N // block_q), -(-M // block_k)
         visited = np.zeros((self.n_q, self.n_k), bool)
@@ -96,12 +109,13 @@ class BackwardSweepPlot(LivePlot):
             keys[:j] = 2  # earlier key tiles: dK_j, dV_j written to HBM
             keys[j] = 1  # this program's dK_j, dV_j: on chip
             if self.dq_mode == "atomic":
-                for _kernel, i2, _j in self.steps[:step + 1]:  # not "_": the gettext of this module
+                for _kernel, i2, _j in self.steps[: step + 1]:  # not "_": the gettext of this module
                     queries[i2] = 1  # partial sums in HBM, added atomically
                 if step == len(self.steps) - 1:
                     queries[:] = 2
             rule = _("dK_{j}, dV_{j} += ... (on chip)").format(j=j + 1) + (
-                _(";  dQ_{i} += atomically in HBM").format(i=i + 1) if self.dq_mode == "atomic" else "")
+                _(";  dQ_{i} += atomically in HBM").format(i=i + 1) if self.dq_mode == "atomic" else ""
+            )
         else:
             keys[:] = 2
             queries[:i] = 2  # earlier query tiles: dQ_i written
@@ -111,8 +125,13 @@ class BackwardSweepPlot(LivePlot):
         self.keys.set_data(keys[None, :])
         self.queries.set_data(queries[:, None])
         name = "_bwd_dkdv" if kernel == "dkdv" else "_bwd_dq"
-        self.title.set_text(_("step {step} of {steps}: {name}, query tile {i}, key tile {j}").format(
-            step=step + 1, steps=len(self.steps), name=name, i=i + 1, j=j + 1) + "\n" + rule)
+        self.title.set_text(
+            _("step {step} of {steps}: {name}, query tile {i}, key tile {j}").format(
+                step=step + 1, steps=len(self.steps), name=name, i=i + 1, j=j + 1
+            )
+            + "\n"
+            + rule
+        )
 
 
 def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
@@ -125,8 +144,9 @@ def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
     base = np.asarray(curves[labels[0]], dtype=np.float64)
     for k, label in enumerate(labels):
         losses = np.asarray(curves[label], dtype=np.float64)
-        ax.plot(np.arange(1, len(losses) + 1), losses, lw=2.5 if k == 0 else 1.2, ls="-" if k == 0 else "--",
-                label=label)
+        ax.plot(
+            np.arange(1, len(losses) + 1), losses, lw=2.5 if k == 0 else 1.2, ls="-" if k == 0 else "--", label=label
+        )
         if k:
             ax_d.plot(np.arange(1, len(losses) + 1), np.abs(losses - base), marker=".", label=label)
     ax.set_xlabel(_("step"))

@@ -39,8 +39,9 @@ def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: i
         TypeError: ``plot`` is not a LivePlot. ValueError: no steps.
     """
     if not isinstance(plot, LivePlot):
-        raise TypeError(f"plot must be a flashmath.viz LivePlot (e.g. viz.OnlineSoftmaxPlot(trace)), "
-                        f"got {type(plot).__name__}")
+        raise TypeError(
+            f"plot must be a flashmath.viz LivePlot (e.g. viz.OnlineSoftmaxPlot(trace)), got {type(plot).__name__}"
+        )
     steps = list(range(len(cast(Sized, plot)) + 1)) if steps is None else list(steps)
     if not steps:
         raise ValueError("steps must list at least one step")
@@ -51,14 +52,15 @@ def animate_steps(plot: LivePlot, steps=None, *, name: str = "step", interval: i
         plot.update(**{**plot.state, name: step})  # the other keywords (an order, a dtype) stay as they are
         return plot.fig.axes
 
-    return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False,
-                                   cache_frame_data=False)
+    return animation.FuncAnimation(plot.fig, frame, frames=steps, interval=interval, blit=False, cache_frame_data=False)
 
 
 def _icon(path: str) -> str:
     """A player button's icon as inline SVG in the button's text colour: drawn the same with any font."""
-    return (f'<svg viewBox="0 0 16 16" width="12" height="12" fill="currentColor" aria-hidden="true" '
-            f'focusable="false" style="vertical-align: middle"><path d="{path}"/></svg>')
+    return (
+        f'<svg viewBox="0 0 16 16" width="12" height="12" fill="currentColor" aria-hidden="true" '
+        f'focusable="false" style="vertical-align: middle"><path d="{path}"/></svg>'
+    )
 
 
 #: The buttons of matplotlib's JavaScript player as inline SVG: its ``to_jshtml`` draws them with Font Awesome icons
@@ -120,7 +122,7 @@ def offline_jshtml(anim: animation.Animation, **kwargs) -> str:
         size_attrs = f' width="{width}" height="{height}"'
     # the first frame's data once, in the <img>; the script reads it back where it makes the player (in matplotlib's
     # setTimeout, "to make sure all the above elements are created")
-    html = html[:first.start()] + html[first.end():]
+    html = html[: first.start()] + html[first.end() :]
     read_back = '\n        frames[0] = document.getElementById(img_id).getAttribute("src");'
     html = html.replace(_PLAYER_START, _PLAYER_START + read_back)
     return _PLAYER_IMG.sub(lambda m: f'<img id="{m.group(1)}" src="{src}"{size_attrs}>', html)

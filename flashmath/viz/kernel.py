@@ -52,16 +52,34 @@ class KernelMemoryPlot(LivePlot):
         ValueError: a state outside those lists.
     """
 
-    def __init__(self, D: int = 64, *, dtype="float16", block_q: int = 64, block_k: int = 64, num_stages: int = 2,
-                 num_warps: int = 4, figsize=(10.0, 3.8), dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        D: int = 64,
+        *,
+        dtype="float16",
+        block_q: int = 64,
+        block_k: int = 64,
+        num_stages: int = 2,
+        num_warps: int = 4,
+        figsize=(10.0, 3.8),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         self.D, self.dtype = int(D), dtype
         # fixed axis limits: the largest of every state the controls can reach
         biggest = tile_bytes(self.D, max(BLOCK_SIZES), max(BLOCK_SIZES), dtype=dtype, stages=max(STAGES))
         self.shared_max = max(biggest.shared, max(g.shared_per_block_bytes for g in GPUS.values())) / KiB
         self.registers_max = biggest.registers / KiB
         self.per_thread_max = _registers_per_thread(biggest, min(WARPS))
-        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, block_q=block_q, block_k=block_k,
-                         num_stages=num_stages, num_warps=num_warps)
+        super().__init__(
+            figsize=figsize,
+            dpi=dpi,
+            pyplot=pyplot,
+            block_q=block_q,
+            block_k=block_k,
+            num_stages=num_stages,
+            num_warps=num_warps,
+        )
 
     def _build(self) -> None:
         ax_chip, ax_thread = self.fig.subplots(1, 2, width_ratios=(3.2, 1.0))
@@ -79,8 +97,16 @@ class KernelMemoryPlot(LivePlot):
             label = _("{name}: shared memory per block, {x:.0f} KiB").format(name=name, x=x)
             legend.append(ax_chip.axvline(x, ymin=0.5, color="#7f7f7f", ls=style, lw=1.2, label=label))
         register_file = GPUS["H100"].register_bytes / KiB
-        legend.append(ax_chip.axvline(register_file, ymax=0.5, color=JUMP, ls="--", lw=1.2,
-                                      label=_("register file of one SM, {size:.0f} KiB").format(size=register_file)))
+        legend.append(
+            ax_chip.axvline(
+                register_file,
+                ymax=0.5,
+                color=JUMP,
+                ls="--",
+                lw=1.2,
+                label=_("register file of one SM, {size:.0f} KiB").format(size=register_file),
+            )
+        )
         ax_chip.set_yticks([0, 1], [_("shared\nmemory"), _("registers")], fontsize=9)
         ax_chip.set_ylim(1.6, -0.6)
         ax_chip.set_xlim(0, max(self.shared_max, self.registers_max) * 1.05)
@@ -90,8 +116,7 @@ class KernelMemoryPlot(LivePlot):
         self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=9, va="center") for row in (0, 1)]
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
-        ax_thread.text(0.35, 255 * 1.1, _("255 per thread:\nmore spill\noff chip"), color=JUMP, fontsize=8,
-                       va="bottom")
+        ax_thread.text(0.35, 255 * 1.1, _("255 per thread:\nmore spill\noff chip"), color=JUMP, fontsize=8, va="bottom")
         ax_thread.set_yscale("log")
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)
@@ -103,8 +128,12 @@ class KernelMemoryPlot(LivePlot):
         self.live(*self.segments, *self.totals, self.thread_bar, self.thread_text, self.title)
 
     def _update(self, block_q: int, block_k: int, num_stages: int, num_warps: int) -> None:
-        for value, name, allowed in ((block_q, "block_q", BLOCK_SIZES), (block_k, "block_k", BLOCK_SIZES),
-                                     (num_stages, "num_stages", STAGES), (num_warps, "num_warps", WARPS)):
+        for value, name, allowed in (
+            (block_q, "block_q", BLOCK_SIZES),
+            (block_k, "block_k", BLOCK_SIZES),
+            (num_stages, "num_stages", STAGES),
+            (num_warps, "num_warps", WARPS),
+        ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         need = tile_bytes(self.D, block_q, block_k, dtype=self.dtype, stages=num_stages)
@@ -114,17 +143,30 @@ class KernelMemoryPlot(LivePlot):
             patch.set_x(left / KiB)
             patch.set_width(size / KiB)
         fits = [name for name, gpu in sorted(GPUS.items()) if need.shared <= gpu.shared_per_block_bytes]
-        self.totals[0].set_text(_("{size:.1f} KiB: fits one block on {gpus}").format(
-            size=need.shared / KiB, gpus=", ".join(fits) or _("none of them")))
+        self.totals[0].set_text(
+            _("{size:.1f} KiB: fits one block on {gpus}").format(
+                size=need.shared / KiB, gpus=", ".join(fits) or _("none of them")
+            )
+        )
         self.totals[1].set_text(f"{need.registers / KiB:.1f} KiB")
         per_thread = _registers_per_thread(need, num_warps)
         self.thread_bar.set_height(per_thread)
         self.thread_bar.set_color(SEEN if per_thread <= 255 else JUMP)
         self.thread_text.set_text(f"{per_thread:.0f}")
-        self.title.set_text(_("one program: BLOCK_M = B_r = {block_q}, BLOCK_N = B_c = {block_k}, D = {D} ({dtype}), "
-                              "num_stages = {num_stages}, num_warps = {num_warps} ({threads} threads)").format(
-            block_q=block_q, block_k=block_k, D=self.D, dtype=self.dtype, num_stages=num_stages, num_warps=num_warps,
-            threads=32 * num_warps))
+        self.title.set_text(
+            _(
+                "one program: BLOCK_M = B_r = {block_q}, BLOCK_N = B_c = {block_k}, D = {D} ({dtype}), "
+                "num_stages = {num_stages}, num_warps = {num_warps} ({threads} threads)"
+            ).format(
+                block_q=block_q,
+                block_k=block_k,
+                D=self.D,
+                dtype=self.dtype,
+                num_stages=num_stages,
+                num_warps=num_warps,
+                threads=32 * num_warps,
+            )
+        )
 
 
 def plot_kernel_timings(sizes, timings: dict, *, figsize=(6.5, 3.6)):

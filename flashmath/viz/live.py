@@ -197,8 +197,12 @@ class LivePlot:
             if kept is not None and kept[0] == "layer" and self._base is not None and self._base[0] == kept[1]:
                 canvas.restore_region(self._base[1])  # the base, and the changed artists' pixels over it
                 canvas.restore_region(kept[2])
-            elif (kept is not None and kept[0] != "layer" and getattr(canvas, "renderer", None) is not None
-                  and kept[1] == self._rgba().shape):
+            elif (
+                kept is not None
+                and kept[0] != "layer"
+                and getattr(canvas, "renderer", None) is not None
+                and kept[1] == self._rgba().shape
+            ):
                 pixels = self._rgba()
                 pixels[...] = np.frombuffer(zlib.decompress(kept[0]), np.uint8).reshape(pixels.shape)
             elif self._changed and (region := self._layered()) is not None:
@@ -245,16 +249,21 @@ class LivePlot:
             while True:  # the changed artists, and what is drawn after them over them, until nothing more overlaps
                 boxes = [box for artist in order if id(artist) in layer for box in _extents(artist, renderer, 2)]
                 first = min(position[i] for i in layer)
-                more = {id(artist) for artist in order[first + 1:] if id(artist) not in layer
-                        and any(box.overlaps(other) for box in _extents(artist, renderer, 2) for other in boxes)}
+                more = {
+                    id(artist)
+                    for artist in order[first + 1 :]
+                    if id(artist) not in layer
+                    and any(box.overlaps(other) for box in _extents(artist, renderer, 2) for other in boxes)
+                }
                 if not more:
                     break
                 layer |= more
             layer_artists = [artist for artist in order if id(artist) in layer]
             if any(artist.axes is None for artist in layer_artists):
                 return None  # a figure-level artist or an axes over it: not a layer
-            after = [box for artist in order[first + 1:] if id(artist) not in layer
-                     for box in _extents(artist, renderer, 2)]
+            after = [
+                box for artist in order[first + 1 :] if id(artist) not in layer for box in _extents(artist, renderer, 2)
+            ]
             # the layer's artists that do not change: where they draw is known once and for all
             fixed = [box for artist in layer_artists if artist not in changed for box in _extents(artist, renderer, 2)]
             for artist in layer_artists:
@@ -280,9 +289,11 @@ class LivePlot:
         """The static artists in the order a full draw of the figure draws them: the figure's children by zorder
         (as Figure.draw sorts them), an axes as its children by zorder (as Axes.draw sorts them), its patch
         first; artists that are not axes or their children stand for themselves."""
+
         def drawn(children):
-            return sorted((c for c in children if c.get_visible() and not c.get_animated()),
-                          key=lambda c: c.get_zorder())
+            return sorted(
+                (c for c in children if c.get_visible() and not c.get_animated()), key=lambda c: c.get_zorder()
+            )
 
         order: list = [self.fig.patch]
         for artist in drawn(c for c in self.fig.get_children() if c is not self.fig.patch):
@@ -298,8 +309,11 @@ class LivePlot:
         for artist in self._live:
             if _plain_bar(artist):
                 last = groups[-1] if groups else None
-                if (isinstance(last, list) and last[0].axes is artist.axes
-                        and last[0].get_data_transform() is artist.get_data_transform()):
+                if (
+                    isinstance(last, list)
+                    and last[0].axes is artist.axes
+                    and last[0].get_data_transform() is artist.get_data_transform()
+                ):
                     last.append(artist)
                     continue
                 groups.append([artist])
@@ -401,6 +415,12 @@ def _extents(artist, renderer, pad: float) -> list:
 
 def _plain_bar(artist) -> bool:
     """A Rectangle drawable as part of a PolyCollection: unrotated, solid edge, no hatch, no path effects."""
-    return (type(artist) is Rectangle and artist.angle == 0 and artist.get_hatch() is None
-            and artist.get_linestyle() in ("solid", "-") and not artist.get_path_effects()
-            and artist.get_zorder() == Rectangle.zorder and artist.get_sketch_params() is None)
+    return (
+        type(artist) is Rectangle
+        and artist.angle == 0
+        and artist.get_hatch() is None
+        and artist.get_linestyle() in ("solid", "-")
+        and not artist.get_path_effects()
+        and artist.get_zorder() == Rectangle.zorder
+        and artist.get_sketch_params() is None
+    )

@@ -68,12 +68,16 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL, *, bands: dict 
             filtered[:, 0] = 2  # Up: each byte minus the byte above it, modulo 256
             if start == 0:
                 filtered[0, 0], filtered[0, 1:] = 0, flat[0]  # None: the first row has no row above
-                np.subtract(flat[1:stop], flat[:stop - 1], out=filtered[1:, 1:])
+                np.subtract(flat[1:stop], flat[: stop - 1], out=filtered[1:, 1:])
             else:
-                np.subtract(flat[start:stop], flat[above:stop - 1], out=filtered[:, 1:])
+                np.subtract(flat[start:stop], flat[above : stop - 1], out=filtered[:, 1:])
             deflate = zlib.compressobj(level, zlib.DEFLATED, -15)  # raw deflate: no header of its own
-            kept = bands[start] = (raw, deflate.compress(filtered.data) + deflate.flush(zlib.Z_SYNC_FLUSH),
-                                   zlib.adler32(filtered.data), filtered.size)
+            kept = bands[start] = (
+                raw,
+                deflate.compress(filtered.data) + deflate.flush(zlib.Z_SYNC_FLUSH),
+                zlib.adler32(filtered.data),
+                filtered.size,
+            )
         parts.append(kept[1])
         adler = _adler32_combine(adler, kept[2], kept[3])
     parts.append(zlib.compressobj(level, zlib.DEFLATED, -15).flush())  # an empty final block
@@ -81,5 +85,4 @@ def encode_png(rgb: np.ndarray, level: int = PNG_COMPRESS_LEVEL, *, bands: dict 
     data = b"\x78\x01" + b"".join(parts) + struct.pack(">I", adler)
     color_type = 2 if channels == 3 else 6  # RGB or RGBA
     header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)  # 8 bits, deflate, adaptive filters
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
-            + _png_chunk(b"IEND", b""))
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data) + _png_chunk(b"IEND", b"")

@@ -67,8 +67,17 @@ class PrecisionPlot(LivePlot):
         for i, dtype in enumerate(study.dtypes):
             color = DTYPE_COLORS.get(dtype, UNSEEN)
             in_u = finite_or_nan(study.rel_error[i] / self.u[i])  # (n_variants, n_blocks)
-            ax_e.plot(xs, in_u[study.variants.index("fa2")], "-", marker=DTYPE_MARKERS.get(dtype, "o"), color=color,
-                      ms=6, mfc="none", mew=1.5, lw=1.5)
+            ax_e.plot(
+                xs,
+                in_u[study.variants.index("fa2")],
+                "-",
+                marker=DTYPE_MARKERS.get(dtype, "o"),
+                color=color,
+                ms=6,
+                mfc="none",
+                mew=1.5,
+                lw=1.5,
+            )
             ax_e.plot(xs, in_u[study.variants.index("naive")], ":", color=color, lw=1.8)
         self.cursor = ax_e.axvline(0, color="k", ls=":", lw=1)
         drawn = [study.variants.index(v) for v in ("fa2", "naive")]
@@ -77,26 +86,45 @@ class PrecisionPlot(LivePlot):
         ax_e.set_xlim(-0.4, len(xs) - 0.6)
         ax_e.set_xlabel(_("tile size $B_r = B_c$"))
         ax_e.set_ylabel(_("largest error, in units of u max|A|"))
-        handles = [Line2D([], [], color=DTYPE_COLORS.get(d, UNSEEN), marker=DTYPE_MARKERS.get(d, "o"), mfc="none",
-                          lw=2, label=d) for d in study.dtypes]
-        handles += [Line2D([], [], color="k", ls="-", lw=1.5, label="fa2"),
-                    Line2D([], [], color="k", ls=":", lw=1.8, label=_("naive"))]
+        handles = [
+            Line2D(
+                [], [], color=DTYPE_COLORS.get(d, UNSEEN), marker=DTYPE_MARKERS.get(d, "o"), mfc="none", lw=2, label=d
+            )
+            for d in study.dtypes
+        ]
+        handles += [
+            Line2D([], [], color="k", ls="-", lw=1.5, label="fa2"),
+            Line2D([], [], color="k", ls=":", lw=1.8, label=_("naive")),
+        ]
         ax_e.legend(handles=handles, ncol=len(handles), handlelength=1.8, columnspacing=1.0, **LEGEND_ABOVE)
 
         width = 0.8 / len(study.dtypes)
         groups = np.arange(len(BAR_VARIANTS))
         offsets = (np.arange(len(study.dtypes)) - (len(study.dtypes) - 1) / 2) * width
         colors = [DTYPE_COLORS.get(d, UNSEEN) for d in study.dtypes]
-        self.bars = {variant: ax_m.bar(v + offsets, np.full(len(study.dtypes), SHARE_FLOOR), width, bottom=0,
-                                       color=colors, edgecolor="k", lw=0.5)
-                     for v, variant in enumerate(BAR_VARIANTS)}
+        self.bars = {
+            variant: ax_m.bar(
+                v + offsets,
+                np.full(len(study.dtypes), SHARE_FLOOR),
+                width,
+                bottom=0,
+                color=colors,
+                edgecolor="k",
+                lw=0.5,
+            )
+            for v, variant in enumerate(BAR_VARIANTS)
+        }
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
         ax_m.set_xticks(groups, [_(BAR_LABELS.get(v, v)) for v in BAR_VARIANTS])  # fa1, fa2: not in the catalog
         ax_m.set_ylabel(_("%% of outputs not correctly rounded") % ())  # a python-format message: "%%" is "%"
-        ax_m.legend(handles=[Patch(facecolor=c, edgecolor="k", lw=0.5, label=d)
-                             for c, d in zip(colors, study.dtypes, strict=False)],
-                    ncol=len(study.dtypes), **LEGEND_ABOVE)
+        ax_m.legend(
+            handles=[
+                Patch(facecolor=c, edgecolor="k", lw=0.5, label=d) for c, d in zip(colors, study.dtypes, strict=False)
+            ],
+            ncol=len(study.dtypes),
+            **LEGEND_ABOVE,
+        )
         self.title = self.fig.suptitle("", fontsize=10)
         self.live(self.cursor, self.bars["fa1"], self.bars["fa2"], self.title)
         for variant in BAR_VARIANTS[:4]:  # the same at every tile size: drawn once, in the background
@@ -112,9 +140,12 @@ class PrecisionPlot(LivePlot):
             set_heights(self.bars[variant], np.maximum(100 * study.misrounded[:, j, b], SHARE_FLOOR))
         ratios = ", ".join(f"{dtype} {study.ratio(dtype)[b]:.2f}" for dtype in study.dtypes)
         block_q, block_k = study.blocks[b]
-        self.title.set_text(_("tiles $B_r \\times B_c$ = {block_q} x {block_k}.  FlashAttention's test, fa2 error / "
-                              "naive error (at most 2): {ratios}").format(block_q=block_q, block_k=block_k,
-                                                                          ratios=ratios))
+        self.title.set_text(
+            _(
+                "tiles $B_r \\times B_c$ = {block_q} x {block_k}.  FlashAttention's test, fa2 error / "
+                "naive error (at most 2): {ratios}"
+            ).format(block_q=block_q, block_k=block_k, ratios=ratios)
+        )
 
 
 def plot_precision_study(study, *, block: int = 0, figsize=(9.5, 4.0)):
@@ -122,8 +153,9 @@ def plot_precision_study(study, *, block: int = 0, figsize=(9.5, 4.0)):
     return PrecisionPlot(study, block=block, figsize=figsize, pyplot=True).fig
 
 
-def plot_accumulator_growth(fa2_trace, fa1_trace, *, limit: float = float(np.finfo(np.float16).max),
-                            figsize=(7.5, 3.4)):
+def plot_accumulator_growth(
+    fa2_trace, fa1_trace, *, limit: float = float(np.finfo(np.float16).max), figsize=(7.5, 3.4)
+):
     """The largest output state of each loop order after every key tile, against float16's largest value.
 
     fa2 keeps the unnormalised ``acc = s A'``, which grows with the running sum ``s`` (about the number of keys
@@ -145,16 +177,21 @@ def plot_accumulator_growth(fa2_trace, fa1_trace, *, limit: float = float(np.fin
 
     for trace in (fa2_trace, fa1_trace):
         if trace.grid[0] != 1:
-            raise ValueError(f"plot_accumulator_growth needs traces with one query tile (block_q >= N), got "
-                             f"{trace.grid[0]} query tiles")
+            raise ValueError(
+                f"plot_accumulator_growth needs traces with one query tile (block_q >= N), got "
+                f"{trace.grid[0]} query tiles"
+            )
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    for trace, state, label, color in ((fa2_trace, fa2_trace.acc, "fa2: max |acc| = max |s A'|", "#1f77b4"),
-                                       (fa1_trace, fa1_trace.a, "fa1: max |A'|", "#9467bd")):
+    for trace, state, label, color in (
+        (fa2_trace, fa2_trace.acc, "fa2: max |acc| = max |s A'|", "#1f77b4"),
+        (fa1_trace, fa1_trace.a, "fa1: max |A'|", "#9467bd"),
+    ):
         keys = trace.cols[:, 1]  # keys seen after each step
         biggest = np.abs(state.reshape(len(trace), -1)).max(axis=1)
         ax.plot(keys, biggest, "o-", ms=3, color=color, label=label)
-    ax.axhline(limit, color=DTYPE_COLORS["float16"], ls="--", lw=1,
-               label=_("largest float16 ({limit:g})").format(limit=limit))
+    ax.axhline(
+        limit, color=DTYPE_COLORS["float16"], ls="--", lw=1, label=_("largest float16 ({limit:g})").format(limit=limit)
+    )
     ax.set_yscale("log")
     ax.set_xlabel(_("keys seen"))
     ax.set_ylabel(_("largest entry of the kept output state"))

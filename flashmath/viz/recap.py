@@ -37,34 +37,74 @@ class Chapter:
 CHAPTERS = (
     Chapter(N_("Welcome and notation"), r"$N, M, D;\ g, s, A'$"),
     Chapter(N_("Softmax and safe softmax"), r"$e^{x_i - g} / \sum_j e^{x_j - g}$"),
-    Chapter(N_("Online softmax"), r"$s_i = s_{i-1} e^{g_{i-1} - g_i} + e^{x_i - g_i}$",
-            N_("s_i is a sum measured against the running max g_i; only s_N, after the last element, is the "
-               "softmax denominator")),
+    Chapter(
+        N_("Online softmax"),
+        r"$s_i = s_{i-1} e^{g_{i-1} - g_i} + e^{x_i - g_i}$",
+        N_(
+            "s_i is a sum measured against the running max g_i; only s_N, after the last element, is the "
+            "softmax denominator"
+        ),
+    ),
     Chapter(N_("Attention"), r"$A = \mathrm{softmax}(Q K^T / \sqrt{D})\, V$"),
     Chapter(N_("Two loops and the loop swap"), r"$A_n \leftarrow A_n + y_{nm} V_m$"),
-    Chapter(N_("Removing the data dependency; one loop"), r"$A'_m = c_m A'_{m-1} + w_m V_m$",
-            N_("A'_m is attention over the first m keys only, corrected whenever the max or the sum moves; only A'_M "
-               "is the output")),
-    Chapter(N_("Tiling"), N_(r"$(g, s, A')$ per row, tile by tile"),
-            N_("each row's (g, s, A') after a key tile covers the keys seen so far; the last tile makes it exact")),
-    Chapter(N_("FlashAttention-2: divide once at the end"), N_(r"$U = s A'$; once: $A = U / s$"),
-            N_("U = s A' is not an average at all (it grows with s); only U_M / s_M is the output")),
+    Chapter(
+        N_("Removing the data dependency; one loop"),
+        r"$A'_m = c_m A'_{m-1} + w_m V_m$",
+        N_(
+            "A'_m is attention over the first m keys only, corrected whenever the max or the sum moves; only A'_M "
+            "is the output"
+        ),
+    ),
+    Chapter(
+        N_("Tiling"),
+        N_(r"$(g, s, A')$ per row, tile by tile"),
+        N_("each row's (g, s, A') after a key tile covers the keys seen so far; the last tile makes it exact"),
+    ),
+    Chapter(
+        N_("FlashAttention-2: divide once at the end"),
+        N_(r"$U = s A'$; once: $A = U / s$"),
+        N_("U = s A' is not an average at all (it grows with s); only U_M / s_M is the output"),
+    ),
     Chapter(N_("Masking"), N_(r"no key: $A = 0$, $L = -\infty$")),
     Chapter(N_("Floating point"), N_("same math, different rounding")),
-    Chapter(N_("Beyond the article"), N_(r"merge $(g, s, A')$ of key ranges"),
-            N_("a key range's state is attention over that range alone; merged with the others it is exact")),
-    Chapter(N_("A GPU kernel in Triton"), N_("m_i, l_i, acc in registers"),
-            N_("acc in registers is s A', divided by l_i once, when the last key tile is done")),
-    Chapter(N_("The backward pass as Triton kernels"), r"$dX = Y \odot (dY - D)$",
-            N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i")),
+    Chapter(
+        N_("Beyond the article"),
+        N_(r"merge $(g, s, A')$ of key ranges"),
+        N_("a key range's state is attention over that range alone; merged with the others it is exact"),
+    ),
+    Chapter(
+        N_("A GPU kernel in Triton"),
+        N_("m_i, l_i, acc in registers"),
+        N_("acc in registers is s A', divided by l_i once, when the last key tile is done"),
+    ),
+    Chapter(
+        N_("The backward pass as Triton kernels"),
+        r"$dX = Y \odot (dY - D)$",
+        N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
+    ),
     Chapter(N_("One loop, many attentions"), N_("score_mod, mask_mod per tile")),
     Chapter(N_("Recap"), N_("the final result is right")),
 )
 """The chapters in the syllabus's order (``shared/COURSE.md``)."""
 
 # (column, row) of each chapter's box: a path that reads left to right, back, and right again
-GRID = {0: (0, 0), 1: (1, 0), 2: (2, 0), 3: (3, 0), 4: (4, 0), 5: (4, 1), 6: (3, 1), 7: (2, 1), 8: (1, 1),
-        9: (0, 1), 10: (0, 2), 11: (1, 2), 12: (2, 2), 13: (3, 2), 14: (4, 2)}
+GRID = {
+    0: (0, 0),
+    1: (1, 0),
+    2: (2, 0),
+    3: (3, 0),
+    4: (4, 0),
+    5: (4, 1),
+    6: (3, 1),
+    7: (2, 1),
+    8: (1, 1),
+    9: (0, 1),
+    10: (0, 2),
+    11: (1, 2),
+    12: (2, 2),
+    13: (3, 2),
+    14: (4, 2),
+}
 BOX_W, BOX_H = 1.8, 0.9
 IDEA = "#ff7f0e"  # the outline of a chapter whose intermediate result changes meaning
 
@@ -101,27 +141,55 @@ class CourseMapPlot(LivePlot):
         ax.axis("off")
         for number, chapter in enumerate(CHAPTERS):
             x, y = _position(number)
-            ax.add_patch(FancyBboxPatch((x, y), BOX_W, BOX_H, boxstyle="round,pad=0.02,rounding_size=0.08",
-                                        facecolor="#f2f2f2", edgecolor=IDEA if chapter.intermediate else "#bbbbbb",
-                                        linewidth=2.2 if chapter.intermediate else 1.0))
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x, y),
+                    BOX_W,
+                    BOX_H,
+                    boxstyle="round,pad=0.02,rounding_size=0.08",
+                    facecolor="#f2f2f2",
+                    edgecolor=IDEA if chapter.intermediate else "#bbbbbb",
+                    linewidth=2.2 if chapter.intermediate else 1.0,
+                )
+            )
             ax.text(x + 0.08, y + BOX_H - 0.08, f"{number}", fontsize=10, fontweight="bold", va="top", color=SEEN)
-            ax.text(x + 0.4, y + BOX_H - 0.08, _wrap(_(chapter.title)), fontsize=7.2, va="top",
-                    linespacing=1.1)
+            ax.text(x + 0.4, y + BOX_H - 0.08, _wrap(_(chapter.title)), fontsize=7.2, va="top", linespacing=1.1)
             ax.text(x + BOX_W / 2, y + 0.17, _(chapter.formula), fontsize=7.4, ha="center", va="center")
             if number + 1 < len(CHAPTERS):
                 x2, y2 = _position(number + 1)
                 if y2 == y:  # same row: an arrow between the boxes
-                    start, end = ((x + BOX_W, y + BOX_H / 2), (x2, y2 + BOX_H / 2)) if x2 > x else \
-                        ((x, y + BOX_H / 2), (x2 + BOX_W, y2 + BOX_H / 2))
+                    start, end = (
+                        ((x + BOX_W, y + BOX_H / 2), (x2, y2 + BOX_H / 2))
+                        if x2 > x
+                        else ((x, y + BOX_H / 2), (x2 + BOX_W, y2 + BOX_H / 2))
+                    )
                 else:  # down to the next row
                     start, end = (x + BOX_W / 2, y), (x2 + BOX_W / 2, y2 + BOX_H)
-                ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color="#7f7f7f",
-                                             shrinkA=2, shrinkB=2))
-        self.highlight = FancyBboxPatch((0, 0), BOX_W, BOX_H, boxstyle="round,pad=0.06,rounding_size=0.1",
-                                        facecolor="none", edgecolor=JUMP, linewidth=3)
+                ax.add_patch(
+                    FancyArrowPatch(
+                        start, end, arrowstyle="-|>", mutation_scale=10, color="#7f7f7f", shrinkA=2, shrinkB=2
+                    )
+                )
+        self.highlight = FancyBboxPatch(
+            (0, 0),
+            BOX_W,
+            BOX_H,
+            boxstyle="round,pad=0.06,rounding_size=0.1",
+            facecolor="none",
+            edgecolor=JUMP,
+            linewidth=3,
+        )
         ax.add_patch(self.highlight)
-        self.fig.text(0.01, 0.125, _("orange outline: the chapter keeps an intermediate result that means something "
-                                     "else than the final one (the one idea of the course)"), fontsize=7.5, color=IDEA)
+        self.fig.text(
+            0.01,
+            0.125,
+            _(
+                "orange outline: the chapter keeps an intermediate result that means something "
+                "else than the final one (the one idea of the course)"
+            ),
+            fontsize=7.5,
+            color=IDEA,
+        )
         self.caption = self.fig.text(0.01, 0.075, "", fontsize=9, fontweight="bold")
         self.detail = self.fig.text(0.01, 0.02, "", fontsize=8.5)
         self.live(self.highlight, self.caption, self.detail)
@@ -133,8 +201,12 @@ class CourseMapPlot(LivePlot):
         entry = CHAPTERS[chapter]
         self.caption.set_text(_("Chapter {number} · {title}").format(number=chapter, title=_(entry.title)))
         if chapter == len(CHAPTERS) - 1:
-            self.detail.set_text(_("Intermediate results may change meaning, as long as the final one is right: "
-                                   "online softmax applies it to the denominator, FlashAttention to the output."))
+            self.detail.set_text(
+                _(
+                    "Intermediate results may change meaning, as long as the final one is right: "
+                    "online softmax applies it to the denominator, FlashAttention to the output."
+                )
+            )
         elif entry.intermediate:
             self.detail.set_text(_("Intermediate result: {what}.").format(what=_(entry.intermediate)))
         else:
@@ -143,17 +215,21 @@ class CourseMapPlot(LivePlot):
 
 def _plain(entry: Chapter) -> str:
     """What a chapter without an intermediate result contributes, in words (in the selected language)."""
-    return _({
-        "Welcome and notation": N_("the names every later chapter uses"),
-        "Softmax and safe softmax": N_("subtracting the max changes nothing and keeps every exponent <= 0"),
-        "Attention": N_("the formula every variant must reproduce, computed directly in float64"),
-        "Two loops and the loop swap": N_("swapping loops keeps each element's order of summation, so the result "
-                                          "is identical"),
-        "Masking": N_("a convention for rows with no key to attend to, and masked keys that are absent"),
-        "Floating point": N_("equal in exact arithmetic is not bitwise equal; the error is measured, not assumed"),
-        "One loop, many attentions": N_("the score and the mask change element by element; the tiled loop stays "
-                                        "the same"),
-    }.get(entry.title, entry.title))
+    return _(
+        {
+            "Welcome and notation": N_("the names every later chapter uses"),
+            "Softmax and safe softmax": N_("subtracting the max changes nothing and keeps every exponent <= 0"),
+            "Attention": N_("the formula every variant must reproduce, computed directly in float64"),
+            "Two loops and the loop swap": N_(
+                "swapping loops keeps each element's order of summation, so the result is identical"
+            ),
+            "Masking": N_("a convention for rows with no key to attend to, and masked keys that are absent"),
+            "Floating point": N_("equal in exact arithmetic is not bitwise equal; the error is measured, not assumed"),
+            "One loop, many attentions": N_(
+                "the score and the mask change element by element; the tiled loop stays the same"
+            ),
+        }.get(entry.title, entry.title)
+    )
 
 
 def _wrap(title: str, width: int = 22) -> str:

@@ -48,8 +48,16 @@ class OnlineSoftmaxPlot(LivePlot):
         ValueError: ``step`` out of range, ``labels`` of the wrong length. TypeError: ``step`` not an integer.
     """
 
-    def __init__(self, trace: OnlineSoftmaxTrace, *, labels=None, step: int = 0, figsize=(8.0, 6.0), dpi: int = DPI,
-                 pyplot: bool = False):
+    def __init__(
+        self,
+        trace: OnlineSoftmaxTrace,
+        *,
+        labels=None,
+        step: int = 0,
+        figsize=(8.0, 6.0),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         self.trace = trace
         self.labels = check_labels(labels, len(trace), "element")
         self.x = np.asarray(trace.x, dtype=np.float64)
@@ -73,10 +81,16 @@ class OnlineSoftmaxPlot(LivePlot):
         ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
         ax_x.axhline(0, color="k", lw=0.5)
         ax_x.set_ylabel(_("value"))
-        ax_x.legend(handles=[Patch(color=SEEN, label=_("$x_i$ read")), Patch(color=UNSEEN, label=_("not read yet")),
-                             Line2D([], [], color=JUMP, lw=2, label=_("running max $g_i$")),
-                             Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k", label=_("current $x_i$"))],
-                    ncol=4, **LEGEND_ABOVE)
+        ax_x.legend(
+            handles=[
+                Patch(color=SEEN, label=_("$x_i$ read")),
+                Patch(color=UNSEEN, label=_("not read yet")),
+                Line2D([], [], color=JUMP, lw=2, label=_("running max $g_i$")),
+                Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="k", label=_("current $x_i$")),
+            ],
+            ncol=4,
+            **LEGEND_ABOVE,
+        )
 
         self.r_bars = ax_r.bar(steps, np.zeros(N), color=HOLD, width=0.7)
         ax_r.axhline(1, color="k", lw=0.5, ls=":")
@@ -90,10 +104,14 @@ class OnlineSoftmaxPlot(LivePlot):
         ax_s.set_ylim(0, top(np.append(self.s, d)))
         ax_s.set_ylabel(_("sum"))
         ax_s.set_xlabel(_("step i (reads $x_i$)"))
-        ax_s.legend(handles=[Line2D([], [], color=SEEN, marker="o", ms=4, label=_("running sum $s_i$")),
-                             Line2D([], [], color="k", ls="--", lw=1,
-                                    label=_("denominator $s_N$ = {d:.4g}").format(d=d))],
-                    loc="lower right", fontsize=8)
+        ax_s.legend(
+            handles=[
+                Line2D([], [], color=SEEN, marker="o", ms=4, label=_("running sum $s_i$")),
+                Line2D([], [], color="k", ls="--", lw=1, label=_("denominator $s_N$ = {d:.4g}").format(d=d)),
+            ],
+            loc="lower right",
+            fontsize=8,
+        )
         ax_s.set_xlim(0.4, N + 0.6)
         if self.labels is not None:
             ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
@@ -107,7 +125,7 @@ class OnlineSoftmaxPlot(LivePlot):
         seen = steps <= i
         recolor(self.x_bars, np.where(seen, SEEN, UNSEEN))
         self.g_line.set_data(steps[:i], self.g[:i])
-        self.current.set_data(steps[i - 1:i], finite_or_nan(self.x[i - 1:i]))
+        self.current.set_data(steps[i - 1 : i], finite_or_nan(self.x[i - 1 : i]))
         set_heights(self.r_bars, np.where(seen, self.r, 0.0))
         recolor(self.r_bars, np.where(self.r < 1, JUMP, HOLD))
         self.s_line.set_data(steps[:i], self.s[:i])
@@ -116,7 +134,8 @@ class OnlineSoftmaxPlot(LivePlot):
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
             title = _("step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
-                i=i, x=x, g=g, r=r, s=s)
+                i=i, x=x, g=g, r=r, s=s
+            )
         self.title.set_text(title)
 
 
@@ -138,8 +157,9 @@ class OverflowPlot(LivePlot):
         ValueError: ``x`` not a non-empty 1-D vector, ``dtype`` not one of the three.
     """
 
-    def __init__(self, x, *, scale: float = 1.0, dtype="float32", figsize=(8.0, 5.0), dpi: int = DPI,
-                 pyplot: bool = False):
+    def __init__(
+        self, x, *, scale: float = 1.0, dtype="float32", figsize=(8.0, 5.0), dpi: int = DPI, pyplot: bool = False
+    ):
         self.x = np.array(x, dtype=np.float64)  # a private copy
         if self.x.ndim != 1 or self.x.size == 0:
             raise ValueError(f"x must be a non-empty 1-D vector, got shape {self.x.shape}")
@@ -156,11 +176,16 @@ class OverflowPlot(LivePlot):
         self.limit_line = ax_e.axhline(0, color=JUMP, ls="--", lw=1)
         self.lse_line = ax_e.axhline(0, color="k", ls=":", lw=1.2)
         ax_e.set_ylabel("$x_i$")
-        ax_e.legend(handles=[Patch(color=SEEN, label=_("$x_i$ in the dtype")),
-                             Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label=_("red bar: exp($x_i$) = inf")),
-                             Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
-                             Line2D([], [], color=JUMP, ls="--", lw=1, label=_("ln(max of the dtype)"))],
-                    ncol=4, **LEGEND_ABOVE)
+        ax_e.legend(
+            handles=[
+                Patch(color=SEEN, label=_("$x_i$ in the dtype")),
+                Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label=_("red bar: exp($x_i$) = inf")),
+                Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
+                Line2D([], [], color=JUMP, ls="--", lw=1, label=_("ln(max of the dtype)")),
+            ],
+            ncol=4,
+            **LEGEND_ABOVE,
+        )
 
         width = 0.4
         self.direct_bars = ax_y.bar(steps - width / 2, np.zeros(L), width, color=HOLD, edgecolor="k", lw=0.4)
@@ -171,16 +196,38 @@ class OverflowPlot(LivePlot):
         ax_y.axhline(0, color="k", lw=0.5)
         ax_y.set_ylabel(_("probability"))
         ax_y.set_xlabel(_("element i"))
-        ax_y.legend(handles=[Patch(color=HOLD, label=_("direct softmax (a bar where finite and > 0)")),
-                             Patch(color=SEEN, label=_("safe softmax")),
-                             Line2D([], [], color=JUMP, ls="", marker="v", ms=7,
-                                    label=_("direct gives NaN (inf / inf)")),
-                             Line2D([], [], color=ZERO, ls="", marker="o", ms=5, mfc="none", mew=1.5,
-                                    label=_("direct gives 0, safe not (finite / inf, underflow)"))],
-                    ncol=2, **LEGEND_ABOVE)
+        ax_y.legend(
+            handles=[
+                Patch(color=HOLD, label=_("direct softmax (a bar where finite and > 0)")),
+                Patch(color=SEEN, label=_("safe softmax")),
+                Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label=_("direct gives NaN (inf / inf)")),
+                Line2D(
+                    [],
+                    [],
+                    color=ZERO,
+                    ls="",
+                    marker="o",
+                    ms=5,
+                    mfc="none",
+                    mew=1.5,
+                    label=_("direct gives 0, safe not (finite / inf, underflow)"),
+                ),
+            ],
+            ncol=2,
+            **LEGEND_ABOVE,
+        )
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.x_bars, self.inf_marks, self.limit_line, self.lse_line, self.direct_bars, self.safe_bars,
-                  self.nan_marks, self.zero_marks, self.title)
+        self.live(
+            self.x_bars,
+            self.inf_marks,
+            self.limit_line,
+            self.lse_line,
+            self.direct_bars,
+            self.safe_bars,
+            self.nan_marks,
+            self.zero_marks,
+            self.title,
+        )
 
     def _update(self, scale, dtype) -> None:
         key = (float(scale), dtype_name(dtype))
@@ -211,10 +258,21 @@ class OverflowPlot(LivePlot):
         self.nan_marks.set_data(steps[nan_at] - 0.2, np.zeros(nan_at.sum()))
         self.zero_marks.set_data(steps[zero_at] - 0.2, np.zeros(zero_at.sum()))
         verdict = _("> ln(max): the sum overflows") if lse > limit else _("<= ln(max): the sum fits")
-        self.title.set_text(_("{dtype}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} (ln(max) = {limit:.2f})\n"
-                              "max x = {max_x:.4g}; {overflowed} of {size} exponentials overflow").format(
-            dtype=dt.name, scale=scale, lse=lse, verdict=verdict, limit=limit, max_x=float(np.max(x64)),
-            overflowed=int(overflowed.sum()), size=x64.size))
+        self.title.set_text(
+            _(
+                "{dtype}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} (ln(max) = {limit:.2f})\n"
+                "max x = {max_x:.4g}; {overflowed} of {size} exponentials overflow"
+            ).format(
+                dtype=dt.name,
+                scale=scale,
+                lse=lse,
+                verdict=verdict,
+                limit=limit,
+                max_x=float(np.max(x64)),
+                overflowed=int(overflowed.sum()),
+                size=x64.size,
+            )
+        )
 
 
 def plot_online_softmax_step(trace: OnlineSoftmaxTrace, i: int, *, labels=None, figsize=(8.0, 6.0)):

@@ -38,14 +38,24 @@ class SplitKVPlot(LivePlot):
         length. TypeError: ``splits`` not an integer.
     """
 
-    def __init__(self, traces: dict, scores, *, dims=None, splits: int | None = None, figsize=(9.0, 6.4),
-                 dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        traces: dict,
+        scores,
+        *,
+        dims=None,
+        splits: int | None = None,
+        figsize=(9.0, 6.4),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         if not traces:
             raise ValueError("traces must map split counts to flashmath.split_kv_trace results")
         first = next(iter(traces.values()))
         if np.shape(first.output)[:-1] != (1,):
-            raise ValueError(f"SplitKVPlot draws one query (N = 1, 2-D inputs); got outputs of shape "
-                             f"{np.shape(first.output)}")
+            raise ValueError(
+                f"SplitKVPlot draws one query (N = 1, 2-D inputs); got outputs of shape {np.shape(first.output)}"
+            )
         self.traces = dict(sorted(traces.items()))
         self.scores = np.asarray(scores, dtype=np.float64)
         self.M = first.ranges[-1][1]
@@ -72,21 +82,25 @@ class SplitKVPlot(LivePlot):
         ax_x.set_xlabel(_("key m"))
 
         ax_t.set_ylim(self.max_levels - 0.4, -0.6)
-        ax_t.set_yticks(range(self.max_levels),
-                        [_("ranges")] + [_("merge {k}").format(k=k) for k in range(1, self.max_levels)])
+        ax_t.set_yticks(
+            range(self.max_levels), [_("ranges")] + [_("merge {k}").format(k=k) for k in range(1, self.max_levels)]
+        )
         ax_t.tick_params(axis="x", labelbottom=False, length=0)
         for side in ("top", "right", "bottom"):
             ax_t.spines[side].set_visible(False)
         self.edges = LineCollection([], colors="0.6", linewidths=1)
         ax_t.add_collection(self.edges)
         self.node_dots = ax_t.plot([], [], "o", color="0.3", ms=4)[0]
-        self.nodes = [ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=8, visible=False)
-                      for _node in range(self.max_nodes)]
+        self.nodes = [
+            ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=8, visible=False) for _node in range(self.max_nodes)
+        ]
         ax_t.set_title(_("each node: the logsumexp L of the keys below it"), fontsize=8, loc="right")
 
         parts_all = [a for t in self.traces.values() for a, _lse in t.parts]
-        values = np.concatenate([np.ravel(np.asarray(a)[..., self.dims]) for a in parts_all]
-                                + [np.ravel(next(iter(self.traces.values())).output[..., self.dims])])
+        values = np.concatenate(
+            [np.ravel(np.asarray(a)[..., self.dims]) for a in parts_all]
+            + [np.ravel(next(iter(self.traces.values())).output[..., self.dims])]
+        )
         ax_a.set_xlim(0.5, M + 0.5)
         ax_a.set_ylim(*limits(values))
         ax_a.set_xlabel(_("key m (each range's output drawn at the middle of its keys)"))
@@ -95,11 +109,25 @@ class SplitKVPlot(LivePlot):
         for color, _d in zip(DIM_COLORS, self.dims, strict=False):  # not "_": the gettext of this module
             self.part_dots.append(ax_a.plot([], [], "o", color=color, ms=5)[0])
             self.merged_lines.append(ax_a.axhline(np.nan, color=color, ls="--", lw=1))
-        ax_a.legend(handles=[Line2D([], [], color=c, marker="o", ls="--", label=_("dim {d}").format(d=d))
-                             for c, d in zip(DIM_COLORS, self.dims, strict=False)], ncol=len(self.dims), **LEGEND_ABOVE)
+        ax_a.legend(
+            handles=[
+                Line2D([], [], color=c, marker="o", ls="--", label=_("dim {d}").format(d=d))
+                for c, d in zip(DIM_COLORS, self.dims, strict=False)
+            ],
+            ncol=len(self.dims),
+            **LEGEND_ABOVE,
+        )
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.x_bars, self.boundaries, self.edges, self.node_dots, *self.nodes, *self.part_dots,
-                  *self.merged_lines, self.title)
+        self.live(
+            self.x_bars,
+            self.boundaries,
+            self.edges,
+            self.node_dots,
+            *self.nodes,
+            *self.part_dots,
+            *self.merged_lines,
+            self.title,
+        )
 
     def _update(self, splits) -> None:
         splits = integer(splits, "splits")
@@ -146,15 +174,24 @@ class SplitKVPlot(LivePlot):
 
         middles = [(c0 + c1) / 2 + 0.5 for c0, c1 in trace.ranges]
         for dot, line, d in zip(self.part_dots, self.merged_lines, self.dims, strict=False):
-            values = [float(np.ravel(np.asarray(a)[..., d])[0]) if c1 > c0 else np.nan
-                      for (a, _lse), (c0, c1) in zip(trace.parts, trace.ranges, strict=False)]
+            values = [
+                float(np.ravel(np.asarray(a)[..., d])[0]) if c1 > c0 else np.nan
+                for (a, _lse), (c0, c1) in zip(trace.parts, trace.ranges, strict=False)
+            ]
             dot.set_data(middles, values)
             merged = float(np.ravel(trace.output[..., d])[0])
             line.set_ydata([merged, merged])
-        ranges = (_("{splits} key ranges of about {keys} keys") if splits > 1
-                  else _("{splits} key range of about {keys} keys")).format(splits=splits, keys=self.M // splits)
+        ranges = (
+            _("{splits} key ranges of about {keys} keys")
+            if splits > 1
+            else _("{splits} key range of about {keys} keys")
+        ).format(splits=splits, keys=self.M // splits)
         levels = len(trace.levels) - 1
-        merged_in = (_("merged in {levels} level") if levels == 1
-                     else _("merged in {levels} levels")).format(levels=levels)
-        self.title.set_text(_("{ranges}, {merged}: L = {lse:.4f}").format(ranges=ranges, merged=merged_in,
-                                                                           lse=float(np.ravel(trace.lse)[0])))
+        merged_in = (_("merged in {levels} level") if levels == 1 else _("merged in {levels} levels")).format(
+            levels=levels
+        )
+        self.title.set_text(
+            _("{ranges}, {merged}: L = {lse:.4f}").format(
+                ranges=ranges, merged=merged_in, lse=float(np.ravel(trace.lse)[0])
+            )
+        )

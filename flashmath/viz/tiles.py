@@ -48,17 +48,33 @@ class TileSweepPlot(LivePlot):
         ``scores`` of the wrong shape. TypeError: ``step`` not an integer.
     """
 
-    def __init__(self, traces: dict, *, scores=None, standard_bytes=None, step: int = 0, order=None,
-                 figsize=(10.0, 6.6), dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        traces: dict,
+        *,
+        scores=None,
+        standard_bytes=None,
+        step: int = 0,
+        order=None,
+        figsize=(10.0, 6.6),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         if not traces or not set(traces) <= set(ORDER_NAMES):
             raise ValueError(f"traces must map 'fa1' and/or 'fa2' to flash traces, got keys {list(traces)}")
         first = next(iter(traces.values()))
         if np.ndim(first.g) != 2:
-            raise ValueError(f"TileSweepPlot needs traces of 2-D inputs (N, D), (M, D); got g of shape "
-                             f"{np.shape(first.g)} (one row per step)")
+            raise ValueError(
+                f"TileSweepPlot needs traces of 2-D inputs (N, D), (M, D); got g of shape "
+                f"{np.shape(first.g)} (one row per step)"
+            )
         for trace in traces.values():
-            if (trace.grid, trace.block_q, trace.block_k, np.shape(trace.g)) != (first.grid, first.block_q,
-                                                                                  first.block_k, np.shape(first.g)):
+            if (trace.grid, trace.block_q, trace.block_k, np.shape(trace.g)) != (
+                first.grid,
+                first.block_q,
+                first.block_k,
+                np.shape(first.g),
+            ):
                 raise ValueError("every trace must come from the same inputs and block sizes")
         self.traces = traces
         self.N = first.g.shape[1]
@@ -86,17 +102,32 @@ class TileSweepPlot(LivePlot):
         N, M = self.N, self.M
         first = next(iter(self.traces.values()))
         T = len(first)
-        axd = self.fig.subplot_mosaic([["grid", "g", "s"], ["curve", "bytes", "bytes"]],
-                                      width_ratios=[2.2, 1, 1], height_ratios=[2.3, 1])
+        axd = self.fig.subplot_mosaic(
+            [["grid", "g", "s"], ["curve", "bytes", "bytes"]], width_ratios=[2.2, 1, 1], height_ratios=[2.3, 1]
+        )
         ax, ax_g, ax_s, ax_c, ax_b = axd["grid"], axd["g"], axd["s"], axd["curve"], axd["bytes"]
         extent = (0.5, M + 0.5, N + 0.5, 0.5)  # keys m = 1..M across, queries n = 1..N down
         if self.scores is not None:
-            ax.imshow(np.where(np.isfinite(self.scores), self.scores, np.nan), cmap="Greys", extent=extent,
-                      aspect="auto", interpolation="nearest", alpha=0.6)
+            ax.imshow(
+                np.where(np.isfinite(self.scores), self.scores, np.nan),
+                cmap="Greys",
+                extent=extent,
+                aspect="auto",
+                interpolation="nearest",
+                alpha=0.6,
+            )
         row_edges = np.unique(np.concatenate(([0], first.rows[:, 1]))) + 0.5
         col_edges = np.unique(np.concatenate(([0], first.cols[:, 1]))) + 0.5
-        self.tile_mesh = ax.pcolormesh(col_edges, row_edges, np.zeros(first.grid), cmap=TILE_CMAP, vmin=-0.5,
-                                       vmax=3.5, edgecolors="k", linewidth=0.6)
+        self.tile_mesh = ax.pcolormesh(
+            col_edges,
+            row_edges,
+            np.zeros(first.grid),
+            cmap=TILE_CMAP,
+            vmin=-0.5,
+            vmax=3.5,
+            edgecolors="k",
+            linewidth=0.6,
+        )
         self.band = Rectangle((0, 0), 0, 0, fill=False, ec="k", lw=2.2, ls="--")
         self.current = Rectangle((0, 0), 0, 0, fill=False, ec=JUMP, lw=2.5)
         ax.add_patch(self.band)
@@ -105,32 +136,45 @@ class TileSweepPlot(LivePlot):
         ax.set_ylim(N + 0.5, 0.5)
         ax.set_xlabel(_("key m"))
         ax.set_ylabel(_("query n"))
-        ax.legend(handles=[Patch(color=TILE_CMAP(DONE), label=_("done")),
-                           Patch(color=TILE_CMAP(SKIPPED), label=_("skipped (all masked)")),
-                           Patch(fc="none", ec=JUMP, lw=2, label=_("current tile")),
-                           Line2D([], [], color="k", ls="--", lw=2, label=_("on chip all along"))],
-                  ncol=2, **LEGEND_ABOVE)
+        ax.legend(
+            handles=[
+                Patch(color=TILE_CMAP(DONE), label=_("done")),
+                Patch(color=TILE_CMAP(SKIPPED), label=_("skipped (all masked)")),
+                Patch(fc="none", ec=JUMP, lw=2, label=_("current tile")),
+                Line2D([], [], color="k", ls="--", lw=2, label=_("on chip all along")),
+            ],
+            ncol=2,
+            **LEGEND_ABOVE,
+        )
 
         rows = np.arange(1, N + 1)
         self.state_points = {}
         for ax_v, name in ((ax_g, "g"), (ax_s, "s")):
             final = np.asarray(getattr(first, name)[-1], dtype=np.float64)
             ax_v.plot(finite_or_nan(final), rows, "|", color=UNSEEN, ms=8, mew=2)
-            self.state_points[name] = (ax_v.plot([], [], "o", color=SEEN, ms=3)[0],
-                                       ax_v.plot([], [], "o", color=JUMP, ms=4)[0])
+            self.state_points[name] = (
+                ax_v.plot([], [], "o", color=SEEN, ms=3)[0],
+                ax_v.plot([], [], "o", color=JUMP, ms=4)[0],
+            )
             ax_v.set_ylim(N + 0.5, 0.5)
             ax_v.set_yticklabels([])
-            values = np.concatenate([np.asarray(getattr(t, name), dtype=np.float64).ravel()
-                                     for t in self.traces.values()])
+            values = np.concatenate(
+                [np.asarray(getattr(t, name), dtype=np.float64).ravel() for t in self.traces.values()]
+            )
             ax_v.set_xlim(*limits(values))
         ax_g.set_xlabel(_("running max $g_n$"))
         ax_s.set_xlabel(_("running sum $s_n$"))
-        ax_g.legend(handles=[Line2D([], [], ls="none", marker="o", color=JUMP, ms=4,
-                                    label=_("rows of the current tile")),
-                             Line2D([], [], ls="none", marker="o", color=SEEN, ms=3, label=_("other rows, so far")),
-                             Line2D([], [], ls="none", marker="|", color=UNSEEN, ms=8, mew=2,
-                                    label=_("final value of the row"))],
-                    title=_("row states"), title_fontsize=8, alignment="left", **LEGEND_ABOVE)
+        ax_g.legend(
+            handles=[
+                Line2D([], [], ls="none", marker="o", color=JUMP, ms=4, label=_("rows of the current tile")),
+                Line2D([], [], ls="none", marker="o", color=SEEN, ms=3, label=_("other rows, so far")),
+                Line2D([], [], ls="none", marker="|", color=UNSEEN, ms=8, mew=2, label=_("final value of the row")),
+            ],
+            title=_("row states"),
+            title_fontsize=8,
+            alignment="left",
+            **LEGEND_ABOVE,
+        )
 
         steps = np.arange(0, T + 1)
         top_bytes = [self.standard_bytes or 0]
@@ -160,8 +204,17 @@ class TileSweepPlot(LivePlot):
         ax_b.set_xlim(0, 1.1 * max(self._by_array(t, len(t)).max() for t in self.traces.values()) / 1e3)
         ax_b.set_xlabel(_("kB moved so far, per array (outline: whole run)"))
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.tile_mesh, self.band, self.current, *[p for pair in self.state_points.values() for p in pair],
-                  *self.curves.values(), self.curve_dot, self.byte_bars, self.byte_totals, self.title)
+        self.live(
+            self.tile_mesh,
+            self.band,
+            self.current,
+            *[p for pair in self.state_points.values() for p in pair],
+            *self.curves.values(),
+            self.curve_dot,
+            self.byte_bars,
+            self.byte_totals,
+            self.title,
+        )
 
     def _update(self, step, order) -> None:
         if order not in self.traces:
@@ -190,7 +243,7 @@ class TileSweepPlot(LivePlot):
         rows = np.arange(1, self.N + 1)
         in_tile = np.zeros(self.N, dtype=bool)
         if t:
-            in_tile[trace.rows[t - 1, 0]:trace.rows[t - 1, 1]] = True
+            in_tile[trace.rows[t - 1, 0] : trace.rows[t - 1, 1]] = True
         for name, (points, current) in self.state_points.items():
             values = finite_or_nan(getattr(trace, name)[t - 1]) if t else np.full(self.N, np.nan)
             if name == "s" and t:
@@ -200,7 +253,7 @@ class TileSweepPlot(LivePlot):
 
         for name, line in self.curves.items():
             total = np.concatenate([[0], self.traces[name].hbm_bytes]) / 1e3
-            line.set_data(np.arange(t + 1), total[:t + 1]) if name == order else line.set_data([], [])
+            line.set_data(np.arange(t + 1), total[: t + 1]) if name == order else line.set_data([], [])
         self.curve_dot.set_data([t], [(trace.hbm_bytes[t - 1] if t else 0) / 1e3])
         now, whole = self._by_array(trace, t), self._by_array(trace, T)
         for bar, outline, value, total in zip(self.byte_bars, self.byte_totals, now / 1e3, whole / 1e3, strict=False):
@@ -208,20 +261,29 @@ class TileSweepPlot(LivePlot):
             bar.set_facecolor(ORDER_COLORS[order])
             outline.set_width(total)
 
-        where = _("nothing done yet") if t == 0 else (
-            _("step t = {t} of {T}: query tile i = {i}, key tile j = {j}").format(
-                t=t, T=T, i=trace.tiles[t - 1, 0] + 1, j=trace.tiles[t - 1, 1] + 1)
-            + (_(" (skipped)") if trace.skipped[t - 1] else ""))
+        where = (
+            _("nothing done yet")
+            if t == 0
+            else (
+                _("step t = {t} of {T}: query tile i = {i}, key tile j = {j}").format(
+                    t=t, T=T, i=trace.tiles[t - 1, 0] + 1, j=trace.tiles[t - 1, 1] + 1
+                )
+                + (_(" (skipped)") if trace.skipped[t - 1] else "")
+            )
+        )
         moved = (trace.hbm_bytes[t - 1] if t else 0) / 1e3
-        self.title.set_text(_("{order}, $B_r$ = {block_q}, $B_c$ = {block_k}: {where}; {moved:.1f} kB moved").format(
-            order=_(ORDER_NAMES[order]), block_q=trace.block_q, block_k=trace.block_k, where=where, moved=moved))
+        self.title.set_text(
+            _("{order}, $B_r$ = {block_q}, $B_c$ = {block_k}: {where}; {moved:.1f} kB moved").format(
+                order=_(ORDER_NAMES[order]), block_q=trace.block_q, block_k=trace.block_k, where=where, moved=moved
+            )
+        )
 
 
-def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, standard_bytes=None,
-                         figsize=(10.0, 6.6)):
+def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, standard_bytes=None, figsize=(10.0, 6.6)):
     """A static picture of :class:`TileSweepPlot` after ``step`` tile steps (a pyplot figure, shown by Jupyter)."""
-    return TileSweepPlot(traces, scores=scores, standard_bytes=standard_bytes, step=step, order=order,
-                         figsize=figsize, pyplot=True).fig
+    return TileSweepPlot(
+        traces, scores=scores, standard_bytes=standard_bytes, step=step, order=order, figsize=figsize, pyplot=True
+    ).fig
 
 
 def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
@@ -244,8 +306,9 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     kib = sweeps[0].sram_bytes / 1024
     for sweep in sweeps:
         blocks = _("Algorithm 1 blocks") if sweep.order == "fa1" else _("query tile large")
-        ax.loglog(kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4,
-                  label=f"{sweep.order} ({blocks})")
+        ax.loglog(
+            kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4, label=f"{sweep.order} ({blocks})"
+        )
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
     ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=_(r"$\propto N^2 D^2 / S$ (Theorem 2)"))
@@ -256,8 +319,9 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     return fig
 
 
-def plot_op_counts(counts: dict, *, names=("exp", "multiply", "divide", "add", "subtract", "maximum"),
-                   figsize=(7.5, 3.4)):
+def plot_op_counts(
+    counts: dict, *, names=("exp", "multiply", "divide", "add", "subtract", "maximum"), figsize=(7.5, 3.4)
+):
     """Element operations per score of each loop, side by side (a static pyplot figure).
 
     Args:
@@ -299,8 +363,9 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
     if not masks:
         raise ValueError("masks must hold at least one mask")
     rows = -(-len(masks) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=figsize or (3.2 * columns, 2.6 * rows), layout="constrained",
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=figsize or (3.2 * columns, 2.6 * rows), layout="constrained", squeeze=False
+    )
     for ax, (title, mask) in zip(axes.ravel(), masks.items(), strict=False):
         mask = np.asarray(mask, dtype=bool)
         N, M = mask.shape
@@ -314,6 +379,6 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(_("key m"), fontsize=8)
         ax.set_ylabel(_("query n"), fontsize=8)
-    for ax in axes.ravel()[len(masks):]:
+    for ax in axes.ravel()[len(masks) :]:
         ax.set_visible(False)
     return fig

@@ -87,8 +87,11 @@ class TileTrafficPlot(LivePlot):
         self.crossover.set_xdata([D / 2, D / 2])
         self.marker.set_data([block], [t["fa2"][row, col]])
         ratio = t["fa2"][row, col] / t["standard"][row, col]
-        self.title.set_text(_("N = M = {N}, D = {D}, B = {block}: fa2 moves {ratio:.2f}x standard's traffic").format(
-            N=t["N"], D=D, block=block, ratio=ratio))
+        self.title.set_text(
+            _("N = M = {N}, D = {D}, B = {block}: fa2 moves {ratio:.2f}x standard's traffic").format(
+                N=t["N"], D=D, block=block, ratio=ratio
+            )
+        )
 
 
 class OpsPerScorePlot(LivePlot):
@@ -144,7 +147,17 @@ class OpsPerScorePlot(LivePlot):
         self.marker.set_data([block], [t["fa2"]["non_matmul"][col]])
         for order in ("fa1", "fa2"):
             set_heights(self.bars[order], [t[order][name][col] for name in OPS])
-        self.title.set_text(_("N = M = {N}, D = {D}, B = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
-                              "non-matmul fa1 {other1:.2f}, fa2 {other2:.2f}").format(
-            N=t["N"], D=t["D"], block=block, exp1=t["fa1"]["exp"][col], exp2=t["fa2"]["exp"][col],
-            other1=t["fa1"]["non_matmul"][col], other2=t["fa2"]["non_matmul"][col]))
+        self.title.set_text(
+            _(
+                "N = M = {N}, D = {D}, B = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
+                "non-matmul fa1 {other1:.2f}, fa2 {other2:.2f}"
+            ).format(
+                N=t["N"],
+                D=t["D"],
+                block=block,
+                exp1=t["fa1"]["exp"][col],
+                exp2=t["fa2"]["exp"][col],
+                other1=t["fa1"]["non_matmul"][col],
+                other2=t["fa2"]["non_matmul"][col],
+            )
+        )

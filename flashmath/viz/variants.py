@@ -27,8 +27,9 @@ KIND_NAMES = (N_("empty: skipped"), N_("partial: masked"), N_("full: no mask wor
 
 def _grid_segments(N: int, block: int) -> list:
     edges = np.arange(0, N + 1, block).tolist() + [N]
-    return [[(e - 0.5, -0.5), (e - 0.5, N - 0.5)] for e in edges] + [[(-0.5, e - 0.5), (N - 0.5, e - 0.5)]
-                                                                        for e in edges]
+    return [[(e - 0.5, -0.5), (e - 0.5, N - 0.5)] for e in edges] + [
+        [(-0.5, e - 0.5), (N - 0.5, e - 0.5)] for e in edges
+    ]
 
 
 class MaskExplorerPlot(LivePlot):
@@ -41,8 +42,18 @@ class MaskExplorerPlot(LivePlot):
         kind, param, block: the first state. N: the grid size the examples have.
     """
 
-    def __init__(self, example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64,
-                 figsize=(7.0, 3.6), dpi: int = DPI, pyplot: bool = False):
+    def __init__(
+        self,
+        example: Callable,
+        *,
+        kind: str = "causal",
+        param: int = 8,
+        block: int = 8,
+        N: int = 64,
+        figsize=(7.0, 3.6),
+        dpi: int = DPI,
+        pyplot: bool = False,
+    ):
         self.example, self.N = example, N
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, kind=kind, param=param, block=block)
 
@@ -51,11 +62,13 @@ class MaskExplorerPlot(LivePlot):
         N = self.N
         extent = (-0.5, N - 0.5, N - 0.5, -0.5)
         blank = np.zeros((N, N))
-        self.scores_image = self.ax_scores.imshow(np.ma.masked_all((N, N)), cmap="viridis", vmin=-2, vmax=0.3,
-                                                  extent=extent, interpolation="nearest")
+        self.scores_image = self.ax_scores.imshow(
+            np.ma.masked_all((N, N)), cmap="viridis", vmin=-2, vmax=0.3, extent=extent, interpolation="nearest"
+        )
         self.ax_scores.set_facecolor("white")
-        self.tiles_image = self.ax_tiles.imshow(blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent,
-                                                interpolation="nearest")
+        self.tiles_image = self.ax_tiles.imshow(
+            blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent, interpolation="nearest"
+        )
         self.grids = [LineCollection([], colors="k", linewidths=0.5) for _grid in range(2)]
         titles = (_("scores: kept (coloured by the change), masked (white)"), _("tiles"))
         for ax, grid, title in zip((self.ax_scores, self.ax_tiles), self.grids, titles, strict=True):
@@ -64,8 +77,11 @@ class MaskExplorerPlot(LivePlot):
             ax.set_ylabel(_("query n"), fontsize=8)
             ax.set_title(title, fontsize=8)
             ax.tick_params(labelsize=7)
-        self.ax_tiles.legend(handles=[Patch(color=KIND_CMAP(i), label=_(name)) for i, name in enumerate(KIND_NAMES)],
-                             ncol=3, **LEGEND_ABOVE)
+        self.ax_tiles.legend(
+            handles=[Patch(color=KIND_CMAP(i), label=_(name)) for i, name in enumerate(KIND_NAMES)],
+            ncol=3,
+            **LEGEND_ABOVE,
+        )
         self.ax_tiles.set_title("")
         self.title = self.fig.suptitle("", fontsize=9)
         self.live(self.scores_image, self.tiles_image, *self.grids, self.title)
@@ -79,10 +95,16 @@ class MaskExplorerPlot(LivePlot):
             grid.set_segments(_grid_segments(self.N, block))
         counts = ex.blocks.counts
         self.title.set_text(
-            ex.note + "\n" + _("{empty} skipped, {partial} partial, {full} full; {computed:.0%} computed, "
-                               "{masked:.0%} masked").format(
-                empty=counts["empty"], partial=counts["partial"], full=counts["full"],
-                computed=ex.blocks.computed_share, masked=ex.blocks.masked_share))
+            ex.note
+            + "\n"
+            + _("{empty} skipped, {partial} partial, {full} full; {computed:.0%} computed, {masked:.0%} masked").format(
+                empty=counts["empty"],
+                partial=counts["partial"],
+                full=counts["full"],
+                computed=ex.blocks.computed_share,
+                masked=ex.blocks.masked_share,
+            )
+        )
 
 
 def plot_mask_example(example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64):
@@ -115,17 +137,26 @@ def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figs
         ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=7)
         if b_j:
             b, j = b_j
-            ax.annotate("", xy=(p + 0.45, 0.8), xytext=(j + 0.45, top + B - 1 - b),
-                        arrowprops=dict(arrowstyle="->", lw=0.7, color=colors(b), alpha=0.7))
+            ax.annotate(
+                "",
+                xy=(p + 0.45, 0.8),
+                xytext=(j + 0.45, top + B - 1 - b),
+                arrowprops=dict(arrowstyle="->", lw=0.7, color=colors(b), alpha=0.7),
+            )
     ax.set_xlim(-0.3, max(n_pages, table.shape[1]) + 0.2)
     ax.set_ylim(-0.2, top + B)
     ticks = [top + B - 1 - b + 0.4 for b in range(B)] + [0.4]
     labels = [_("seq {b}: {tokens} tokens").format(b=b, tokens=int(lengths[b])) for b in range(B)] + [
-        _("physical pages")]
+        _("physical pages")
+    ]
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_xticks([])
-    ax.set_title(_("logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block "
-                   "table").format(page_size=page_size), fontsize=9)
+    ax.set_title(
+        _("logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block table").format(
+            page_size=page_size
+        ),
+        fontsize=9,
+    )
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     return fig
@@ -151,6 +182,11 @@ def plot_gqa_heads(H: int, H_kv: int, *, figsize=(7.0, 2.2)):
     ax.set_xlim(-0.2, H)
     ax.set_ylim(-0.2, 2.3)
     ax.axis("off")
-    ax.set_title(_("grouped-query attention: H = {H} query heads, H_kv = {H_kv} kv heads, G = {G}: "
-                   "query head h reads kv head h // G").format(H=H, H_kv=H_kv, G=G), fontsize=9)
+    ax.set_title(
+        _(
+            "grouped-query attention: H = {H} query heads, H_kv = {H_kv} kv heads, G = {G}: "
+            "query head h reads kv head h // G"
+        ).format(H=H, H_kv=H_kv, G=G),
+        fontsize=9,
+    )
     return fig
