@@ -44,6 +44,8 @@ FUNCTIONS = [e for e in EXERCISES if not e.quiz]
 
 @pytest.mark.parametrize("exercise", FUNCTIONS, ids=[e.name for e in FUNCTIONS])
 def test_an_unfinished_exercise_is_reported_not_raised(exercise):
+    skip_without_triton(exercise)
+
     def todo(*args):
         raise NotImplementedError
 
