@@ -100,18 +100,11 @@ if available():
 
     @triton.jit
     def _bwd_delta(
-        A,
-        dA,
-        Delta,  # pointers to a, da (B, N, Dv) and delta (B, N)
-        sa_b,
-        sa_n,
-        sd_b,
-        sd_n,  # strides, in elements
-        N,
-        Dv,
-        BLOCK_M: tl.constexpr,
-        BLOCK_DV: tl.constexpr,
-    ):
+        A, dA, Delta,  # pointers to a, da (B, N, Dv) and delta (B, N)
+        sa_b, sa_n, sd_b, sd_n,  # strides, in elements
+        N, Dv,
+        BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+    ):  # fmt: skip
         i = tl.program_id(0)
         b = tl.program_id(1)
         rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,)
@@ -124,9 +117,8 @@ if available():
         tl.store(Delta + b * N + rows, delta, mask=rows < N)
 
     @triton.jit
-    def _keep_pairs(
-        Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr
-    ):
+    def _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset,
+                    CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr):  # fmt: skip
         """The attended pairs of a tile, (B_r, B_c): inside the arrays, not a fully masked row (L = -inf), on or
         left of the causal diagonal, allowed by the user's mask."""
         keep = (rows[:, None] < N) & (cols[None, :] < M) & (lse[:, None] != float("-inf"))
@@ -145,42 +137,13 @@ if available():
 
     @triton.jit
     def _bwd_dkdv(
-        Q,
-        K,
-        V,
-        dA,
-        LSE,
-        Delta,
-        Keep,
-        dK,
-        dV,
-        dQ,  # q (B, N, D), k, dk (B, M, D), v, dv (B, M, Dv), da (B, N, Dv),
+        Q, K, V, dA, LSE, Delta, Keep, dK, dV, dQ,  # q (B, N, D), k, dk (B, M, D), v, dv (B, M, Dv), da (B, N, Dv),
         # lse, delta (B, N), keep (B, N, M), dq (B, N, D) float32 (only with ATOMIC_DQ)
-        sq_b,
-        sq_n,
-        sk_b,
-        sk_m,
-        sv_b,
-        sv_m,
-        sd_b,
-        sd_n,
-        sp_b,
-        sp_n,
-        sp_m,  # strides, in elements (the last dim: 1)
-        N,
-        M,
-        D,
-        Dv,
-        scale,
-        offset,  # sizes; the score scale; offset = M - N, the causal diagonal
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr,
-        HAS_KEEP: tl.constexpr,
-        ATOMIC_DQ: tl.constexpr,
-    ):
+        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,  # strides, in elements (the last dim: 1)
+        N, M, D, Dv, scale, offset,  # sizes; the score scale; offset = M - N, the causal diagonal
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    ):  # fmt: skip
         j = tl.program_id(0)  # this program's key tile
         b = tl.program_id(1)  # and its (batch, head) element
         cols = j * BLOCK_N + tl.arange(0, BLOCK_N)  # (B_c,) key indices m of the tile
@@ -251,38 +214,12 @@ if available():
 
     @triton.jit
     def _bwd_dq(
-        Q,
-        K,
-        V,
-        dA,
-        LSE,
-        Delta,
-        Keep,
-        dQ,  # as _bwd_dkdv; dq (B, N, D) in the input dtype
-        sq_b,
-        sq_n,
-        sk_b,
-        sk_m,
-        sv_b,
-        sv_m,
-        sd_b,
-        sd_n,
-        sp_b,
-        sp_n,
-        sp_m,
-        N,
-        M,
-        D,
-        Dv,
-        scale,
-        offset,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        BLOCK_DV: tl.constexpr,
-        CAUSAL: tl.constexpr,
-        HAS_KEEP: tl.constexpr,
-    ):
+        Q, K, V, dA, LSE, Delta, Keep, dQ,  # as _bwd_dkdv; dq (B, N, D) in the input dtype
+        sq_b, sq_n, sk_b, sk_m, sv_b, sv_m, sd_b, sd_n, sp_b, sp_n, sp_m,
+        N, M, D, Dv, scale, offset,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+        CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
+    ):  # fmt: skip
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)
         rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,)
@@ -528,7 +465,7 @@ def backward_kernel_source(name: str = "_bwd_dkdv") -> str:
     text = inspect.getsource(sys.modules[__name__])
     start = text.index(f"    @triton.jit\n    def {name}(")
     end = text.index("\n\n", start)
-    return "\n".join(line[4:] for line in text[start:end].splitlines())
+    return "\n".join(line[4:].removesuffix("  # fmt: skip") for line in text[start:end].splitlines())
 
 
 def backward_line_for_line() -> list[tuple[str, list[str], list[str]]]:
