@@ -923,13 +923,33 @@ def test_a_prediction_left_as_the_placeholder_prints_a_fixed_message(capsys):
 def test_a_prediction_is_compared_with_the_answer(capsys):
     exercises.check_prediction(0.37, math.exp(-1), why="e^{-1}.")
     exercises.check_prediction(0.5, math.exp(-1))
-    exercises.check_prediction(1000, 1050.0)
+    exercises.check_prediction(1000, 1050.0, tolerance=0.05)
     exercises.check_prediction(0, 0.0)
     exercises.check_prediction(float("nan"), float("nan"))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "You predicted 0.37; the answer is 0.3679: right. e^{-1}."
     assert lines[1].endswith("not quite.")
     assert [line.split(": ")[-1] for line in lines[2:]] == ["right.", "right.", "right."]
+
+
+def test_a_whole_number_answer_asks_for_the_exact_number(capsys):
+    for guess in (11.5, 12, 12.4, 13):  # ceil(46 / 4) = 12 tiles: 11.5 and 12.4 are not a number of tiles
+        exercises.check_prediction(guess, 12.0)
+    verdicts = [line.rsplit(": ", 1)[-1] for line in capsys.readouterr().out.splitlines()]
+    assert verdicts == ["not quite.", "right.", "not quite.", "not quite."]
+    exercises.check_prediction(8.3, 8.0, tolerance=0.05)  # a measured spread: an explicit tolerance still holds
+    assert capsys.readouterr().out.strip().endswith("right.")
+
+
+def test_a_common_wrong_prediction_is_told_its_misconception(capsys):
+    why_not = {43: "43 counts from 1.", 64: "64 is the variance."}
+    exercises.check_prediction(43, 42, misconceptions=why_not, why="x_43 is x[42].")
+    exercises.check_prediction(44, 42, misconceptions=why_not, why="x_43 is x[42].")
+    exercises.check_prediction(42, 42, misconceptions=why_not)
+    first, second, third = capsys.readouterr().out.splitlines()
+    assert first == "You predicted 43; the answer is 42: not quite. 43 counts from 1. x_43 is x[42]."
+    assert second == "You predicted 44; the answer is 42: not quite. x_43 is x[42]."  # no misconception known
+    assert third == "You predicted 42; the answer is 42: right."
     with pytest.raises(TypeError, match="a prediction is a number"):
         exercises.check_prediction("0.5 maybe", 0.5)
 

@@ -29,6 +29,7 @@ from flashmath.exercises._report import (
     Diagnosis,
     Mistake,
     error_note,
+    explaining,
     fmt,
     modified,
     run,
@@ -291,13 +292,35 @@ def check_function(
         if diagnosis is not None
         else Diagnosis(all_args, all_answers, mistakes, compare)
     )
-    for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
+    raw_expected = [
+        reference(*args) if ok and problems[i] is None else None
+        for i, ((_, args), (ok, _)) in enumerate(zip(cases, answers, strict=False))
+    ]
+    failing = [
+        i
+        for i, (ok, answer) in enumerate(answers)
+        if ok
+        and problems[i] is None
+        and answer is not None
+        and (
+            (check_form and form_problem(raws[i], raw_expected[i], n_out, names) is not None)
+            or not compare(answer, convert(raw_expected[i]))
+        )
+    ]
+    # A mistake is named only when it explains every failing case of the run (a quiz's questions are each their
+    # own: its diagnosis says so with per_case = True)
+    whole_run = None if getattr(named, "per_case", False) else explaining(named, failing)
+
+    def mistake_for(i: int) -> Mistake | None:
+        return named.for_case(i) if getattr(named, "per_case", False) else whole_run
+
+    for i, ((name, _args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
         if (problem := problems[i]) is not None:
             report.add(name, False, problem)
             continue
-        raw = reference(*args)
+        raw = raw_expected[i]
         expected = convert(raw)
         if answer is None:
             form = ", ".join(names)
@@ -311,9 +334,9 @@ def check_function(
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
             # of the checker's own may say which it is
             if WRONG_SHAPE.message() in form_text:
-                mistake = named.for_case(i)
+                mistake = mistake_for(i)
                 form_text = f"{form_text}; {mistake.message()}" if mistake else form_text
-            elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := named.for_case(i)):
+            elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := mistake_for(i)):
                 form_text = form_text.replace(BOOL_OUT.message(), mistake.message())
             report.add(name, False, form_text)
             continue
@@ -321,7 +344,7 @@ def check_function(
             report.add(name, True)
             continue
         text, got, want = describe(answer, expected)
-        mistake = named.for_case(i)
+        mistake = mistake_for(i)
         report.add(name, False, f"{text}: {mistake.message()}" if mistake else text + error_note(got, want))
     return report.in_order([name for name, _ in cases])
 
@@ -349,6 +372,8 @@ class Said(Mistake):
 
 class _Verdicts:
     """The harness's ``diagnosis`` hook for a quiz: why the learner's choice is wrong, ``verdict(key, choice)[1]``."""
+
+    per_case = True  # each question is its own: a verdict explains its one answer
 
     def __init__(self, verdict, cases, answers):
         self.verdict, self.cases, self.answers = verdict, cases, answers

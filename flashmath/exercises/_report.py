@@ -5,7 +5,9 @@ answer is wrong it asks the chapter's catalogue of classic mistakes (:class:`Mis
 gives the same answer, and says so: the mistake's name, what was probably done, and what to change. When two
 mistakes give the same wrong answer on a case, the one that matches the learner's answers on more cases of the run
 is named (a max started at 0 and a max never subtracted both give NaN on ``[-1000, -1001]``; only one of them also
-survives ``[1e4, ...]``).
+survives ``[1e4, ...]``). A mistake is named only when it explains the whole run: one of its models gives the
+learner's answer on every case that failed (:meth:`Diagnosis.explaining`); a model that matches one failing case
+and not the others says nothing about the learner's code, so the report then names the requirement alone.
 """
 
 from __future__ import annotations
@@ -127,6 +129,28 @@ class Diagnosis:
         candidates = [(sum(row), -k, mistake) for k, (mistake, row) in enumerate(self._rows) if row[i]]
         return max(candidates, key=lambda c: c[:2])[2] if candidates else None
 
+    def explaining(self, failing) -> Mistake | None:
+        """The first mistake of the catalogue one of whose models gives the learner's answer on every case of
+        ``failing`` (the indices of the cases the learner's answer failed), or None."""
+        failing = list(failing)
+        if not failing:
+            return None
+        for mistake, row in self._rows:
+            if all(row[i] for i in failing):
+                return mistake
+        return None
+
+
+def explaining(diagnosis, failing) -> Mistake | None:
+    """The mistake that explains every failing case of a run, from any diagnosis object: its ``explaining`` when it
+    has one, else the one mistake its ``for_case`` names on each failing case (None when they differ or one is
+    unnamed)."""
+    failing = list(failing)
+    if hasattr(diagnosis, "explaining"):
+        return diagnosis.explaining(failing)
+    named = {diagnosis.for_case(i) for i in failing}
+    return named.pop() if len(named) == 1 else None
+
 
 def run(report: CheckReport, name: str, fn, *args, hint=None):
     """Call ``fn(*args)``; return ``(result, True)``, or record a failure and return ``(None, False)``.
@@ -211,7 +235,11 @@ def error_note(actual, expected) -> str:
         note += _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
             diff=diff[where], at=at(where), expected=expected[where], got=actual[where]
         )
-    if np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6):
+    if (
+        not nan_moved.size
+        and np.array_equal(np.isinf(actual), np.isinf(expected))
+        and np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6)
+    ):  # rounding alone: NaN and inf where expected, and every finite number close (a NaN hidden is not float32)
         err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
         note += _(
             ": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "

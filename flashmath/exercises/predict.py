@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -14,7 +15,13 @@ PLACEHOLDER_MESSAGE = N_(
 
 
 def check_prediction(
-    prediction, answer: float, *, tolerance: float = 0.05, why: str = "", length: int | None = None
+    prediction,
+    answer: float,
+    *,
+    tolerance: float | None = None,
+    why: str = "",
+    length: int | None = None,
+    misconceptions: Mapping[float, str] | None = None,
 ) -> None:
     """Print how a learner's ``prediction`` compares with the computed ``answer``.
 
@@ -23,12 +30,16 @@ def check_prediction(
             nothing else, so a notebook run with the placeholder left in always shows the same text.
         answer: the number the cell computed.
         tolerance: how far a prediction may be and still count as right: ``|prediction - answer| <= tolerance *
-            max(|answer|, 0.2)`` (relative, with a floor near 0: 5 % by default, so that for an answer of 3/4 the
-            neighbours 2/3 and 4/5 are not right). 0 asks for the exact value. NaN matches NaN, an infinity itself.
+            max(|answer|, 0.2)`` (relative, with a floor near 0). By default 0 (the exact value) when the answer is
+            a whole number (a count, an index: 11.5 is not 12 tiles), else 5 % (so that for an answer of 3/4 the
+            neighbours 2/3 and 4/5 are not right). NaN matches NaN, an infinity itself.
         why: one sentence printed after the verdict (what explains the answer), in the selected language when the
             catalog has it (the notebooks' sentences are listed in :data:`NOTEBOOK_WHY`).
         length: for a prediction of an index into a sequence of this length: a negative index ``-k`` (``x[-k]``)
             names the element ``length - k``, and counts as that index.
+        misconceptions: ``{wrong answer: why a learner gives it}``: the common wrong answers and the half-understood
+            rule behind each (matched with the same tolerance); a wrong prediction that is one of them prints its
+            sentence, in the selected language when the catalog has it (:data:`NOTEBOOK_MISCONCEPTIONS`).
 
     Raises:
         TypeError: ``prediction`` is not a number (or the placeholder).
@@ -41,23 +52,36 @@ def check_prediction(
     except (TypeError, ValueError):
         raise TypeError(f"a prediction is a number, got {prediction!r}") from None
     answer = float(answer)
+    if tolerance is None:
+        tolerance = 0.0 if answer.is_integer() else 0.05
     note = ""
     if length is not None and guess.is_integer() and -length <= guess < 0:
         note = _(" (x[{guess:.0f}] is x[{index:.0f}] in a sequence of {length})").format(
             guess=guess, index=guess + length, length=length
         )
         guess += length
-    if math.isnan(answer) or math.isinf(answer):
-        right = guess == answer or (math.isnan(answer) and math.isnan(guess))
-    else:
-        right = abs(guess - answer) <= tolerance * max(abs(answer), 0.2)
+    right = _matches(guess, answer, tolerance)
     verdict = _("right") if right else _("not quite")
+    misconception = (
+        ""
+        if right
+        else next(
+            (text for wrong, text in (misconceptions or {}).items() if _matches(guess, float(wrong), tolerance)), ""
+        )
+    )
     print(
         _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
             guess=guess, note=note, answer=answer, verdict=verdict
         )
+        + (f" {_(misconception)}" if misconception else "")
         + (f" {_(why)}" if why else "")
     )
+
+
+def _matches(guess: float, answer: float, tolerance: float) -> bool:
+    if math.isnan(answer) or math.isinf(answer):
+        return guess == answer or (math.isnan(answer) and math.isnan(guess))
+    return abs(guess - answer) <= tolerance * max(abs(answer), 0.2)
 
 
 #: The ``why`` sentences that the chapters pass to :func:`check_prediction`, marked here for the catalog (a notebook's

@@ -1,0 +1,69 @@
+"""One contract per exercise: the checker tests what the prompt states, in the prompt's words.
+
+Each exercise's prompt is its paragraph of the English notebook (``**6.1** ...``, up to the next exercise's
+number). Every property case of its checker (a case named ``property: ...``) names the requirement it enforces with
+a phrase of that prompt, so a checker that tests a property its prompt never states fails here; and the prompt
+names its checker's cases by their words, so a learner reads in the prompt what a failure message will say.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import nbformat
+import pytest
+from helpers import HAVE_TRITON, ROOT
+
+from flashmath.exercises import EXERCISES
+from flashmath.exercises._report import PROPERTY_PREFIX
+
+NEEDS_TRITON = {"check_row_lse"}
+LATEX = {r"\infty": "inf", r"\ne": "!=", r"\le": "<=", r"\ge": ">=", r"\vec ": "", r"\times": "x", r"\cdot": "."}
+
+
+def normalise(text: str) -> str:
+    """Prompt text and case names in one form: no Markdown or math markup, LaTeX symbols as code writes them
+    (``$-\\infty$`` is ``-inf``), one space between words, lower case."""
+    for latex, code in LATEX.items():
+        text = text.replace(latex, code)
+    text = re.sub(r"[`$*]|\\[,;!]", "", text)
+    text = text.replace("\\", "")
+    return " ".join(text.split()).lower()
+
+
+def prompt(number: str) -> str:
+    """The prompt of exercise ``number``, from its chapter's English notebook: the text from ``**number`` to the
+    next exercise's marker (or the end of its Markdown cell)."""
+    chapter = int(number.split(".")[0])
+    (path,) = sorted((ROOT / "notebooks").glob(f"{chapter:02d}_*.ipynb"))
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "markdown" or f"**{number}" not in cell.source:
+            continue
+        text = cell.source.split(f"**{number}", 1)[1]
+        return re.split(r"\*\*\d+\.\d+", text)[0]
+    raise AssertionError(f"no prompt for exercise {number} in {path.name}")
+
+
+def test_every_exercise_has_a_prompt():
+    for e in EXERCISES:
+        assert len(prompt(e.number).split()) > 10, e.number
+
+
+FUNCTIONS = [e for e in EXERCISES if not e.quiz]
+
+
+@pytest.mark.parametrize("exercise", FUNCTIONS, ids=[e.name for e in FUNCTIONS])
+def test_each_property_case_enforces_a_sentence_of_its_prompt(exercise):
+    if exercise.name in NEEDS_TRITON and not HAVE_TRITON:
+        pytest.skip('the triton extra is not installed: see README, "The triton extra"')
+    solution = getattr(importlib.import_module(exercise.solutions), exercise.solution)
+    report = exercise.checker(solution)
+    text = normalise(prompt(exercise.number))
+    stated = [name[len(PROPERTY_PREFIX) :] for name, _, _ in report.cases if name.startswith(PROPERTY_PREFIX)]
+    unstated = [name for name in stated if normalise(name) not in text]
+    assert not unstated, f"{exercise.number}: property cases whose words are not in the prompt: {unstated}"
+
+
+def test_the_normal_form_reads_math_as_code():
+    assert normalise("a row of $-\\infty$ gives `(-inf, 0)`, **not** NaN") == "a row of -inf gives (-inf, 0), not nan"
