@@ -101,3 +101,10 @@ NOTEBOOK_WHY = (
     N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
     N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
 )
+
+#: The ``misconceptions`` sentences that the chapters pass to :func:`check_prediction` (the wrong answer a
+#: half-understood rule gives, and why), marked here for the catalog like :data:`NOTEBOOK_WHY`.
+NOTEBOOK_MISCONCEPTIONS = (
+    # chapters 0-5
+    # chapters 6-10
+)
