@@ -51,7 +51,7 @@ def judge_solutions(solutions):
             report = e.checker(answer)
         failed = [(name, msg) for name, ok, msg in report.cases if not ok]
         names = sorted({m.name for m in e.mistakes for _, msg in failed if f"looks like {m.name}" in msg})
-        said = [msg for _, msg in failed if "looks like" in msg or e.quiz]
+        said = [msg for _, msg in failed if "looks like" in msg or "seems" in msg or e.quiz]
         rows.append((number, kind, description, report.passed, names, bool(said), failed, source))
     return rows
 
