@@ -104,10 +104,13 @@ def _right_step(s, g, g_new, x_i):
     return s * np.exp(g - g_new) + np.exp(x_i - g_new)
 
 
-def _from_zero(x, masked_guard=False):
+def _from_zero(x, masked_guard=False, empty_sum_guard=False):
+    """A running max started at 0; ``masked_guard`` returns (-inf, 0) for a fully masked row, ``empty_sum_guard``
+    whenever the sum ends at 0 (which a max started at 0 also gives where every exp underflows)."""
     if masked_guard and all(v == -math.inf for v in x):
         return -math.inf, 0.0
-    return _scan(x, _right_step, g0=0.0, guard=False)
+    g, s = _scan(x, _right_step, g0=0.0, guard=False)
+    return (-math.inf, 0.0) if empty_sum_guard and s == 0 else (g, s)
 
 
 def _closed_form(x, term=np.exp, shift=True):
@@ -230,7 +233,7 @@ NORMALIZER_MISTAKES = (
             "a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 instead of -3. Start from "
             "g_0 = -inf (nothing seen) and s_0 = 0"
         ),
-        (_from_zero, lambda x: _from_zero(x, masked_guard=True)),
+        (_from_zero, lambda x: _from_zero(x, masked_guard=True), lambda x: _from_zero(x, empty_sum_guard=True)),
     ),
     Mistake(
         N_("the sum started at 1"),
