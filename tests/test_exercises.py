@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import checker_tests
 
+import flashmath as fm
 from flashmath import exercises, solutions
 from flashmath.exercises import chapter2, chapter4
 
@@ -1095,3 +1096,198 @@ MISSED_BY_MODELS = [
 def test_the_mistake_models_alone_miss_what_the_property_catches(prop):
     checker, fn, _ = PROPERTY_CATCHES[prop]
     assert models_only(checker, fn).passed, prop
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Right answers pass (issue 34): the package's function, the chapter's own code and equivalent forms
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def score_row_loop(q_n, K):
+    return np.array([math.fsum(a * b for a, b in zip(q_n, k_m)) / math.sqrt(len(q_n)) for k_m in K])
+
+
+def softmax_logaddexp(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    if w.size and np.all(w == -np.inf):
+        return np.zeros(x.shape, out_dtype(x))
+    return np.exp(w - np.logaddexp.reduce(w)).astype(out_dtype(x))  # a +inf row: NaN at the +inf, 0 elsewhere
+
+
+def softmax_chapter_logsumexp(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    if w.size == 0 or w.max() == -np.inf:
+        return np.zeros(x.shape, out_dtype(x))
+    g = w.max()
+    return np.exp(w - (g + np.log(np.exp(w - g).sum()))).astype(out_dtype(x))
+
+
+def online_states_chapter(x):
+    """Chapter 2's online_states loop (with np.maximum, as its comment says for NaN), its last state."""
+    g_prev, s_prev = -math.inf, 0.0
+    for x_i in x:
+        g_i = float(np.maximum(g_prev, x_i))
+        if g_i == -math.inf:
+            continue
+        s_prev = s_prev * math.exp(g_prev - g_i) + math.exp(x_i - g_i) if not math.isnan(g_i) else math.nan
+        g_prev = g_i
+    return g_prev, s_prev
+
+
+def online_log_domain(x):
+    g, lse = -math.inf, -math.inf  # the running max and log(sum of exp)
+    for x_i in x:
+        g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+    return (g, 0.0) if g == -math.inf else (g, math.exp(lse - g) if g < math.inf else math.nan)
+
+
+def merge_log_domain(g1, s1, g2, s2):
+    g = float(np.maximum(g1, g2))
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.logaddexp(g1 + np.log(s1), g2 + np.log(s2))
+    return g, float(np.exp(lse - g))
+
+
+def merge_three_fsum(g1, s1, g2, s2, g3, s3):
+    g = float(np.max([g1, g2, g3]))
+    if g == -math.inf:
+        return g, 0.0
+    return g, math.fsum(s * math.exp(gk - g) if s else 0.0 for s, gk in ((s1, g1), (s2, g2), (s3, g3)))
+
+
+def attention_einsum(q, k, v):
+    x = np.einsum("...nd,...md->...nm", q, k) / math.sqrt(q.shape[-1])
+    y = np.exp(x - x.max(axis=-1, keepdims=True))
+    return np.einsum("...nm,...mv->...nv", y / y.sum(axis=-1, keepdims=True), v)
+
+
+def attention_rows(q, k, v):
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    out = np.zeros(q.shape[:-1] + v.shape[-1:])
+    for index in np.ndindex(q.shape[:-1]):
+        x = k[index[:-1]] @ q[index] / math.sqrt(q.shape[-1])
+        out[index] = solutions.safe_softmax(x) @ v[index[:-1]]
+    return out
+
+
+def matmul_n_m_d(y, v):
+    """Chapter 4's matmul_n_m_d, verbatim."""
+    (N, M), D = y.shape, v.shape[1]
+    out = np.zeros((N, D))
+    for n in range(N):
+        acc = [0.0] * D  # the row of partial sums of A[n, :]
+        for m in range(M):
+            for d in range(D):
+                acc[d] = acc[d] + y[n, m] * v[m, d]  # each acc[d] still gets its terms in the order m = 0, 1, ...
+        out[n] = acc
+    return out
+
+
+def loop_swap_mnd(y, v):
+    (N, M), D = np.shape(y), np.shape(v)[1]
+    out = np.zeros((N, D))
+    for m in range(M):
+        for n in range(N):
+            out[n] = out[n] + y[n, m] * v[m, :]
+    return out
+
+
+def one_loop_step_chapter(g, s, a, x_m, v_m):
+    """Chapter 5's one_loop update (its loop body), for one row."""
+    g_new = np.maximum(g, x_m)
+    rescale = np.exp(g - g_new)
+    e_m = np.exp(x_m - g_new)
+    s_new = s * rescale + e_m
+    return g_new, s_new, a * (s * rescale / s_new) + (e_m / s_new) * np.asarray(v_m)
+
+
+def one_loop_step_convex(g, s, a, x_m, v_m):
+    g_new = max(g, x_m) if not (math.isnan(g) or math.isnan(x_m)) else math.nan
+    s_new = s * math.exp(g - g_new) + math.exp(x_m - g_new)
+    w = math.exp(x_m - g_new) / s_new  # the new key's weight; the old output keeps 1 - w
+    return g_new, s_new, (1 - w) * np.asarray(a) + w * np.asarray(v_m)
+
+
+def block_step_folded(g, s, a, x_block, v_block):
+    for x_m, v_m in zip(x_block, v_block):
+        g, s, a = one_loop_step_chapter(g, s, a, x_m, v_m)
+    return g, s, a
+
+
+def block_step_vectorised(g, s, a, x_block, v_block):
+    x, V = np.asarray(x_block, dtype=float), np.asarray(v_block, dtype=float)
+    g_new = np.max(np.append(x, g))
+    e = np.exp(x - g_new)
+    s_new = s * np.exp(g - g_new) + e.sum()
+    return g_new, s_new, (np.asarray(a) * s * np.exp(g - g_new) + e @ V) / s_new
+
+
+RIGHT = {
+    "check_score_row": {
+        "the package's solution": solutions.score_row,
+        "K @ q_n / sqrt(D)": lambda q, K: K @ q / np.sqrt(len(q)),
+        "a loop with math.fsum": score_row_loop,
+        "einsum": lambda q, K: np.einsum("md,d->m", K, q) / math.sqrt(q.shape[0]),
+    },
+    "check_safe_softmax": {
+        "fm.safe_softmax": fm.safe_softmax,
+        "through np.logaddexp": softmax_logaddexp,
+        "through the logsumexp of chapter 1": softmax_chapter_logsumexp,
+    },
+    "check_online_normalizer": {
+        "chapter 2's loop (np.maximum)": online_states_chapter,
+        "the log domain (np.logaddexp)": online_log_domain,
+    },
+    "check_merge": {
+        "fm.merge": lambda *a: tuple(float(t) for t in fm.merge(*a)),
+        "the log domain": merge_log_domain,
+    },
+    "check_merge_three": {
+        "two merges": lambda g1, s1, g2, s2, g3, s3: solutions.merge(*solutions.merge(g1, s1, g2, s2), g3, s3),
+        "the other grouping": lambda g1, s1, g2, s2, g3, s3: solutions.merge(g1, s1, *solutions.merge(g2, s2, g3, s3)),
+        "math.fsum": merge_three_fsum,
+    },
+    "check_attention": {
+        "fm.attention": fm.attention,
+        "einsum": attention_einsum,
+        "a loop over the rows": attention_rows,
+    },
+    "check_loop_swap": {
+        "chapter 4's matmul_n_m_d, verbatim": matmul_n_m_d,
+        "the order m -> n -> d": loop_swap_mnd,
+    },
+    "check_one_loop_step": {
+        "chapter 5's loop body": one_loop_step_chapter,
+        "a convex combination": one_loop_step_convex,
+    },
+    "check_block_step": {
+        "chapter 5's loop body, key by key": block_step_folded,
+        "vectorised": block_step_vectorised,
+    },
+}
+RIGHT_CASES = [(checker, form) for checker, forms in RIGHT.items() for form in forms]
+
+
+@pytest.mark.parametrize("checker, form", RIGHT_CASES, ids=[f"{c}: {f}" for c, f in RIGHT_CASES])
+def test_a_right_answer_passes(checker, form):
+    report = getattr(exercises, checker)(RIGHT[checker][form])
+    assert report.passed, report
+
+
+def test_the_package_loop_swap_fails_only_the_traced_case_which_the_prompt_explains():
+    report = exercises.check_loop_swap(fm.matmul_nmd)  # it refuses arrays of traced numbers (not floats)
+    assert failures(report) == [exercises.chapter4._(exercises.chapter4.TRACED_CASE)]
+    assert "NonFloatInputError" in message(report, "the order of your loops")
+
+
+def test_a_float16_overflow_is_never_called_off_by_one():
+    def float16_acc(y, v):  # chapter 4's loop with float16 partial sums, on float16 input
+        return matmul_n_m_d(np.asarray(y, np.float16), np.asarray(v, np.float16))
+
+    report = exercises.check_loop_swap(float16_acc)
+    assert not report.passed
+    assert "off by one" not in repr(report)
