@@ -1057,7 +1057,11 @@ PROPERTY_CATCHES = {
     "the inputs unchanged (v_m)": ("check_one_loop_step", step_clearing_v_m, "property"),
     "the inputs unchanged (v_block)": ("check_block_step", block_clearing_v_block, "property"),
     "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 in gives float16 out"),
-    "the result's type (integer zeros)": ("check_safe_softmax", softmax_cast_back, "property: integers in give float64 out"),
+    "the result's type (integer zeros)": (
+        "check_safe_softmax",
+        softmax_cast_back,
+        "property: integers in give float64 out",
+    ),
     "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: an empty vector"),
     "one element": ("check_safe_softmax", softmax_first_and_rest, "property: a length-1 vector"),
     "an all -inf row": ("check_merge", merge_with(guard=False), "property: two empty parts"),
@@ -1066,7 +1070,11 @@ PROPERTY_CATCHES = {
     # (float16 is a property of chapter 1 alone, where the models catch its overflow too)
     "float16 overflow": ("check_safe_softmax", naive, "property: float16 in gives float16 out"),
     "integer input": ("check_safe_softmax", softmax_into_zeros_like, "property: integers in give float64 out"),
-    "negative-only input": ("check_online_normalizer", normalizer_with(g=0.0, guard=True), "property: values far below 0"),
+    "negative-only input": (
+        "check_online_normalizer",
+        normalizer_with(g=0.0, guard=True),
+        "property: values far below 0",
+    ),
     "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
     "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
 }
@@ -1104,7 +1112,7 @@ def test_the_mistake_models_alone_miss_what_the_property_catches(prop):
 
 
 def score_row_loop(q_n, K):
-    return np.array([math.fsum(a * b for a, b in zip(q_n, k_m)) / math.sqrt(len(q_n)) for k_m in K])
+    return np.array([math.fsum(a * b for a, b in zip(q_n, k_m, strict=True)) / math.sqrt(len(q_n)) for k_m in K])
 
 
 def softmax_logaddexp(x):
@@ -1213,7 +1221,7 @@ def one_loop_step_convex(g, s, a, x_m, v_m):
 
 
 def block_step_folded(g, s, a, x_block, v_block):
-    for x_m, v_m in zip(x_block, v_block):
+    for x_m, v_m in zip(x_block, v_block, strict=True):
         g, s, a = one_loop_step_chapter(g, s, a, x_m, v_m)
     return g, s, a
 
@@ -1284,6 +1292,19 @@ def test_the_package_loop_swap_fails_only_the_traced_case_which_the_prompt_expla
     assert "NonFloatInputError" in message(report, "the order of your loops")
 
 
+def test_a_log_domain_normalizer_without_a_guard_is_named_for_its_nan_not_a_max_started_at_0():
+    def log_domain(x):
+        g, lse = -math.inf, -math.inf
+        for x_i in x:
+            g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+        return g, math.exp(lse - g)  # exp(-inf - (-inf)) = NaN when nothing was seen
+
+    report = exercises.check_online_normalizer(log_domain)
+    assert failures(report) == ["property: an empty x", "property: a fully masked row"]
+    assert "-inf - (-inf) while nothing is seen" in message(report, "property: an empty x")
+    assert "the max started at 0" not in repr(report)
+
+
 def test_a_float16_overflow_is_never_called_off_by_one():
     def float16_acc(y, v):  # chapter 4's loop with float16 partial sums, on float16 input
         return matmul_n_m_d(np.asarray(y, np.float16), np.asarray(v, np.float16))
@@ -1291,3 +1312,52 @@ def test_a_float16_overflow_is_never_called_off_by_one():
     report = exercises.check_loop_swap(float16_acc)
     assert not report.passed
     assert "off by one" not in repr(report)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The prediction cells of chapters 0-5: the misconception of each common wrong answer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def prediction_cells(chapter: int) -> list[str]:
+    import nbformat
+    from helpers import ROOT
+
+    (path,) = sorted((ROOT / "notebooks").glob(f"{chapter:02d}_*.ipynb"))
+    cells = nbformat.read(path, as_version=4).cells
+    return [c.source for c in cells if c.cell_type == "code" and "check_prediction(my_prediction" in c.source]
+
+
+@pytest.mark.parametrize("chapter", range(6))
+def test_each_prediction_cell_names_the_misconception_of_its_common_wrong_answers(chapter, capsys):
+    """Run the cell with each wrong answer of its misconceptions: the verdict is "not quite" and prints that
+    misconception's sentence, which predict.NOTEBOOK_MISCONCEPTIONS marks for the catalog."""
+    import ast
+
+    from flashmath.data import load_heads
+    from flashmath.exercises.predict import NOTEBOOK_MISCONCEPTIONS
+
+    (source,) = prediction_cells(chapter)
+    call = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_prediction"
+    )
+    mapping = next(k.value for k in call.keywords if k.arg == "misconceptions")
+    env = {"np": np, "math": math, "fm": fm, "rng": np.random.default_rng(0), "heads": load_heads()}
+    wrongs = [eval(compile(ast.Expression(key), "<cell>", "eval"), env) for key in mapping.keys]
+    texts = [eval(compile(ast.Expression(value), "<cell>", "eval"), env) for value in mapping.values]
+    assert 2 <= len(wrongs) <= 3
+    for wrong, text in zip(wrongs, texts, strict=True):
+        assert text in NOTEBOOK_MISCONCEPTIONS, text
+        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}".replace("nan", "float('nan')")), env)
+        printed = capsys.readouterr().out
+        assert "not quite" in printed and text in printed, printed
+
+
+def test_a_negative_index_for_the_same_position_is_right(capsys):
+    (source,) = prediction_cells(0)
+    from flashmath.data import load_heads
+
+    exec(source.replace("my_prediction = ...", "my_prediction = -4"), {"heads": load_heads()})
+    assert ": right." in capsys.readouterr().out

@@ -230,10 +230,10 @@ def check_safe_softmax(fn) -> CheckReport:
     """Check a learner's ``fn(x) -> probabilities`` for 1-D ``x`` against :func:`flashmath.safe_softmax` (exercise 1.1).
 
     The property battery first (:func:`softmax_properties`, whose docstring states the rules: empty, one element,
-    all -inf, +inf, NaN, float16, integer and very negative input, each named with the prompt's words; the inputs unchanged and the result's type,
-    dtype and shape on every case), then :func:`softmax_cases`: a small vector, all-equal values, values of 1e4,
-    ``-inf`` entries, 46 equal float16 values whose exponentials fit but whose sum does not. Named mistakes:
-    :data:`MISTAKES`.
+    all -inf, +inf, NaN, float16, integer and very negative input, each named with the prompt's words; the inputs
+    unchanged and the result's type, dtype and shape on every case), then :func:`softmax_cases`: a small vector,
+    all-equal values, values of 1e4, ``-inf`` entries, 46 equal float16 values whose exponentials fit but whose sum
+    does not. Named mistakes: :data:`MISTAKES`.
     """
     cases = [(name, (x,)) for name, x in softmax_cases()]
     properties = property_cases([(name, (x,)) for name, x in softmax_properties()])

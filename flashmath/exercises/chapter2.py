@@ -113,6 +113,15 @@ def _from_zero(x, masked_guard=False, empty_sum_guard=False):
     return (-math.inf, 0.0) if empty_sum_guard and s == 0 else (g, s)
 
 
+def _log_domain(x):
+    """The state through the log domain, ``lse = logaddexp(lse, x_i)`` and ``s = exp(lse - g)``, without a guard for
+    nothing seen: an empty or fully masked x gives exp(-inf - (-inf)) = NaN."""
+    g, lse = -math.inf, -math.inf
+    for x_i in (float(v) for v in x):
+        g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+    return g, float(np.exp(lse - g))
+
+
 def _closed_form(x, term=np.exp, shift=True):
     """``(g, sum term(x_j - g))`` (or ``sum term(x_j)`` without ``shift``), for mistakes outside the recurrence."""
     x = np.asarray(x, dtype=np.float64)
@@ -184,7 +193,7 @@ UNGUARDED = Mistake(
         "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
         "as a fresh start"
     ),
-    (lambda x: _scan(x, _right_step, guard=False),),
+    (lambda x: _scan(x, _right_step, guard=False), _log_domain),
 )
 PYTHON_MAX = Mistake(
     N_("Python's max dropping NaN"),
