@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import checker_tests
 
+import flashmath as fm
 from flashmath import exercises, solutions
 from flashmath.exercises import chapter2, chapter4
 
@@ -606,7 +607,6 @@ BLOCK_STEP = dict(a_updates("m-b"))
 BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
 for steps in (ONE_LOOP_STEP, BLOCK_STEP):
     wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
-    steps["-inf - (-inf) while nothing is seen"] = wrap(block_with(guard=False))
     steps["Python's max dropping NaN"] = wrap(block_with(g_of=lambda g_prev, x: max(g_prev, *x)))
 BLOCK_STEP["not a triple"] = lambda *args: solutions.block_step(*args)[:2]
 
@@ -663,7 +663,7 @@ test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a
 
 def test_a_plus_inf_row_turned_into_zeros_is_named():
     report = exercises.check_safe_softmax(softmax_inf_row_zeros)
-    assert "NaN or +inf turned into zeros" in message(report, "property: +inf")
+    assert "NaN or +inf turned into zeros" in message(report, "property: a row holding +inf")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -673,14 +673,14 @@ def test_a_plus_inf_row_turned_into_zeros_is_named():
 
 def test_a_max_started_at_0_with_a_masked_row_guard_is_caught_where_it_matters():
     report = exercises.check_safe_softmax(max_from_zero_guarded)
-    assert failures(report) == ["property: negative-only input, [-1000, -1001]"]
-    assert "the max started at 0" in message(report, "property: negative-only input")
+    assert failures(report) == ["property: values far below 0"]
+    assert "the max started at 0" in message(report, "property: values far below 0")
     for fn in (normalizer_with(g=0.0), max_from_zero_normalizer_guarded):
         report = exercises.check_online_normalizer(fn)
         assert "negative values, [-3, -5] (the max is -3)" in failures(report)
         assert "the max started at 0" in message(report, "negative values")
     report = exercises.check_online_normalizer(max_from_zero_normalizer_guarded)
-    assert "property: an all -inf row (fully masked)" not in failures(report)
+    assert "property: a fully masked row" not in failures(report)
 
 
 def max_from_zero_normalizer_guarded(x):
@@ -1046,31 +1046,34 @@ def softmax_first_and_rest(x):
     return e / e.sum()
 
 
+def softmax_into_zeros_like(x):
+    y = np.zeros_like(np.asarray(x))  # the dtype of x: integers for [3, 1, 2]
+    y[...] = solutions.safe_softmax(x)
+    return y
+
+
 PROPERTY_CATCHES = {
     # property: (checker, wrong solution, the start of the property case that catches it)
     "the inputs unchanged (v_m)": ("check_one_loop_step", step_clearing_v_m, "property"),
     "the inputs unchanged (v_block)": ("check_block_step", block_clearing_v_block, "property"),
-    "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 overflow"),
-    "the result's type (integer zeros)": ("check_safe_softmax", softmax_cast_back, "property: integer input"),
-    "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: the empty input"),
-    "one element": ("check_safe_softmax", softmax_first_and_rest, "property: one element"),
-    "an all -inf row": ("check_merge", merge_with(guard=False), "property: the empty input"),
-    "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: +inf"),
+    "the result's dtype": ("check_safe_softmax", softmax_float64_out, "property: float16 in gives float16 out"),
+    "the result's type (integer zeros)": (
+        "check_safe_softmax",
+        softmax_cast_back,
+        "property: integers in give float64 out",
+    ),
+    "the empty input": ("check_safe_softmax", softmax_crashing_on_empty, "property: an empty vector"),
+    "one element": ("check_safe_softmax", softmax_first_and_rest, "property: a length-1 vector"),
+    "an all -inf row": ("check_merge", merge_with(guard=False), "property: two empty parts"),
+    "+inf": ("check_safe_softmax", softmax_inf_row_zeros, "property: a row holding +inf"),
     "NaN": ("check_merge_three", THREE["Python's max dropping NaN"], "property: NaN"),
-    "float16 overflow": (
-        "check_score_row",
-        lambda q, K: np.asarray(K) @ np.asarray(q) / math.sqrt(len(q)),
-        "property: float16 overflow",
-    ),
-    "integer input": (
-        "check_attention",
-        lambda q, k, v: solutions.attention(q, k, v).astype(np.asarray(q).dtype),
-        "property: integer input",
-    ),
+    # (float16 is a property of chapter 1 alone, where the models catch its overflow too)
+    "float16 overflow": ("check_safe_softmax", naive, "property: float16 in gives float16 out"),
+    "integer input": ("check_safe_softmax", softmax_into_zeros_like, "property: integers in give float64 out"),
     "negative-only input": (
         "check_online_normalizer",
         normalizer_with(g=0.0, guard=True),
-        "property: negative-only input",
+        "property: values far below 0",
     ),
     "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
     "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
@@ -1090,7 +1093,6 @@ MISSED_BY_MODELS = [
     "the empty input",
     "one element",
     "+inf",
-    "float16 overflow",
     "integer input",
     "one pass in constant memory",
     "NaN",
@@ -1102,3 +1104,260 @@ MISSED_BY_MODELS = [
 def test_the_mistake_models_alone_miss_what_the_property_catches(prop):
     checker, fn, _ = PROPERTY_CATCHES[prop]
     assert models_only(checker, fn).passed, prop
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Right answers pass (issue 34): the package's function, the chapter's own code and equivalent forms
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def score_row_loop(q_n, K):
+    return np.array([math.fsum(a * b for a, b in zip(q_n, k_m, strict=True)) / math.sqrt(len(q_n)) for k_m in K])
+
+
+def softmax_logaddexp(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    if w.size and np.all(w == -np.inf):
+        return np.zeros(x.shape, out_dtype(x))
+    return np.exp(w - np.logaddexp.reduce(w)).astype(out_dtype(x))  # a +inf row: NaN at the +inf, 0 elsewhere
+
+
+def softmax_chapter_logsumexp(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    if w.size == 0 or w.max() == -np.inf:
+        return np.zeros(x.shape, out_dtype(x))
+    g = w.max()
+    return np.exp(w - (g + np.log(np.exp(w - g).sum()))).astype(out_dtype(x))
+
+
+def online_states_chapter(x):
+    """Chapter 2's online_states loop (with np.maximum, as its comment says for NaN), its last state."""
+    g_prev, s_prev = -math.inf, 0.0
+    for x_i in x:
+        g_i = float(np.maximum(g_prev, x_i))
+        if g_i == -math.inf:
+            continue
+        s_prev = s_prev * math.exp(g_prev - g_i) + math.exp(x_i - g_i) if not math.isnan(g_i) else math.nan
+        g_prev = g_i
+    return g_prev, s_prev
+
+
+def online_log_domain(x):
+    g, lse = -math.inf, -math.inf  # the running max and log(sum of exp)
+    for x_i in x:
+        g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+    return (g, 0.0) if g == -math.inf else (g, math.exp(lse - g) if g < math.inf else math.nan)
+
+
+def merge_log_domain(g1, s1, g2, s2):
+    g = float(np.maximum(g1, g2))
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.logaddexp(g1 + np.log(s1), g2 + np.log(s2))
+    return g, float(np.exp(lse - g))
+
+
+def merge_three_fsum(g1, s1, g2, s2, g3, s3):
+    g = float(np.max([g1, g2, g3]))
+    if g == -math.inf:
+        return g, 0.0
+    return g, math.fsum(s * math.exp(gk - g) if s else 0.0 for s, gk in ((s1, g1), (s2, g2), (s3, g3)))
+
+
+def attention_einsum(q, k, v):
+    x = np.einsum("...nd,...md->...nm", q, k) / math.sqrt(q.shape[-1])
+    y = np.exp(x - x.max(axis=-1, keepdims=True))
+    return np.einsum("...nm,...mv->...nv", y / y.sum(axis=-1, keepdims=True), v)
+
+
+def attention_rows(q, k, v):
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    out = np.zeros(q.shape[:-1] + v.shape[-1:])
+    for index in np.ndindex(q.shape[:-1]):
+        x = k[index[:-1]] @ q[index] / math.sqrt(q.shape[-1])
+        out[index] = solutions.safe_softmax(x) @ v[index[:-1]]
+    return out
+
+
+def matmul_n_m_d(y, v):
+    """Chapter 4's matmul_n_m_d, verbatim."""
+    (N, M), D = y.shape, v.shape[1]
+    out = np.zeros((N, D))
+    for n in range(N):
+        acc = [0.0] * D  # the row of partial sums of A[n, :]
+        for m in range(M):
+            for d in range(D):
+                acc[d] = acc[d] + y[n, m] * v[m, d]  # each acc[d] still gets its terms in the order m = 0, 1, ...
+        out[n] = acc
+    return out
+
+
+def loop_swap_mnd(y, v):
+    (N, M), D = np.shape(y), np.shape(v)[1]
+    out = np.zeros((N, D))
+    for m in range(M):
+        for n in range(N):
+            out[n] = out[n] + y[n, m] * v[m, :]
+    return out
+
+
+def one_loop_step_chapter(g, s, a, x_m, v_m):
+    """Chapter 5's one_loop update (its loop body), for one row."""
+    g_new = np.maximum(g, x_m)
+    rescale = np.exp(g - g_new)
+    e_m = np.exp(x_m - g_new)
+    s_new = s * rescale + e_m
+    return g_new, s_new, a * (s * rescale / s_new) + (e_m / s_new) * np.asarray(v_m)
+
+
+def one_loop_step_convex(g, s, a, x_m, v_m):
+    g_new = max(g, x_m) if not (math.isnan(g) or math.isnan(x_m)) else math.nan
+    s_new = s * math.exp(g - g_new) + math.exp(x_m - g_new)
+    w = math.exp(x_m - g_new) / s_new  # the new key's weight; the old output keeps 1 - w
+    return g_new, s_new, (1 - w) * np.asarray(a) + w * np.asarray(v_m)
+
+
+def block_step_folded(g, s, a, x_block, v_block):
+    for x_m, v_m in zip(x_block, v_block, strict=True):
+        g, s, a = one_loop_step_chapter(g, s, a, x_m, v_m)
+    return g, s, a
+
+
+def block_step_vectorised(g, s, a, x_block, v_block):
+    x, V = np.asarray(x_block, dtype=float), np.asarray(v_block, dtype=float)
+    g_new = np.max(np.append(x, g))
+    e = np.exp(x - g_new)
+    s_new = s * np.exp(g - g_new) + e.sum()
+    return g_new, s_new, (np.asarray(a) * s * np.exp(g - g_new) + e @ V) / s_new
+
+
+RIGHT = {
+    "check_score_row": {
+        "the package's solution": solutions.score_row,
+        "K @ q_n / sqrt(D)": lambda q, K: K @ q / np.sqrt(len(q)),
+        "a loop with math.fsum": score_row_loop,
+        "einsum": lambda q, K: np.einsum("md,d->m", K, q) / math.sqrt(q.shape[0]),
+    },
+    "check_safe_softmax": {
+        "fm.safe_softmax": fm.safe_softmax,
+        "through np.logaddexp": softmax_logaddexp,
+        "through the logsumexp of chapter 1": softmax_chapter_logsumexp,
+    },
+    "check_online_normalizer": {
+        "chapter 2's loop (np.maximum)": online_states_chapter,
+        "the log domain (np.logaddexp)": online_log_domain,
+    },
+    "check_merge": {
+        "fm.merge": lambda *a: tuple(float(t) for t in fm.merge(*a)),
+        "the log domain": merge_log_domain,
+    },
+    "check_merge_three": {
+        "two merges": lambda g1, s1, g2, s2, g3, s3: solutions.merge(*solutions.merge(g1, s1, g2, s2), g3, s3),
+        "the other grouping": lambda g1, s1, g2, s2, g3, s3: solutions.merge(g1, s1, *solutions.merge(g2, s2, g3, s3)),
+        "math.fsum": merge_three_fsum,
+    },
+    "check_attention": {
+        "fm.attention": fm.attention,
+        "einsum": attention_einsum,
+        "a loop over the rows": attention_rows,
+    },
+    "check_loop_swap": {
+        "chapter 4's matmul_n_m_d, verbatim": matmul_n_m_d,
+        "the order m -> n -> d": loop_swap_mnd,
+    },
+    "check_one_loop_step": {
+        "chapter 5's loop body": one_loop_step_chapter,
+        "a convex combination": one_loop_step_convex,
+    },
+    "check_block_step": {
+        "chapter 5's loop body, key by key": block_step_folded,
+        "vectorised": block_step_vectorised,
+    },
+}
+RIGHT_CASES = [(checker, form) for checker, forms in RIGHT.items() for form in forms]
+
+
+@pytest.mark.parametrize("checker, form", RIGHT_CASES, ids=[f"{c}: {f}" for c, f in RIGHT_CASES])
+def test_a_right_answer_passes(checker, form):
+    report = getattr(exercises, checker)(RIGHT[checker][form])
+    assert report.passed, report
+
+
+def test_the_package_loop_swap_fails_only_the_traced_case_which_the_prompt_explains():
+    report = exercises.check_loop_swap(fm.matmul_nmd)  # it refuses arrays of traced numbers (not floats)
+    assert failures(report) == [exercises.chapter4._(exercises.chapter4.TRACED_CASE)]
+    assert "NonFloatInputError" in message(report, "the order of your loops")
+
+
+def test_a_log_domain_normalizer_without_a_guard_is_named_for_its_nan_not_a_max_started_at_0():
+    def log_domain(x):
+        g, lse = -math.inf, -math.inf
+        for x_i in x:
+            g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+        return g, math.exp(lse - g)  # exp(-inf - (-inf)) = NaN when nothing was seen
+
+    report = exercises.check_online_normalizer(log_domain)
+    assert failures(report) == ["property: an empty x", "property: a fully masked row"]
+    assert "-inf - (-inf) while nothing is seen" in message(report, "property: an empty x")
+    assert "the max started at 0" not in repr(report)
+
+
+def test_a_float16_overflow_is_never_called_off_by_one():
+    def float16_acc(y, v):  # chapter 4's loop with float16 partial sums, on float16 input
+        return matmul_n_m_d(np.asarray(y, np.float16), np.asarray(v, np.float16))
+
+    report = exercises.check_loop_swap(float16_acc)
+    assert not report.passed
+    assert "off by one" not in repr(report)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The prediction cells of chapters 0-5: the misconception of each common wrong answer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def prediction_cells(chapter: int) -> list[str]:
+    import nbformat
+    from helpers import ROOT
+
+    (path,) = sorted((ROOT / "notebooks").glob(f"{chapter:02d}_*.ipynb"))
+    cells = nbformat.read(path, as_version=4).cells
+    return [c.source for c in cells if c.cell_type == "code" and "check_prediction(my_prediction" in c.source]
+
+
+@pytest.mark.parametrize("chapter", range(6))
+def test_each_prediction_cell_names_the_misconception_of_its_common_wrong_answers(chapter, capsys):
+    """Run the cell with each wrong answer of its misconceptions: the verdict is "not quite" and prints that
+    misconception's sentence, which predict.NOTEBOOK_MISCONCEPTIONS marks for the catalog."""
+    import ast
+
+    from flashmath.data import load_heads
+    from flashmath.exercises.predict import NOTEBOOK_MISCONCEPTIONS
+
+    (source,) = prediction_cells(chapter)
+    call = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_prediction"
+    )
+    mapping = next(k.value for k in call.keywords if k.arg == "misconceptions")
+    env = {"np": np, "math": math, "fm": fm, "rng": np.random.default_rng(0), "heads": load_heads()}
+    wrongs = [eval(compile(ast.Expression(key), "<cell>", "eval"), env) for key in mapping.keys]
+    texts = [eval(compile(ast.Expression(value), "<cell>", "eval"), env) for value in mapping.values]
+    assert 2 <= len(wrongs) <= 3
+    for wrong, text in zip(wrongs, texts, strict=True):
+        assert text in NOTEBOOK_MISCONCEPTIONS, text
+        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}".replace("nan", "float('nan')")), env)
+        printed = capsys.readouterr().out
+        assert "not quite" in printed and text in printed, printed
+
+
+def test_a_negative_index_for_the_same_position_is_right(capsys):
+    (source,) = prediction_cells(0)
+    from flashmath.data import load_heads
+
+    exec(source.replace("my_prediction = ...", "my_prediction = -4"), {"heads": load_heads()})
+    assert ": right." in capsys.readouterr().out

@@ -94,40 +94,30 @@ def _hint(exc) -> str | None:
 
 
 def score_row_properties():
-    """The property cases of exercise 0.1: ``[(name, (q_n, K))]`` (the module :mod:`~flashmath.exercises._cases`)."""
+    """The property cases of exercise 0.1: ``[(name, (q_n, K))]`` (the module :mod:`~flashmath.exercises._cases`).
+
+    Only what the prompt states: one key of width one, and negative numbers. Chapter 0 teaches notation, not
+    floating point: the empty input, -inf, +inf, NaN, float16 and integer input are not its subject and are not
+    tested here (chapters 1-3 state and test them where they teach them).
+    """
     rng = np.random.default_rng(10)
     q, K = rng.normal(size=3), rng.normal(size=(4, 3))
-    k_nan, q_inf = K.copy(), q.copy()
-    k_nan[1, 0] = np.nan
-    q_inf[0] = np.inf
-    masked = K.copy()
-    masked[2] = -np.inf
     return property_cases(
         [
-            (_("the empty input (no keys, M = 0): no scores"), (q, np.zeros((0, 3)))),
-            (_("one element (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
-            (_("an all -inf key row"), (np.abs(q) + 1, masked)),
-            (_("+inf in the query"), (q_inf, np.abs(K) + 1)),
-            (_("NaN in a key propagates to its score"), (q, k_nan)),
-            (
-                _("float16 overflow (a dot product of 270 000 does not fit float16: compute in float64)"),
-                (np.full(3, 300.0, np.float16), np.full((2, 3), 300.0, np.float16)),
-            ),
-            (_("integer input (float scores out)"), (np.array([1, 2, 3]), np.array([[1, 0, 2], [3, -1, 1]]))),
+            (_("one key of width one (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
             (_("negative-only input"), (-np.abs(q) - 1, -np.abs(K) - 1)),
         ]
     )
 
 
-@exercise("0.1", MISTAKES, solution="score_row")
+@exercise("0.1", MISTAKES, solution="score_row", property_cases=2)
 def check_score_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
 
-    The property battery first (:func:`score_row_properties`: empty, one element, -inf, +inf, NaN, float16,
-    integer and negative-only input; the inputs unchanged and the result's form on every case), then a small
-    query and keys, ``D = 1``, a single key, a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from
-    :func:`flashmath.data.load_heads`. The scores are float64 (a float16 input is computed in float64). Named
-    mistakes: :data:`MISTAKES`.
+    The property battery first (:func:`score_row_properties`: one key of width one, negative-only input; the
+    inputs unchanged and the result's form on every case), then a small query and keys, ``D = 1``, a single key,
+    a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from :func:`flashmath.data.load_heads`. Every
+    input is float64 and the scores are compared in float64 (to 1e-9). Named mistakes: :data:`MISTAKES`.
     """
     from flashmath.data import load_heads
 

@@ -9,8 +9,8 @@ import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Mistake, close
-from flashmath.exercises.chapter1 import softmax_cases, softmax_properties
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close
+from flashmath.exercises.chapter1 import softmax_cases
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import merge, online_normalizer
@@ -104,10 +104,22 @@ def _right_step(s, g, g_new, x_i):
     return s * np.exp(g - g_new) + np.exp(x_i - g_new)
 
 
-def _from_zero(x, masked_guard=False):
+def _from_zero(x, masked_guard=False, empty_sum_guard=False):
+    """A running max started at 0; ``masked_guard`` returns (-inf, 0) for a fully masked row, ``empty_sum_guard``
+    whenever the sum ends at 0 (which a max started at 0 also gives where every exp underflows)."""
     if masked_guard and all(v == -math.inf for v in x):
         return -math.inf, 0.0
-    return _scan(x, _right_step, g0=0.0, guard=False)
+    g, s = _scan(x, _right_step, g0=0.0, guard=False)
+    return (-math.inf, 0.0) if empty_sum_guard and s == 0 else (g, s)
+
+
+def _log_domain(x):
+    """The state through the log domain, ``lse = logaddexp(lse, x_i)`` and ``s = exp(lse - g)``, without a guard for
+    nothing seen: an empty or fully masked x gives exp(-inf - (-inf)) = NaN."""
+    g, lse = -math.inf, -math.inf
+    for x_i in (float(v) for v in x):
+        g, lse = float(np.maximum(g, x_i)), float(np.logaddexp(lse, x_i))
+    return g, float(np.exp(lse - g))
 
 
 def _closed_form(x, term=np.exp, shift=True):
@@ -181,7 +193,7 @@ UNGUARDED = Mistake(
         "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
         "as a fresh start"
     ),
-    (lambda x: _scan(x, _right_step, guard=False),),
+    (lambda x: _scan(x, _right_step, guard=False), _log_domain),
 )
 PYTHON_MAX = Mistake(
     N_("Python's max dropping NaN"),
@@ -230,7 +242,7 @@ NORMALIZER_MISTAKES = (
             "a running max that starts at 0 is never below 0: for [-3, -5] it stays 0 instead of -3. Start from "
             "g_0 = -inf (nothing seen) and s_0 = 0"
         ),
-        (_from_zero, lambda x: _from_zero(x, masked_guard=True)),
+        (_from_zero, lambda x: _from_zero(x, masked_guard=True), lambda x: _from_zero(x, empty_sum_guard=True)),
     ),
     Mistake(
         N_("the sum started at 1"),
@@ -250,7 +262,7 @@ NORMALIZER_MISTAKES = (
     RESCALE_ON_NEW,
     INVERTED_RESCALE,
     OLD_MAX_TERM,
-    Mistake(SWAPPED.name, SWAPPED.fix, (lambda x: tuple(reversed([float(v) for v in online_normalizer(x)])),)),
+    Mistake(SWAPPED.name, SWAPPED.fix, (lambda x: tuple(reversed(_scan(x, _right_step))),)),
     UNGUARDED,
     PYTHON_MAX,
     TWO_PASSES,
@@ -319,45 +331,23 @@ def _normalizer_reference(x, *mode):
     return tuple(float(v) for v in online_normalizer(x))
 
 
-# The names normalizer_properties makes from chapter 1's property names, marked for the catalog.
-_NORMALIZER_PROPERTY_NAMES = (
-    N_("the empty input: the state (-inf, 0)"),
-    N_("an all -inf row (fully masked)"),
-    N_("+inf: a row holding +inf gives g = +inf"),
-    N_("integer input [3, 1, 2]"),
-)
-
-
 def normalizer_properties():
-    """The property cases of exercise 2.1 (those of chapter 1 where they apply, and the one-pass memory case).
+    """The property cases of exercise 2.1 (those of chapter 1 that apply, without float16, and the one-pass memory
+    case), named with the prompt's words.
 
-    Rules: the empty vector has the state (-inf, 0) (nothing seen); a +inf element gives g = +inf (the state's
-    logsumexp is +inf; s is not compared); NaN gives NaN; integers are read as numbers.
+    Rules: an empty x and a fully masked row have the state (-inf, 0) (nothing seen); a +inf element gives g = +inf
+    (the state's logsumexp is +inf; s is not compared); NaN in gives NaN out; integers are read as numbers.
     """
     props: list[tuple[str, tuple]] = [
-        (name, (x,)) for name, x in softmax_properties(translate=False) if x.dtype != np.float16
+        (_("an empty x"), (np.array([], dtype=np.float64),)),
+        (_("a length-1 vector"), (np.array([3.0]),)),
+        (_("a fully masked row"), (np.full(3, -np.inf),)),
+        (_("a +inf element gives g = +inf"), (np.array([1.0, np.inf, 2.0]),)),
+        (_("NaN in gives NaN out"), (np.array([1.0, np.nan, 2.0]),)),
+        (_("integers [3, 1, 2]"), (np.array([3, 1, 2]),)),
+        (_("values far below 0"), (np.array([-1000.0, -1001.0]),)),
+        (_("one pass in constant memory"), (np.random.default_rng(21).normal(size=MEMORY_CASE_LENGTH), "memory")),
     ]
-    props = [
-        (
-            _(
-                name.replace(": an empty vector out", ": the state (-inf, 0)")
-                .replace(": expected zeros", "")
-                .replace(": float64 probabilities out", "")
-                .replace("gives NaN (inf - inf), not zeros", "gives g = +inf")
-            ),
-            args,
-        )
-        for name, args in props
-    ]
-    x = np.random.default_rng(21).normal(size=MEMORY_CASE_LENGTH)
-    props.append(
-        (
-            _("one pass in constant memory ({n} elements: a copy such as np.array(list(x)) is not one pass)").format(
-                n=MEMORY_CASE_LENGTH
-            ),
-            (x, "memory"),
-        )
-    )
     return property_cases(props)
 
 
@@ -393,6 +383,8 @@ def check_online_normalizer(fn) -> CheckReport:
         describe=_state_describe,
         check_form=False,
         call=_call_one_pass,
+        # the models take x alone (the memory case passes x and "memory")
+        diagnosis=lambda args, answers: Diagnosis([a[:1] for a in args], answers, NORMALIZER_MISTAKES, same_state),
     )
 
 
@@ -444,7 +436,20 @@ def _right_merge(g1, s1, g2, s2):
     return tuple(float(v) for v in merge(g1, s1, g2, s2))
 
 
+# In the order the whole-run rule tries them: a mistake whose model also gives another's answers on the cases that
+# other fails comes after it (Python's max and an unguarded empty state first: the exponential of each max alone and
+# the min of the maxima give their NaN on those cases too; one part rescaled before none: the two agree on every case
+# where the part rescaled holds the max).
 MERGE_MISTAKES = (
+    Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
+    Mistake(
+        UNGUARDED.name,
+        N_(
+            "when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is exp(-inf - (-inf)) = NaN: "
+            "return (-inf, 0) when the merged max is -inf"
+        ),
+        (_merge_model(),),
+    ),
     Mistake(
         N_("the exponential of each max taken alone"),
         N_(
@@ -461,11 +466,22 @@ MERGE_MISTAKES = (
             "mixes the parts)"
         ),
         (
-            lambda g1, s1, g2, s2: _right_merge(g1, g2, s1, s2),
+            lambda g1, s1, g2, s2: _guarded_merge(_np_max)(g1, g2, s1, s2),
             lambda g1, s1, g2, s2: (
                 _np_max(g1, g2),
                 float(s1 * np.exp(g2 - _np_max(g1, g2)) + s2 * np.exp(g1 - _np_max(g1, g2))),
             ),
+        ),
+    ),
+    Mistake(
+        N_("only one part rescaled"),
+        N_(
+            "both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
+            "below 1, and the one that holds it by exactly 1, so write both factors"
+        ),
+        (
+            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
+            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))),
         ),
     ),
     Mistake(
@@ -485,17 +501,6 @@ MERGE_MISTAKES = (
         ),
     ),
     Mistake(
-        N_("only one part rescaled"),
-        N_(
-            "both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
-            "below 1, and the one that holds it by exactly 1, so write both factors"
-        ),
-        (
-            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
-            lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))),
-        ),
-    ),
-    Mistake(
         N_("the min of the two maxima"),
         N_(
             "the merged state's max is the larger one, g = max(g1, g2); relative to the smaller one the factors "
@@ -511,16 +516,7 @@ MERGE_MISTAKES = (
             _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)),
         ),
     ),
-    Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed([float(v) for v in merge(*a)])),)),
-    Mistake(
-        UNGUARDED.name,
-        N_(
-            "when both parts are empty (g1 = g2 = -inf) the factor exp(g_k - g) is exp(-inf - (-inf)) = NaN: "
-            "return (-inf, 0) when the merged max is -inf"
-        ),
-        (_merge_model(),),
-    ),
-    Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
+    Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed(_guarded_merge(_np_max)(*a))),)),
     NOT_A_PAIR,
 )
 
@@ -551,13 +547,13 @@ def merge_properties():
     """
     return property_cases(
         [
-            (_("the empty input: both parts empty, (-inf, 0) each"), (-np.inf, 0.0, -np.inf, 0.0)),
-            (_("one element on each side, (x, 1)"), (0.5, 1.0, -0.25, 1.0)),
-            (_("an all -inf part (fully masked) and a real one"), (-np.inf, 0.0, 1.0, 2.0)),
-            (_("+inf: a part with max +inf gives g = +inf"), (np.inf, 1.0, 0.0, 1.0)),
-            (_("NaN in the second part's max propagates"), (0.0, 1.0, np.nan, 1.0)),
-            (_("integer input (3, 1, 1, 2)"), (3, 1, 1, 2)),
-            (_("negative-only maxima (-3, 1, -5, 2)"), (-3.0, 1.0, -5.0, 2.0)),
+            (_("two empty parts"), (-np.inf, 0.0, -np.inf, 0.0)),
+            (_("one element on each side"), (0.5, 1.0, -0.25, 1.0)),
+            (_("an empty part and a real one"), (-np.inf, 0.0, 1.0, 2.0)),
+            (_("a part with max +inf"), (np.inf, 1.0, 0.0, 1.0)),
+            (_("NaN in a max"), (0.0, 1.0, np.nan, 1.0)),
+            (_("integer states"), (3, 1, 1, 2)),
+            (_("negative maxima"), (-3.0, 1.0, -5.0, 2.0)),
         ]
     )
 
@@ -630,6 +626,7 @@ THREE_MISTAKES = (
         ),
         (_three_python_max,),
     ),
+    Mistake(UNGUARDED.name, N_("when all three parts are empty the merged state is (-inf, 0)"), (_three(guard=False),)),
     Mistake(
         N_("an intermediate state not moved to the new max"),
         N_(
@@ -647,14 +644,16 @@ THREE_MISTAKES = (
     Mistake(
         INVERTED_RESCALE.name,
         N_("each factor is exp(g_k - g) <= 1"),
-        (_three(term=lambda s, g_k, g: s * np.exp(g - g_k)),),
+        (
+            _three(term=lambda s, g_k, g: s * np.exp(g - g_k)),
+            _three(term=lambda s, g_k, g: s * np.exp(g - g_k) if s else 0.0),  # an empty part skipped
+        ),
     ),
     Mistake(
         N_("a max of two parts only"),
         N_("g is the max of all three parts' maxima, g = max(g_1, g_2, g_3)"),
         tuple(_three(g_of=lambda gs, pair=pair: max(gs[pair[0]], gs[pair[1]])) for pair in ((0, 1), (1, 2), (0, 2))),
     ),
-    Mistake(UNGUARDED.name, N_("when all three parts are empty the merged state is (-inf, 0)"), (_three(guard=False),)),
     NOT_A_PAIR,
 )
 
@@ -684,13 +683,13 @@ def merge_three_properties():
     empty = (-np.inf, 0.0)
     return property_cases(
         [
-            (_("the empty input: all three parts empty"), empty * 3),
-            (_("one element in each part, (x, 1)"), (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
-            (_("an all -inf part first"), (*empty, 1.0, 2.0, 0.0, 1.0)),
-            (_("+inf: a part with max +inf gives g = +inf"), (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
-            (_("NaN in the middle part's max propagates"), (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
-            (_("integer input"), (3, 1, 1, 2, 2, 1)),
-            (_("negative-only maxima"), (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
+            (_("three empty parts"), empty * 3),
+            (_("one element in each part"), (0.5, 1.0, -0.25, 1.0, 1.5, 1.0)),
+            (_("an empty part first"), (*empty, 1.0, 2.0, 0.0, 1.0)),
+            (_("a part with max +inf"), (0.0, 1.0, np.inf, 1.0, 1.0, 1.0)),
+            (_("NaN in a max"), (0.0, 1.0, np.nan, 1.0, 1.0, 1.0)),
+            (_("integer states"), (3, 1, 1, 2, 2, 1)),
+            (_("negative maxima"), (-3.0, 1.0, -5.0, 2.0, -4.0, 1.5)),
         ]
     )
 

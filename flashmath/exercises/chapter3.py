@@ -237,41 +237,25 @@ def attention_cases():
 
 
 def attention_properties():
-    """The property cases of exercise 3.1: ``[(name, (q, k, v))]`` (the battery of :mod:`~flashmath.exercises._cases`).
+    """The property cases of exercise 3.1: ``[(name, (q, k, v))]`` (the battery of :mod:`~flashmath.exercises._cases`),
+    named with the prompt's words.
 
-    Rules: no query (N = 0) gives an empty ``(0, Dv)`` output; a +inf score gives NaN in its row (inf - inf);
-    NaN in gives NaN in the rows it reaches; integer input gives float64 out; float16 input is computed in float64
-    (the reference is float64 throughout).
+    Only what the prompt states: one query and one key of width one, and negative-only input. The edge cases that
+    are not chapter 3's subject are not tested here: an all -inf score row (a row with no key, chapter 8 masks keys;
+    the package gives it zeros, a plain softmax NaN), +inf, NaN, float16, integer input (``fm.attention`` refuses
+    integers) and the empty input; every input is float64.
     """
     rng = np.random.default_rng(30)
-
-    def qkv(N, M, D, Dv=None):
-        Dv = D if Dv is None else Dv
-        return tuple(rng.standard_normal(shape) for shape in ((N, D), (M, D), (M, Dv)))
-
-    q, k, v = qkv(2, 3, 4)
-    k_masked, q_inf, k_nan = k.copy(), q.copy(), k.copy()
-    k_masked[:, 0] = -np.inf
-    q_inf[0, 0] = np.inf
-    k_nan[1, 2] = np.nan
-    big = tuple(np.full(shape, 30.0, np.float16) for shape in ((2, 4), (3, 4), (3, 2)))
-    big[1][0] = 31.0
     return property_cases(
         [
-            (_("the empty input (no query, N = 0): an empty (0, Dv) output"), (q[:0], k, v)),
-            (_("one element (N = M = D = Dv = 1)"), (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]]))),
             (
-                _("an all -inf score row (a query against -inf keys): NaN (inf - inf), not zeros"),
-                (np.abs(q) + 1, k_masked, v),
+                _("one query and one key of width one"),
+                (np.array([[2.0]]), np.array([[0.5]]), np.array([[-3.0]])),
             ),
-            (_("+inf in a query: NaN in its row"), (q_inf, k, v)),
-            (_("NaN in a key propagates"), (q, k_nan, v)),
-            (_("float16 overflow (scores of 1800 and more do not fit exp in float16)"), big),
             (
-                _("integer input (float64 out)"),
-                (np.array([[1, 2], [0, -1]]), np.array([[1, 0], [2, 1], [0, 1]]), np.array([[1, 2], [3, 4], [5, 6]])),
+                _("negative-only input"),
+                tuple(-np.abs(rng.standard_normal(shape)) - 1 for shape in ((3, 2), (4, 2), (4, 3))),
             ),
-            (_("negative-only input"), tuple(-np.abs(a) - 1 for a in qkv(3, 4, 2, 3))),
         ]
     )
 
@@ -313,7 +297,7 @@ def _describe(a, expected):
     return text, a, expected
 
 
-@exercise("3.1", MISTAKES, solution="attention")
+@exercise("3.1", MISTAKES, solution="attention", property_cases=2)
 def check_attention(fn) -> CheckReport:
     """Check a learner's ``fn(q, k, v) -> A = softmax(Q K^T / sqrt(D)) V`` for ``q (..., N, D)`` (exercise 3.1).
 

@@ -132,6 +132,14 @@ def products(log) -> list | None:
     return pairs
 
 
+def _ndm(y, v):
+    """``Y V`` summed in the order of the keys (float64), as a learner's loop sums it; zeros when there is no key."""
+    from flashmath.attention import matmul_ndm
+
+    y, v = np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64)
+    return matmul_ndm(y, v) if y.shape[1] else np.zeros((y.shape[0], v.shape[1]))
+
+
 NOT_SWAPPED = Mistake(
     N_("the loops not swapped (order n, d, m)"),
     N_(
@@ -193,9 +201,9 @@ MISTAKES = (
             "the loop over keys must run over all of range(M), 0 to M-1 in code; range(1, M) or range(M - 1) "
             "leaves one out (the math counts keys 1..M, the code 0..M-1)"
         ),
-        (
-            lambda y, v: np.asarray(y)[:, 1:] @ np.asarray(v)[1:],
-            lambda y, v: np.asarray(y)[:, :-1] @ np.asarray(v)[:-1],
+        (  # the loop's own order of additions (the order cases tell @ from a loop)
+            lambda y, v: _ndm(np.asarray(y)[:, 1:], np.asarray(v)[1:]),
+            lambda y, v: _ndm(np.asarray(y)[:, :-1], np.asarray(v)[:-1]),
         ),
     ),
     Mistake(N_("the result transposed"), N_("A has one row per query: shape (N, Dv), A[n, d]")),
@@ -296,28 +304,19 @@ def order_problem(pairs, N: int, M: int, Dv: int) -> Mistake | None:
 
 
 def loop_swap_properties():
-    """The property cases of exercise 4.1 (the battery of :mod:`~flashmath.exercises._cases`).
+    """The property cases of exercise 4.1 (the battery of :mod:`~flashmath.exercises._cases`), named with the prompt's
+    words.
 
-    Rules: no query (N = 0) gives an empty ``(0, Dv)`` result; -inf, +inf and NaN go through the products and sums
-    as IEEE arithmetic says (``0 * inf`` is NaN); integer input gives a float64 result (Y holds probabilities),
-    float16 input is accumulated in float32 or wider (any float dtype out).
+    Only what the prompt states: one row, one key and one output dimension at once, and negative-only input. The
+    edge cases that are not chapter 4's subject (the order of the additions) are not tested: the empty input, -inf,
+    +inf, NaN, integer input, and float16, where the chapter's own ``matmul_n_m_d`` keeps float16 partial sums
+    (``[0.0] * D`` plus float16 products stays float16) and a float32 accumulator would give other bits.
     """
     rng = np.random.default_rng(40)
     y, v = rng.random((2, 3)), rng.standard_normal((3, 2))
-    v_inf, v_nan, v_minf = v.copy(), v.copy(), v.copy()
-    v_inf[1, 0], v_nan[2, 1], v_minf[:, 0] = np.inf, np.nan, -np.inf
     return property_cases(
         [
-            (_("the empty input (no query, N = 0): an empty (0, Dv) result"), (y[:0], v)),
-            (_("one element (N = M = Dv = 1)"), (np.array([[0.5]]), np.array([[-3.0]]))),
-            (_("an all -inf column of V"), (y, v_minf)),
-            (_("+inf in V"), (y, v_inf)),
-            (_("NaN in V propagates"), (y, v_nan)),
-            (
-                _("float16 overflow: 40000 + 40000 - 40000 (a float16 partial sum overflows: accumulate in float32)"),
-                (np.ones((1, 3), np.float16), np.array([[40000.0], [40000.0], [-40000.0]], np.float16)),
-            ),
-            (_("integer input"), (np.array([[1, 2], [3, 4]]), np.array([[1, 0, 2], [-1, 3, 1]]))),
+            (_("one query, one key, one output dimension"), (np.array([[0.5]]), np.array([[-3.0]]))),
             (_("negative-only input"), (-y, -np.abs(v) - 1)),
         ]
     )
@@ -330,7 +329,8 @@ class _LoopDiagnosis:
     rule is taken only when all the answers of the run are within it.)"""
 
     def __init__(self, args_list, answers, reference, skip: int):
-        self._models = Diagnosis(args_list, answers, MISTAKES, same)
+        # the models take (y, v): the traced case's marker is not theirs (its answer is the product, as any other)
+        self._models = Diagnosis([args[:2] for args in args_list], answers, MISTAKES, same)
         self._within = []
         for args, a in zip(args_list, answers, strict=False):
             y, v = np.asarray(args[0]), np.asarray(args[1])
@@ -368,7 +368,7 @@ def _form(out):
         return None
 
 
-@exercise("4.1", MISTAKES, solution="loop_swap")
+@exercise("4.1", MISTAKES, solution="loop_swap", property_cases=2)
 def check_loop_swap(fn) -> CheckReport:
     """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (exercise 4.1).
 
@@ -386,8 +386,6 @@ def check_loop_swap(fn) -> CheckReport:
 
     def reference(y, v, *_):
         with np.errstate(all="ignore"):
-            if np.float16 in (np.asarray(y).dtype, np.asarray(v).dtype):  # accumulated in float32, any dtype out
-                return matmul_ndm(np.float32(y), np.float32(v)).astype(np.float64)
             return matmul_ndm(y, v)
 
     def call(fn, args):

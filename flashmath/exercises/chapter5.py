@@ -245,20 +245,9 @@ def _with_state(make):
 
 
 def _guard_mistakes(model, old="m-1"):
-    """A missing guard for the empty state, and Python's max (compared on the whole triple)."""
+    """Python's max (compared on the whole triple). (A key of -inf from the empty state, whose missing guard gives
+    exp(-inf - (-inf)) = NaN, is not a case of chapter 5: masked keys come in chapter 8.)"""
     return (
-        Mistake(
-            N_("-inf - (-inf) while nothing is seen"),
-            Filled(
-                N_(
-                    "from the empty state a key of -inf gives g_m = -inf and exp({g_old} - g_m) = "
-                    "exp(-inf - (-inf)) = NaN: when the new max is -inf return the empty state (-inf, 0, 0)"
-                ),
-                g_old=f"g_{{{old}}}",
-            ),
-            (model(_right_update, guard=False),),
-            same_state,
-        ),
         Mistake(
             N_("Python's max dropping NaN"),
             N_(
@@ -350,58 +339,31 @@ def _check_steps(title, fn, cases, reference, mistakes, properties):
 
 
 def step_properties():
-    """The property cases of exercise 5.1 (the battery of :mod:`~flashmath.exercises._cases`).
-
-    Rules: value rows of width 0 give an empty A'; a key of -inf from the empty state leaves the empty state
-    ``(-inf, 0, 0)``; a key of +inf gives ``g = +inf`` and NaN in A'; NaN in gives NaN out; integer input gives a
-    float A'; float16 values are combined without overflow (A' s_{m-1} would overflow float16).
+    """The property cases of exercise 5.1 (the battery of :mod:`~flashmath.exercises._cases`), named with the prompt's
+    words: value rows of width one, NaN in the key's score gives NaN out (as in chapter 2), negative-only input.
+    The edge cases that are not chapter 5's subject are not tested: the empty input, a key of -inf (masked keys come
+    in chapter 8; the chapter's own loop has no guard for them), +inf, float16 and integer input.
     """
     v_m, a_prev = np.array([1.0, -2.0]), np.array([0.2, 0.4])
     return property_cases(
         [
-            (_("the empty input (value rows of width 0)"), (2.0, 1.5, np.zeros(0), 0.5, np.zeros(0))),
-            (_("one element (Dv = 1)"), (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
-            (_("an all -inf key from the empty state: still (-inf, 0, 0)"), (-np.inf, 0.0, np.zeros(2), -np.inf, v_m)),
-            (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.inf, v_m)),
-            (_("NaN in the key's score propagates"), (2.0, 1.5, a_prev, np.nan, v_m)),
-            (
-                _("float16 overflow: A' and V_m of 60000 in float16 (A' s_{m-1} = 120000 does not fit)"),
-                (0.0, 2.0, np.array([60000.0], np.float16), 0.0, np.array([60000.0], np.float16)),
-            ),
-            (_("integer input"), (2, 1, np.array([1, -1]), 3, np.array([2, 5]))),
+            (_("value rows of width one"), (2.0, 1.5, np.array([0.3]), 5.0, np.array([-1.0]))),
+            (_("NaN in the key's score gives NaN out"), (2.0, 1.5, a_prev, np.nan, v_m)),
             (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), -5.0, -np.abs(v_m))),
         ]
     )
 
 
 def block_properties():
-    """The property cases of exercise 5.2: as :func:`step_properties`, for blocks; an empty block leaves the state
-    as it is."""
+    """The property cases of exercise 5.2: as :func:`step_properties`, for blocks."""
     v, a_prev = np.array([[1.0, -2.0], [0.5, 3.0]]), np.array([0.2, 0.4])
     return property_cases(
         [
             (
-                _("the empty input (a block of no key leaves the state as it is)"),
-                (2.0, 1.5, a_prev, np.zeros(0), np.zeros((0, 2))),
+                _("a block of one key, value rows of width one"),
+                (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]])),
             ),
-            (_("one element (b = 1, Dv = 1)"), (2.0, 1.5, np.array([0.3]), np.array([5.0]), np.array([[-1.0]]))),
-            (
-                _("an all -inf block from the empty state: still (-inf, 0, 0)"),
-                (-np.inf, 0.0, np.zeros(2), np.full(2, -np.inf), v),
-            ),
-            (_("+inf: a key of +inf gives g = +inf"), (2.0, 1.5, a_prev, np.array([1.0, np.inf]), v)),
-            (_("NaN in a key's score propagates"), (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
-            (
-                _("float16 overflow: A' and V of 60000 in float16"),
-                (
-                    0.0,
-                    2.0,
-                    np.array([60000.0], np.float16),
-                    np.array([0.0, -np.inf]),
-                    np.array([[60000.0], [1.0]], np.float16),
-                ),
-            ),
-            (_("integer input"), (2, 1, np.array([1, -1]), np.array([3, 1]), np.array([[2, 5], [1, 0]]))),
+            (_("NaN in a key's score gives NaN out"), (2.0, 1.5, a_prev, np.array([np.nan, 1.0]), v)),
             (_("negative-only input"), (-3.0, 1.5, -np.abs(a_prev), np.array([-5.0, -1.0]), -np.abs(v))),
         ]
     )

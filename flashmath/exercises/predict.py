@@ -106,5 +106,38 @@ NOTEBOOK_WHY = (
 #: half-understood rule gives, and why), marked here for the catalog like :data:`NOTEBOOK_WHY`.
 NOTEBOOK_MISCONCEPTIONS = (
     # chapters 0-5
+    N_("43 is the math's count, which starts at 1: Python starts at 0, so every index is one less."),
+    N_("One step the wrong way: Python's index is one less than the math's (m - 1), not one more."),
+    N_(
+        "A distribution adds up to 1 only when its sum is finite: 46 x 22026 is about 1e6, above float16's "
+        "65504, so the sum is inf and each e^10 / inf is 0."
+    ),
+    N_(
+        "NaN needs inf / inf or 0 / 0: here every term is finite and only the sum is inf, "
+        "and a finite number / inf is 0."
+    ),
+    N_(
+        "That is exp(g_i - g_{i-1}), the factor inverted: it converts the old sum to the new max, which is "
+        "larger, so it is below 1."
+    ),
+    N_("The factor is 1 only when the max holds; here every element raises it."),
+    N_("64 is the variance of q . k (D products of variance 1 add up); the standard deviation is its square root."),
+    N_("Each component has standard deviation 1, but q . k adds D = 64 products, and their variances add up to 64."),
+    N_(
+        "The loops run in another order, but each element still adds its own terms in the order m = 1, 2, "
+        "..., M: the same roundings, the same bits."
+    ),
+    N_(
+        "Rounding differs when an element's additions change order (as with BLAS); swapping the m and d loops"
+        " changes the order of the work, not of any element's additions."
+    ),
+    N_(
+        "The max holds, so e^{g_3 - g_4} = 1, but the old output must still give up the weight of the new "
+        "key: s_3 / s_4 = 3/4."
+    ),
+    N_(
+        "1/4 is the new key's weight e^{x_4 - g_4} / s_4; the correction applied to A'_3 is what the old "
+        "output keeps, 3/4."
+    ),
     # chapters 6-10
 )
