@@ -211,7 +211,7 @@ def _document_from_boundaries(side: str):
     """``doc`` taken for ``cu_seqlens``: each token's document found by ``np.searchsorted`` in it."""
 
     def model(q, kv, doc):
-        ids = np.searchsorted(doc, np.arange(len(doc)), side=side)
+        ids = np.searchsorted(np.asarray(doc), np.arange(len(doc)), side="right" if side == "right" else "left")
         return (ids[q] == ids[kv]) & (kv <= q)
 
     return model
