@@ -250,7 +250,12 @@ def flash_test_ratio(out, q, k, v):
 def window_mask(q_idx, kv_idx, N, M, left, right):
     """Chapter 13: FlashAttention's sliding window as a mask_mod on index arrays (bottom-right aligned)."""
     p = q_idx + M - N  # the key aligned with each query
-    return (kv_idx >= p - left) & (kv_idx <= p + right)  # both extents inclusive
+    seen = np.ones(np.broadcast_shapes(np.shape(q_idx), np.shape(kv_idx)), bool)
+    if left is not None:  # None: no limit on that side
+        seen &= kv_idx >= p - left
+    if right is not None:
+        seen &= kv_idx <= p + right
+    return seen  # both extents inclusive
 
 
 def document_mask(q_idx, kv_idx, doc):

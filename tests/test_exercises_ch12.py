@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from helpers import checker_tests
 
+import flashmath as fm
 from flashmath.exercises import chapter12 as ex
 from flashmath.exercises import check_backward_tiles
 from flashmath.triton_backward import backward_schedule
@@ -16,25 +17,49 @@ def solution(*args):
     return solutions_triton.backward_tiles(*args)
 
 
-def learner(*, forget_delta=False, overwrite_dq=False, no_mask=False, no_scale_dk=False, tile_softmax=False):
+def learner(
+    *,
+    forget_delta=False,
+    overwrite_dq=False,
+    no_mask=False,
+    no_scale_dk=False,
+    tile_softmax=False,
+    d_from_q=False,
+    d_plus=False,
+    d_per_tile=False,
+    exp_over_exp=False,
+    times_keep=False,
+    x_unscaled=False,
+    dv_scaled=False,
+    short_tiles=False,
+    full_tiles_only=False,
+):
     """A learner's tiled backward, written from scratch, with one slip switched on."""
 
     def fn(q, k, v, a, lse, grad_a, keep, block_k):
         scale = q.shape[1] ** -0.5
         rows_ok = np.isfinite(lse)[:, None]
-        d = (grad_a * a).sum(1, keepdims=True) * (not forget_delta)
+        d = (grad_a * (q if d_from_q else a)).sum(1, keepdims=True) * (not forget_delta)
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-        for c in range(0, len(k), block_k):
-            sl = slice(c, c + block_k)
+        stop = len(k) - len(k) % block_k if full_tiles_only else len(k)
+        for c in range(0, stop, block_k):
+            sl = slice(c, c + block_k - 1) if short_tiles else slice(c, c + block_k)
             ok = rows_ok & (True if no_mask else keep[:, sl])
-            x = q @ k[sl].T * scale
+            x = q @ k[sl].T * (1 if x_unscaled else scale)
             if tile_softmax:
                 e = np.exp(x - x.max(1, keepdims=True)) * ok
                 y = e / np.maximum(e.sum(1, keepdims=True), 1e-300)
+            elif exp_over_exp:
+                y = np.where(ok, np.exp(x) / np.exp(np.where(ok, lse[:, None], 0)), 0)
+            elif times_keep:
+                y = np.exp(x - lse[:, None]) * keep[:, sl]
             else:
                 y = np.where(ok, np.exp(np.where(ok, x - lse[:, None], 0)), 0)
-            dx = y * (grad_a @ v[sl].T - d)
-            dv[sl] = y.T @ grad_a
+            dy = grad_a @ v[sl].T
+            if d_per_tile:
+                d = (dy * y).sum(1, keepdims=True)
+            dx = y * (dy + d) if d_plus else y * (dy - d)
+            dv[sl] = y.T @ grad_a * (scale if dv_scaled else 1)
             dk[sl] = dx.T @ q * (1 if no_scale_dk else scale)
             dq = dq + dx @ k[sl] * scale if not overwrite_dq else dx @ k[sl] * scale
         return dq, dk, dv
@@ -51,6 +76,15 @@ WRONG = {
     "check_backward_tiles": {
         "D forgotten": learner(forget_delta=True),
         "Y not recomputed from the logsumexp": learner(tile_softmax=True),
+        "D from the wrong arrays": learner(d_from_q=True),
+        "D with the wrong sign": learner(d_plus=True),
+        "D computed per key tile": learner(d_per_tile=True),
+        "exp(X) / exp(L) instead of exp(X - L)": learner(exp_over_exp=True),
+        "NaN on a fully masked row": learner(times_keep=True),
+        "a wrong scale in X": learner(x_unscaled=True),
+        "the scale in dV": learner(dv_scaled=True),
+        "tile bounds one off": learner(short_tiles=True),
+        "the last, shorter tile skipped": learner(full_tiles_only=True),
         "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
         "the scale missing from dQ": scale_missing_from_dq,
         "the scale missing from dK": learner(no_scale_dk=True),
@@ -139,3 +173,71 @@ def test_the_numpy_backward_reads_line_for_line_beside_the_kernels():
                 numpy_lines,
                 triton_lines,
             )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Right answers pass: the package's backward, the chapter's own tile function, equivalent forms
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def package_backward(dq_mode):
+    def fn(q, k, v, a, lse, grad_a, keep, block_k):
+        return fm.attention_backward(q, k, v, a, lse, grad_a, mask=keep, block_k=block_k, dq_mode=dq_mode)
+
+    return fn
+
+
+def with_the_chapters_backward_tile(q, k, v, a, lse, grad_a, keep, block_k):
+    """The loop around the package's backward_tile (the chapter's "five lines"), D once before the tiles."""
+    from flashmath.backward import backward_tile
+
+    scale = 1 / np.sqrt(q.shape[1])
+    delta = np.einsum("nd,nd->n", grad_a, a)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for c0 in range(0, len(k), block_k):
+        c1 = min(c0 + block_k, len(k))
+        live = keep[:, c0:c1] & ~np.isneginf(lse)[:, None]
+        y, dx = backward_tile(q, k[c0:c1], v[c0:c1], grad_a, lse, delta, live, scale)
+        dv[c0:c1], dk[c0:c1] = y.T @ grad_a, scale * dx.T @ q
+        dq += scale * dx @ k[c0:c1]
+    return dq, dk, dv
+
+
+def key_by_key(q, k, v, a, lse, grad_a, keep, block_k):
+    """One key at a time (any tiling gives the same sums), Y from exp(X - L) with the empty rows' L replaced by 0,
+    D as a dot product per row."""
+    N, D = q.shape
+    dq, dk, dv = np.zeros((N, D)), np.zeros(k.shape), np.zeros(v.shape)
+    d_row = np.array([grad_a[n] @ a[n] for n in range(N)])
+    safe_lse = np.where(np.isneginf(lse), 0.0, lse)
+    for m in range(len(k)):
+        x = q @ k[m] / np.sqrt(D)  # (N,)
+        y = np.where(keep[:, m] & np.isfinite(lse), np.exp(x - safe_lse), 0.0)
+        dx = y * (grad_a @ v[m] - d_row)
+        dv[m], dk[m] = y @ grad_a, dx @ q / np.sqrt(D)
+        dq += np.outer(dx, k[m]) / np.sqrt(D)
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        solution,
+        package_backward("atomic"),
+        package_backward("separate"),
+        with_the_chapters_backward_tile,
+        key_by_key,
+        learner(),
+    ],
+    ids=[
+        "solution",
+        "fm.attention_backward",
+        "fm.attention_backward separate",
+        "backward_tile",
+        "key by key",
+        "learner",
+    ],
+)
+def test_right_answers_pass(fn):
+    report = check_backward_tiles(fn)
+    assert report.passed, report

@@ -1,10 +1,27 @@
 """Chapter 13's checkers: the solution passes, and each classic mistake, written as a learner would, is caught and
 named."""
 
+import math
+
 import numpy as np
+import pytest
 from helpers import checker_tests
 
+import flashmath as fm
 from flashmath import exercises, solutions
+from flashmath.variants import document_mask_mod, make_variant
+
+
+def window_on_the_whole_grid(N, M, left, right):
+    # "q_idx is just np.arange(N)": the grid rebuilt from the sizes
+    n, m = np.arange(N).reshape(-1, 1), np.arange(M).reshape(1, -1)
+    keep = np.ones((N, M), dtype=bool)
+    if left is not None:
+        keep &= m >= n + M - N - left
+    if right is not None:
+        keep &= m <= n + M - N + right
+    return keep
+
 
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
@@ -18,13 +35,26 @@ WINDOW = {
     "the right extent ignored": lambda q, kv, N, M, left, right: (  # a learner's causal window
         (kv >= q + M - N - left) & (kv <= q + M - N)
     ),
+    "a symmetric window": lambda q, kv, N, M, left, right: np.abs(kv - (q + M - N)) <= left,
+    "the mask built from N and M instead of q_idx and kv_idx": lambda q, kv, N, M, left, right: (
+        window_on_the_whole_grid(N, M, left, right)
+    ),
 }
+
+
+def document_from_boundaries(q, kv, doc):
+    # doc taken for cu_seqlens: the document of token n is the number of boundaries <= n
+    ids = np.searchsorted(doc, np.arange(len(doc)), side="right")
+    return (ids[q] == ids[kv]) & (kv <= q)
+
 
 DOCUMENT = {
     "the causal part forgotten": lambda q, kv, doc: doc[q] == doc[kv],
     "the document part forgotten": lambda q, kv, doc: kv <= q,
     "the diagonal excluded (< instead of <=)": lambda q, kv, doc: (doc[q] == doc[kv]) & (kv < q),
     "or (|) instead of and (&)": lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),
+    "the causal direction reversed": lambda q, kv, doc: (doc[q] == doc[kv]) & (q <= kv),
+    "doc read as cu_seqlens": lambda q, kv, doc: document_from_boundaries(q, kv, doc),
 }
 
 SOFTCAP = {
@@ -32,6 +62,7 @@ SOFTCAP = {
     "tanh without the factor c": lambda qk, scale, cap: np.tanh(qk * scale / cap),
     "x not divided by c inside tanh": lambda qk, scale, cap: cap * np.tanh(qk * scale),
     "the cap as a clip": lambda qk, scale, cap: np.minimum(np.maximum(qk * scale, -cap), cap),
+    "the scale left out": lambda qk, scale, cap: cap * np.tanh(qk / cap),
 }
 
 ALIBI = {
@@ -39,6 +70,8 @@ ALIBI = {
     "the top-left alignment when N != M": lambda s, slope, q, kv, N, M: s - slope * abs(q - kv),
     "the distance without its absolute value": lambda s, slope, q, kv, N, M: s - slope * (q - kv + M - N),
     "the slope divided instead of multiplied": lambda s, slope, q, kv, N, M: s - abs(q + M - N - kv) / slope,
+    "the slope left out": lambda s, slope, q, kv, N, M: s - abs(kv - (q + M - N)),
+    "the offset N - M instead of M - N": lambda s, slope, q, kv, N, M: s - slope * abs(kv - (q + N - M)),
 }
 
 
@@ -70,12 +103,36 @@ def kind_inclusive_ends(r0, r1, c0, c1, N, M):
     return 2 if c1 <= r0 + M - N else 1
 
 
+def kind_codes_swapped(r0, r1, c0, c1, N, M):
+    # "2 means nothing to compute"
+    if c0 > r1 - 1 + M - N:
+        return 2
+    return 0 if c1 - 1 <= r0 + M - N else 1
+
+
+def kind_empty_from_top_left(r0, r1, c0, c1, N, M):
+    # "the first row does not see the first key: nothing to do"
+    if c0 > r0 + M - N:
+        return 0
+    return 2 if c1 - 1 <= r0 + M - N else 1
+
+
+def kind_reversed(r0, r1, c0, c1, N, M):
+    # the triangle above the diagonal taken for the one kept
+    if c1 - 1 < r0 + M - N:
+        return 0
+    return 2 if c0 >= r1 - 1 + M - N else 1
+
+
 TILE_KIND = {
     "a partial tile called full": kind_from_corner,
     "a partial tile called empty": kind_top_right,
     "the top-left alignment when N != M": kind_top_left,
     "the diagonal excluded (< instead of <=)": kind_strict,
     "the tile's end read as inclusive (r1 for r1 - 1)": kind_inclusive_ends,
+    "the codes of empty and full swapped": kind_codes_swapped,
+    "a tile called empty from its top-left corner alone": kind_empty_from_top_left,
+    "the causal direction reversed": kind_reversed,
 }
 
 PAGE = {
@@ -122,10 +179,112 @@ def test_an_integer_mask_is_caught_as_not_boolean():
 def test_a_wrong_scalar_answer_shows_both_numbers_without_an_index():
     report = exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: 1)
     assert not report.passed, report
-    assert "expected the kind = 2, got 1:" in repr(report) and "at []" not in repr(report), report
+    # a constant answer is no known mistake: both numbers, no index
+    assert "expected the kind = 2, got 1" in repr(report) and "at []" not in repr(report), report
 
 
 def test_an_index_past_an_axis_is_explained():
     report = exercises.check_page_gather(lambda pages, table, b, t: pages[table[b, t // 4], t])  # row t, not t % 4
     assert not report.passed and "raised IndexError" in repr(report), report
     assert "pages is (P, page_size, D) and block_table (B, max_pages)" in repr(report), report
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Right answers pass: the package's own functions (flashmath.variants, flashmath.masks) and equivalent forms
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def window_from_the_package(q, kv, N, M, left, right):
+    return fm.sliding_window_mask(N, M, left=left, right=right)[q, kv]
+
+
+def window_from_a_variant(q, kv, N, M, left, right):
+    keep = make_variant(N, M, (), window=(left, right)).tile_keep(q.min(), q.max() + 1, kv.min(), kv.max() + 1)
+    return np.full((q.size, kv.size), keep is None) if keep is None or keep is False else keep
+
+
+def window_with_np_where(q, kv, N, M, left, right):
+    lo = -np.inf if left is None else -left
+    hi = np.inf if right is None else right
+    rel = kv - q - (M - N)
+    return np.where(rel < lo, False, np.where(rel > hi, False, True))
+
+
+def document_from_the_package(q, kv, doc):
+    return document_mask_mod(doc)(0, 0, q, kv) & (kv <= q)
+
+
+def document_from_a_variant(q, kv, doc):
+    keep = make_variant(len(doc), len(doc), (), causal=True, mask_mod=document_mask_mod(doc)).tile_keep(
+        0, len(doc), 0, len(doc)
+    )
+    return np.full((len(doc), len(doc)), keep is None) if keep is None or keep is False else keep
+
+
+def softcap_from_a_variant(qk, scale, cap):
+    return make_variant(*qk.shape, (), softcap=cap).scores(qk * scale, 0, qk.shape[0], 0, qk.shape[1])
+
+
+def alibi_from_a_variant(score, slope, q, kv, N, M):
+    return make_variant(N, M, (), alibi_slopes=[slope]).scores(score, 0, N, 0, M)
+
+
+def kind_from_the_mask(r0, r1, c0, c1, N, M):
+    keep = fm.causal_mask(N, M)[r0:r1, c0:c1]
+    return 0 if not keep.any() else 2 if keep.all() else 1
+
+
+def kind_from_block_mask(r0, r1, c0, c1, N, M):
+    keep = make_variant(N, M, (), causal=True).tile_keep(r0, r1, c0, c1)
+    return 0 if keep is False else 2 if keep is None else 1
+
+
+RIGHT = [
+    ("check_window_mask", solutions.window_mask),
+    ("check_window_mask", window_from_the_package),
+    ("check_window_mask", window_from_a_variant),
+    ("check_window_mask", window_with_np_where),
+    ("check_document_mask", solutions.document_mask),
+    ("check_document_mask", document_from_the_package),
+    ("check_document_mask", document_from_a_variant),
+    ("check_document_mask", lambda q, kv, doc: np.logical_and(np.equal(doc[q], doc[kv]), np.less_equal(kv, q))),
+    ("check_softcap", solutions.softcap),
+    ("check_softcap", softcap_from_a_variant),
+    ("check_softcap", lambda qk, scale, cap: cap * np.tanh(np.multiply(qk, scale) / cap)),
+    ("check_softcap", lambda qk, scale, cap: np.vectorize(lambda x: cap * math.tanh(x * scale / cap))(qk)),
+    ("check_alibi", solutions.alibi),
+    ("check_alibi", alibi_from_a_variant),
+    ("check_alibi", lambda s, slope, q, kv, N, M: s + slope * -np.abs(kv - q - (M - N))),
+    ("check_tile_kind", solutions.tile_kind),
+    ("check_tile_kind", kind_from_the_mask),
+    ("check_tile_kind", kind_from_block_mask),
+    ("check_page_gather", solutions.page_gather),
+    ("check_page_gather", lambda pages, table, b, t: pages[table[b][divmod(t, pages.shape[1])[0]]][t % len(pages[0])]),
+]
+
+
+@pytest.mark.parametrize("checker, fn", RIGHT, ids=[f"{c}-{i}" for i, (c, _) in enumerate(RIGHT)])
+def test_right_answers_pass(checker, fn):
+    report = getattr(exercises, checker)(fn)
+    assert report.passed, report
+
+
+def test_numpy_slips_that_raise_are_explained():
+    def with_and(q, kv, doc):
+        return (doc[q] == doc[kv]) and (kv <= q)
+
+    text = repr(exercises.check_document_mask(with_and))
+    assert "raised ValueError" in text and "combine masks element by element with &" in text, text
+    text = repr(exercises.check_softcap(lambda qk, scale, cap: cap * math.tanh(qk * scale / cap)))
+    assert "raised TypeError" in text and "use np.tanh" in text, text
+    text = repr(
+        exercises.check_window_mask(
+            lambda q, kv, N, M, left, right: (kv >= q + M - N - left) & (kv <= q + M - N + right)
+        )
+    )
+    assert "left or right is None" in text, text
+
+
+def test_a_word_for_the_tile_kind_is_told_to_be_a_number():
+    text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: "empty"))
+    assert "return the number 0 (empty), 1 (partial) or 2 (full)" in text, text

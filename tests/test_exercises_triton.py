@@ -334,10 +334,52 @@ def torch_float64_row(q_n, K, V, B_c):
     return (acc / s).numpy(), float(torch.logsumexp(torch.stack([g + torch.log(s)]), 0))
 
 
-@pytest.mark.parametrize("fn", [algorithm_1_row, pytest.param(torch_float64_row, marks=needs_torch)])
+def the_packages_attention_row(q_n, K, V, B_c):
+    """fm.attention on a one-row query: the package's reference, as chapter 14's own code calls it."""
+    import flashmath as fm
+
+    a, lse = fm.attention(q_n[None, :], K, V, return_lse=True)
+    return a[0], float(lse[0])
+
+
+def the_packages_flash_attention_row(q_n, K, V, B_c):
+    import flashmath as fm
+
+    a, lse = fm.flash_attention(q_n[None, :], K, V, block_q=1, block_k=B_c, return_lse=True)
+    return a[0], float(lse[0])
+
+
+def reciprocal_and_logaddexp_row(q_n, K, V, B_c):
+    """The same loop with the logsumexp kept as one running number (np.logaddexp) and the end as acc * (1 / s)."""
+    g, lse, acc = -math.inf, -math.inf, np.zeros(V.shape[1])
+    for c0 in range(0, len(K), B_c):
+        x = K[c0 : c0 + B_c] @ q_n / math.sqrt(len(q_n))
+        g_new = max(g, float(np.max(x)))
+        acc = acc * math.exp(g - g_new) + np.exp(x - g_new) @ V[c0 : c0 + B_c]
+        lse = np.logaddexp(lse, np.logaddexp.reduce(x))
+        g = g_new
+    return acc * (1.0 / math.exp(lse - g)), float(lse)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        the_packages_attention_row,
+        the_packages_flash_attention_row,
+        reciprocal_and_logaddexp_row,
+        pytest.param(torch_float64_row, marks=needs_torch),
+    ],
+)
 def test_flash_row_correct_solutions_written_differently_pass(fn):
     report = chapter14.check_flash_row(fn)
     assert report.passed, report
+
+
+def test_flash_row_a_division_at_every_tile_is_counted():
+    report = chapter14.check_flash_row(algorithm_1_row)
+    failed = [(name, message) for name, ok, message in report.cases if not ok]
+    assert len(failed) == 1 and failed[0][0].startswith("one division at the end"), report
+    assert "4 divisions of arrays computed from V, over 4 key tiles" in failed[0][1], report
 
 
 def test_flash_row_solution_passes_and_bad_answers_are_reported():
@@ -374,6 +416,7 @@ WRONG = {
         "the max not subtracted": learner_flash_row(subtract_max=False),
         "g left out of the logsumexp": learner_flash_row(lse_g=False),
         "float32 instead of float64": flash_row_in_float32,
+        "the output divided at every tile": algorithm_1_row,
     },
 }
 CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]

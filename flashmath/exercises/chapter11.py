@@ -57,7 +57,7 @@ def _lse(x: np.ndarray) -> np.ndarray:
 def _padded_with_zeros(block: int):
     """A kernel whose masked loads fill the columns past the end with 0 (``other=0.0``) instead of ``-inf``."""
 
-    def model(x):
+    def model(x, *_wide):  # the strided case also passes the wide array
         cols = x.shape[1]
         if cols % block == 0:
             return None  # no padding: the mistake makes no difference here
@@ -68,30 +68,34 @@ def _padded_with_zeros(block: int):
 
 
 def _blockwise(block: int, *, rescale: bool = True, g0: float = -np.inf, base2: bool = False):
-    """The streamed loop in float32 with one of the mistakes switched on."""
+    """The streamed loop in float32 with one of the mistakes switched on, as the exercise's template writes it: the
+    exponents measured against ``g_ref``, 0 while the running max is still -inf."""
     exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
 
-    def model(x):
+    def model(x, *_wide):
         x = np.asarray(x, np.float32)
         g = np.full(x.shape[0], g0, np.float32)
         s = np.zeros(x.shape[0], np.float32)
         for c0 in range(0, x.shape[1], block):
             blk = x[:, c0 : c0 + block]
             g_new = np.maximum(g, blk.max(axis=1))
-            s = (s * exp(g - g_new) if rescale else s) + exp(blk - g_new[:, None]).sum(axis=1)
+            g_ref = np.where(np.isneginf(g_new), np.float32(0), g_new)
+            s = (s * exp(g - g_ref) if rescale else s) + exp(blk - g_ref[:, None]).sum(axis=1)
             g = g_new
         return g + log(s)
 
     return model
 
 
-def _no_max(x):
+def _no_max(x, *_wide):
     x = np.asarray(x, np.float32)
     return np.log(np.exp(x).sum(axis=1))
 
 
-def _without_g(x):
-    return _lse(x) - np.asarray(x, np.float64).max(axis=1)
+def _without_g(x, *_wide):
+    """log(s) alone: s is measured against g_ref (0 for a row of -inf, whose log(s) is -inf)."""
+    g = np.asarray(x, np.float64).max(axis=1)
+    return _lse(x) - np.where(np.isneginf(g), 0.0, g)
 
 
 def _stride_ignored(x, wide=None):
@@ -102,7 +106,7 @@ def _stride_ignored(x, wide=None):
     return _lse(np.asarray(wide, np.float32).ravel()[: x.size].reshape(x.shape))
 
 
-def _plus_inf_empty(x):
+def _plus_inf_empty(x, *_wide):
     lse = _lse(x)
     return np.where(np.isneginf(lse), np.inf, lse)
 
@@ -116,6 +120,15 @@ ROW_LSE_MISTAKES = (
         ),
         tuple(_padded_with_zeros(b) for b in BLOCKS),
     ),
+    # before the next: where a max started at 0 is wrong (rows all far below 0), so is a max never subtracted
+    Mistake(
+        N_("the running max started at 0"),
+        N_(
+            "start g at -inf (tl.full([...], float('-inf'), tl.float32) or the first block's max): with g = 0, a "
+            "row of -1000s gives exp(-1000) = 0 and log(0) = -inf"
+        ),
+        tuple(_blockwise(b, g0=0.0) for b in BLOCKS),
+    ),
     Mistake(
         N_("the max not subtracted"),
         N_("exp(x) overflows float32 once x > 88.7: keep a running max g and sum exp(x - g), every exponent <= 0"),
@@ -128,14 +141,6 @@ ROW_LSE_MISTAKES = (
             "sum(exp(x - g_new))"
         ),
         tuple(_blockwise(b, rescale=False) for b in BLOCKS),
-    ),
-    Mistake(
-        N_("the running max started at 0"),
-        N_(
-            "start g at -inf (tl.full([...], float('-inf'), tl.float32) or the first block's max): with g = 0, a "
-            "row of -1000s gives exp(-1000) = 0 and log(0) = -inf"
-        ),
-        tuple(_blockwise(b, g0=0.0) for b in BLOCKS),
     ),
     Mistake(
         N_("g left out of the result"), N_("the logsumexp is g + log(s): s is relative to the max g"), (_without_g,)
@@ -220,11 +225,19 @@ def _row_lse_properties():
     with_nan[1, 7] = np.nan
     return property_cases(
         [
-            (_("the empty input: no rows (a (0, 5) tensor) give an empty result"), (np.zeros((0, 5), np.float32),)),
+            (_("the empty input: no rows give an empty result"), (np.zeros((0, 5), np.float32),)),
             (_("one element: a (1, 1) tensor"), (np.array([[0.75]], np.float32),)),
-            (_("NaN propagates: a row holding NaN gives NaN (never -inf or a number)"), (with_nan.astype(np.float32),)),
+            (_("NaN propagates: a row holding NaN gives NaN"), (with_nan.astype(np.float32),)),
         ]
     )
+
+
+_NAN_ON_EMPTY = Said(
+    N_(
+        "a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); subtract 0 while g_new "
+        "is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return -inf for s = 0"
+    )
+)
 
 
 class _RowLseDiagnosis:
@@ -234,21 +247,25 @@ class _RowLseDiagnosis:
         self.cases, self.answers = cases, answers
         self.catalogue = _diagnosis(cases, answers, ROW_LSE_MISTAKES, 1e-5)
 
-    def for_case(self, i: int):
+    def _nan_on_empty(self, i: int) -> bool:
         got, expected = self.answers[i], _lse(self.cases[i][0])
         try:
-            nan_on_empty = bool(np.isnan(np.asarray(got)[np.isneginf(expected)]).any())
+            return bool(np.isnan(np.asarray(got)[np.isneginf(expected)]).any())
         except Exception:
-            nan_on_empty = False
-        if nan_on_empty:
-            return Said(
-                _(
-                    "a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); "
-                    "subtract 0 while g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return "
-                    "-inf for s = 0"
-                )
-            )
+            return False
+
+    def for_case(self, i: int):
+        if self._nan_on_empty(i):
+            return _NAN_ON_EMPTY
         return self.catalogue.for_case(i)
+
+    def explaining(self, failing):
+        """NaN on the fully masked row when that is every failing case's trouble, else the catalogue's mistake that
+        explains every failing case (the harness's whole-run rule)."""
+        failing = list(failing)
+        if failing and all(self._nan_on_empty(i) for i in failing):
+            return _NAN_ON_EMPTY
+        return self.catalogue.explaining(failing)
 
 
 @exercise("11.1", ROW_LSE_MISTAKES, solution="row_lse", solutions="flashmath.solutions_triton")

@@ -3,9 +3,11 @@
 * :func:`check_backward_tiles` (12.1): ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)``, the
   backward with key tiles outside, from the saved logsumexp, against :func:`flashmath.attention_backward`.
 
-The mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``D`` forgotten, ``Y`` not recomputed from the
-logsumexp, a transpose wrong, the scale missing from ``dQ`` or ``dK``, ``dQ`` not accumulated across key tiles,
-gradients leaking into masked keys.
+The mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``D`` forgotten, from the wrong arrays, with the
+wrong sign or per key tile; ``Y`` not recomputed from the logsumexp, or as ``exp(X) / exp(L)`` (overflows above 709);
+NaN on a fully masked row; a transpose wrong; a wrong scale in ``X``, ``dV``, ``dQ`` or ``dK``; ``dQ`` not accumulated
+across key tiles; tile bounds one off; the last, shorter tile skipped; gradients leaking into masked keys. Each model
+is the whole tiled backward with one switch, so that it gives what a learner's code gives on every case.
 """
 
 from __future__ import annotations
@@ -39,28 +41,51 @@ def _model(
     scale_dk=True,
     accumulate_dq=True,
     mask=True,
+    scale_x=None,
+    scale_dv=False,
+    d_from="a",
+    d_sign=1,
+    d_per_tile=False,
+    ends=0,
+    partial=True,
 ):
-    """The tiled backward with one mistake switched on (the defaults are right)."""
+    """The tiled backward with one mistake switched on (the defaults are right).
+
+    ``y``: ``"lse"`` (right), ``"tile softmax"``, ``"exp"`` (exp(X) without L), ``"exp / exp"`` (exp(X) / exp(L),
+    inf / inf above 709), ``"times keep"`` (exp(X - L) * keep: inf * 0 = NaN on a fully masked row). ``scale_x``: the
+    factor of ``X`` (None: 1/sqrt(D)). ``d_from``: the second array of ``D = rowsum(grad_a * ...)``, ``"a"``, ``"q"``
+    or ``"one"`` (rowsum(grad_a)), or ``"a alone"`` (rowsum(a)). ``ends``: the tile's end moved by this many keys
+    (``-1``: the last key of each tile skipped; ``+1``: one key shared with the next tile). ``partial=False``: the
+    last, shorter tile skipped.
+    """
     N, D = q.shape
     M = k.shape[0]
     scale = 1 / np.sqrt(D)
     live = keep & ~np.isneginf(lse)[:, None]  # attended pairs; a fully masked row attends none
-    d_row = np.sum(grad_a * a, axis=1) if delta else np.zeros(N)
+    second = {"a": a, "q": q, "one": 1.0}.get(d_from)
+    d_row = (np.sum(a, axis=1) if second is None else np.sum(grad_a * second, axis=1)) if delta else np.zeros(N)
+    d_row = d_sign * d_row
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
-    for c0 in range(0, M, block_k):
-        c1 = min(c0 + block_k, M)
-        x = scale * q @ k[c0:c1].T  # (N, B_c)
+    last = M if partial else M - M % block_k
+    for c0 in range(0, last, block_k):
+        c1 = min(c0 + block_k + ends, M)
+        x = (scale if scale_x is None else scale_x) * q @ k[c0:c1].T  # (N, B_c)
         keep_t = live[:, c0:c1] if mask else np.broadcast_to(~np.isneginf(lse)[:, None], x.shape)
         if y == "lse":
             y_t = np.where(keep_t, np.exp(x - np.where(keep_t, lse[:, None], 0)), 0)
         elif y == "tile softmax":  # the softmax of the tile alone, as if the tile were the whole row
             e = np.where(keep_t, np.exp(x - x.max(axis=1, keepdims=True)), 0)
             y_t = e / np.where(e.sum(axis=1, keepdims=True) > 0, e.sum(axis=1, keepdims=True), 1)
+        elif y == "exp / exp":  # exp(X) / exp(L): inf / inf where a score passes 709
+            y_t = np.where(keep_t, np.exp(x) / np.exp(np.where(keep_t, lse[:, None], 0)), 0)
+        elif y == "times keep":  # masked by a product: exp(x + inf) * 0 is NaN on a fully masked row
+            y_t = np.exp(x - lse[:, None]) * keep_t
         else:  # exp(X) without the logsumexp: unnormalised
             y_t = np.where(keep_t, np.exp(x), 0)
         dy = grad_a @ v[c0:c1].T
-        dx = np.where(keep_t, y_t * (dy - d_row[:, None]), 0)
-        dv[c0:c1] = (y_t @ grad_a) if transpose else (y_t.T @ grad_a)
+        d_t = np.sum(y_t * dy, axis=1) if d_per_tile else d_row
+        dx = y_t * (dy - d_t[:, None]) if y == "times keep" else np.where(keep_t, y_t * (dy - d_t[:, None]), 0)
+        dv[c0:c1] = (scale if scale_dv else 1) * ((y_t @ grad_a) if transpose else (y_t.T @ grad_a))
         dk[c0:c1] = (scale if scale_dk else 1) * ((dx @ q) if transpose else (dx.T @ q))
         part = (scale if scale_dq else 1) * (dx @ k[c0:c1])
         if accumulate_dq:
@@ -92,9 +117,50 @@ BACKWARD_MISTAKES = (
         (_mistake(y="tile softmax"), _mistake(y="exp")),
     ),
     Mistake(
+        N_("D from the wrong arrays"),
+        N_("D_n = rowsum(dA * A): the output's gradient times the forward's output a, row by row"),
+        (_mistake(d_from="q"), _mistake(d_from="one"), _mistake(d_from="a alone")),
+    ),
+    Mistake(
+        N_("D with the wrong sign"),
+        N_("dX = Y * (dY - D), D subtracted: the softmax Jacobian is diag(y) - y y^T"),
+        (_mistake(d_sign=-1),),
+    ),
+    Mistake(
+        N_("D computed per key tile"),
+        N_(
+            "D_n = rowsum(dA * A) is a sum over every key of the row; rowsum(dY * Y) over one key tile is only that "
+            "tile's part: compute D once, from dA and A, before the key tiles"
+        ),
+        (_mistake(d_per_tile=True),),
+    ),
+    Mistake(
+        N_("exp(X) / exp(L) instead of exp(X - L)"),
+        N_("exp(X) overflows float64 for a score above 709 and inf / inf is NaN: compute Y = exp(X - L)"),
+        (_mistake(y="exp / exp"),),
+    ),
+    Mistake(
+        N_("NaN on a fully masked row"),
+        N_(
+            "a fully masked row has L = -inf, so exp(X - L) = inf, and inf * 0 is NaN: select with np.where(keep, "
+            "..., 0), and subtract 0 instead of L where the row has no key"
+        ),
+        (_mistake(y="times keep"),),
+    ),
+    Mistake(
         N_("a transpose wrong"),
         N_("dV_j = Y_ij^T dA_i and dK_j = dX_ij^T Q_i: the key index must come first (shape (B_c, Dv) and (B_c, D))"),
         (_mistake(transpose=True),),
+    ),
+    Mistake(
+        N_("a wrong scale in X"),
+        N_("the scores are X = Q K^T / sqrt(D), scale 1/sqrt(D), the forward's: not Q K^T, not Q K^T * sqrt(D)"),
+        (_mistake(scale_x=1.0), lambda *args: _model(*args, scale_x=np.sqrt(args[0].shape[1]))),
+    ),
+    Mistake(
+        N_("the scale in dV"),
+        N_("A = Y V has no scale, so dV = Y^T dA: the scale belongs to dQ and dK only"),
+        (_mistake(scale_dv=True),),
     ),
     Mistake(N_("the scale missing from dQ"), N_("X = scale Q K^T, so dQ = scale dX K"), (_mistake(scale_dq=False),)),
     Mistake(N_("the scale missing from dK"), N_("X = scale Q K^T, so dK = scale dX^T Q"), (_mistake(scale_dk=False),)),
@@ -102,6 +168,22 @@ BACKWARD_MISTAKES = (
         N_("dQ not accumulated across key tiles"),
         N_("every key tile adds to dQ: dQ += scale dX_ij K_j, not dQ = (the result was the last key tile's part only)"),
         (_mistake(accumulate_dq=False),),
+    ),
+    Mistake(
+        N_("tile bounds one off"),
+        N_(
+            "key tile j holds keys c0 .. c1 - 1 with c1 = min(c0 + block_k, M): k[c0:c1], no key skipped and none "
+            "in two tiles"
+        ),
+        (_mistake(ends=-1), _mistake(ends=1)),
+    ),
+    Mistake(
+        N_("the last, shorter tile skipped"),
+        N_(
+            "when block_k does not divide M the last tile is shorter, and it counts: range(0, M, block_k) with "
+            "c1 = min(c0 + block_k, M)"
+        ),
+        (_mistake(partial=False),),
     ),
     Mistake(
         N_("gradients leaking into masked keys"),
@@ -133,52 +215,40 @@ def _case(rng, N, M, D, keep=None):
     return q, k, v, a, lse, rng.standard_normal((N, D)), keep
 
 
-def _properties(rng):
-    """The edge cases of the backward (12.1): no queries; one query, one key, D = 1; every row fully masked (every
-    gradient 0); a NaN and a +inf in the output gradient (NaN out, never silently 0); integer inputs (float
-    gradients out, not integer ones from ``np.zeros_like(q)``)."""
+def _large_scores(rng):
+    """Queries and keys whose scores pass 709: exp(X) overflows float64, exp(X - L) does not."""
     from flashmath.attention import attention
 
-    nan, inf = _case(rng, 4, 6, 3), _case(rng, 4, 6, 3)
-    nan[5][1, 2], inf[5][2, 0] = np.nan, np.inf
-    qi, ki, vi = (
-        np.array([[1, 0], [0, 2], [1, 1]]),
-        np.array([[2, 1], [0, 1], [1, -1], [1, 0]]),
-        np.array([[1, 2], [0, -1], [3, 1], [2, 2]]),
-    )
-    keep = np.ones((3, 4), bool)
-    ai, lsei = attention(
-        qi.astype(np.float64), ki.astype(np.float64), vi.astype(np.float64), mask=keep, return_lse=True
-    )
+    q, k, v = 20.0 * rng.standard_normal((4, 4)), 20.0 * rng.standard_normal((7, 4)), rng.standard_normal((7, 4))
+    q[0] = 3.0 * k[2]  # row 0's score with key 2 is 3 |k_2|^2 / 2, far above 709
+    keep = np.ones((4, 7), bool)
+    a, lse = attention(q, k, v, mask=keep, return_lse=True)
+    return q, k, v, a, lse, rng.standard_normal((4, 4)), keep
+
+
+def _properties(rng):
+    """The edge cases of the backward (12.1), those its prompt states: one query, one key, ``D = 1``; every row fully
+    masked (every gradient 0). The inputs are float64 (the prompt says so): no integer, float16, NaN or +inf case."""
     return property_cases(
         [
-            (
-                _("the empty input: no queries (N = 0) give dq of shape (0, D) and zero dk, dv"),
-                _case(rng, 0, 5, 3) + (2,),
-            ),
             (_("one element: one query, one key, D = 1"), _case(rng, 1, 1, 1) + (1,)),
             (
-                _("an all -inf row: every row attends no key (every gradient 0)"),
+                _("every row fully masked: every gradient 0"),
                 _case(rng, 3, 5, 2, np.zeros((3, 5), bool)) + (2,),
-            ),
-            (_("NaN propagates: a NaN in grad_a gives NaN (never silently 0)"), nan + (4,)),
-            (_("+inf: a +inf in grad_a gives inf or NaN, never a finite number"), inf + (4,)),
-            (
-                _("integer input: integer q, k, v and grad_a give float gradients"),
-                (qi, ki, vi, ai, lsei, np.array([[1, 0], [2, 1], [0, -1]]), keep, 2),
             ),
         ]
     )
 
 
-@exercise("12.1", BACKWARD_MISTAKES, solution="backward_tiles", solutions="flashmath.solutions_triton")
+@exercise(
+    "12.1", BACKWARD_MISTAKES, solution="backward_tiles", solutions="flashmath.solutions_triton", property_cases=2
+)
 def check_backward_tiles(fn) -> CheckReport:
     """Check ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)`` (12.1): float64 arrays ``q (N, D)``,
     ``k``, ``v (M, D)``, the forward's ``a (N, D)`` and ``lse (N,)``, ``grad_a (N, D)``, ``keep (N, M)`` boolean
     (True = attend), key tiles of ``block_k``; the scale is ``1 / sqrt(D)``. Cases: several key tiles, the last one
-    shorter; one key tile with ``N = M``; padded keys; a fully masked row, after the property cases
-    (:func:`_properties`). Named mistakes:
-    :data:`BACKWARD_MISTAKES`."""
+    shorter; one key tile with ``N = M``; padded keys; a fully masked row; scores above 709; the inputs left
+    unchanged, after the property cases (:func:`_properties`). Named mistakes: :data:`BACKWARD_MISTAKES`."""
     rng = np.random.default_rng(12)
     pad = np.ones((5, 9), bool)
     pad[:, 6:] = False
@@ -189,6 +259,7 @@ def check_backward_tiles(fn) -> CheckReport:
         (_("N = M = 5, D = 9, one key tile of 5"), _case(rng, 5, 5, 9) + (5,)),
         (_("the last 3 of 9 keys are padding (keep False)"), _case(rng, 5, 9, 4, pad) + (3,)),
         (_("row 3 attends no key (L = -inf)"), _case(rng, 6, 7, 4, empty) + (3,)),
+        (_("scores above 709 (exp(X) overflows; exp(X - L) does not)"), _large_scores(rng) + (3,)),
     ]
 
     report = check_function(

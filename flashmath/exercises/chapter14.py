@@ -257,6 +257,13 @@ FLASH_ROW_MISTAKES = (
         (_model(lse_with_g=False),),
     ),
     Mistake(
+        N_("the output divided at every tile"),
+        N_(
+            "FlashAttention-2 keeps acc unnormalised through the key tiles and divides once, after the last: A = "
+            "acc / s. Dividing at every tile is FlashAttention's Algorithm 1 (one division of the output per tile)"
+        ),
+    ),
+    Mistake(
         N_("float32 instead of float64"),
         N_(
             "the answer agrees to about 1e-7 relative, float32's precision: this exercise is checked against "
@@ -268,6 +275,43 @@ FLASH_ROW_MISTAKES = (
         compare=_close_in_float32,
     ),
 )
+
+
+class _CountedV(np.ndarray):
+    """``V`` for the case that counts divisions: every array computed from it (a tile, ``P V``, the accumulator) is
+    one too, and each ``np.divide`` whose numerator is one of them adds 1 to the shared counter ``divisions``."""
+
+    divisions: list | None = None
+
+    def __array_finalize__(self, obj) -> None:
+        self.divisions = getattr(obj, "divisions", None)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        counted = [x for x in inputs + (out or ()) if isinstance(x, _CountedV) and x.divisions is not None]
+        counter = counted[0].divisions if counted else None
+        if ufunc is np.divide and method == "__call__" and isinstance(inputs[0], _CountedV) and counter is not None:
+            counter[0] += 1
+        plain = [x.view(np.ndarray) if isinstance(x, _CountedV) else x for x in inputs]
+        if out:
+            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, _CountedV) else o for o in out)
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else out
+
+        def wrap(r):
+            if not isinstance(r, np.ndarray):
+                return r
+            r = r.view(_CountedV)
+            r.divisions = counter
+            return r
+
+        return tuple(wrap(r) for r in result) if isinstance(result, tuple) else wrap(result)
+
+
+def _counted(V) -> _CountedV:
+    values = np.array(V, np.float64).view(_CountedV)
+    values.divisions = [0]
+    return values
 
 
 def _flash_row_hint(exc) -> str | None:
@@ -304,6 +348,10 @@ def _flash_row_cases():
             (-1000.0 * q_rise, rising + 4.0 * np.eye(D)[0], V, 4),
         ),
         (_("a real head's row (46 keys, D = 32) in tiles of 8"), (q[n], k, v, 8)),
+        (
+            _("one division at the end (the divisions of arrays computed from V are counted: at most one)"),
+            (q_rise, rising, _counted(V), 3),
+        ),
     ]
     with_nan = V.copy()
     with_nan[6, 0] = np.nan
@@ -317,8 +365,22 @@ def _flash_row_cases():
 
 
 def _flash_row_call(fn, args):
-    """The harness's ``call`` hook: the learner's ``(a_n, lse_n)`` as ``(array, float)``, or why it is not a pair."""
+    """The harness's ``call`` hook: the learner's ``(a_n, lse_n)`` as ``(array, float)``, or why it is not a pair;
+    on the case whose ``V`` counts divisions, more than one division of an array computed from ``V`` fails it."""
+    V = args[2]
+    divisions: list = [0]
+    if isinstance(V, _CountedV):
+        V.divisions = divisions
     out = fn(*args)
+    if isinstance(V, _CountedV) and divisions[0] > 1:
+        by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
+        return PropertyFailure(
+            _("{n} divisions of arrays computed from V, over {tiles} key tiles: {message}").format(
+                n=divisions[0],
+                tiles=-(-len(V) // args[3]),
+                message=by_name["the output divided at every tile"].message(),
+            )
+        )
     if out is None:
         return PropertyFailure(_("returned None: return the pair (a_n, lse_n)"))
     try:
@@ -338,7 +400,7 @@ def _flash_row_call(fn, args):
 def _flash_row_reference(q_n, K, V, B_c):
     from flashmath.attention import attention
 
-    a, lse = attention(q_n[None, :], K, V, return_lse=True)
+    a, lse = attention(np.asarray(q_n)[None, :], np.asarray(K), np.asarray(V), return_lse=True)
     return a[0], float(lse[0])
 
 
@@ -385,6 +447,37 @@ class _FlashRowDiagnosis:
 
     def for_case(self, i: int) -> Mistake | None:
         return (self.by_a if self.a_wrong[i] else self.by_pair).for_case(i)
+
+    def explaining(self, failing) -> Mistake | None:
+        """The whole-run rule: the mistake whose model gives the learner's pair on every failing case; else the one
+        whose ``a_n`` is the learner's on every case where ``a_n`` is wrong, and, where some cases have ``a_n``
+        right and ``lse_n`` wrong, with the one whose pair is the learner's on all of those (both named)."""
+        failing = list(failing)
+        whole = self.by_pair.explaining(failing)
+        if whole is not None or not failing:
+            return whole
+        a_wrong = [i for i in failing if self.a_wrong[i]]
+        lse_wrong = [i for i in failing if not self.a_wrong[i]]
+        first = self.by_a.explaining(a_wrong) if a_wrong else None
+        second = self.by_pair.explaining(lse_wrong) if lse_wrong else None
+        if a_wrong and first is None or lse_wrong and second is None:
+            return None
+        if first is None or second is None or first.name == second.name:
+            return first or second
+        return _Both(first, second)
+
+
+class _Both(Mistake):
+    """Two mistakes, one in ``a_n`` and one in the logsumexp, each explaining its own failing cases."""
+
+    second: Mistake
+
+    def __init__(self, first: Mistake, second: Mistake):
+        super().__init__(first.name, first.fix)
+        object.__setattr__(self, "second", second)
+
+    def message(self) -> str:
+        return _("{first}; and {second}").format(first=super().message(), second=self.second.message())
 
 
 @exercise("14.2", FLASH_ROW_MISTAKES, solution="flash_row", solutions="flashmath.solutions_triton", property_cases=2)
