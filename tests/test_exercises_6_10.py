@@ -235,7 +235,23 @@ MASKED = {
     "an answer of the wrong shape": lambda *args: tuple(
         np.atleast_2d(part) for part in solutions.masked_tile_step(*args)
     ),
+    "values zeroed only for keys that every row masks": lambda g, s, a, x, v, keep: tile_kernel_step(
+        g, s, a, x, v, keep
+    ),
 }
+
+
+def tile_kernel_step(g, s, a, x_tile, v_tile, keep):
+    # as a GPU kernel would: the keys no row of the tile attends are never loaded (their values zeroed), the rest
+    # enter one matrix product P V, masked pairs with weight 0
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    v_loaded = np.where(keep.any(axis=0)[:, None], v_tile, 0.0)
+    a_new = (a * (s * r)[:, None] + p @ v_loaded) / np.where(s_new == 0, 1, s_new)[:, None]
+    return g_new, s_new, a_new
 
 
 def biased_step(g, s, a, x_tile, v_tile, keep):
