@@ -661,3 +661,62 @@ RIGHT = [
 def test_the_package_the_chapters_code_and_equivalent_forms_pass(checker, what, fn):
     report = getattr(exercises, checker)(fn)
     assert report.passed, report
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The prediction cells of chapters 6, 7, 8 and 10: whole-number answers exact, the common wrong answers explained
+# ------------------------------------------------------------------------------------------------------------------
+
+PREDICTIONS = {  # chapter: (the words of its prediction cell, the answer the cell computes)
+    6: ("how many passes over Q", 12.0),
+    7: ("divisions per score in the fa1 order", 1.0),
+    8: ("skipped tiles of an 8 x 8 grid", 28),
+    10: ("merge levels for 6 ranges", 3),
+}
+
+
+def prediction_call(chapter):
+    """The keyword arguments ``why`` and ``misconceptions`` of the chapter's check_prediction call, from the English
+    notebook's code cell."""
+    import ast
+
+    import nbformat
+    from helpers import ROOT
+
+    (path,) = sorted((ROOT / "notebooks").glob(f"{chapter:02d}_*.ipynb"))
+    words = PREDICTIONS[chapter][0]
+    (cell,) = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and words in c.source]
+    (call,) = [
+        node
+        for node in ast.walk(ast.parse(cell.source))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_prediction"
+    ]
+    return {
+        kw.arg: ast.literal_eval(kw.value) if kw.arg == "why" else eval(compile(ast.Expression(kw.value), "", "eval"))
+        for kw in call.keywords
+    }
+
+
+def said(capsys, prediction, answer, **kw):
+    exercises.check_prediction(prediction, answer, **kw)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("chapter", list(PREDICTIONS))
+def test_each_prediction_names_the_misconceptions_of_its_common_wrong_answers(chapter, capsys):
+    from flashmath.exercises.predict import NOTEBOOK_MISCONCEPTIONS, NOTEBOOK_WHY
+
+    kw = prediction_call(chapter)
+    answer = PREDICTIONS[chapter][1]
+    assert kw["why"] in NOTEBOOK_WHY
+    assert 2 <= len(kw["misconceptions"]) <= 3
+    assert "right" in said(capsys, answer, answer, **kw)
+    for wrong, text in kw["misconceptions"].items():
+        assert text in NOTEBOOK_MISCONCEPTIONS, text
+        out = said(capsys, wrong, answer, **kw)
+        assert "not quite" in out and text in out, out
+
+
+@pytest.mark.parametrize("chapter, near", [(6, 11.5), (6, 11), (7, 0.98), (8, 27), (8, 29), (10, 2.9)])
+def test_a_whole_number_answer_is_exact(chapter, near, capsys):
+    assert "not quite" in said(capsys, near, PREDICTIONS[chapter][1], **prediction_call(chapter))
