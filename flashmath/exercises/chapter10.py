@@ -114,8 +114,8 @@ MERGE_STATES_MISTAKES = (
             _merge_model(
                 lambda a1, l1, a2, l2, L: (
                     (
-                        np.where(np.isneginf(l1)[..., None], 0, np.exp(l1)[..., None] * a1)
-                        + np.where(np.isneginf(l2)[..., None], 0, np.exp(l2)[..., None] * a2)
+                        np.where(np.expand_dims(np.isneginf(l1), -1), 0, np.exp(l1)[..., None] * a1)
+                        + np.where(np.expand_dims(np.isneginf(l2), -1), 0, np.exp(l2)[..., None] * a2)
                     )
                     / (np.exp(l1) + np.exp(l2))[..., None]
                 )
