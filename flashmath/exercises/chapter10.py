@@ -102,8 +102,8 @@ MERGE_STATES_MISTAKES = (
         N_("e^{L_p} without a common reference"),
         N_(
             "e^{L_p} alone overflows for a large logsumexp (e^{1000} = inf, and inf / inf is NaN) and is 0 for a very "
-            "negative or empty one (e^{-1000} = 0, and 0 / 0 is NaN): weight each part by its share e^{L_p - L}, "
-            "which is at most 1, with L = np.logaddexp(L_1, L_2)"
+            "negative or empty one (e^{-1000} = 0: 0 / 0 and 0 * NaN are NaN): weight each part by its share e^{L_p - "
+            "L}, which is at most 1, with L = np.logaddexp(L_1, L_2), and select an empty part away with np.where"
         ),
         (
             _merge_model(
