@@ -1,11 +1,17 @@
 """Chapters 6-10's checkers: the solutions pass, and every named mistake, written as a learner would, is caught and
 named (and no other mistake of the catalogue is named)."""
 
+import math
+
 import numpy as np
 import pytest
 from helpers import checker_tests, named
 
+import flashmath as fm
 from flashmath import exercises, solutions
+from flashmath.flash import fa1_tile_step, fa2_tile_step
+from flashmath.rowstate import finish as rowstate_finish
+from flashmath.rowstate import logsumexp_of
 
 
 def rows_max(g, x):
@@ -235,7 +241,23 @@ MASKED = {
     "an answer of the wrong shape": lambda *args: tuple(
         np.atleast_2d(part) for part in solutions.masked_tile_step(*args)
     ),
+    "values zeroed only for keys that every row masks": lambda g, s, a, x, v, keep: tile_kernel_step(
+        g, s, a, x, v, keep
+    ),
 }
+
+
+def tile_kernel_step(g, s, a, x_tile, v_tile, keep):
+    # as a GPU kernel would: the keys no row of the tile attends are never loaded (their values zeroed), the rest
+    # enter one matrix product P V, masked pairs with weight 0
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    v_loaded = np.where(keep.any(axis=0)[:, None], v_tile, 0.0)
+    a_new = (a * (s * r)[:, None] + p @ v_loaded) / np.where(s_new == 0, 1, s_new)[:, None]
+    return g_new, s_new, a_new
 
 
 def biased_step(g, s, a, x_tile, v_tile, keep):
@@ -440,3 +462,261 @@ def test_a_matmul_shape_error_is_explained():
 
     text = repr(exercises.check_numerator_step(step))
     assert "raised ValueError" in text and ".T" in text, text
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Right answers pass (issue 34): the package's own functions, the chapters' own code and equivalent forms
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def chapter7_numerator_step(g, s, u_tile, x_tile, v_tile):
+    """Chapter 7's query_tile_fa2, its loop body as a step (no guard: no row of 7.1 is all -inf)."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    alpha = np.exp(g - g_new)
+    p_tile = np.exp(x_tile - g_new[:, None])
+    s = s * alpha + p_tile.sum(axis=1)
+    return g_new, s, u_tile * alpha[:, None] + p_tile @ v_tile
+
+
+def log_domain_tile_step(g, s, a, x_tile, v_tile):
+    """The logsumexps merged with np.logaddexp, the output as a convex combination of the old one and the tile's."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    with np.errstate(divide="ignore"):
+        lse_old = g + np.log(s)
+    lse_tile = ref + np.log(np.exp(x_tile - ref[:, None]).sum(axis=1))
+    lse_new = np.logaddexp(lse_old, lse_tile)
+    w_old = np.exp(lse_old - lse_new)
+    a_new = w_old[:, None] * a + np.exp(x_tile - lse_new[:, None]) @ v_tile
+    return g_new, np.exp(lse_new - ref), a_new
+
+
+def loop_tile_step(g, s, a, x_tile, v_tile):
+    """Row by row and key by key in Python floats, as a learner may write it."""
+    B_r, Dv = a.shape
+    g_new, s_new, a_new = np.empty(B_r), np.empty(B_r), np.empty((B_r, Dv))
+    for i in range(B_r):
+        m = max([float(g[i])] + [float(x) for x in x_tile[i]])
+        ref = 0.0 if m == -math.inf else m
+        r = math.exp(float(g[i]) - ref)
+        weights = [math.exp(float(x) - ref) for x in x_tile[i]]
+        total = float(s[i]) * r + math.fsum(weights)
+        for d in range(Dv):
+            num = float(a[i, d]) * float(s[i]) * r + math.fsum(w * float(v_tile[c, d]) for c, w in enumerate(weights))
+            a_new[i, d] = num / total
+        g_new[i], s_new[i] = m, total
+    return g_new, s_new, a_new
+
+
+def loop_numerator_step(g, s, u, x_tile, v_tile):
+    """Row by row in Python floats: U rescaled and accumulated, never divided."""
+    B_r, Dv = u.shape
+    g_new, s_new, u_new = np.empty(B_r), np.empty(B_r), np.empty((B_r, Dv))
+    for i in range(B_r):
+        m = max([float(g[i])] + [float(x) for x in x_tile[i]])
+        ref = 0.0 if m == -math.inf else m
+        r = math.exp(float(g[i]) - ref)
+        weights = [math.exp(float(x) - ref) for x in x_tile[i]]
+        s_new[i], g_new[i] = float(s[i]) * r + math.fsum(weights), m
+        for d in range(Dv):
+            u_new[i, d] = float(u[i, d]) * r + math.fsum(w * float(v_tile[c, d]) for c, w in enumerate(weights))
+    return g_new, s_new, u_new
+
+
+def package_masked_step(g, s, a, x_tile, v_tile, keep):
+    """The package's loops: tile_scores selects the masked scores away, then fa1_tile_step with the tile's mask."""
+    return fa1_tile_step(g, s, a, np.where(keep, x_tile, -np.inf), v_tile, keep)
+
+
+def loop_masked_step(g, s, a, x_tile, v_tile, keep):
+    """Row by row over the kept keys only (a masked key is never read)."""
+    B_r, Dv = a.shape
+    g_new, s_new, a_new = np.array(g, float), np.array(s, float), np.array(a, float)
+    for i in range(B_r):
+        kept = [c for c in range(x_tile.shape[1]) if keep[i, c]]
+        m = max([float(g[i])] + [float(x_tile[i, c]) for c in kept])
+        ref = 0.0 if m == -math.inf else m
+        r = math.exp(float(g[i]) - ref)
+        w = {c: math.exp(float(x_tile[i, c]) - ref) for c in kept}
+        total = float(s[i]) * r + math.fsum(w.values())
+        num = a[i] * float(s[i]) * r + sum((w[c] * v_tile[c] for c in kept), np.zeros(Dv))
+        g_new[i], s_new[i], a_new[i] = m, total, num / total if total else 0.0
+    return g_new, s_new, a_new
+
+
+def tile_step_into_a_buffer(g, s, a, x_tile, v_tile):
+    """6.1 written like a kernel: the new output goes into a buffer shaped like ``a`` (right: the state is float)."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    out = np.zeros_like(a)
+    out[...] = (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+    return g_new, s_new, out
+
+
+def numerator_step_with_fmax(g, s, u, x_tile, v_tile):
+    """7.1 with ``np.fmax`` (it ignores NaN, which 7.1 does not test: right for every finite input)."""
+    g_new = np.fmax(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ v_tile
+
+
+def finish_with_log_where_positive(g, s, u):
+    """7.2 that takes the log only where s > 0 (-inf elsewhere): right for every finite input."""
+    positive = s > 0
+    a = np.where(positive[:, None], u / np.where(positive, s, 1.0)[:, None], 0.0)
+    lse = np.where(positive, g + np.log(np.where(positive, s, 1.0)), -np.inf)
+    return a, lse
+
+
+def masked_step_with_nanmax(g, s, a, x_tile, v_tile, keep):
+    """8.2 with ``np.nanmax`` for the row max ("masked scores may hold NaN"): right, a kept NaN score is not tested."""
+    x = np.where(keep, x_tile, -np.inf)
+    with np.errstate(all="ignore"):
+        g_new = np.maximum(g, np.nanmax(x, axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)
+    a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    return g_new, s_new, a_new
+
+
+def merge_with_positive_weights(a1, l1, a2, l2):
+    """10.1 that keeps a part only where its weight is > 0: right for every finite logsumexp."""
+    m = np.where(np.isneginf(np.maximum(l1, l2)), 0.0, np.maximum(l1, l2))
+    e1, e2 = np.exp(l1 - m), np.exp(l2 - m)
+    total = e1 + e2
+    with np.errstate(divide="ignore"):
+        lse = m + np.log(total)
+    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total > 0)[:, None]
+    return np.where(w1 > 0, w1 * a1, 0.0) + np.where(w2 > 0, w2 * a2, 0.0), lse
+
+
+def package_finish(g, s, u):
+    return rowstate_finish(u, s), logsumexp_of(g, s)
+
+
+def merge_by_rows(a1, l1, a2, l2):
+    """Row by row with math.fsum-free Python: an empty range is skipped, two empty ranges give (0, -inf)."""
+    a, lse = np.zeros(np.shape(a1)), np.full(len(l1), -np.inf)
+    for n in range(len(l1)):
+        parts = [(float(lp[n]), ap[n]) for lp, ap in ((l1, a1), (l2, a2)) if lp[n] != -np.inf]
+        if not parts:
+            continue
+        big = max(lp for lp, _ in parts)
+        total = sum(math.exp(lp - big) for lp, _ in parts)
+        lse[n] = big + math.log(total)
+        a[n] = sum(math.exp(lp - lse[n]) * np.asarray(ap, float) for lp, ap in parts)
+    return a, lse
+
+
+def merge_with_logaddexp_where(a1, l1, a2, l2):
+    lse = np.logaddexp(l1, l2)
+    safe = np.where(np.isneginf(lse), 0.0, lse)
+    part1 = np.where(np.isneginf(l1)[:, None], 0.0, np.exp(l1 - safe)[:, None] * a1)
+    return part1 + np.where(np.isneginf(l2)[:, None], 0.0, np.exp(l2 - safe)[:, None] * a2), lse
+
+
+def package_test_ratio(out, q, k, v):
+    """Chapter 9's cell: the package's max_abs_error of out and of naive attention, against fm.attention."""
+    reference = fm.attention(q, k, v)
+    return fm.max_abs_error(out, reference) / fm.max_abs_error(fm.naive_attention(q, k, v), reference)
+
+
+RIGHT = [
+    ("check_tile_step", "the package's fa1_tile_step", lambda g, s, a, x, v: fa1_tile_step(g, s, a, x, v, None)),
+    ("check_tile_step", "the solution", solutions.tile_step),
+    ("check_tile_step", "log-domain, convex combination", log_domain_tile_step),
+    ("check_tile_step", "Python loops, math.fsum", loop_tile_step),
+    ("check_tile_step", "an output buffer zeros_like(a)", tile_step_into_a_buffer),
+    (
+        "check_numerator_step",
+        "the package's fa2_tile_step on a copy of u",
+        lambda g, s, u, x, v: fa2_tile_step(g, s, u.copy(), x, v, None),
+    ),
+    ("check_numerator_step", "chapter 7's loop body", chapter7_numerator_step),
+    ("check_numerator_step", "Python loops", loop_numerator_step),
+    ("check_numerator_step", "np.fmax for the max", numerator_step_with_fmax),
+    ("check_finish", "the package's finish and logsumexp_of", package_finish),
+    ("check_finish", "np.divide with where", finish_with_divide_where),
+    ("check_finish", "the log only where s > 0", finish_with_log_where_positive),
+    ("check_causal_mask", "fm.causal_mask", fm.causal_mask),
+    ("check_causal_mask", "index comparison", lambda N, M: np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N),
+    ("check_masked_tile_step", "the package's tile_scores then fa1_tile_step", package_masked_step),
+    ("check_masked_tile_step", "Python loops over the kept keys", loop_masked_step),
+    ("check_masked_tile_step", "np.nanmax for the row max", masked_step_with_nanmax),
+    ("check_flash_test_ratio", "the package's max_abs_error and naive_attention (chapter 9)", package_test_ratio),
+    ("check_merge_states", "fm.merge_states", fm.merge_states),
+    ("check_merge_states", "np.logaddexp and np.where", merge_with_logaddexp_where),
+    ("check_merge_states", "row by row in Python", merge_by_rows),
+    ("check_merge_states", "a part kept where its weight is > 0", merge_with_positive_weights),
+]
+
+
+@pytest.mark.parametrize("checker, what, fn", RIGHT, ids=[f"{c}: {w}" for c, w, _ in RIGHT])
+def test_the_package_the_chapters_code_and_equivalent_forms_pass(checker, what, fn):
+    report = getattr(exercises, checker)(fn)
+    assert report.passed, report
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The prediction cells of chapters 6, 7, 8 and 10: whole-number answers exact, the common wrong answers explained
+# ------------------------------------------------------------------------------------------------------------------
+
+PREDICTIONS = {  # chapter: (the words of its prediction cell, the answer the cell computes)
+    6: ("how many passes over Q", 12.0),
+    7: ("divisions per score in the fa1 order", 1.0),
+    8: ("skipped tiles of an 8 x 8 grid", 28),
+    10: ("merge levels for 6 ranges", 3),
+}
+
+
+def prediction_call(chapter):
+    """The keyword arguments ``why`` and ``misconceptions`` of the chapter's check_prediction call, from the English
+    notebook's code cell."""
+    import ast
+
+    import nbformat
+    from helpers import ROOT
+
+    (path,) = sorted((ROOT / "notebooks").glob(f"{chapter:02d}_*.ipynb"))
+    words = PREDICTIONS[chapter][0]
+    (cell,) = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and words in c.source]
+    (call,) = [
+        node
+        for node in ast.walk(ast.parse(cell.source))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_prediction"
+    ]
+    return {
+        kw.arg: ast.literal_eval(kw.value) if kw.arg == "why" else eval(compile(ast.Expression(kw.value), "", "eval"))
+        for kw in call.keywords
+    }
+
+
+def said(capsys, prediction, answer, **kw):
+    exercises.check_prediction(prediction, answer, **kw)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("chapter", list(PREDICTIONS))
+def test_each_prediction_names_the_misconceptions_of_its_common_wrong_answers(chapter, capsys):
+    from flashmath.exercises.predict import NOTEBOOK_MISCONCEPTIONS, NOTEBOOK_WHY
+
+    kw = prediction_call(chapter)
+    answer = PREDICTIONS[chapter][1]
+    assert kw["why"] in NOTEBOOK_WHY
+    assert 2 <= len(kw["misconceptions"]) <= 3
+    assert "right" in said(capsys, answer, answer, **kw)
+    for wrong, text in kw["misconceptions"].items():
+        assert text in NOTEBOOK_MISCONCEPTIONS, text
+        out = said(capsys, wrong, answer, **kw)
+        assert "not quite" in out and text in out, out
+
+
+@pytest.mark.parametrize("chapter, near", [(6, 11.5), (6, 11), (7, 0.98), (8, 27), (8, 29), (10, 2.9)])
+def test_a_whole_number_answer_is_exact(chapter, near, capsys):
+    assert "not quite" in said(capsys, near, PREDICTIONS[chapter][1], **prediction_call(chapter))

@@ -19,43 +19,36 @@ from flashmath import exercises
 from flashmath.exercises import chapter6, chapter7, chapter8, chapter9, chapter10, chapter11, chapter12, chapter13
 
 
-def tile_step_into_a_buffer(g, s, a, x_tile, v_tile):
-    """6.1 written like a kernel: the new output goes into a buffer shaped like ``a`` (integer for integer ``a``)."""
-    g_new = np.maximum(g, x_tile.max(axis=1))
+def tile_step_squeezed(g, s, a, x_tile, v_tile):
+    """6.1 with the row max taken with keepdims and squeezed back: one row loses its axis (g_new of shape ())."""
+    g_new = np.maximum(g[:, None], x_tile.max(axis=1, keepdims=True)).squeeze()
     ref = np.where(g_new == -np.inf, 0.0, g_new)
-    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    r, p = np.exp(g - ref), np.exp(x_tile - ref.reshape(-1, 1))
     s_new = s * r + p.sum(axis=1)
-    out = np.zeros_like(a)
-    out[...] = (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
-    return g_new, s_new, out
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
 
 
-def numerator_step_with_fmax(g, s, u, x_tile, v_tile):
-    """7.1 with ``np.fmax``, which ignores NaN: a NaN score leaves the row's max finite."""
-    g_new = np.fmax(g, x_tile.max(axis=1))
+def numerator_step_squeezed(g, s, u, x_tile, v_tile):
+    """7.1 with the row max taken with keepdims and squeezed back: one row loses its axis (g_new of shape ())."""
+    g_new = np.maximum(g[:, None], x_tile.max(axis=1, keepdims=True)).squeeze()
     ref = np.where(g_new == -np.inf, 0.0, g_new)
-    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    r, p = np.exp(g - ref), np.exp(x_tile - ref.reshape(-1, 1))
     return g_new, s * r + p.sum(axis=1), u * r[:, None] + p @ v_tile
 
 
-def finish_with_log_where_positive(g, s, u):
-    """7.2 that takes the log only where s > 0 (-inf elsewhere): a NaN sum reads as a row with no key."""
-    positive = s > 0
-    a = np.where(positive[:, None], u / np.where(positive, s, 1.0)[:, None], 0.0)
-    lse = np.where(positive, g + np.log(np.where(positive, s, 1.0)), -np.inf)
-    return a, lse
-
-
-def masked_step_with_nanmax(g, s, a, x_tile, v_tile, keep):
-    """8.2 with ``np.nanmax`` for the row max ("masked scores may hold NaN"): a kept NaN score is ignored."""
+def masked_step_tile_max_guarded_by_keep(g, s, a, x_tile, v_tile, keep):
+    """8.2 as Algorithm 1 writes it (the tile's own max, two rescales), guarded by the mask: a row with no kept key
+    measures against 0, but a row whose kept scores are all -inf subtracts -inf from -inf."""
     x = np.where(keep, x_tile, -np.inf)
-    with np.errstate(all="ignore"):
-        g_new = np.maximum(g, np.nanmax(x, axis=1))
+    m_tile = np.where(keep.any(axis=1), x.max(axis=1), 0.0)
+    p = np.exp(x - m_tile[:, None])
+    g_new = np.maximum(g, m_tile)
+    g_new = np.where(keep.any(axis=1), g_new, g)
     ref = np.where(g_new == -np.inf, 0.0, g_new)
-    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
-    s_new = s * r + p.sum(axis=1)
+    alpha, beta = np.exp(g - ref), np.exp(m_tile - ref)
+    s_new = s * alpha + p.sum(axis=1) * beta
     pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None, :, :], 0.0).sum(axis=1)
-    a_new = np.where(s_new[:, None] == 0, 0.0, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None])
+    a_new = (a * (s * alpha)[:, None] + beta[:, None] * pv) / np.where(s_new == 0, 1, s_new)[:, None]
     return g_new, s_new, a_new
 
 
@@ -75,16 +68,16 @@ def ratio_with_nanmax(out, q, k, v):
     return float(error_out / np.nanmax(np.abs(naive.astype(np.float64) - reference)))
 
 
-def merge_with_positive_weights(a1, l1, a2, l2):
-    """10.1 that keeps a part only where its weight is > 0: a NaN weight (NaN logsumexp) reads as an empty part."""
-    m = np.where(np.isneginf(np.maximum(l1, l2)), 0.0, np.maximum(l1, l2))
+def merge_with_one_shift(a1, l1, a2, l2):
+    """10.1 with one shift for every row, the largest logsumexp of the batch: when every range of every row is empty
+    the shift is -inf, and -inf - (-inf) is NaN."""
+    m = max(l1.max(), l2.max())
     e1, e2 = np.exp(l1 - m), np.exp(l2 - m)
     total = e1 + e2
     with np.errstate(divide="ignore"):
         lse = m + np.log(total)
-    w1 = np.divide(e1, total, out=np.zeros_like(total), where=total > 0)[:, None]
-    w2 = np.divide(e2, total, out=np.zeros_like(total), where=total > 0)[:, None]
-    return np.where(w1 > 0, w1 * a1, 0.0) + np.where(w2 > 0, w2 * a2, 0.0), lse
+    a = np.where(e1[:, None] > 0, e1[:, None] * a1, 0.0) + np.where(e2[:, None] > 0, e2[:, None] * a2, 0.0)
+    return a / np.where(total == 0, 1.0, total)[:, None], lse
 
 
 def row_lse_guarded_by_s_positive(x):
@@ -131,12 +124,27 @@ def softcap_with_hand_written_tanh(qk, scale, cap):
 
 PROPERTY_CATCHES = {
     # chapter: (checker, wrong solution, the property case that catches it)
-    "6: an output buffer zeros_like(a)": ("check_tile_step", tile_step_into_a_buffer, "property: integer input"),
-    "7: np.fmax drops a NaN score": ("check_numerator_step", numerator_step_with_fmax, "property: NaN"),
-    "7: a NaN sum read as a row with no key": ("check_finish", finish_with_log_where_positive, "property: NaN"),
-    "8: np.nanmax drops a kept NaN score": ("check_masked_tile_step", masked_step_with_nanmax, "property: NaN"),
-    "9: np.nanmax hides a NaN output": ("check_flash_test_ratio", ratio_with_nanmax, "property: NaN"),
-    "10: a NaN logsumexp read as an empty part": ("check_merge_states", merge_with_positive_weights, "property: NaN"),
+    "6: np.squeeze drops the one row's axis": ("check_tile_step", tile_step_squeezed, "property: one row and one key"),
+    "7: np.squeeze drops the one row's axis": (
+        "check_numerator_step",
+        numerator_step_squeezed,
+        "property: one row and one key",
+    ),
+    "8: the tile's own max guarded by the mask alone": (
+        "check_masked_tile_step",
+        masked_step_tile_max_guarded_by_keep,
+        "property: a row whose kept scores are all -inf",
+    ),
+    "9: np.nanmax hides a NaN output": (
+        "check_flash_test_ratio",
+        ratio_with_nanmax,
+        "property: an output holding NaN gives a NaN ratio",
+    ),
+    "10: one shift for every row": (
+        "check_merge_states",
+        merge_with_one_shift,
+        "property: both ranges empty in every row",
+    ),
     "11: NaN turned into -inf by s > 0": ("check_row_lse", row_lse_guarded_by_s_positive, "property: NaN"),
     "12: D squeezed to a 0-d array for one query": (
         "check_backward_tiles",

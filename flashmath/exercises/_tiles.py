@@ -164,52 +164,37 @@ def tile_cases(rng, state: str = "(g, s, A')"):
 
 
 def tile_properties(state: str = "(g, s, A')", masked: bool = False):
-    """The edge cases of a tile step (6.1, 7.1): ``[(what, (g, s, a, x_tile, v_tile))]``, ``a`` the output or the
-    numerator. A tile of no rows; one row and one key; a score of +inf (its row is NaN: inf - inf); a NaN score (its
-    row is NaN); integer scores, values, sums and outputs (the maxima, which may be -inf, stay floats); scores all
-    far below 0. With ``masked`` (8.2), a row whose tile is all -inf (it keeps its state): chapters 6 and 7 have no
-    mask, and FlashAttention's Algorithm 1 as written gives such a row NaN. No float16 case: these steps are
-    checked in float64 (chapter 9 measures float16)."""
-    g, s = np.array([0.5, 2.0, -1.0]), np.array([1.5, 2.0, 1.0])
+    """The edge cases of a tile step (6.1, 7.1, 8.2): ``[(what, (g, s, a, x_tile, v_tile))]``, ``a`` the output or
+    the numerator, each named by the phrase of the exercise's prompt that states it. One row and one key (from the
+    empty state); every score and max near -1000 (a max started at 0 or a rescale without the max underflows).
+    With ``masked`` (8.2), a row whose kept scores are all -inf (it keeps its state): chapters 6 and 7 have no
+    mask. ``state`` is kept for the callers' sake (the names no longer quote it).
+
+    Not tested, since no prompt of these chapters teaches them (issue 34): a tile of no rows, a score of +inf, a
+    NaN score (NaN propagates in the package, but a step right for every finite input may turn a NaN row into
+    another number), integer inputs. No float16 case: these steps are checked in float64 (chapter 9 measures
+    float16)."""
+    del state
+    s = np.array([1.5, 2.0, 1.0])
     a = np.array([[0.5, -1.0], [2.0, 0.25], [-0.5, 1.0]])
     X = np.array([[0.3, -1.2, 2.2, 0.1], [1.0, 0.4, -0.3, 2.5], [-2.0, 0.7, 1.1, -0.4]])
     V = np.array([[1.0, -0.5], [0.25, 2.0], [-1.5, 0.5], [0.75, -1.0]])
-    inf_row, pos_inf, nan = X.copy(), X.copy(), X.copy()
+    inf_row = X.copy()
     inf_row[1] = -np.inf
-    pos_inf[0, 2] = np.inf
-    nan[2, 1] = np.nan
     cases = [
         (
-            _("the empty input: a tile of no rows gives an empty {state}").format(state=state),
-            (np.zeros(0), np.zeros(0), np.zeros((0, 2)), np.zeros((0, 4)), V),
-        ),
-        (
-            _("one element: one row, one key, one value dimension"),
+            _("one row and one key"),
             (np.array([-np.inf]), np.zeros(1), np.zeros((1, 1)), np.array([[0.7]]), np.array([[2.0]])),
         ),
-        (_("+inf: a score of +inf makes its row NaN (inf - inf), not a clipped number"), (g, s, a, pos_inf, V)),
-        (_("NaN propagates: a NaN score makes its row NaN (never silently 0)"), (g, s, a, nan, V)),
-        (
-            _("integer input: integer scores, values, sums and outputs give floats out"),
-            (
-                np.array([1.0, 2.0, 0.0]),
-                np.array([2, 1, 3]),
-                np.array([[1, 0], [2, 1], [0, 3]]),
-                np.array([[0, 3, 1, 2], [1, 1, 0, 4], [2, 0, 1, 1]]),
-                np.array([[1, 0], [0, 2], [3, 1], [1, 1]]),
-            ),
-        ),
-        (
-            _("negative-only input: every score and max near -1000"),
-            (np.array([-1000.5, -998.0, -1003.0]), s, a, X - 1000.0, V),
-        ),
+        (_("every score near -1000"), (np.array([-1000.5, -998.0, -1003.0]), s, a, X - 1000.0, V)),
     ]
     if masked:
-        cases.insert(
-            2,
-            (
-                _("an all -inf row (kept keys scoring -inf): row 1 keeps its {state}").format(state=state),
-                (g, s, a, inf_row, V),
-            ),
-        )
+        cases.insert(1, (_("a row whose kept scores are all -inf"), (np.array([0.5, 2.0, -1.0]), s, a, inf_row, V)))
     return property_cases(cases)
+
+
+def score_tile_copied(fn, args):
+    """The harness's ``call`` for a tile step: the learner's step gets its own copy of the score tile ``x_tile``
+    (argument 4), which it may overwrite as the package's steps do (:func:`flashmath.flash.fa1_tile_step` turns
+    the scores into the weights in place); every other argument must come back unchanged."""
+    return fn(*args[:3], np.array(args[3], copy=True), *args[4:])

@@ -16,6 +16,7 @@ from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import (
     NOT_A_STATE,
     inputs_unchanged,
+    score_tile_copied,
     shape_hint,
     shape_mistake,
     tile_cases,
@@ -143,6 +144,8 @@ TILE_MISTAKES = (
         (
             _tile_model(g_of=lambda g, x: np.maximum(max_or_zero(g), x.max(axis=1))),
             _tile_model(g_of=lambda g, x: np.maximum(np.maximum(g, 0), x.max(axis=1))),
+            # the state's max itself clamped at 0 before the step (g = np.maximum(g, 0)): the rescale too
+            lambda g, s, a, x, v: tile_step_reference(np.maximum(g, 0), s, a, x, v),
         ),
     ),
     INPUT_MODIFIED,
@@ -175,13 +178,15 @@ def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     report.add(name, ok, "" if ok else _("the folded output differs from attention (the cases above say why)"))
 
 
-@exercise("6.1", TILE_MISTAKES, solution="tile_step")
+@exercise("6.1", TILE_MISTAKES, solution="tile_step", property_cases=2)
 def check_tile_step(fn) -> CheckReport:
     """Check ``fn(g, s, a, x_tile, v_tile) -> (g_new, s_new, a_new)``, one key tile for a query tile (exercise 6.1).
 
     ``g, s (B_r,)``, ``a (B_r, Dv)`` the rows' state; ``x_tile (B_r, B_c)`` the scaled scores; ``v_tile (B_c, Dv)``.
-    The output is normalised after the tile (chapter 6). The property battery first (:func:`tile_properties`).
-    Named mistakes: :data:`TILE_MISTAKES`.
+    The output is normalised after the tile (chapter 6). The property battery first (:func:`tile_properties`: one
+    row and one key, every score near -1000). The step may overwrite ``x_tile`` (the package's
+    :func:`flashmath.flash.fa1_tile_step` does), not the state. Named mistakes: :data:`TILE_MISTAKES`, each only
+    when its model explains every failing case.
     """
     rng = np.random.default_rng(6)
     cases = tile_cases(rng)
@@ -196,6 +201,7 @@ def check_tile_step(fn) -> CheckReport:
         not_answer=NOT_A_STATE,
         hint=shape_hint,
         properties=tile_properties(),
+        call=score_tile_copied,
     )
     inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[2][1], always=True)
     _fold_tiles(report, fn, _("a real query tile folded over 5 key tiles gives the attention output"))

@@ -140,4 +140,25 @@ NOTEBOOK_MISCONCEPTIONS = (
         "output keeps, 3/4."
     ),
     # chapters 6-10
+    N_(
+        "1 is the fa2 order's count: there each query tile is loaded once; fa1 swaps the loops, so Q streams "
+        "past every key tile."
+    ),
+    N_("6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key tile."),
+    N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4)."),
+    N_(
+        "0.125 = D_v / M is the fa2 order's count, one division at the end of each query tile; fa1 divides "
+        "after every key tile."
+    ),
+    N_(
+        "64 would be D_v divisions for every score; the B_r x D_v divisions after a key tile are shared by "
+        "its B_r x B_c scores."
+    ),
+    N_("1/64 counts one division per row and key tile (s_new alone); fa1 divides each of the row's D_v outputs."),
+    N_("36 = 8 x 9 / 2 counts the diagonal tiles too, but each holds its part of the diagonal: partial, not skipped."),
+    N_("32 is half the grid, but the 8 diagonal tiles belong to neither half: (64 - 8) / 2."),
+    N_("56 = 8 x 7 counts both triangles: only the tiles above the diagonal are masked."),
+    N_("5 is the number of merges (each turns two states into one); a level merges its pairs side by side."),
+    N_("2 is log2 6 rounded down, but the odd range is carried up and merged one level later: ceil(log2 6) = 3."),
+    N_("6 counts one level per range, but a level merges all its pairs at once, halving the count."),
 )
