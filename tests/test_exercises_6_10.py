@@ -372,6 +372,187 @@ MERGE_MORE = {
     "the weights swapped": [merge_with(lambda a1, l1, a2, l2, L: solutions.merge_states(a1, l2, a2, l1)[0])],
 }
 
+# issue 34, second pass: the mistakes set 1 showed, each written as a learner would
+
+
+def _tile_parts(g, s, x_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    return g_new, np.exp(g - ref), np.exp(x_tile - ref[:, None])
+
+
+def pv_not_divided_step(g, s, a, x_tile, v_tile):
+    g_new, alpha, p = _tile_parts(g, s, x_tile)
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, a * (s * alpha / s_new)[:, None] + p @ v_tile
+
+
+def no_s_factor_step(g, s, a, x_tile, v_tile):
+    g_new, alpha, p = _tile_parts(g, s, x_tile)
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * alpha[:, None] + p @ v_tile) / s_new[:, None]
+
+
+def s_overwritten_step(g, s, a, x_tile, v_tile):
+    g_new, alpha, p = _tile_parts(g, s, x_tile)
+    s = s * alpha + p.sum(axis=1)
+    return g_new, s, a * (s * alpha / s)[:, None] + (p @ v_tile) / s[:, None]
+
+
+def own_max_step(g, s, a, x_tile, v_tile):
+    m = x_tile.max(axis=1)
+    p = np.exp(x_tile - m[:, None])
+    g_new = np.maximum(g, m)
+    alpha = np.exp(g - g_new)
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * (s * alpha)[:, None] + p @ v_tile) / s_new[:, None]
+
+
+def column_sum_step(g, s, a, x_tile, v_tile):
+    g_new, alpha, p = _tile_parts(g, s, x_tile)
+    s_new = s * alpha + p.sum(axis=0)
+    return g_new, s_new, a * (s * alpha / s_new)[:, None] + (p @ v_tile) / s_new[:, None]
+
+
+TILE.update(
+    {
+        "P V not divided by s_new": pv_not_divided_step,
+        "the factor s missing from the old term": no_s_factor_step,
+        "s overwritten by s_new before the old term": s_overwritten_step,
+        "P measured against the tile's own max": own_max_step,
+        "the row sum over the wrong axis": column_sum_step,
+    }
+)
+
+
+def numerator_chapter6_factor(g, s, u, x_tile, v_tile):
+    g_new, alpha, p = _tile_parts(g, s, x_tile)
+    return g_new, s * alpha + p.sum(axis=1), u * (s * alpha)[:, None] + p @ v_tile
+
+
+def numerator_tile_max_only(g, s, u, x_tile, v_tile):
+    g_new = x_tile.max(axis=1)
+    alpha, p = np.exp(g - g_new), np.exp(x_tile - g_new[:, None])
+    return g_new, s * alpha + p.sum(axis=1), u * alpha[:, None] + p @ v_tile
+
+
+def numerator_old_max_weights(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    alpha, p = np.exp(g - g_new), np.exp(x_tile - g[:, None])
+    return g_new, s * alpha + p.sum(axis=1), u * alpha[:, None] + p @ v_tile
+
+
+NUMERATOR.update(
+    {
+        "chapter 6's factor s e^{g - g_new} on U": numerator_chapter6_factor,
+        "the tile's max only (the old max forgotten)": numerator_tile_max_only,
+        "P measured against the old max (e^{X - g})": numerator_old_max_weights,
+    }
+)
+
+
+def finish_guarded_lse(g, s, u):
+    g0, s1 = np.where(g == -np.inf, 0, g), np.where(s == 0, 1, s)
+    return u / s1[:, None], g0 + np.log(s1)
+
+
+def finish_without_column_axis(g, s, u):
+    return u / np.where(s == 0, 1, s), g + np.log(s)
+
+
+FINISH.update(
+    {
+        "the empty row's logsumexp guarded to 0": finish_guarded_lse,
+        "s divided along the value columns (no [:, None])": finish_without_column_axis,
+    }
+)
+
+
+def _select_terms(p, v_tile, keep):
+    return np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0).sum(axis=1)
+
+
+def masked_after_the_max(g, s, a, x_tile, v_tile, keep):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha = np.exp(g - ref)
+    p = np.where(keep, np.exp(x_tile - ref[:, None]), 0.0)
+    s_new = s * alpha + p.sum(axis=1)
+    return (
+        g_new,
+        s_new,
+        (a * (s * alpha)[:, None] + _select_terms(p, v_tile, keep)) / np.where(s_new == 0, 1, s_new)[:, None],
+    )
+
+
+def masked_keep_inverted(g, s, a, x_tile, v_tile, keep):
+    return solutions.masked_tile_step(g, s, a, x_tile, v_tile, ~keep)
+
+
+def masked_scores_times_keep(g, s, a, x_tile, v_tile, keep):
+    x = x_tile * keep
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * alpha + p.sum(axis=1)
+    return (
+        g_new,
+        s_new,
+        (a * (s * alpha)[:, None] + _select_terms(p, v_tile, keep)) / np.where(s_new == 0, 1, s_new)[:, None],
+    )
+
+
+def masked_division_unguarded(g, s, a, x_tile, v_tile, keep):
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * (s * alpha)[:, None] + _select_terms(p, v_tile, keep)) / s_new[:, None]
+
+
+MASKED.update(
+    {
+        "the mask applied after the max": masked_after_the_max,
+        "keep read the wrong way round": masked_keep_inverted,
+        "the scores multiplied by the mask (a masked score 0)": masked_scores_times_keep,
+        "0 / 0 on a row with no key yet": masked_division_unguarded,
+    }
+)
+
+
+def merge_by_sums(a1, l1, a2, l2):
+    lse = np.logaddexp(l1, l2)
+    a = np.where(l1[:, None] == -np.inf, 0.0, np.exp(l1)[:, None] * a1) + np.where(
+        l2[:, None] == -np.inf, 0.0, np.exp(l2)[:, None] * a2
+    )
+    return a, lse
+
+
+def merge_shares_without_column_axis(a1, l1, a2, l2):
+    lse = np.logaddexp(l1, l2)
+    w1 = np.where(l1 == -np.inf, 0.0, np.exp(l1 - lse))
+    w2 = np.where(l2 == -np.inf, 0.0, np.exp(l2 - lse))
+    return np.where(l1[:, None] == -np.inf, 0.0, w1 * a1) + np.where(l2[:, None] == -np.inf, 0.0, w2 * a2), lse
+
+
+def merge_shifted_unguarded(a1, l1, a2, l2):
+    m = np.maximum(l1, l2)
+    e1, e2 = np.exp(l1 - m), np.exp(l2 - m)
+    num = np.where(l1[:, None] == -np.inf, 0.0, e1[:, None] * a1) + np.where(
+        l2[:, None] == -np.inf, 0.0, e2[:, None] * a2
+    )
+    return num / (e1 + e2)[:, None], m + np.log(e1 + e2)
+
+
+MERGE.update(
+    {
+        "the parts weighted by e^{L_p}, not by their shares": merge_by_sums,
+        "the shares along the value columns (no [:, None])": merge_shares_without_column_axis,
+        "0 / 0 where both ranges are empty": merge_shifted_unguarded,
+    }
+)
+
 WRONG = {
     "check_tile_step": TILE,
     "check_numerator_step": NUMERATOR,

@@ -25,6 +25,12 @@ def shape_hint(exc) -> str | None:
         dims = [tuple(int(d) for d in s.replace(" ", "").split(",") if d) for s in shapes]
         vector = next((d for d in dims if len(d) == 1), None)
         matrix = next((d for d in dims if len(d) == 2), None)
+        vectors = [d for d in dims if len(d) == 1]
+        if len(vectors) == 2 and vectors[0] != vectors[1] and not matrix:
+            return _(
+                "two vectors of different lengths, {a} and {b}: X is (B_r, B_c), so a max or a sum of X (or P) over "
+                "axis=0 gives one value per key column (B_c,); a per-row quantity is taken over axis=1"
+            ).format(a=vectors[0], b=vectors[1])
         if vector and matrix and vector[0] == matrix[0] != matrix[1]:
             return _(
                 "a per-row vector of shape {vector} meets a {matrix} array: numpy lines up the last axes, so "

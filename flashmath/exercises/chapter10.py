@@ -38,6 +38,27 @@ def _wrong_lse(lse_of):
     )
 
 
+def _selected(term, lp):
+    """``term`` with a part of no key (L_p = -inf) selected away, as a careful learner writes it."""
+    return np.where(np.isneginf(lp)[:, None], 0.0, term)
+
+
+def _shift_max(l1, l2):
+    return np.maximum(l1, l2)
+
+
+def _shift_total(l1, l2):
+    m = _shift_max(l1, l2)
+    return np.exp(l1 - m) + np.exp(l2 - m)
+
+
+def _shifted_by_max(a1, l1, a2, l2, L):
+    """The merge shifted by the larger logsumexp as in chapter 2, with no guard: 0 / 0 where both parts are empty."""
+    m = _shift_max(l1, l2)
+    num = _selected(np.exp(l1 - m)[:, None] * a1, l1) + _selected(np.exp(l2 - m)[:, None] * a2, l2)
+    return num / _shift_total(l1, l2)[:, None]
+
+
 def _weights(l1, l2, lse):
     return np.exp(l1 - lse)[..., None], np.exp(l2 - lse)[..., None]
 
@@ -168,6 +189,45 @@ MERGE_STATES_MISTAKES = (
             "first"
         ),
         _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
+    ),
+    Mistake(
+        N_("the parts weighted by e^{L_p}, not by their shares"),
+        N_(
+            "e^{L_p} is a part's sum of weights, not its share: divide by the merged sum, weight by e^{L_p - L} "
+            "with L = np.logaddexp(L_1, L_2), so that the shares add up to 1"
+        ),
+        (
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    _selected(np.exp(l1)[:, None] * a1, l1) + _selected(np.exp(l2)[:, None] * a2, l2)
+                )
+            ),
+            _merge_model(lambda a1, l1, a2, l2, L: np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2),
+        ),
+    ),
+    Mistake(
+        N_("the shares along the value columns (no [:, None])"),
+        N_(
+            "a share e^{L_p - L} is one number per row, shape (N,): w * A lines it up with A's last axis, the value "
+            "columns; give it a column axis, w[:, None] * A"
+        ),
+        (
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    _selected(np.where(np.isneginf(l1), 0.0, np.exp(l1 - L)) * a1, l1)
+                    + _selected(np.where(np.isneginf(l2), 0.0, np.exp(l2 - L)) * a2, l2)
+                )
+            ),
+            _merge_model(lambda a1, l1, a2, l2, L: np.exp(l1 - L) * a1 + np.exp(l2 - L) * a2),
+        ),
+    ),
+    Mistake(
+        N_("0 / 0 where both ranges are empty"),
+        N_(
+            "a row with no key in either range has L_1 = L_2 = -inf: shifted by their max (-inf) its weights are "
+            "NaN and their sum 0; such a row gets A = 0 and L = -inf: select it with np.where"
+        ),
+        (_merge_model(_shifted_by_max, lse_of=lambda l1, l2: _shift_max(l1, l2) + np.log(_shift_total(l1, l2))),),
     ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _merge_reference(*args)),

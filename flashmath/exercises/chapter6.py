@@ -79,7 +79,37 @@ TILE_MISTAKES = (
     Mistake(
         N_("divided by the old sum"),
         Filled(N_("both terms are divided by the new sum s_new: {rule}"), rule=TILE_RULE),
-        (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),),
+        (
+            _tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / s[:, None]),
+            # both terms over the old sum, with the first tile's s = 0 guarded to 1
+            _tile_model(lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / np.where(s == 0, 1, s)[:, None]),
+        ),
+    ),
+    Mistake(
+        N_("P V not divided by s_new"),
+        Filled(N_("the new tile's term is divided by s_new too: {rule}"), rule=TILE_RULE),
+        (_tile_model(lambda a, s, r, pv, sn, *_: a * (s * r / sn)[:, None] + pv),),
+    ),
+    Mistake(
+        N_("the factor s missing from the old term"),
+        Filled(
+            N_("A' is an average: A' s is the old numerator, which is rescaled and added to P V: {rule}"),
+            rule=TILE_RULE,
+        ),
+        (_tile_model(lambda a, s, r, pv, sn, *_: (a * r[:, None] + pv) / sn[:, None]),),
+    ),
+    Mistake(
+        N_("s overwritten by s_new before the old term"),
+        Filled(N_("the old term needs the old sum s: keep it until A' is updated: {rule}"), rule=TILE_RULE),
+        (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / sn[:, None]),),
+    ),
+    Mistake(
+        N_("P measured against the tile's own max"),
+        N_(
+            "P = e^{X - m} with m = rowmax X is relative to the tile's max: measured against g_new it is "
+            "e^{X - g_new} (or multiply by e^{m - g_new}) before it is summed and multiplied by V"
+        ),
+        (_tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(x.max(axis=1))[:, None])),),
     ),
     Mistake(
         N_("FlashAttention-2's update (not divided)"),
@@ -103,6 +133,11 @@ TILE_MISTAKES = (
         N_("the max over the wrong axis"),
         N_("X is (B_r, B_c), one row per query: the row max is X.max(axis=1)"),
         (_tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),),
+    ),
+    Mistake(
+        N_("the row sum over the wrong axis"),
+        N_("P is (B_r, B_c), one row per query: its row sums are P.sum(axis=1)"),
+        (_tile_model(s_update=lambda s, r, p, *_: s * r + p.sum(axis=0)),),
     ),
     Mistake(
         N_("the tile's max only (the old max forgotten)"),

@@ -38,12 +38,14 @@ def numerator_step_reference(g, s, u, x_tile, v_tile):
     return fa2_tile_step(g, s, u.copy(), x.copy(), V, None)
 
 
-def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_of=None):
+def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_of=None, p_of=None):
     def model(g, s, u, x_tile, v_tile):
         g, s, u = (np.asarray(t, dtype=np.float64) for t in (g, s, u))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         g_new = np.maximum(g, x.max(axis=1)) if g_of is None else g_of(g, x)
         r, p = base(g - max_or_zero(g_new)), base(x - max_or_zero(g_new)[:, None])
+        if p_of is not None:
+            p = p_of(x, g, g_new)
         if rescale is not None:
             r = rescale(g, g_new)
         s_new = s * r + p.sum(axis=1) if s_update is None else s_update(s, r, p)
@@ -92,6 +94,32 @@ NUMERATOR_MISTAKES = (
         N_("the rescale of s missing"),
         N_("s_new = s e^{g - g_new} + rowsum P"),
         (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, s_update=lambda s, r, p: s + p.sum(axis=1)),),
+    ),
+    Mistake(
+        N_("chapter 6's factor s e^{g - g_new} on U"),
+        N_(
+            "U already holds the factor s (U = s A'): it is rescaled by e^{g - g_new} alone; s e^{g - g_new} is "
+            "chapter 6's factor for the normalised A'"
+        ),
+        (_numerator_model(lambda u, s, r, pv, sn: u * (s * r)[:, None] + pv),),
+    ),
+    Mistake(
+        N_("the tile's max only (the old max forgotten)"),
+        N_("the new max is over the old max and the tile: g_new = max(g, rowmax X)"),
+        (_numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, g_of=lambda g, x: x.max(axis=1)),),
+    ),
+    Mistake(
+        N_("P measured against the old max (e^{X - g})"),
+        N_(
+            "the tile's weights are P = e^{X - g_new}: the old g is -inf before the first tile (e^{X + inf} = "
+            "inf), and below the tile's scores whenever the max jumps"
+        ),
+        (
+            _numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, p_of=lambda x, g, gn: np.exp(x - g[:, None])),
+            _numerator_model(
+                lambda u, s, r, pv, sn: u * r[:, None] + pv, p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])
+            ),
+        ),
     ),
     Mistake(
         N_("a wrong base (2) instead of e"),
@@ -209,6 +237,25 @@ FINISH_MISTAKES = (
             "backward); this course uses L = -inf, the log of an empty sum (chapter 8's conventions table)"
         ),
         (_finish_model(lse_of=lambda g, s, u: np.where(s == 0, np.inf, g + np.log(np.where(s == 0, 1, s)))),),
+    ),
+    Mistake(
+        N_("the empty row's logsumexp guarded to 0"),
+        N_(
+            "the guards g -> 0 and s -> 1 keep the division finite, but a row that saw no key has the logsumexp of "
+            "an empty sum, L = log 0 = -inf: use the guards for A only"
+        ),
+        (_finish_model(lse_of=lambda g, s, u: max_or_zero(g) + np.log(np.where(s == 0, 1, s))),),
+    ),
+    Mistake(
+        N_("s divided along the value columns (no [:, None])"),
+        N_(
+            "u / s lines s up with U's last axis, the value columns: give s a column axis, u / s[:, None], so "
+            "each row is divided by its own sum"
+        ),
+        (
+            _finish_model(a_of=lambda g, s, u: u / np.where(s == 0, 1, s)),
+            _finish_model(a_of=lambda g, s, u: u / s),
+        ),
     ),
     INPUT_MODIFIED,
     shape_mistake(finish_reference),

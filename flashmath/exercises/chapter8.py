@@ -127,20 +127,29 @@ def _absent_terms(p, keep, V):
     return np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
 
 
-def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None):
-    """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied."""
+def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None, mask_after_exp=False, guard_div=True):
+    """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied; with
+    ``mask_after_exp`` the max is taken over the unmasked scores and the mask applied to the weights; without
+    ``guard_div`` the output is divided by s_new even where it is 0."""
 
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         keep = keep if mask_of is None else np.broadcast_to(mask_of(keep), keep.shape)
+        raw = x
         x = np.where(keep, x, -np.inf if fill is None else fill) if score is None else score(x, keep)
-        g_new = np.maximum(g, x.max(axis=1))
+        g_new = np.maximum(g, (raw if mask_after_exp else x).max(axis=1))
         ref = max_or_zero(g_new) if guard else g_new
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+        if mask_after_exp:
+            p = np.where(keep, np.exp(raw - ref[:, None]), 0.0)
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
-        return g_new, s_new, (a * (s * r)[:, None] + pv) / np.where(s_new == 0, 1, s_new)[:, None]
+        return (
+            g_new,
+            s_new,
+            (a * (s * r)[:, None] + pv) / (np.where(s_new == 0, 1, s_new) if guard_div else s_new)[:, None],
+        )
 
     return model
 
@@ -208,6 +217,35 @@ MASKED_MISTAKES = (
             for mask_of in (lambda k: k.all(axis=0), lambda k: k.any(axis=0), lambda k: k[0])
             for term in (None, _absent_terms)
         ),
+    ),
+    Mistake(
+        N_("the mask applied after the max"),
+        N_(
+            "the row max is over the kept scores only: mask the scores first, X = np.where(keep, X, -np.inf), then "
+            "take g_new = max(g, rowmax X); a masked score (large, +inf or NaN) must not move the max"
+        ),
+        tuple(_masked_model(mask_after_exp=True, term=term) for term in (_absent_terms, None)),
+    ),
+    Mistake(
+        N_("keep read the wrong way round"),
+        N_("keep is True where a query attends a key (True = kept): mask where keep is False, np.where(keep, X, -inf)"),
+        tuple(_masked_model(mask_of=lambda k: ~np.asarray(k, bool), term=term) for term in (_absent_terms, None)),
+    ),
+    Mistake(
+        N_("the scores multiplied by the mask (a masked score 0)"),
+        N_(
+            "X * keep gives a masked key the score 0, a weight e^{0 - g_new} > 0: a masked score is -inf, "
+            "np.where(keep, X, -np.inf)"
+        ),
+        tuple(_masked_model(score=lambda x, keep: x * keep, term=term) for term in (_absent_terms, None)),
+    ),
+    Mistake(
+        N_("0 / 0 on a row with no key yet"),
+        N_(
+            "a row that has seen no key (every key so far masked) has s_new = 0 and keeps A' = 0: divide by "
+            "np.where(s_new == 0, 1, s_new)"
+        ),
+        (_masked_model(term=_absent_terms, guard_div=False),),
     ),
     INPUT_MODIFIED,
     shape_mistake(tile_step_reference),

@@ -64,6 +64,32 @@ def _naive_rounding(q, k, v, *, x=True, y=True, a=True):
     return round_to(out, dtype) if a else out
 
 
+def _naive_variant(q, k, v, *, scale=True, axis=-1, shift=True):
+    """The framework's naive attention (X, Y, A stored in the input dtype, each computed in float32) with one slip:
+    no 1/sqrt(D) scale, the softmax over the queries (``axis=0``), or (``shift=False``) a softmax without its max
+    computed on the stored X in the input dtype (e^x overflows float16 once x > 11)."""
+    dtype = q.dtype
+    q32, k32, v32 = (arr.astype(np.float32) for arr in (q, k, v))
+    scores = q32 @ k32.T
+    if scale:
+        scores = scores / np.float32(math.sqrt(q.shape[-1]))
+    x = round_to(scores, dtype)
+    if shift:
+        x32 = x.astype(np.float32)
+        e = np.exp(x32 - x32.max(axis=axis, keepdims=True))
+        probs = e / e.sum(axis=axis, keepdims=True)
+    else:
+        low = np.asarray(x).astype(dtype)
+        e = np.exp(low)
+        probs = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+    probs = round_to(probs, dtype).astype(np.float32)
+    return round_to(probs @ v32, dtype)
+
+
+def _signed_error(out, ref) -> float:
+    return float(np.max(np.asarray(out, np.float64) - ref))
+
+
 def _relative_error(out, ref) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.max(np.abs(np.asarray(out, np.float64) - ref) / np.abs(ref)))
@@ -151,6 +177,35 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
                     "this is the ratio of the largest relative errors. FlashAttention's rule compares the largest "
                     "absolute "
                     "errors, max |A - A_ref| (an output element near 0 makes a relative error meaningless)"
+                ),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_variant(q, k, v, scale=False), ref),
+                _(
+                    "your naive attention seems to leave out the scale: the scores are X = Q K^T / sqrt(D), as in "
+                    "the float64 reference; without 1/sqrt(D) the naive attention computes another, sharper attention"
+                ),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_variant(q, k, v, axis=0), ref),
+                _(
+                    "your naive softmax seems normalised over the queries (axis 0): each row of X (one query) is "
+                    "normalised over its keys, softmax along axis=-1"
+                ),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_variant(q, k, v, shift=False), ref),
+                _(
+                    "your naive softmax seems to exponentiate the scores in {dtype} without subtracting their max: "
+                    "e^x overflows {dtype} (float16's largest number is 65504, e^{{11.1}}), and inf / inf is NaN. A "
+                    "framework's softmax subtracts the row max and computes in float32"
+                ).format(dtype=dtype),
+            ),
+            (
+                _signed_error(out, ref) / _signed_error(naive, ref),
+                _(
+                    "this is the ratio of the largest signed differences, max(out - A): an error is a distance, "
+                    "max |out - A| (np.abs), whichever side of A it falls"
                 ),
             ),
         ]
@@ -272,15 +327,19 @@ class _RatioDiagnosis:
             return None
         n_mistakes = len(self._all(failing[0])[1])
         for j in range(n_mistakes):
-            matches, apart = True, False
+            matches, apart, finite = True, False, False
             for i in failing:
                 right, mistakes = self._all(i)
                 wrong, value = mistakes[j][0], self.answers[i]
-                if not _close(value, wrong, MISTAKE_RTOL):
+                # a non-finite ratio (an overflow to NaN) matches a mistake giving the same one, when the mistake
+                # also matches a finite failing case of the run
+                both_off = not np.isfinite(value) and not np.isfinite(wrong) and _same_ratio(value, wrong)
+                if not (_close(value, wrong, MISTAKE_RTOL) or both_off):
                     matches = False
                     break
+                finite |= not both_off
                 apart |= not _close(wrong, right, MISTAKE_RTOL)
-            if matches and apart:
+            if matches and apart and finite:
                 return ("mistake", j)
         rights = [self._right(i) for i in failing]
         values = [self.answers[i] for i in failing]
