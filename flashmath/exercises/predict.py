@@ -146,6 +146,8 @@ NOTEBOOK_MISCONCEPTIONS = (
     ),
     N_("6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key tile."),
     N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4)."),
+    N_("11 is 46 / 4 rounded down: the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4) = 12."),
+    N_("46 counts one pass per key, but keys are loaded a tile at a time: one pass over Q per key tile of B_c = 4."),
     N_(
         "0.125 = D_v / M is the fa2 order's count, one division at the end of each query tile; fa1 divides "
         "after every key tile."
@@ -155,6 +157,10 @@ NOTEBOOK_MISCONCEPTIONS = (
         "its B_r x B_c scores."
     ),
     N_("1/64 counts one division per row and key tile (s_new alone); fa1 divides each of the row's D_v outputs."),
+    N_(
+        "8 = T_c = 512 / 64 is how often one output element is divided (once per key tile); per score, the D_v "
+        "divisions after a key tile are shared by its B_c scores: 64 / 64."
+    ),
     N_("36 = 8 x 9 / 2 counts the diagonal tiles too, but each holds its part of the diagonal: partial, not skipped."),
     N_("32 is half the grid, but the 8 diagonal tiles belong to neither half: (64 - 8) / 2."),
     N_("56 = 8 x 7 counts both triangles: only the tiles above the diagonal are masked."),
