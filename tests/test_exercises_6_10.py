@@ -890,7 +890,7 @@ def test_each_prediction_names_the_misconceptions_of_its_common_wrong_answers(ch
     kw = prediction_call(chapter)
     answer = PREDICTIONS[chapter][1]
     assert kw["why"] in NOTEBOOK_WHY
-    assert 2 <= len(kw["misconceptions"]) <= 3
+    assert len(kw["misconceptions"]) >= 2
     assert "right" in said(capsys, answer, answer, **kw)
     for wrong, text in kw["misconceptions"].items():
         assert text in NOTEBOOK_MISCONCEPTIONS, text

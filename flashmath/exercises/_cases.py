@@ -309,10 +309,10 @@ def check_function(
     ]
     # A mistake is named only when it explains every failing case of the run (a quiz's questions are each their
     # own: its diagnosis says so with per_case = True)
-    whole_run = None if getattr(named, "per_case", False) else explaining(named, failing)
+    whole_run = {} if getattr(named, "per_case", False) else explaining(named, failing)
 
     def mistake_for(i: int) -> Mistake | None:
-        return named.for_case(i) if getattr(named, "per_case", False) else whole_run
+        return named.for_case(i) if getattr(named, "per_case", False) else whole_run.get(i)
 
     for i, ((name, _args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:

@@ -6,8 +6,9 @@ gives the same answer, and says so: the mistake's name, what was probably done, 
 mistakes give the same wrong answer on a case, the one that matches the learner's answers on more cases of the run
 is named (a max started at 0 and a max never subtracted both give NaN on ``[-1000, -1001]``; only one of them also
 survives ``[1e4, ...]``). A mistake is named only when it explains the whole run: one of its models gives the
-learner's answer on every case that failed (:meth:`Diagnosis.explaining`); a model that matches one failing case
-and not the others says nothing about the learner's code, so the report then names the requirement alone.
+learner's answer on every case that failed (:meth:`Diagnosis.explaining`), or, for code with two slips, when two
+mistakes together explain every failing case (:meth:`Diagnosis.covering`); a model that matches one failing case and
+not the others says nothing about the learner's code, so the report then names the requirement alone.
 """
 
 from __future__ import annotations
@@ -140,16 +141,39 @@ class Diagnosis:
                 return mistake
         return None
 
+    def covering(self, failing) -> dict[int, Mistake]:
+        """Two mistakes that together explain every case of ``failing``, when no one mistake does: ``{case index:
+        mistake}``, each failing case given to the first of the two (in the catalogue's order) whose model gives the
+        learner's answer there, and each of the two explaining a failing case the other does not. Empty when no
+        pair does (a learner's code with two slips, say a max started at 0 and Python's ``max``, which drops NaN)."""
+        failing = list(failing)
+        rows = self._rows
+        for a, (first, row_a) in enumerate(rows):
+            for second, row_b in rows[a + 1 :]:
+                if second is first or not all(row_a[i] or row_b[i] for i in failing):
+                    continue
+                if all(row_a[i] for i in failing) or all(row_b[i] for i in failing):
+                    continue  # one alone explains the run: explaining() names it
+                return {i: first if row_a[i] else second for i in failing}
+        return {}
 
-def explaining(diagnosis, failing) -> Mistake | None:
-    """The mistake that explains every failing case of a run, from any diagnosis object: its ``explaining`` when it
-    has one, else the one mistake its ``for_case`` names on each failing case (None when they differ or one is
-    unnamed)."""
+
+def explaining(diagnosis, failing) -> dict[int, Mistake]:
+    """Which mistake explains each failing case of a run, ``{case index: mistake}``, from any diagnosis object: one
+    mistake that explains every failing case (its ``explaining``), else two that together do (its ``covering``);
+    a diagnosis without them is asked ``for_case`` on each failing case, and trusted only where it names the same
+    mistake, or two mistakes, on all of them. Empty when nothing explains every failing case."""
     failing = list(failing)
+    if not failing:
+        return {}
     if hasattr(diagnosis, "explaining"):
-        return diagnosis.explaining(failing)
-    named = {diagnosis.for_case(i) for i in failing}
-    return named.pop() if len(named) == 1 else None
+        one = diagnosis.explaining(failing)
+        if one is not None:
+            return dict.fromkeys(failing, one)
+        return diagnosis.covering(failing) if hasattr(diagnosis, "covering") else {}
+    named = {i: diagnosis.for_case(i) for i in failing}
+    kinds = set(named.values())
+    return named if None not in kinds and len(kinds) <= 2 else {}
 
 
 def run(report: CheckReport, name: str, fn, *args, hint=None):
