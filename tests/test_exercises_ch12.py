@@ -33,6 +33,10 @@ def learner(
     dv_scaled=False,
     short_tiles=False,
     full_tiles_only=False,
+    d_total=False,
+    dx_scaled=False,
+    sqrt_d=False,
+    ignore_keep=False,
 ):
     """A learner's tiled backward, written from scratch, with one slip switched on."""
 
@@ -40,6 +44,8 @@ def learner(
         scale = q.shape[1] ** -0.5
         rows_ok = np.isfinite(lse)[:, None]
         d = (grad_a * (q if d_from_q else a)).sum(1, keepdims=True) * (not forget_delta)
+        if d_total:  # "D = sum(dA * A)"
+            d = np.full((len(q), 1), np.sum(grad_a * a))
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
         stop = len(k) - len(k) % block_k if full_tiles_only else len(k)
         for c in range(0, stop, block_k):
@@ -53,15 +59,20 @@ def learner(
                 y = np.where(ok, np.exp(x) / np.exp(np.where(ok, lse[:, None], 0)), 0)
             elif times_keep:
                 y = np.exp(x - lse[:, None]) * keep[:, sl]
+            elif ignore_keep:
+                y = np.exp(x - lse[:, None])
             else:
                 y = np.where(ok, np.exp(np.where(ok, x - lse[:, None], 0)), 0)
             dy = grad_a @ v[sl].T
             if d_per_tile:
                 d = (dy * y).sum(1, keepdims=True)
             dx = y * (dy + d) if d_plus else y * (dy - d)
+            if dx_scaled:  # "the scale of X carries over to dX"
+                dx = dx * scale
             dv[sl] = y.T @ grad_a * (scale if dv_scaled else 1)
-            dk[sl] = dx.T @ q * (1 if no_scale_dk else scale)
-            dq = dq + dx @ k[sl] * scale if not overwrite_dq else dx @ k[sl] * scale
+            g_scale = q.shape[1] ** 0.5 if sqrt_d else scale  # sqrt_d: "the scale is sqrt(D)"
+            dk[sl] = dx.T @ q * (1 if no_scale_dk else g_scale)
+            dq = dq + dx @ k[sl] * g_scale if not overwrite_dq else dx @ k[sl] * g_scale
         return dq, dk, dv
 
     return fn
@@ -90,6 +101,9 @@ WRONG = {
         "the scale missing from dK": learner(no_scale_dk=True),
         "dQ not accumulated across key tiles": learner(overwrite_dq=True),
         "gradients leaking into masked keys": learner(no_mask=True),
+        "D summed over the whole array": learner(d_total=True),
+        "the scale applied twice": learner(dx_scaled=True),
+        "sqrt(D) instead of 1/sqrt(D)": learner(sqrt_d=True),
         "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
         "the input modified in place": lambda *args: in_place(*args),
         "an answer of the wrong shape": lambda *args: tuple(g[None] for g in solution(*args)),
@@ -114,6 +128,11 @@ def test_a_broadcast_error_is_explained():
 
 
 test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)
+
+
+def test_the_mask_ignored_everywhere_is_named():
+    report = check_backward_tiles(learner(ignore_keep=True))
+    assert not report.passed and "looks like gradients leaking into masked keys" in str(report), report
 
 
 def test_wrong_transpose_and_wrong_form_are_named():

@@ -63,6 +63,7 @@ SOFTCAP = {
     "x not divided by c inside tanh": lambda qk, scale, cap: cap * np.tanh(qk * scale),
     "the cap as a clip": lambda qk, scale, cap: np.minimum(np.maximum(qk * scale, -cap), cap),
     "the scale left out": lambda qk, scale, cap: cap * np.tanh(qk / cap),
+    "the score divided by the scale": lambda qk, scale, cap: cap * np.tanh(qk / scale / cap),  # scale read as sqrt(D)
 }
 
 ALIBI = {
@@ -72,6 +73,7 @@ ALIBI = {
     "the slope divided instead of multiplied": lambda s, slope, q, kv, N, M: s - abs(q + M - N - kv) / slope,
     "the slope left out": lambda s, slope, q, kv, N, M: s - abs(kv - (q + M - N)),
     "the offset N - M instead of M - N": lambda s, slope, q, kv, N, M: s - slope * abs(kv - (q + N - M)),
+    "the slope read as an exponent": lambda s, slope, q, kv, N, M: s - 2**-slope * abs(q + M - N - kv),
 }
 
 
@@ -110,6 +112,13 @@ def kind_codes_swapped(r0, r1, c0, c1, N, M):
     return 0 if c1 - 1 <= r0 + M - N else 1
 
 
+def kind_partial_full_swapped(r0, r1, c0, c1, N, M):
+    # "1 is the easy case, no mask; 2 the one that needs it"
+    if c0 > r1 - 1 + M - N:
+        return 0
+    return 1 if c1 - 1 <= r0 + M - N else 2
+
+
 def kind_empty_from_top_left(r0, r1, c0, c1, N, M):
     # "the first row does not see the first key: nothing to do"
     if c0 > r0 + M - N:
@@ -131,6 +140,7 @@ TILE_KIND = {
     "the diagonal excluded (< instead of <=)": kind_strict,
     "the tile's end read as inclusive (r1 for r1 - 1)": kind_inclusive_ends,
     "the codes of empty and full swapped": kind_codes_swapped,
+    "the codes of partial and full swapped": kind_partial_full_swapped,
     "a tile called empty from its top-left corner alone": kind_empty_from_top_left,
     "the causal direction reversed": kind_reversed,
 }

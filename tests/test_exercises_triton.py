@@ -33,7 +33,17 @@ def messages(report) -> str:
 
 
 def emulated_kernel(
-    block=32, *, other=-np.inf, rescale=True, g0=-np.inf, exp=np.exp, log=np.log, with_g=True, guard_empty=True
+    block=32,
+    *,
+    other=-np.inf,
+    rescale=True,
+    g0=-np.inf,
+    exp=np.exp,
+    log=np.log,
+    with_g=True,
+    guard_empty=True,
+    upside_down=False,
+    terms_old=False,
 ):
     """A learner's streamed logsumexp, row by row, in float32, as a torch function."""
 
@@ -49,7 +59,9 @@ def emulated_kernel(
                 blk = padded[c0 : c0 + block]
                 g_new = max(g, blk.max())
                 ref = 0.0 if (guard_empty and g_new == -np.inf) else g_new
-                s = (s * exp(g - ref) if rescale else s) + exp(blk - ref).sum()
+                with np.errstate(all="ignore"):  # a kernel does not warn
+                    factor = exp(ref - g) if upside_down else exp(g - ref)  # "the new max over the old"
+                    s = (s * factor if rescale else s) + exp(blk - (g if terms_old else ref)).sum()
                 g = g_new
             out.append((g if with_g else 0.0) + log(s) if (s != 0 or not guard_empty) else -np.inf)  # NaN: NaN
         return torch.tensor(np.array(out, np.float32))
@@ -230,13 +242,22 @@ def test_print_recap_quiz(capsys):
 
 
 def learner_flash_row(
-    *, scale=True, rescale_acc=True, rescale_s=True, g0=-math.inf, subtract_max=True, divide=True, lse_g=True
+    *,
+    scale=True,
+    rescale_acc=True,
+    rescale_s=True,
+    g0=-math.inf,
+    subtract_max=True,
+    divide=True,
+    lse_g=True,
+    lse_of_product=False,
+    full_tiles_only=False,
 ):
     """A learner's one-row FlashAttention-2, with switches for the mistakes (written apart from the checker)."""
 
     def fn(q_n, K, V, B_c):
         g, s, acc = g0, 0.0, np.zeros(V.shape[1])
-        for c0 in range(0, len(K), B_c):
+        for c0 in range(0, len(K) - B_c + 1 if full_tiles_only else len(K), B_c):
             x = K[c0 : c0 + B_c] @ q_n
             if scale:
                 x = x / math.sqrt(len(q_n))
@@ -246,6 +267,8 @@ def learner_flash_row(
             s = (s * alpha if rescale_s else s) + p.sum()
             acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
             g = g_new
+        if lse_of_product:  # "undo the shift": log of the true sum
+            return acc / s, float(np.log(s * np.exp(g)))
         return (acc / s if divide else acc), (g if lse_g else 0.0) + math.log(s)
 
     return fn
@@ -405,6 +428,9 @@ WRONG = {
         "base 2 instead of e": emulated_kernel(exp=np.exp2, log=np.log2),
         "the row stride ignored": stride_ignoring_kernel,
         "FlashAttention-2's +inf convention": plus_inf_kernel,
+        "the rescale factor upside down": emulated_kernel(upside_down=True),
+        "the block's terms measured against the old max": emulated_kernel(terms_old=True),
+        "NaN on a fully masked row": emulated_kernel(guard_empty=False),
     },
     "check_flash_row": {
         "acc not divided by s at the end": learner_flash_row(divide=False),
@@ -417,6 +443,8 @@ WRONG = {
         "g left out of the logsumexp": learner_flash_row(lse_g=False),
         "float32 instead of float64": flash_row_in_float32,
         "the output divided at every tile": algorithm_1_row,
+        "the logsumexp as log(s * exp(g))": learner_flash_row(lse_of_product=True),
+        "the last, shorter tile skipped": learner_flash_row(full_tiles_only=True),
     },
 }
 CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]

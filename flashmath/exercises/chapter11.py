@@ -67,22 +67,37 @@ def _padded_with_zeros(block: int):
     return model
 
 
-def _blockwise(block: int, *, rescale: bool = True, g0: float = -np.inf, base2: bool = False):
+def _blockwise(
+    block: int,
+    *,
+    rescale: bool = True,
+    g0: float = -np.inf,
+    base2: bool = False,
+    inverted: bool = False,
+    terms_old: bool = False,
+    guard: bool = True,
+):
     """The streamed loop in float32 with one of the mistakes switched on, as the exercise's template writes it: the
-    exponents measured against ``g_ref``, 0 while the running max is still -inf."""
+    exponents measured against ``g_ref``, 0 while the running max is still -inf. ``inverted``: the rescale factor
+    upside down, ``exp(g_ref - g)`` (``0 * inf = NaN`` at the first block); ``terms_old``: the block's terms measured
+    against the old max, ``exp(x - g)``; ``guard=False``: measured against ``g_new`` itself (``-inf - (-inf)`` is
+    NaN on a fully masked row)."""
     exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
 
     def model(x, *_wide):
         x = np.asarray(x, np.float32)
         g = np.full(x.shape[0], g0, np.float32)
         s = np.zeros(x.shape[0], np.float32)
-        for c0 in range(0, x.shape[1], block):
-            blk = x[:, c0 : c0 + block]
-            g_new = np.maximum(g, blk.max(axis=1))
-            g_ref = np.where(np.isneginf(g_new), np.float32(0), g_new)
-            s = (s * exp(g - g_ref) if rescale else s) + exp(blk - g_ref[:, None]).sum(axis=1)
-            g = g_new
-        return g + log(s)
+        with np.errstate(all="ignore"):
+            for c0 in range(0, x.shape[1], block):
+                blk = x[:, c0 : c0 + block]  # padded with -inf to BLOCK columns, as the masked load reads them
+                blk = np.concatenate([blk, np.full((x.shape[0], block - blk.shape[1]), -np.inf, np.float32)], axis=1)
+                g_new = np.maximum(g, blk.max(axis=1))
+                g_ref = np.where(np.isneginf(g_new), np.float32(0), g_new) if guard else g_new
+                factor = exp(g_ref - g) if inverted else exp(g - g_ref)
+                s = (s * factor if rescale else s) + exp(blk - (g if terms_old else g_ref)[:, None]).sum(axis=1)
+                g = g_new
+            return g + log(s)
 
     return model
 
@@ -90,6 +105,16 @@ def _blockwise(block: int, *, rescale: bool = True, g0: float = -np.inf, base2: 
 def _no_max(x, *_wide):
     x = np.asarray(x, np.float32)
     return np.log(np.exp(x).sum(axis=1))
+
+
+def _log_unshifted(x, *_wide):
+    """The running max right, but the result taken as log(s * exp(g)): exp(g) overflows float32 above 88.7 and is 0
+    below -103."""
+    x = np.asarray(x, np.float32)
+    g = x.max(axis=1)
+    g_ref = np.where(np.isneginf(g), np.float32(0), g)
+    s = np.exp(x - g_ref[:, None]).sum(axis=1)
+    return np.log(s * np.exp(g))
 
 
 def _without_g(x, *_wide):
@@ -131,8 +156,11 @@ ROW_LSE_MISTAKES = (
     ),
     Mistake(
         N_("the max not subtracted"),
-        N_("exp(x) overflows float32 once x > 88.7: keep a running max g and sum exp(x - g), every exponent <= 0"),
-        (_no_max,),
+        N_(
+            "exp(x) overflows float32 once x > 88.7 (and exp(-1000) is 0): keep a running max g and sum exp(x - g), "
+            "every exponent <= 0, and keep g outside the log at the end: L = g + log(s), not log(s * exp(g))"
+        ),
+        (_no_max, _log_unshifted),
     ),
     Mistake(
         N_("the rescale of s missing"),
@@ -141,6 +169,30 @@ ROW_LSE_MISTAKES = (
             "sum(exp(x - g_new))"
         ),
         tuple(_blockwise(b, rescale=False) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("the rescale factor upside down"),
+        N_(
+            "the old sum shrinks when the max rises: s * exp(g - g_new), the old max minus the new (an exponent <= "
+            "0); exp(g_new - g) is inf at the first block, where g = -inf, and 0 * inf is NaN"
+        ),
+        tuple(_blockwise(b, inverted=True) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("the block's terms measured against the old max"),
+        N_(
+            "the new block's terms are measured against the new max, like the rescaled sum: sum(exp(x - g_new)); "
+            "exp(x - g) with the old g (-inf at the first block) is inf, and NaN where x is -inf too"
+        ),
+        tuple(_blockwise(b, terms_old=True) for b in BLOCKS),
+    ),
+    Mistake(
+        N_("NaN on a fully masked row"),
+        N_(
+            "a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); subtract 0 while "
+            "g_new is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return -inf for s = 0"
+        ),
+        tuple(_blockwise(b, guard=False) for b in BLOCKS),
     ),
     Mistake(
         N_("g left out of the result"), N_("the logsumexp is g + log(s): s is relative to the max g"), (_without_g,)
@@ -232,16 +284,12 @@ def _row_lse_properties():
     )
 
 
-_NAN_ON_EMPTY = Said(
-    N_(
-        "a fully masked row gives NaN, from -inf - (-inf) in exp(g - g_new) or exp(x - g_new); subtract 0 while g_new "
-        "is -inf (tl.where(g_new == float('-inf'), 0.0, g_new)), and return -inf for s = 0"
-    )
-)
+_NAN_ON_EMPTY = next(m for m in ROW_LSE_MISTAKES if m.name == "NaN on a fully masked row")
 
 
 class _RowLseDiagnosis:
-    """The harness's ``diagnosis`` hook: NaN on a fully masked row first (it has no model), then the catalogue."""
+    """The harness's ``diagnosis`` hook: the catalogue first; NaN on a fully masked row where no model explains the
+    answer (a kernel that writes NaN there in some other way)."""
 
     def __init__(self, cases, answers):
         self.cases, self.answers = cases, answers
@@ -255,17 +303,19 @@ class _RowLseDiagnosis:
             return False
 
     def for_case(self, i: int):
-        if self._nan_on_empty(i):
+        found = self.catalogue.for_case(i)
+        if found is None and self._nan_on_empty(i):
             return _NAN_ON_EMPTY
-        return self.catalogue.for_case(i)
+        return found
 
     def explaining(self, failing):
-        """NaN on the fully masked row when that is every failing case's trouble, else the catalogue's mistake that
-        explains every failing case (the harness's whole-run rule)."""
+        """The catalogue's mistake that explains every failing case (the harness's whole-run rule), else NaN on the
+        fully masked row when that is every failing case's trouble."""
         failing = list(failing)
-        if failing and all(self._nan_on_empty(i) for i in failing):
+        found = self.catalogue.explaining(failing)
+        if found is None and failing and all(self._nan_on_empty(i) for i in failing):
             return _NAN_ON_EMPTY
-        return self.catalogue.explaining(failing)
+        return found
 
 
 @exercise("11.1", ROW_LSE_MISTAKES, solution="row_lse", solutions="flashmath.solutions_triton")

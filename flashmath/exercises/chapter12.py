@@ -48,6 +48,10 @@ def _model(
     d_per_tile=False,
     ends=0,
     partial=True,
+    dx_scaled=False,
+    dq_power=1,
+    dk_power=1,
+    untouched=False,
 ):
     """The tiled backward with one mistake switched on (the defaults are right).
 
@@ -56,14 +60,22 @@ def _model(
     factor of ``X`` (None: 1/sqrt(D)). ``d_from``: the second array of ``D = rowsum(grad_a * ...)``, ``"a"``, ``"q"``
     or ``"one"`` (rowsum(grad_a)), or ``"a alone"`` (rowsum(a)). ``ends``: the tile's end moved by this many keys
     (``-1``: the last key of each tile skipped; ``+1``: one key shared with the next tile). ``partial=False``: the
-    last, shorter tile skipped.
+    last, shorter tile skipped. ``d_from="all"``: D one number, summed over the whole array. ``y="everywhere"``:
+    exp(X - L) at every pair, masked or not, nothing selected. ``dx_scaled``: dX multiplied by the scale as well;
+    ``dq_power``, ``dk_power``: dQ, dK multiplied by scale ** power (0: no scale, -1: sqrt(D)). ``untouched``: the
+    keys and values no row attends read as 0 (a learner's guard against padding that may hold anything).
     """
     N, D = q.shape
     M = k.shape[0]
     scale = 1 / np.sqrt(D)
     live = keep & ~np.isneginf(lse)[:, None]  # attended pairs; a fully masked row attends none
+    if untouched:
+        used = live.any(axis=0)[:, None]
+        k, v = np.where(used, k, 0.0), np.where(used, v, 0.0)
     second = {"a": a, "q": q, "one": 1.0}.get(d_from)
     d_row = (np.sum(a, axis=1) if second is None else np.sum(grad_a * second, axis=1)) if delta else np.zeros(N)
+    if d_from == "all":
+        d_row = np.full(N, np.sum(grad_a * a))
     d_row = d_sign * d_row
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     last = M if partial else M - M % block_k
@@ -80,14 +92,18 @@ def _model(
             y_t = np.where(keep_t, np.exp(x) / np.exp(np.where(keep_t, lse[:, None], 0)), 0)
         elif y == "times keep":  # masked by a product: exp(x + inf) * 0 is NaN on a fully masked row
             y_t = np.exp(x - lse[:, None]) * keep_t
+        elif y == "everywhere":  # the mask ignored: exp(X - L) at every pair, inf on a fully masked row
+            y_t = np.exp(x - lse[:, None])
         else:  # exp(X) without the logsumexp: unnormalised
             y_t = np.where(keep_t, np.exp(x), 0)
         dy = grad_a @ v[c0:c1].T
         d_t = np.sum(y_t * dy, axis=1) if d_per_tile else d_row
-        dx = y_t * (dy - d_t[:, None]) if y == "times keep" else np.where(keep_t, y_t * (dy - d_t[:, None]), 0)
+        unselected = y in ("times keep", "everywhere")
+        dx = y_t * (dy - d_t[:, None]) if unselected else np.where(keep_t, y_t * (dy - d_t[:, None]), 0)
+        dx = scale * dx if dx_scaled else dx
         dv[c0:c1] = (scale if scale_dv else 1) * ((y_t @ grad_a) if transpose else (y_t.T @ grad_a))
-        dk[c0:c1] = (scale if scale_dk else 1) * ((dx @ q) if transpose else (dx.T @ q))
-        part = (scale if scale_dq else 1) * (dx @ k[c0:c1])
+        dk[c0:c1] = (scale**dk_power if scale_dk else 1) * ((dx @ q) if transpose else (dx.T @ q))
+        part = (scale**dq_power if scale_dq else 1) * (dx @ k[c0:c1])
         if accumulate_dq:
             dq += part
         else:
@@ -120,6 +136,11 @@ BACKWARD_MISTAKES = (
         N_("D from the wrong arrays"),
         N_("D_n = rowsum(dA * A): the output's gradient times the forward's output a, row by row"),
         (_mistake(d_from="q"), _mistake(d_from="one"), _mistake(d_from="a alone")),
+    ),
+    Mistake(
+        N_("D summed over the whole array"),
+        N_("D is one number per row: D_n = rowsum(dA * A), np.sum(grad_a * a, axis=1), not np.sum(grad_a * a)"),
+        (_mistake(d_from="all"),),
     ),
     Mistake(
         N_("D with the wrong sign"),
@@ -162,6 +183,19 @@ BACKWARD_MISTAKES = (
         N_("A = Y V has no scale, so dV = Y^T dA: the scale belongs to dQ and dK only"),
         (_mistake(scale_dv=True),),
     ),
+    Mistake(
+        N_("the scale applied twice"),
+        N_(
+            "dX = Y * (dY - D) has no scale: the scale enters once, in dQ = scale dX K and dK = scale dX^T Q (it "
+            "comes from X = scale Q K^T)"
+        ),
+        (_mistake(dx_scaled=True), _mistake(dq_power=2, dk_power=2)),
+    ),
+    Mistake(
+        N_("sqrt(D) instead of 1/sqrt(D)"),
+        N_("the scale is 1/sqrt(D), the forward's: dQ = dX K / sqrt(D) and dK = dX^T Q / sqrt(D)"),
+        (_mistake(dq_power=-1), _mistake(dk_power=-1), _mistake(dq_power=-1, dk_power=-1)),
+    ),
     Mistake(N_("the scale missing from dQ"), N_("X = scale Q K^T, so dQ = scale dX K"), (_mistake(scale_dq=False),)),
     Mistake(N_("the scale missing from dK"), N_("X = scale Q K^T, so dK = scale dX^T Q"), (_mistake(scale_dk=False),)),
     Mistake(
@@ -191,7 +225,7 @@ BACKWARD_MISTAKES = (
             "a masked pair is absent: select Y and dX to 0 where keep is False (np.where), so that a masked key "
             "gets dK = dV = 0"
         ),
-        (_mistake(mask=False),),
+        (_mistake(mask=False), _mistake(y="everywhere"), _mistake(y="everywhere", untouched=True)),
     ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _reference(*args)),

@@ -324,6 +324,11 @@ SOFTCAP_MISTAKES = (
         N_("softcapping is smooth: c tanh(x / c), not np.clip(x, -c, c)"),
         (lambda qk, scale, cap: np.clip(qk * scale, -cap, cap),),
     ),
+    Mistake(
+        N_("the score divided by the scale"),
+        N_("scale is the factor itself (1/sqrt(D)): multiply, c tanh((q.k * scale) / c), not q.k / scale"),
+        (lambda qk, scale, cap: cap * np.tanh(qk / scale / cap),),
+    ),
 )
 
 
@@ -400,6 +405,14 @@ ALIBI_MISTAKES = (
         N_("the offset N - M instead of M - N"),
         N_("the key aligned with query n is n + M - N (the last query with the last key): |n + M - N - m|"),
         (lambda s, slope, q, kv, N, M: s - slope * np.abs(q + N - M - kv),),
+    ),
+    Mistake(
+        N_("the slope read as an exponent"),
+        N_(
+            "slope is the head's factor itself (already 2^(-8h/H) for ALiBi's heads): the bias is -slope |n + M - N - "
+            "m|, not -2^(-slope) |n + M - N - m|"
+        ),
+        (lambda s, slope, q, kv, N, M: s - 2.0 ** (-slope) * np.abs(q + M - N - kv),),
     ),
 )
 
@@ -490,6 +503,16 @@ def _swapped_codes(r0, r1, c0, c1, N, M):
     return {EMPTY: FULL, PARTIAL: PARTIAL, FULL: EMPTY}[tile_kind_reference(r0, r1, c0, c1, N, M)]
 
 
+def _codes_exchanged(a: int, b: int):
+    """The right kind with the codes ``a`` and ``b`` exchanged."""
+
+    def model(r0, r1, c0, c1, N, M):
+        kind = tile_kind_reference(r0, r1, c0, c1, N, M)
+        return b if kind == a else a if kind == b else kind
+
+    return model
+
+
 def _empty_from_top_left(r0, r1, c0, c1, N, M):
     """Full from the top-right corner, but empty whenever the top-left corner (the first row, the first key) is not
     seen."""
@@ -551,6 +574,11 @@ TILE_KIND_MISTAKES = (
         N_("the codes of empty and full swapped"),
         N_("0 is empty (skipped), 1 partial, 2 full (no mask work): EMPTY, PARTIAL, FULL = 0, 1, 2"),
         (_swapped_codes,),
+    ),
+    Mistake(
+        N_("the codes of partial and full swapped"),
+        N_("0 is empty (skipped), 1 partial (masked), 2 full (no mask work): EMPTY, PARTIAL, FULL = 0, 1, 2"),
+        (_codes_exchanged(PARTIAL, FULL),),
     ),
     Mistake(
         N_("the causal direction reversed"),

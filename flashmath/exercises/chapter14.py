@@ -192,13 +192,16 @@ def _flash_row(
     subtract_max=True,
     divide=True,
     lse_with_g=True,
+    lse_unshifted=False,
+    partial=True,
 ):
     """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches: ``(a_n,
     lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with."""
     q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
     D = q_n.shape[0]
     g, s, acc = g0, 0.0, np.zeros(V.shape[1])
-    for c0 in range(0, K.shape[0], B_c):
+    last = K.shape[0] if partial else K.shape[0] - B_c + 1  # partial=False: the shorter last tile skipped
+    for c0 in range(0, last, B_c):
         x = K[c0 : c0 + B_c] @ q_n / (math.sqrt(D) if scale else 1.0)  # (B_c,)
         g_new = max(g, float(x.max())) if subtract_max else 0.0
         alpha = math.exp(g - g_new) if g_new != -np.inf else 0.0
@@ -206,6 +209,8 @@ def _flash_row(
         s = (s * alpha if rescale_s else s) + p.sum()
         acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
         g = g_new
+    if lse_unshifted:  # log(s * exp(g)): exp(g) overflows above 709, underflows below -745
+        return (acc / s if divide else acc), float(np.log(s * np.exp(g)))
     return (acc / s if divide else acc), float((g if lse_with_g else 0.0) + np.log(s))
 
 
@@ -255,6 +260,22 @@ FLASH_ROW_MISTAKES = (
         N_("g left out of the logsumexp"),
         N_("lse = g + log(s): s is measured against the max g"),
         (_model(lse_with_g=False),),
+    ),
+    Mistake(
+        N_("the logsumexp as log(s * exp(g))"),
+        N_(
+            "exp(g) overflows for g above 709 and is 0 below -745 (float64): keep the max outside the log, lse = g + "
+            "log(s)"
+        ),
+        (_model(lse_unshifted=True),),
+    ),
+    Mistake(
+        N_("the last, shorter tile skipped"),
+        N_(
+            "when B_c does not divide M the last tile is shorter, and it counts: range(0, M, B_c), with K[c0 : c0 + "
+            "B_c] (a slice stops at the end)"
+        ),
+        (_model(partial=False),),
     ),
     Mistake(
         N_("the output divided at every tile"),
@@ -318,7 +339,10 @@ def _flash_row_hint(exc) -> str | None:
     """What a math error in a one-row FlashAttention probably means."""
     by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
     if isinstance(exc, (ValueError, ZeroDivisionError)) and ("domain" in str(exc) or "division" in str(exc)):
-        return _("s = 0 after every key: {message}").format(message=by_name["the running max started at 0"].message())
+        return _(
+            "s = 0 after every key: either no key was counted (a loop that skips the last, shorter tile sees no key "
+            "when M < B_c: range(0, M, B_c)), or every exp(x - g) underflowed: {message}"
+        ).format(message=by_name["the running max started at 0"].message())
     if isinstance(exc, OverflowError):
         return by_name["the max not subtracted"].message()
     return shape_hint(exc)
