@@ -41,6 +41,16 @@ def learner(mistake=None):
             x = (q @ k.T / dtype.type(math.sqrt(D))).astype(dtype)
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             naive = (e / e.sum(axis=-1, keepdims=True)) @ v
+        elif mistake in ("no scale", "axis 0", "no max"):  # the recipe, each with one slip
+            x = (q32 @ k32.T / (np.float32(1) if mistake == "no scale" else np.float32(math.sqrt(D)))).astype(dtype)
+            if mistake == "no max":  # exp of the rounded scores in the input dtype, the max never subtracted
+                e = np.exp(x)
+            else:
+                x = x.astype(np.float32)
+                axis = 0 if mistake == "axis 0" else -1
+                e = np.exp(x - x.max(axis=axis, keepdims=True))
+            y = (e / e.sum(axis=0 if mistake == "axis 0" else -1, keepdims=True)).astype(dtype)
+            naive = (y.astype(np.float32) @ v32).astype(dtype)
         elif mistake == "only the output":
             x = q32 @ k32.T / np.float32(math.sqrt(D))
             e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -58,6 +68,9 @@ def learner(mistake=None):
             return (error_out / np.abs(reference)).max() / (error_naive / np.abs(reference)).max()
         if mistake == "upside down":
             return error_naive.max() / error_out.max()
+        if mistake == "signed":
+            signed_out = (np.asarray(out).astype(np.float64) - reference).max()
+            return signed_out / (naive.astype(np.float64) - reference).max()
         return error_out.max() / error_naive.max()
 
     return ratio
@@ -89,6 +102,10 @@ def test_the_solution_and_another_right_answer_pass():
         ("Y unrounded", "probabilities Y unrounded"),
         ("X unrounded", "scores X unrounded"),
         ("relative", "relative errors"),
+        ("no scale", "leave out the scale"),
+        ("axis 0", "normalised over the queries"),
+        ("no max", "without subtracting their max"),
+        ("signed", "largest signed differences"),
     ],
 )
 def test_each_classic_mistake_is_named(mistake, named):
