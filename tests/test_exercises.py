@@ -954,6 +954,19 @@ def test_a_common_wrong_prediction_is_told_its_misconception(capsys):
         exercises.check_prediction("0.5 maybe", 0.5)
 
 
+def test_a_negative_index_is_matched_with_its_misconception_as_typed(capsys):
+    """-3 names x[43] in a 46-vector, but the learner typed -3, not 43: the misconception of 43 ("counted from
+    1") is not theirs; the one given for -3 is."""
+    why_not = {43: "43 counts from 1.", -3: "x[-1] is already x_46."}
+    exercises.check_prediction(-3, 42, tolerance=0, length=46, misconceptions=why_not)
+    exercises.check_prediction(-2, 42, tolerance=0, length=46, misconceptions=why_not)
+    exercises.check_prediction(43, 42, tolerance=0, length=46, misconceptions=why_not)
+    first, second, third = capsys.readouterr().out.splitlines()
+    assert first.endswith("not quite. x[-1] is already x_46.") and "x[-3] is x[43]" in first
+    assert second.endswith("not quite.")  # x[-2] is x[44]: no misconception typed as -2
+    assert third.endswith("not quite. 43 counts from 1.")
+
+
 def test_show_without_a_name_lists_the_solutions(capsys):
     solutions.show()
     out = capsys.readouterr().out
