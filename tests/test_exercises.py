@@ -600,10 +600,100 @@ def a_updates(old):
     }
 
 
+def learner_step_mistakes(old):
+    """Set 1's wrong steps, written as a learner would (numpy, for a block; ``old`` names the previous state)."""
+
+    def state(g_prev, x):
+        return float(np.maximum(g_prev, np.max(x, initial=-np.inf)))
+
+    def inverted_rescale(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        correction = s_prev * np.exp(g - g_prev) / s if s_prev > 0 else 0.0
+        return g, s, np.asarray(a_prev) * correction + p @ np.asarray(V) / s
+
+    def weight_not_divided(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        return g, s, np.asarray(a_prev) * (s_prev * np.exp(g_prev - g) / s) + p @ np.asarray(V)
+
+    def exp_apart(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        s = s_prev * np.exp(g_prev - g) + np.exp(np.asarray(x) - g).sum()
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(np.asarray(x)) / (s * np.exp(g))
+        return g, s, np.asarray(a_prev) * (s_prev * np.exp(g_prev - g) / s) + w @ np.asarray(V)
+
+    def convex_swapped(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        w = p.sum() / s
+        new = p @ np.asarray(V) / p.sum() if p.sum() > 0 else np.asarray(V).mean(axis=0)
+        return g, s, np.asarray(a_prev) * w + new * (1 - w)
+
+    def half_and_half(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        block = (p / p.sum()) @ np.asarray(V)
+        return (g, s, block) if s_prev == 0 else (g, s, 0.5 * np.asarray(a_prev) + 0.5 * block)
+
+    def from_old_max(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        ref = g_prev if g_prev != -math.inf else g
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.exp(np.asarray(x) - ref)
+            s = s_prev + p.sum()
+            return g, s, (s_prev * np.asarray(a_prev) + p @ np.asarray(V)) / s
+
+    return {
+        f"exp(g_m - g_{{{old}}}) instead of exp(g_{{{old}}} - g_m)": inverted_rescale,
+        "the new weight not divided by s_m": weight_not_divided,
+        "exp(x) and exp(g_m) taken apart": exp_apart,
+        "the weights of the convex combination swapped": convex_swapped,
+        "a 50/50 average with the new keys' softmax": half_and_half,
+        "the state measured from the old max": from_old_max,
+        "(s, g) swapped": lambda *args: (lambda g, s, a: (s, g, a))(*solutions.block_step(*args)),
+        f"g_{{{old}}} returned instead of g_m": lambda g_prev, *rest: (
+            g_prev,
+            *solutions.block_step(g_prev, *rest)[1:],
+        ),
+    }
+
+
+def block_max_from_the_block(g_prev, s_prev, a_prev, x_block, v_block):
+    x = np.asarray(x_block)
+    g = x.max()  # the block's max only: g_prev forgotten
+    old = s_prev * np.exp(g_prev - g)
+    p = np.exp(x - g)
+    return g, old + p.sum(), (old * np.asarray(a_prev) + p @ np.asarray(v_block)) / (old + p.sum())
+
+
+def block_as_one_key(g_prev, s_prev, a_prev, x_block, v_block):
+    return solutions.one_loop_step(g_prev, s_prev, a_prev, float(np.max(x_block)), np.mean(v_block, axis=0))
+
+
+def block_rows_summed_per_row(g_prev, s_prev, a_prev, x_block, v_block):
+    x = np.asarray(x_block)
+    g = np.maximum(g_prev, x.max())
+    old = s_prev * np.exp(g_prev - g)
+    p = np.exp(x - g)
+    s = old + p.sum()
+    return g, s, (old * np.asarray(a_prev) + (p[:, None] * np.asarray(v_block)).sum(axis=1)) / s
+
+
 ONE_LOOP_STEP = {name: to_step(fn) for name, fn in a_updates("m-1").items()}
+ONE_LOOP_STEP.update({name: to_step(fn) for name, fn in learner_step_mistakes("m-1").items()})
 ONE_LOOP_STEP["not a triple"] = lambda *args: solutions.one_loop_step(*args)[2]
 
 BLOCK_STEP = dict(a_updates("m-b"))
+BLOCK_STEP.update(learner_step_mistakes("m-b"))
+BLOCK_STEP["the old max left out of g_m"] = block_max_from_the_block
+BLOCK_STEP["the block taken as one key"] = block_as_one_key
+BLOCK_STEP["the weighted value rows summed over the wrong axis"] = block_rows_summed_per_row
 BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
 for steps in (ONE_LOOP_STEP, BLOCK_STEP):
     wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
