@@ -304,6 +304,20 @@ def merge_exp_of_maxima(g1, s1, g2, s2):
         return g, float((s1 * np.exp(g1) + s2 * np.exp(g2)) / np.exp(g))  # e^800 = inf: inf / inf = NaN
 
 
+def merge_g1_twice(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g1 - g)  # copied the first term: g1 where g2 belongs
+
+
+def merge_zero_for_empty(g1, s1, g2, s2):
+    if g1 == -math.inf and g2 == -math.inf:
+        return 0.0, 0.0  # nothing seen: "zero"
+    g = nan_max(g1, g2)
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
 MERGE = {
     "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
     "the rescale inverted": merge_inverted,
@@ -316,6 +330,8 @@ MERGE = {
     "not a pair": lambda *a: solutions.merge(*a)[1],
     "the exponential of each max taken alone": merge_exp_of_maxima,
     "the two states swapped": lambda g1, g2, s1, s2: solutions.merge(g1, s1, g2, s2),  # parameters misordered
+    "one part's max used for both": merge_g1_twice,
+    "0 as the max of nothing": merge_zero_for_empty,
 }
 
 
@@ -341,6 +357,13 @@ def three_not_moved(g1, s1, g2, s2, g3, s3):
     return g, s12 + s3 * math.exp(g3 - g)  # s12 is still relative to g12
 
 
+def three_without_third(g1, s1, g2, s2, g3, s3):
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)  # the third part's sum forgotten
+
+
 THREE = {
     "merged without rescaling": three_with(term=lambda s, g_k, g: s),
     "the rescale inverted": three_with(term=lambda s, g_k, g: s * math.exp(g - g_k) if s else 0.0),
@@ -349,6 +372,8 @@ THREE = {
     "not a pair": lambda *a: solutions.merge_three(*a)[1],
     "Python's max dropping NaN": three_with(g_of=lambda *gs: max(gs)),
     "an intermediate state not moved to the new max": three_not_moved,
+    "the s_k factors missing": three_with(term=lambda s, g_k, g: math.exp(g_k - g)),
+    "a part's sum left out": three_without_third,
 }
 
 
