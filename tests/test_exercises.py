@@ -438,6 +438,7 @@ def attention_returns_y(q, k, v):
 ATTENTION = {
     "no scale": attention_with(scale=lambda q, k, v: 1.0),
     "divided by sqrt(M)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
+    "D read from the wrong axis": attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[1])),
     "divided by D": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]),
     "divided by sqrt(Dv)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
     "the scale from the wrong axis of q": attention_with(scale=lambda q, k, v: 1 / math.sqrt(len(q))),
