@@ -304,6 +304,20 @@ def merge_exp_of_maxima(g1, s1, g2, s2):
         return g, float((s1 * np.exp(g1) + s2 * np.exp(g2)) / np.exp(g))  # e^800 = inf: inf / inf = NaN
 
 
+def merge_g1_twice(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g1 - g)  # copied the first term: g1 where g2 belongs
+
+
+def merge_zero_for_empty(g1, s1, g2, s2):
+    if g1 == -math.inf and g2 == -math.inf:
+        return 0.0, 0.0  # nothing seen: "zero"
+    g = nan_max(g1, g2)
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
 MERGE = {
     "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
     "the rescale inverted": merge_inverted,
@@ -316,6 +330,8 @@ MERGE = {
     "not a pair": lambda *a: solutions.merge(*a)[1],
     "the exponential of each max taken alone": merge_exp_of_maxima,
     "the two states swapped": lambda g1, g2, s1, s2: solutions.merge(g1, s1, g2, s2),  # parameters misordered
+    "one part's max used for both": merge_g1_twice,
+    "0 as the max of nothing": merge_zero_for_empty,
 }
 
 
@@ -341,6 +357,13 @@ def three_not_moved(g1, s1, g2, s2, g3, s3):
     return g, s12 + s3 * math.exp(g3 - g)  # s12 is still relative to g12
 
 
+def three_without_third(g1, s1, g2, s2, g3, s3):
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)  # the third part's sum forgotten
+
+
 THREE = {
     "merged without rescaling": three_with(term=lambda s, g_k, g: s),
     "the rescale inverted": three_with(term=lambda s, g_k, g: s * math.exp(g - g_k) if s else 0.0),
@@ -349,6 +372,8 @@ THREE = {
     "not a pair": lambda *a: solutions.merge_three(*a)[1],
     "Python's max dropping NaN": three_with(g_of=lambda *gs: max(gs)),
     "an intermediate state not moved to the new max": three_not_moved,
+    "the s_k factors missing": three_with(term=lambda s, g_k, g: math.exp(g_k - g)),
+    "a part's sum left out": three_without_third,
 }
 
 
@@ -413,6 +438,7 @@ def attention_returns_y(q, k, v):
 ATTENTION = {
     "no scale": attention_with(scale=lambda q, k, v: 1.0),
     "divided by sqrt(M)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2])),
+    "D read from the wrong axis": attention_with(scale=lambda q, k, v: 1 / math.sqrt(q.shape[1])),
     "divided by D": attention_with(scale=lambda q, k, v: 1 / q.shape[-1]),
     "divided by sqrt(Dv)": attention_with(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1])),
     "the scale from the wrong axis of q": attention_with(scale=lambda q, k, v: 1 / math.sqrt(len(q))),
@@ -600,10 +626,100 @@ def a_updates(old):
     }
 
 
+def learner_step_mistakes(old):
+    """Set 1's wrong steps, written as a learner would (numpy, for a block; ``old`` names the previous state)."""
+
+    def state(g_prev, x):
+        return float(np.maximum(g_prev, np.max(x, initial=-np.inf)))
+
+    def inverted_rescale(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        correction = s_prev * np.exp(g - g_prev) / s if s_prev > 0 else 0.0
+        return g, s, np.asarray(a_prev) * correction + p @ np.asarray(V) / s
+
+    def weight_not_divided(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        return g, s, np.asarray(a_prev) * (s_prev * np.exp(g_prev - g) / s) + p @ np.asarray(V)
+
+    def exp_apart(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        s = s_prev * np.exp(g_prev - g) + np.exp(np.asarray(x) - g).sum()
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = np.exp(np.asarray(x)) / (s * np.exp(g))
+        return g, s, np.asarray(a_prev) * (s_prev * np.exp(g_prev - g) / s) + w @ np.asarray(V)
+
+    def convex_swapped(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        w = p.sum() / s
+        new = p @ np.asarray(V) / p.sum() if p.sum() > 0 else np.asarray(V).mean(axis=0)
+        return g, s, np.asarray(a_prev) * w + new * (1 - w)
+
+    def half_and_half(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        p = np.exp(np.asarray(x) - g)
+        s = s_prev * np.exp(g_prev - g) + p.sum()
+        block = (p / p.sum()) @ np.asarray(V)
+        return (g, s, block) if s_prev == 0 else (g, s, 0.5 * np.asarray(a_prev) + 0.5 * block)
+
+    def from_old_max(g_prev, s_prev, a_prev, x, V):
+        g = state(g_prev, x)
+        ref = g_prev if g_prev != -math.inf else g
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.exp(np.asarray(x) - ref)
+            s = s_prev + p.sum()
+            return g, s, (s_prev * np.asarray(a_prev) + p @ np.asarray(V)) / s
+
+    return {
+        f"exp(g_m - g_{{{old}}}) instead of exp(g_{{{old}}} - g_m)": inverted_rescale,
+        "the new weight not divided by s_m": weight_not_divided,
+        "exp(x) and exp(g_m) taken apart": exp_apart,
+        "the weights of the convex combination swapped": convex_swapped,
+        "a 50/50 average with the new keys' softmax": half_and_half,
+        "the state measured from the old max": from_old_max,
+        "(s, g) swapped": lambda *args: (lambda g, s, a: (s, g, a))(*solutions.block_step(*args)),
+        f"g_{{{old}}} returned instead of g_m": lambda g_prev, *rest: (
+            g_prev,
+            *solutions.block_step(g_prev, *rest)[1:],
+        ),
+    }
+
+
+def block_max_from_the_block(g_prev, s_prev, a_prev, x_block, v_block):
+    x = np.asarray(x_block)
+    g = x.max()  # the block's max only: g_prev forgotten
+    old = s_prev * np.exp(g_prev - g)
+    p = np.exp(x - g)
+    return g, old + p.sum(), (old * np.asarray(a_prev) + p @ np.asarray(v_block)) / (old + p.sum())
+
+
+def block_as_one_key(g_prev, s_prev, a_prev, x_block, v_block):
+    return solutions.one_loop_step(g_prev, s_prev, a_prev, float(np.max(x_block)), np.mean(v_block, axis=0))
+
+
+def block_rows_summed_per_row(g_prev, s_prev, a_prev, x_block, v_block):
+    x = np.asarray(x_block)
+    g = np.maximum(g_prev, x.max())
+    old = s_prev * np.exp(g_prev - g)
+    p = np.exp(x - g)
+    s = old + p.sum()
+    return g, s, (old * np.asarray(a_prev) + (p[:, None] * np.asarray(v_block)).sum(axis=1)) / s
+
+
 ONE_LOOP_STEP = {name: to_step(fn) for name, fn in a_updates("m-1").items()}
+ONE_LOOP_STEP.update({name: to_step(fn) for name, fn in learner_step_mistakes("m-1").items()})
 ONE_LOOP_STEP["not a triple"] = lambda *args: solutions.one_loop_step(*args)[2]
 
 BLOCK_STEP = dict(a_updates("m-b"))
+BLOCK_STEP.update(learner_step_mistakes("m-b"))
+BLOCK_STEP["the old max left out of g_m"] = block_max_from_the_block
+BLOCK_STEP["the block taken as one key"] = block_as_one_key
+BLOCK_STEP["the weighted value rows summed over the wrong axis"] = block_rows_summed_per_row
 BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
 for steps in (ONE_LOOP_STEP, BLOCK_STEP):
     wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
@@ -952,6 +1068,19 @@ def test_a_common_wrong_prediction_is_told_its_misconception(capsys):
     assert third == "You predicted 42; the answer is 42: right."
     with pytest.raises(TypeError, match="a prediction is a number"):
         exercises.check_prediction("0.5 maybe", 0.5)
+
+
+def test_a_negative_index_is_matched_with_its_misconception_as_typed(capsys):
+    """-3 names x[43] in a 46-vector, but the learner typed -3, not 43: the misconception of 43 ("counted from
+    1") is not theirs; the one given for -3 is."""
+    why_not = {43: "43 counts from 1.", -3: "x[-1] is already x_46."}
+    exercises.check_prediction(-3, 42, tolerance=0, length=46, misconceptions=why_not)
+    exercises.check_prediction(-2, 42, tolerance=0, length=46, misconceptions=why_not)
+    exercises.check_prediction(43, 42, tolerance=0, length=46, misconceptions=why_not)
+    first, second, third = capsys.readouterr().out.splitlines()
+    assert first.endswith("not quite. x[-1] is already x_46.") and "x[-3] is x[43]" in first
+    assert second.endswith("not quite.")  # x[-2] is x[44]: no misconception typed as -2
+    assert third.endswith("not quite. 43 counts from 1.")
 
 
 def test_show_without_a_name_lists_the_solutions(capsys):

@@ -440,6 +440,26 @@ def _right_merge(g1, s1, g2, s2):
 # other fails comes after it (Python's max and an unguarded empty state first: the exponential of each max alone and
 # the min of the maxima give their NaN on those cases too; one part rescaled before none: the two agree on every case
 # where the part rescaled holds the max).
+def _one_max_for_both(k):
+    """A copy-paste slip: both sums moved from the max of part ``k`` (s1 exp(g1 - g) + s2 exp(g1 - g))."""
+
+    def model(g1, s1, g2, s2):
+        g = _np_max(g1, g2)
+        if g == -math.inf:
+            return g, 0.0
+        return g, float((s1 + s2) * np.exp((g1, g2)[k] - g))
+
+    return model
+
+
+def _zero_for_empty(g1, s1, g2, s2):
+    """The right merge, with (0, 0) for two empty parts."""
+    g = _np_max(g1, g2)
+    if g == -math.inf:
+        return 0.0, 0.0
+    return g, float(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g))
+
+
 MERGE_MISTAKES = (
     Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
     Mistake(
@@ -515,6 +535,19 @@ MERGE_MISTAKES = (
             _merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
             _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)),
         ),
+    ),
+    Mistake(
+        N_("one part's max used for both"),
+        N_("each sum moves from its own max: s = s1 exp(g1 - g) + s2 exp(g2 - g), g1 for s1 and g2 for s2"),
+        (_one_max_for_both(0), _one_max_for_both(1)),
+    ),
+    Mistake(
+        N_("0 as the max of nothing"),
+        N_(
+            "two empty parts merge into the empty state (-inf, 0): the max of nothing is -inf, not 0 "
+            "(max(g1, g2) = -inf already; keep it)"
+        ),
+        (_zero_for_empty,),
     ),
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda *a: tuple(reversed(_guarded_merge(_np_max)(*a))),)),
     NOT_A_PAIR,
@@ -617,6 +650,19 @@ def _three_not_moved(g1, s1, g2, s2, g3, s3):
     return g, float(s12 + s3 * np.exp(g3 - g))
 
 
+def _three_without(k):
+    """The closed form with part ``k``'s term left out of s (g still over all three)."""
+
+    def model(*args):
+        gs, ss = args[0::2], args[1::2]
+        g = float(np.max(gs))
+        if g == -math.inf:
+            return g, 0.0
+        return g, float(sum(s * np.exp(g_k - g) for i, (g_k, s) in enumerate(zip(gs, ss, strict=True)) if i != k))
+
+    return model
+
+
 THREE_MISTAKES = (
     Mistake(
         PYTHON_MAX.name,
@@ -648,6 +694,16 @@ THREE_MISTAKES = (
             _three(term=lambda s, g_k, g: s * np.exp(g - g_k)),
             _three(term=lambda s, g_k, g: s * np.exp(g - g_k) if s else 0.0),  # an empty part skipped
         ),
+    ),
+    Mistake(
+        N_("the s_k factors missing"),
+        N_("each part brings its sum moved to the common max, s_k exp(g_k - g): s = sum_k s_k exp(g_k - g)"),
+        (_three(term=lambda s, g_k, g: np.exp(g_k - g)),),
+    ),
+    Mistake(
+        N_("a part's sum left out"),
+        N_("s adds the three parts' sums, s = s_1 exp(g_1 - g) + s_2 exp(g_2 - g) + s_3 exp(g_3 - g)"),
+        (_three_without(0), _three_without(1), _three_without(2)),
     ),
     Mistake(
         N_("a max of two parts only"),

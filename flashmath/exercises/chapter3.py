@@ -74,6 +74,11 @@ MISTAKES = (
         (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(M)),),
     ),
     Mistake(
+        N_("D read from the wrong axis"),
+        N_("q.shape[1] is D only for a 2-D q: on (B, H, N, D) input it is H. D is the last axis, q.shape[-1]"),
+        (_scaled(lambda D, M, Dv, q: 1 / np.sqrt(np.shape(q)[1]) if np.ndim(q) > 2 else 1 / np.sqrt(D)),),
+    ),
+    Mistake(
         N_("divided by D"), N_("the scores were divided by D: divide by sqrt(D)"), (_scaled(lambda D, M, Dv, q: 1 / D),)
     ),
     Mistake(

@@ -104,6 +104,19 @@ def _step_model(update, state=None, **kw):
     return lambda g_prev, s_prev, a_prev, x_m, v_m: block(g_prev, s_prev, a_prev, [x_m], [v_m])
 
 
+def _rows_average(e, V):
+    """The new value rows averaged with the weights ``e`` (a learner's ``softmax(x) @ V``; ``V``'s mean when every
+    weight underflowed to 0, where the one-key code keeps ``V_m``)."""
+    total = e.sum()
+    return e @ V / total if total > 0 else V.mean(axis=0)
+
+
+def _softmax_rows(e, V):
+    """``(e / e.sum()) @ V``, the new keys' own softmax times their rows (NaN when every weight underflowed)."""
+    with np.errstate(all="ignore"):
+        return (e / e.sum()) @ V
+
+
 def _a_mistakes(model, rule, old="m-1"):
     """The classic wrong ``A'`` of chapter 5; ``model`` turns an update into a model with the exercise's signature.
 
@@ -190,6 +203,53 @@ def _a_mistakes(model, rule, old="m-1"):
             text(N_("the output must take in the new keys: {rule}")),
             (model(lambda a, *_: a),),
         ),
+        Mistake(
+            text(N_("exp(g_m - {g_old}) instead of exp({g_old} - g_m)")),
+            text(
+                N_(
+                    "the old output is rescaled by exp({g_old} - g_m), old max minus new max, <= 1: it moves "
+                    "{a_old} down to the new max; exp(g_m - {g_old}) grows it"
+                )
+            ),
+            (model(lambda a, sp, r, e, V, s, *_: (a * sp / r / s if sp > 0 else 0 * a) + e @ V / s),),
+        ),
+        Mistake(
+            N_("the new weight not divided by s_m"),
+            text(N_("the new value rows weigh exp(x - g_m) / s_m, divided by the new sum like the old part: {rule}")),
+            (model(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V),),
+        ),
+        Mistake(
+            N_("exp(x) and exp(g_m) taken apart"),
+            N_(
+                "exp(x) / exp(g_m) is exp(x - g_m) only while both fit: for a score of 1000 exp(x) overflows to "
+                "inf and inf / inf is NaN. Take one exponential of the difference, exp(x - g_m)"
+            ),
+            (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + (np.exp(x) / (s * np.exp(g))) @ V),),
+        ),
+        Mistake(
+            N_("the weights of the convex combination swapped"),
+            text(
+                N_(
+                    "in A'_m = (1 - w) {a_old} + w V_new, w = exp(x - g_m) / s_m is the new keys' share (0 for a "
+                    "key far below the max): the old output keeps 1 - w"
+                )
+            ),
+            (model(lambda a, sp, r, e, V, s, *_: a * (e.sum() / s) + _rows_average(e, V) * (1 - e.sum() / s)),),
+        ),
+        Mistake(
+            N_("a 50/50 average with the new keys' softmax"),
+            text(
+                N_(
+                    "the old output and the new keys weigh by their shares of the new sum, {a_old} by {correction} "
+                    "and the new keys' softmax-weighted rows by sum exp(x - g_m) / s_m, not 1/2 each"
+                )
+            ),
+            (
+                model(
+                    lambda a, sp, r, e, V, s, *_: 0.5 * a + 0.5 * _softmax_rows(e, V) if sp > 0 else _softmax_rows(e, V)
+                ),
+            ),
+        ),
     )
 
 
@@ -228,7 +288,55 @@ def _state_mistakes(model, old="m-1"):
             (model(None, lambda sp, gp, g, x: sp * np.exp2(gp - g) + np.exp2(x - g).sum()),),
             same_state,
         ),
+        Mistake(
+            N_("the state measured from the old max"),
+            Filled(
+                N_(
+                    "s_m is relative to the new max g_m: {s_old} exp({g_old} - g_m) + the new terms exp(x - g_m); "
+                    "{s_old} + exp(x - {g_old}) is the sum relative to {g_old}, and exp(x - {g_old}) can overflow"
+                ),
+                s_old=s_old,
+                g_old=g_old,
+            ),
+            (model(None, lambda sp, gp, g, x: sp + np.exp(x - (gp if gp > -np.inf else g)).sum()),),
+            same_state,
+        ),
+        Mistake(
+            N_("(s, g) swapped"),
+            N_("return the max first, then the sum and the output: (g_m, s_m, A'_m)"),
+            (_reordered(model(None), (1, 0, 2)),),
+            same_state,
+        ),
+        Mistake(
+            Filled(N_("{g_old} returned instead of g_m"), g_old=g_old),
+            Filled(
+                N_("return the new max g_m = max({g_old}, x): the state (g_m, s_m, A'_m) is relative to it"),
+                g_old=g_old,
+            ),
+            (_old_max_returned(model(None)),),
+            same_state,
+        ),
     )
+
+
+def _reordered(model, order):
+    """``model`` returning its triple in another ``order``."""
+
+    def wrong(*args):
+        out = model(*args)
+        return tuple(out[i] for i in order)
+
+    return wrong
+
+
+def _old_max_returned(model):
+    """``model`` returning the old max ``g_prev`` with the right ``s`` and ``A'``."""
+
+    def wrong(g_prev, *args):
+        _, s, a = model(g_prev, *args)
+        return g_prev, s, a
+
+    return wrong
 
 
 def _right_update(a, sp, r, e, V, s, *_):
@@ -272,6 +380,11 @@ STEP_MISTAKES = (
 def _hint(exc) -> str | None:
     if isinstance(exc, ZeroDivisionError):
         return _("at the first key s_{m-1} = s_0 = 0: divide by s_m, which is never 0 once a key is seen")
+    if isinstance(exc, ValueError) and "broadcast" in str(exc):
+        return _(
+            "the weighted value rows are summed over the keys: sum_i exp(x_i - g_m) V_i is p @ V or "
+            "(p[:, None] * V).sum(axis=0), Dv numbers (axis=1 gives one number per key)"
+        )
     if isinstance(exc, OverflowError):
         return _("math.exp overflowed: every exponent must be <= 0, x_m - g_m and g_{m-1} - g_m with the new max g_m")
     return None
@@ -467,6 +580,22 @@ def _one_key_max(which):
     return model
 
 
+def _block_max_only(g_prev, s_prev, a_prev, x_block, v_block):
+    """The block's ``(g, s)`` with the new max over the block alone, ``g = max(x_block)``."""
+    x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
+    g = float(x.max())
+    if g == -np.inf:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    return g, s_prev * np.exp(g_prev - g) + np.exp(x - g).sum(), np.asarray(a_prev, dtype=np.float64)
+
+
+def _block_as_one_key(g_prev, s_prev, a_prev, x_block, v_block):
+    """One step of chapter 5 with the block's max score and the mean of its value rows."""
+    x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
+    V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
+    return _block_model(_right_update)(g_prev, s_prev, a_prev, [x.max()], [V.mean(axis=0)])
+
+
 BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
 BLOCK_MISTAKES = (
     _a_mistakes(_block_model, BLOCK_RULE, "m-b")
@@ -478,6 +607,32 @@ BLOCK_MISTAKES = (
             N_("the new max is over the old max and every key of the block, g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)"),
             (_one_key_max(0), _one_key_max(-1)),
             same_state,
+        ),
+        Mistake(
+            N_("the old max left out of g_m"),
+            N_(
+                "the new max is over the old max too, g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m): a block whose keys "
+                "are all below g_{m-b} keeps g_{m-b}"
+            ),
+            (_block_max_only,),
+            same_state,
+        ),
+        Mistake(
+            N_("the block taken as one key"),
+            N_(
+                "each key of the block has its own weight exp(x_i - g_m): s_m adds all b of them, and A' their "
+                "weighted value rows sum_i exp(x_i - g_m) V_i / s_m, not one term for the block's max"
+            ),
+            (_block_as_one_key,),
+            same_state,
+        ),
+        Mistake(
+            N_("the weighted value rows summed over the wrong axis"),
+            N_(
+                "sum_i exp(x_i - g_m) V_i adds the block's rows, over the keys: (p[:, None] * V).sum(axis=0) or "
+                "p @ V, Dv numbers; axis=1 adds within each row and gives b numbers"
+            ),
+            (_block_model(lambda a, sp, r, e, V, s, *_: (a * sp * r + (e[:, None] * V).sum(axis=1)) / s),),
         ),
         Mistake(
             N_("the block's own max not moved to the new max"),

@@ -39,7 +39,8 @@ def check_prediction(
             names the element ``length - k``, and counts as that index.
         misconceptions: ``{wrong answer: why a learner gives it}``: the common wrong answers and the half-understood
             rule behind each (matched with the same tolerance); a wrong prediction that is one of them prints its
-            sentence, in the selected language when the catalog has it (:data:`NOTEBOOK_MISCONCEPTIONS`).
+            sentence, in the selected language when the catalog has it (:data:`NOTEBOOK_MISCONCEPTIONS`). The
+            prediction is matched as typed, before a negative index is converted (``-3`` is its own mistake).
 
     Raises:
         TypeError: ``prediction`` is not a number (or the placeholder).
@@ -55,6 +56,7 @@ def check_prediction(
     if tolerance is None:
         tolerance = 0.0 if answer.is_integer() else 0.05
     note = ""
+    raw = guess  # a misconception is looked up with the number typed: x[-3] is not "43 is the math's count"
     if length is not None and guess.is_integer() and -length <= guess < 0:
         note = _(" (x[{guess:.0f}] is x[{index:.0f}] in a sequence of {length})").format(
             guess=guess, index=guess + length, length=length
@@ -66,7 +68,7 @@ def check_prediction(
         ""
         if right
         else next(
-            (text for wrong, text in (misconceptions or {}).items() if _matches(guess, float(wrong), tolerance)), ""
+            (text for wrong, text in (misconceptions or {}).items() if _matches(raw, float(wrong), tolerance)), ""
         )
     )
     print(
@@ -138,6 +140,30 @@ NOTEBOOK_MISCONCEPTIONS = (
     N_(
         "1/4 is the new key's weight e^{x_4 - g_4} / s_4; the correction applied to A'_3 is what the old "
         "output keeps, 3/4."
+    ),
+    N_(
+        "Counted from the end, x[-1] is already x_46, so x_43 is three places before it: x[-4], not x[-3] "
+        "(which is x_44)."
+    ),
+    N_(
+        "Each output is e^10 / sum, not e^10 / e^10 = 1: the sum of the 46 terms is the denominator of every "
+        "output, and here it overflows to inf."
+    ),
+    N_(
+        "exp(g_0 - g_1) = exp(-inf) = 0 is the factor of the first step only (nothing seen yet); from then on "
+        "the max rises by 1 at each step."
+    ),
+    N_(
+        "0 is the mean of q . k (positive and negative products cancel on average); the question asks its "
+        "spread, the standard deviation."
+    ),
+    N_(
+        "Swapping the loops changes which elements are worked on first, not the order of any element's own "
+        "additions: no row or column is special."
+    ),
+    N_(
+        "That is s_4 / s_3, the ratio inverted: the old output keeps the share s_3 / s_4 of the new sum, at "
+        "most 1 when the max holds."
     ),
     # chapters 6-10
     N_(
