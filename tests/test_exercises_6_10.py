@@ -553,6 +553,100 @@ MERGE.update(
     }
 )
 
+# Issue 34, set 2: the kinds of mistake a second learner set showed unnamed.
+
+
+def clipped_tile_step(g, s, a, x_tile, v_tile):
+    x = np.clip(x_tile, -100, 100)  # "to avoid overflow"
+    g_new = np.maximum(g, x.max(axis=1))
+    alpha = np.exp(g - g_new)
+    p = np.exp(x - g_new[:, None])
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * (s * alpha)[:, None] + p @ v_tile) / s_new[:, None]
+
+
+def clipped_numerator_step(g, s, u, x_tile, v_tile):
+    x = np.minimum(x_tile, 88.0)  # float32's exp limit, above only
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    return g_new, s * alpha + p.sum(axis=1), u * alpha[:, None] + p @ v_tile
+
+
+def finish_log10(g, s, u):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(s[:, None] > 0, u / np.where(s > 0, s, 1.0)[:, None], 0.0)
+        return a, g + np.log10(s)
+
+
+def causal_every_row_sees_key_0(N, M):
+    mask = np.tril(np.ones((N, M), dtype=bool), k=M - N)
+    mask[:, 0] = True  # "every query sees at least the first key"
+    return mask
+
+
+def causal_offset_clamped(N, M):
+    return np.arange(M)[None, :] <= np.arange(N)[:, None] + max(M - N, 0)
+
+
+def causal_sizes_swapped(N, M):
+    return np.tri(M, N, k=N - M, dtype=bool)
+
+
+def masked_values_cleaned(g, s, a, x_tile, v_tile, keep):
+    v = np.where(np.isfinite(v_tile), v_tile, 0.0)  # "sanitise" the values
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * (s * alpha)[:, None] + p @ v) / np.where(s_new == 0, 1, s_new)[:, None]
+
+
+def masked_clipped(g, s, a, x_tile, v_tile, keep):
+    return solutions.masked_tile_step(g, s, a, np.clip(x_tile, -50, 50), v_tile, keep)
+
+
+def masked_scores_and_weights_times_keep(g, s, a, x_tile, v_tile, keep):
+    x = x_tile * keep
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    alpha = np.exp(g - ref)
+    p = np.exp(x - ref[:, None]) * keep
+    s_new = s * alpha + p.sum(axis=1)
+    return g_new, s_new, (a * (s * alpha)[:, None] + p @ v_tile) / np.where(s_new == 0, 1, s_new)[:, None]
+
+
+def merge_shares_against_the_max(a1, l1, a2, l2):
+    lse = np.logaddexp(l1, l2)
+    m = np.maximum(l1, l2)
+    m = np.where(m == -np.inf, 0.0, m)
+    w1, w2 = np.exp(l1 - m), np.exp(l2 - m)  # never divided by w1 + w2
+    a = np.where(l1[:, None] == -np.inf, 0.0, w1[:, None] * a1) + np.where(
+        l2[:, None] == -np.inf, 0.0, w2[:, None] * a2
+    )
+    return a, lse
+
+
+TILE["the scores clipped"] = clipped_tile_step
+NUMERATOR["the scores clipped"] = clipped_numerator_step
+FINISH["a base-10 logsumexp"] = finish_log10
+CAUSAL["every query given a key (no empty row)"] = causal_every_row_sees_key_0
+CAUSAL["N and M swapped (an (M, N) mask)"] = causal_sizes_swapped
+MASKED["the values cleaned of NaN and inf"] = masked_values_cleaned
+MASKED["the scores clipped"] = masked_clipped
+MASKED_MORE.setdefault("the scores multiplied by the mask (a masked score 0)", []).append(
+    masked_scores_and_weights_times_keep
+)
+MERGE["the shares not divided by their sum"] = merge_shares_against_the_max
+
+
+def test_a_clamped_causal_offset_is_named_as_no_empty_row():
+    report = exercises.check_causal_mask(causal_offset_clamped)
+    assert not report.passed
+    assert named(report) == {"every query given a key (no empty row)"}, report
+
+
 WRONG = {
     "check_tile_step": TILE,
     "check_numerator_step": NUMERATOR,

@@ -16,7 +16,7 @@ def learner(mistake=None):
         q, k, v = (np.asarray(a) for a in (q, k, v))
         dtype, D = q.dtype, q.shape[-1]
         q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
-        x = q64 @ k64.T / math.sqrt(D)
+        x = q64 @ k64.T / (1.0 if mistake == "no scale anywhere" else math.sqrt(D))
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         reference = (e / e.sum(axis=-1, keepdims=True)) @ v64
         if mistake == "low-precision reference":
@@ -41,8 +41,9 @@ def learner(mistake=None):
             x = (q @ k.T / dtype.type(math.sqrt(D))).astype(dtype)
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             naive = (e / e.sum(axis=-1, keepdims=True)) @ v
-        elif mistake in ("no scale", "axis 0", "no max"):  # the recipe, each with one slip
-            x = (q32 @ k32.T / (np.float32(1) if mistake == "no scale" else np.float32(math.sqrt(D)))).astype(dtype)
+        elif mistake in ("no scale", "no scale anywhere", "axis 0", "no max"):  # the recipe, each with one slip
+            unscaled = mistake in ("no scale", "no scale anywhere")
+            x = (q32 @ k32.T / (np.float32(1) if unscaled else np.float32(math.sqrt(D)))).astype(dtype)
             if mistake == "no max":  # exp of the rounded scores in the input dtype, the max never subtracted
                 e = np.exp(x)
             else:
@@ -103,6 +104,7 @@ def test_the_solution_and_another_right_answer_pass():
         ("X unrounded", "scores X unrounded"),
         ("relative", "relative errors"),
         ("no scale", "leave out the scale"),
+        ("no scale anywhere", "reference and naive attention both seem to leave out the scale"),
         ("axis 0", "normalised over the queries"),
         ("no max", "without subtracting their max"),
         ("signed", "largest signed differences"),

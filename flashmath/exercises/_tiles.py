@@ -134,6 +134,32 @@ def tile_step_reference(g, s, a, x_tile, v_tile, keep=None):
     return fa1_tile_step(g, s, a, x.copy(), V, keep)
 
 
+#: The bounds a learner clips the scores to "to avoid overflow" (np.clip(X, -c, c) or np.minimum(X, c)): round
+#: numbers, and float32's and float64's exp limits (88, 709).
+CLIP_BOUNDS = (10.0, 20.0, 30.0, 50.0, 80.0, 88.0, 100.0, 500.0, 700.0, 709.0)
+
+
+def _clipped(step, c: float, lower: bool):
+    def model(*args):
+        x = np.asarray(args[3], dtype=np.float64)
+        return step(*args[:3], np.clip(x, -c if lower else None, c), *args[4:])
+
+    return model
+
+
+def scores_clipped(step) -> Mistake:
+    """The scores clipped to a bound "to avoid overflow" before the step ``step`` (6.1, 7.1, 8.2): a row whose
+    scores lie past the bound (a max of 1000, every score near -1000) gets another max and other weights."""
+    return Mistake(
+        N_("the scores clipped"),
+        N_(
+            "np.clip (or np.minimum) changes every score past its bound, and with it the row's max and weights: no "
+            "clip is needed, since subtracting the running max g_new already keeps every exponent <= 0"
+        ),
+        tuple(_clipped(step, c, lower) for c in CLIP_BOUNDS for lower in (True, False)),
+    )
+
+
 NOT_A_STATE = Mistake(N_("not a triple"), N_("return the three arrays (g_new, s_new, A'_new)"))
 
 

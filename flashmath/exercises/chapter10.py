@@ -59,6 +59,16 @@ def _shifted_by_max(a1, l1, a2, l2, L):
     return num / _shift_total(l1, l2)[:, None]
 
 
+def _unshared(a, lp, lother, guard: bool, select: bool):
+    """Part ``p``'s term weighted by ``e^{L_p - m}``, ``m`` the larger logsumexp (-inf measured against 0 with
+    ``guard``), never divided by the sum of the two weights; with ``select`` an empty part is selected away."""
+    m = np.maximum(lp, lother)
+    if guard:
+        m = np.where(np.isneginf(m), 0.0, m)
+    term = np.exp(lp - m)[:, None] * a
+    return _selected(term, lp) if select else term
+
+
 def _weights(l1, l2, lse):
     return np.exp(l1 - lse)[..., None], np.exp(l2 - lse)[..., None]
 
@@ -203,6 +213,23 @@ MERGE_STATES_MISTAKES = (
                 )
             ),
             _merge_model(lambda a1, l1, a2, l2, L: np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2),
+        ),
+    ),
+    Mistake(
+        N_("the shares not divided by their sum"),
+        N_(
+            "e^{L_p - m}, with m the larger logsumexp, is relative to the larger part: the two add up to more than "
+            "1. A part's share is e^{L_p - L} with L = np.logaddexp(L_1, L_2) (or divide by e^{L_1 - m} + e^{L_2 - "
+            "m})"
+        ),
+        tuple(
+            _merge_model(
+                lambda a1, l1, a2, l2, L, guard=guard, select=select: (
+                    _unshared(a1, l1, l2, guard, select) + _unshared(a2, l2, l1, guard, select)
+                )
+            )
+            for guard in (True, False)
+            for select in (True, False)
         ),
     ),
     Mistake(

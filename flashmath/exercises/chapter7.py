@@ -15,6 +15,7 @@ from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
 from flashmath.exercises._tiles import (
     inputs_unchanged,
     score_tile_copied,
+    scores_clipped,
     shape_hint,
     shape_mistake,
     tile_cases,
@@ -144,6 +145,7 @@ NUMERATOR_MISTAKES = (
             lambda g, s, u, x, v: numerator_step_reference(np.maximum(g, 0), s, u, x, v),
         ),
     ),
+    scores_clipped(numerator_step_reference),
     INPUT_MODIFIED,
     shape_mistake(numerator_step_reference),
     NOT_A_NUMERATOR,
@@ -201,6 +203,11 @@ FINISH_MISTAKES = (
         N_("a base-2 logsumexp"),
         N_("the logsumexp is natural: g + log(s) with np.log, not np.log2"),
         (_finish_model(lse_of=lambda g, s, u: g + np.log2(s)),),
+    ),
+    Mistake(
+        N_("a base-10 logsumexp"),
+        N_("the logsumexp is natural: g + log(s) with np.log, not np.log10"),
+        (_finish_model(lse_of=lambda g, s, u: g + np.log10(s)),),
     ),
     Mistake(
         N_("log(s) without g"),

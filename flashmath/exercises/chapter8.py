@@ -16,6 +16,7 @@ from flashmath.exercises._tiles import (
     NOT_A_STATE,
     inputs_unchanged,
     score_tile_copied,
+    scores_clipped,
     shape_hint,
     shape_mistake,
     tile_properties,
@@ -34,7 +35,24 @@ def _tril(offset_of):
     return lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=offset_of(N, M))
 
 
+def _key0_always(N, M):
+    """Every query sees key 0: the bottom-right mask with column 0 set (mask[:, 0] = True)."""
+    mask = _tril(lambda N, M: M - N)(N, M)
+    mask[:, :1] = True
+    return mask
+
+
 CAUSAL_MISTAKES = (
+    # before the top-left alignment: with N > M the clamped offset max(M - N, 0) is top-left there only
+    Mistake(
+        N_("every query given a key (no empty row)"),
+        N_(
+            "with N > M the first N - M queries come before every key (bottom-right alignment): their rows are all "
+            "False. A row with no key is allowed (its output is 0): do not clamp the offset M - N at 0 or set "
+            "column 0"
+        ),
+        (_key0_always, _tril(lambda N, M: max(M - N, 0))),
+    ),
     Mistake(
         N_("the top-left alignment (off by M - N)"),
         N_(
@@ -68,6 +86,17 @@ CAUSAL_MISTAKES = (
             lambda N, M: np.tril(np.ones((M, N), dtype=bool), k=M - N).T,
             lambda N, M: np.triu(np.ones((N, M), dtype=bool), k=M - N),
             lambda N, M: np.triu(np.ones((N, M), dtype=bool)),  # the mirror image: m >= n
+        ),
+    ),
+    Mistake(
+        N_("N and M swapped (an (M, N) mask)"),
+        N_(
+            "the mask has one row per query and one column per key, shape (N, M): np.tril(np.ones((N, M), "
+            "dtype=bool), k=M - N), or np.tri(N, M, k=M - N, dtype=bool) (np.tri's first size is the rows)"
+        ),
+        (
+            lambda N, M: _tril(lambda N, M: M - N)(M, N),  # the rule built with the sizes swapped
+            lambda N, M: _tril(lambda N, M: M - N)(N, M).T,  # the right mask, key-major
         ),
     ),
     Mistake(
@@ -127,15 +156,28 @@ def _absent_terms(p, keep, V):
     return np.where(keep[:, :, None], p[:, :, None] * V[None, :, :], 0.0).sum(axis=1)
 
 
-def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None, mask_after_exp=False, guard_div=True):
+def _masked_model(
+    score=None,
+    term=None,
+    guard=True,
+    fill=None,
+    mask_of=None,
+    mask_after_exp=False,
+    guard_div=True,
+    values=None,
+    p_masked=False,
+):
     """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied; with
     ``mask_after_exp`` the max is taken over the unmasked scores and the mask applied to the weights; without
-    ``guard_div`` the output is divided by s_new even where it is 0."""
+    ``guard_div`` the output is divided by s_new even where it is 0; ``values(V)`` the value tile used; with
+    ``p_masked`` the weights are multiplied by the mask (P * keep) before they are summed."""
 
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
         x, V = np.asarray(x_tile, dtype=np.float64), np.asarray(v_tile, dtype=np.float64)
         keep = keep if mask_of is None else np.broadcast_to(mask_of(keep), keep.shape)
+        if values is not None:
+            V = values(V)
         raw = x
         x = np.where(keep, x, -np.inf if fill is None else fill) if score is None else score(x, keep)
         g_new = np.maximum(g, (raw if mask_after_exp else x).max(axis=1))
@@ -143,6 +185,8 @@ def _masked_model(score=None, term=None, guard=True, fill=None, mask_of=None, ma
         r, p = np.exp(g - ref), np.exp(x - ref[:, None])
         if mask_after_exp:
             p = np.where(keep, np.exp(raw - ref[:, None]), 0.0)
+        if p_masked:
+            p = p * keep
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
         return (
@@ -237,7 +281,24 @@ MASKED_MISTAKES = (
             "X * keep gives a masked key the score 0, a weight e^{0 - g_new} > 0: a masked score is -inf, "
             "np.where(keep, X, -np.inf)"
         ),
-        tuple(_masked_model(score=lambda x, keep: x * keep, term=term) for term in (_absent_terms, None)),
+        tuple(
+            _masked_model(score=lambda x, keep: x * keep, term=term, p_masked=p_masked)
+            for p_masked in (False, True)
+            for term in (_absent_terms, None)
+        ),
+    ),
+    Mistake(
+        N_("the values cleaned of NaN and inf"),
+        N_(
+            "a value row that a query attends counts whatever it holds: NaN there makes the row's output NaN (NaN "
+            "propagates). Only masked pairs are absent: select them away with np.where on the terms P V, and leave "
+            "V as it is (no np.nan_to_num, no np.where(np.isfinite(V), V, 0))"
+        ),
+        tuple(
+            _masked_model(values=values, term=term)
+            for values in (lambda V: np.where(np.isfinite(V), V, 0.0), np.nan_to_num)
+            for term in (_absent_terms, None)
+        ),
     ),
     Mistake(
         N_("0 / 0 on a row with no key yet"),
@@ -247,6 +308,7 @@ MASKED_MISTAKES = (
         ),
         (_masked_model(term=_absent_terms, guard_div=False),),
     ),
+    scores_clipped(tile_step_reference),
     INPUT_MODIFIED,
     shape_mistake(tile_step_reference),
     NOT_A_STATE,

@@ -102,6 +102,8 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
     naive = naive_attention(q, k, v)
     right = max_abs_error(out, ref) / max_abs_error(naive, ref)
     low_ref = round_to(ref, q.dtype)
+    q64, k64, v64 = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    unscaled = attention(q64 * math.sqrt(q.shape[-1]), k64, v64)  # the float64 reference without its 1/sqrt(D)
     with np.errstate(all="ignore"):
         mistakes = [
             (
@@ -184,6 +186,13 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
                 _(
                     "your naive attention seems to leave out the scale: the scores are X = Q K^T / sqrt(D), as in "
                     "the float64 reference; without 1/sqrt(D) the naive attention computes another, sharper attention"
+                ),
+            ),
+            (
+                max_abs_error(out, unscaled) / max_abs_error(_naive_variant(q, k, v, scale=False), unscaled),
+                _(
+                    "your reference and naive attention both seem to leave out the scale: the scores are X = Q K^T "
+                    "/ sqrt(D) in both; without 1/sqrt(D) they compute another, sharper attention than the kernel's"
                 ),
             ),
             (

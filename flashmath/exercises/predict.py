@@ -192,5 +192,11 @@ NOTEBOOK_MISCONCEPTIONS = (
     N_("56 = 8 x 7 counts both triangles: only the tiles above the diagonal are masked."),
     N_("5 is the number of merges (each turns two states into one); a level merges its pairs side by side."),
     N_("2 is log2 6 rounded down, but the odd range is carried up and merged one level later: ceil(log2 6) = 3."),
-    N_("6 counts one level per range, but a level merges all its pairs at once, halving the count."),
+    N_("One level per range gives 6, but a level merges all its pairs at once, halving the count."),
+    N_("8 counts the diagonal tiles, which are partial, not skipped; the skipped tiles lie above them: 8 x 7 / 2."),
+    N_(
+        "1 level would merge all six at once, but a merge takes two states: each level halves the count, 6 -> 3 "
+        "-> 2 -> 1."
+    ),
+    N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
 )
