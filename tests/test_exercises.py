@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests
+from helpers import checker_tests, named
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -745,6 +745,159 @@ def block_step_algorithm_1(g_prev, s_prev, a_prev, x_block, v_block):
 BLOCK_STEP["the block's own max not moved to the new max"] = block_step_algorithm_1
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Set 2's kinds (issue 34, third pass): a learner's code for each new mistake, and other usual forms of old ones
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def softmax_largest_abs(x):
+    x = np.asarray(x)
+    w = x.astype(np.float32 if x.dtype == np.float16 else np.float64)
+    if w.size == 0 or np.all(w == -np.inf):
+        return np.zeros(w.shape, dtype=out_dtype(x))
+    g = np.abs(w).max()  # "the largest value", by size: -1000 wins over 2
+    e = np.exp(w - g)
+    return (e / e.sum()).astype(out_dtype(x))
+
+
+def normalizer_logsumexp(x):
+    g, s = -math.inf, 0.0
+    for x_i in x:
+        g_new = nan_max(g, x_i)
+        if g_new == -math.inf:
+            continue
+        s = s * math.exp(g - g_new) + math.exp(x_i - g_new)
+        g = g_new
+    return g, (g + math.log(s) if s else -math.inf)  # the logsumexp, not the state's sum
+
+
+def merge_from_the_second_max(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return g, float(s2 + s1 * np.exp(np.float64(g1) - g2))  # as if part 2 always held the max
+
+
+def merge_averaged(g1, s1, g2, s2):
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, (s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)) / 2  # the mean of the two parts
+
+
+def three_first_not_rescaled(g1, s1, g2, s2, g3, s3):
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 + s2 * math.exp(g2 - g) + s3 * math.exp(g3 - g)  # as if part 1 held the max
+
+
+def three_from_the_last_max(g1, s1, g2, s2, g3, s3):
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return g, float(s3 + s1 * np.exp(np.float64(g1) - g3) + s2 * np.exp(np.float64(g2) - g3))
+
+
+def three_exp_of_maxima(g1, s1, g2, s2, g3, s3):
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = s1 * np.exp(np.float64(g1)) + s2 * np.exp(np.float64(g2)) + s3 * np.exp(np.float64(g3))
+        return g, float(total / np.exp(np.float64(g)))
+
+
+def block_terms_averaged(g_prev, s_prev, a_prev, x_block, v_block):
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    if x.size == 0:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    g = nan_max_of(g_prev, x.max())
+    if g == -math.inf:
+        return g, 0.0, np.zeros(np.shape(a_prev))
+    p = np.exp(x - g)
+    s = s_prev * math.exp(g_prev - g) + p.mean()  # np.mean where the sum belongs
+    return g, s, np.asarray(a_prev) * (s_prev * math.exp(g_prev - g) / s) + p @ V / s
+
+
+SAFE_SOFTMAX["the largest absolute value subtracted"] = softmax_largest_abs
+NORMALIZER["the logsumexp returned instead of s"] = normalizer_logsumexp
+MERGE["the sums measured from one part's max"] = merge_from_the_second_max
+MERGE["the sums averaged instead of added"] = merge_averaged
+THREE["a part's sum not rescaled"] = three_first_not_rescaled
+THREE["the sums measured from one part's max"] = three_from_the_last_max
+THREE["the exponential of each max taken alone"] = three_exp_of_maxima
+THREE["the sums averaged instead of added"] = three_with(term=lambda s, g_k, g: s * math.exp(g_k - g) / 3)
+BLOCK_STEP["the block's terms averaged instead of summed"] = block_terms_averaged
+
+
+def step_new_term_over_old_sum(g_prev, s_prev, a_prev, x_m, v_m):
+    g = nan_max(g_prev, x_m)
+    if g == -math.inf:
+        return g, s_prev, np.asarray(a_prev, dtype=np.float64)
+    r, e = math.exp(g_prev - g), math.exp(x_m - g)
+    s = s_prev * r + e
+    return g, s, np.asarray(a_prev) * (s_prev * r / s) + e / (s_prev or 1.0) * np.asarray(v_m)
+
+
+def step_plain_totals(g_prev, s_prev, a_prev, x_m, v_m):
+    g = nan_max(g_prev, x_m)
+    if g == -math.inf:
+        return g, s_prev, np.asarray(a_prev, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        old = np.float64(s_prev) * np.exp(np.float64(g_prev))  # the sum of e^{x_i} so far
+        total = old + np.exp(np.float64(x_m))
+        a = np.asarray(a_prev) * (old / total) + np.exp(np.float64(x_m)) / total * np.asarray(v_m)
+        return g, float(total / np.exp(np.float64(g))), a
+
+
+def block_last_key_only(g_prev, s_prev, a_prev, x_block, v_block):
+    if len(x_block) == 0:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    return solutions.one_loop_step(g_prev, s_prev, a_prev, float(x_block[-1]), np.asarray(v_block)[-1])
+
+
+def block_new_rows_over_old_sum(g_prev, s_prev, a_prev, x_block, v_block):
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    if x.size == 0:
+        return g_prev, s_prev, np.asarray(a_prev, dtype=np.float64)
+    g = nan_max_of(g_prev, x.max())
+    if g == -math.inf:
+        return g, 0.0, np.zeros(np.shape(a_prev))
+    p = np.exp(x - g)
+    s = s_prev * math.exp(g_prev - g) + p.sum()
+    return g, s, np.asarray(a_prev) * (s_prev * math.exp(g_prev - g) / s) + p @ V / (s_prev or s)
+
+
+#: Other usual forms of a catalogue mistake (a second learner's code for it): (checker, mistake, solution).
+OTHER_FORMS = [
+    (
+        "check_score_row",
+        "D**1/2 (precedence)",
+        lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / (len(q) ** 1 / 2),
+    ),
+    ("check_one_loop_step", "divided by s_{m-1} instead of s_m", step_new_term_over_old_sum),
+    ("check_one_loop_step", "exp(x) and exp(g_m) taken apart", step_plain_totals),
+    ("check_block_step", "the block taken as one key", block_last_key_only),
+    ("check_block_step", "divided by s_{m-b} instead of s_m", block_new_rows_over_old_sum),
+]
+
+
+@pytest.mark.parametrize("checker, mistake, fn", OTHER_FORMS, ids=[f"{c}: {m}" for c, m, _ in OTHER_FORMS])
+def test_another_usual_form_of_a_mistake_is_named(checker, mistake, fn):
+    report = getattr(exercises, checker)(fn)
+    assert not report.passed, report
+    assert named(report) == {mistake}, report
+
+
+def test_the_largest_absolute_value_is_not_called_a_max_started_at_0():
+    """[-1000, -1001] fails both; [2, 1, -1000] separates them (0 is below the max 2, 1000 far above it)."""
+    assert named(exercises.check_safe_softmax(softmax_largest_abs)) == {"the largest absolute value subtracted"}
+    assert named(exercises.check_safe_softmax(max_from_zero)) == {"the max started at 0"}
+
+
 WRONG = {
     "check_score_row": SCORE_ROW,
     "check_safe_softmax": SAFE_SOFTMAX,
@@ -1476,7 +1629,7 @@ def test_each_prediction_cell_names_the_misconception_of_its_common_wrong_answer
     env = {"np": np, "math": math, "fm": fm, "rng": np.random.default_rng(0), "heads": load_heads()}
     wrongs = [eval(compile(ast.Expression(key), "<cell>", "eval"), env) for key in mapping.keys]
     texts = [eval(compile(ast.Expression(value), "<cell>", "eval"), env) for value in mapping.values]
-    assert 2 <= len(wrongs) <= 3
+    assert 2 <= len(wrongs) <= 4  # the common wrong answers (two may share a sentence: one per row or column)
     for wrong, text in zip(wrongs, texts, strict=True):
         assert text in NOTEBOOK_MISCONCEPTIONS, text
         exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}".replace("nan", "float('nan')")), env)

@@ -55,9 +55,9 @@ MISTAKES = (
         N_("D**1/2 (precedence)"),
         N_(
             "x / D**1/2 is (x / D**1) / 2 = x / (2 D): ** binds tighter than /, and / goes left to right. Write "
-            "D**0.5, D**(1/2) or math.sqrt(D)"
+            "D**0.5, D**(1/2) or math.sqrt(D) (and x / (D ** 1 / 2) divides by D / 2, not sqrt(D))"
         ),
-        (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)),),
+        (lambda q, K: _scores(q, K, lambda D, M: 1 / (2 * D)), lambda q, K: _scores(q, K, lambda D, M: 2 / D)),
     ),
     Mistake(
         N_("math.isqrt (an integer square root)"),

@@ -64,6 +64,7 @@ def softmax_cases():
         (_("all-equal values"), np.full(5, 7.0)),
         (_("values of 1e4 (exp overflows unless you subtract the max)"), np.array([1e4, 1e4 - 1.0, -1e4])),
         (_("-inf entries (masked positions get probability 0)"), np.array([0.5, -np.inf, 1.5, -np.inf])),
+        (_("one value far below the others (subtract the max, not the largest |x|)"), np.array([2.0, 1.0, -1000.0])),
         (_("46 equal values of 10 in float16 (each exp(10) fits; their sum does not)"), np.full(46, 10.0, np.float16)),
     ]
 
@@ -106,6 +107,16 @@ def _inf_row_zeros(x):
     )
 
 
+def _largest_abs(finite_only):
+    """The largest absolute value as the shift (of the finite entries when ``finite_only``), with the guards."""
+
+    def shift(w):
+        kept = w[np.isfinite(w)] if finite_only else w
+        return np.max(np.abs(kept)) if kept.size else (np.max(w) if w.size else 0.0)
+
+    return _guarded(lambda x: _softmax_like(x, shift))
+
+
 def _max_from_zero(x):
     return _softmax_like(x, lambda w: np.maximum(0, np.max(w)))
 
@@ -142,6 +153,14 @@ MISTAKES = (
         (_max_from_zero, _guarded(_max_from_zero)),
     ),
     NOT_SUBTRACTED,
+    Mistake(
+        N_("the largest absolute value subtracted"),
+        N_(
+            "max |x_j| is far above max x_j when a value is far below 0 (for [2, 1, -1000] it is 1000), and then "
+            "every exp(x_i - 1000) underflows to 0 and 0 / 0 gives NaN: subtract the max itself, g = max_j x_j"
+        ),
+        (_largest_abs(True), _largest_abs(False)),
+    ),
     Mistake(
         N_("the sum started at 1"),
         N_("the denominator is sum_j exp(x_j - g) and nothing more: start the sum at 0"),

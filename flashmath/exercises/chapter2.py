@@ -263,6 +263,14 @@ NORMALIZER_MISTAKES = (
     INVERTED_RESCALE,
     OLD_MAX_TERM,
     Mistake(SWAPPED.name, SWAPPED.fix, (lambda x: tuple(reversed(_scan(x, _right_step))),)),
+    Mistake(
+        N_("the logsumexp returned instead of s"),
+        N_(
+            "g + ln(s) (or ln(s)) is the logsumexp, one number for the whole vector; the exercise asks for the "
+            "state itself, the max g and the sum s = sum_i exp(x_i - g): return (g, s)"
+        ),
+        (lambda x: _log_of_sum(x, True), lambda x: _log_of_sum(x, False)),
+    ),
     UNGUARDED,
     PYTHON_MAX,
     TWO_PASSES,
@@ -276,6 +284,14 @@ NORMALIZER_MISTAKES = (
 #: The length of the vector of the one-pass memory case, and the memory a one-pass function may use on it (bytes):
 #: a copy of the vector takes at least 8 bytes per element.
 MEMORY_CASE_LENGTH, MEMORY_LIMIT = 4_000, 8_000
+
+
+def _log_of_sum(x, plus_g):
+    """The right state with ``g + ln(s)`` (``plus_g``) or ``ln(s)`` in place of ``s``."""
+    g, s = _scan(x, _right_step)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_s = float(np.log(np.float64(s)))
+    return g, (g + log_s if plus_g else log_s)
 
 
 def _normalizer_hint(exc) -> str | None:
@@ -452,6 +468,43 @@ def _one_max_for_both(k):
     return model
 
 
+def _from_part_max(k):
+    """Every sum measured from part ``k``'s max instead of the common one: s = s_k + sum_j s_j exp(g_j - g_k)."""
+
+    def model(*args):
+        gs, ss = [np.float64(v) for v in args[0::2]], [np.float64(v) for v in args[1::2]]
+        g = float(np.max(gs))
+        if g == -math.inf:
+            return g, 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = ss[k] + sum(ss[j] * np.exp(gs[j] - gs[k]) for j in range(len(gs)) if j != k)
+        return g, float(s)
+
+    return model
+
+
+def _averaged(*args):
+    """The right state with the parts' rescaled sums averaged (divided by the number of parts) instead of added."""
+    gs, ss = args[0::2], args[1::2]
+    g = float(np.max(np.asarray(gs, dtype=np.float64)))
+    if g == -math.inf:
+        return g, 0.0
+    return g, float(sum(s * np.exp(np.float64(g_k) - g) for g_k, s in zip(gs, ss, strict=True)) / len(gs))
+
+
+FROM_PART_MAX = Mistake(
+    N_("the sums measured from one part's max"),
+    N_(
+        "each s_k moves to the common max g = max of the parts' maxima, not to one part's max (which need not be "
+        "the largest): s = sum_k s_k exp(g_k - g)"
+    ),
+)
+AVERAGED = Mistake(
+    N_("the sums averaged instead of added"),
+    N_("the merged sum adds the parts' rescaled sums, s = sum_k s_k exp(g_k - g): do not divide by the count"),
+)
+
+
 def _zero_for_empty(g1, s1, g2, s2):
     """The right merge, with (0, 0) for two empty parts."""
     g = _np_max(g1, g2)
@@ -512,6 +565,8 @@ MERGE_MISTAKES = (
         ),
         (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),),
     ),
+    Mistake(FROM_PART_MAX.name, FROM_PART_MAX.fix, (_from_part_max(0), _from_part_max(1))),
+    Mistake(AVERAGED.name, AVERAGED.fix, (_averaged,)),
     Mistake(
         INVERTED_RESCALE.name,
         N_("each factor is exp(g_k - g) = exp(part max - common max) <= 1"),
@@ -650,6 +705,33 @@ def _three_not_moved(g1, s1, g2, s2, g3, s3):
     return g, float(s12 + s3 * np.exp(g3 - g))
 
 
+def _three_not_rescaled(k):
+    """The closed form with part ``k``'s sum added as it is, without its factor exp(g_k - g)."""
+
+    def model(*args):
+        gs, ss = args[0::2], args[1::2]
+        g = float(np.max(np.asarray(gs, dtype=np.float64)))
+        if g == -math.inf:
+            return g, 0.0
+        return g, float(
+            sum(s if i == k else s * np.exp(np.float64(g_k) - g) for i, (g_k, s) in enumerate(zip(gs, ss, strict=True)))
+        )
+
+    return model
+
+
+def _three_exp_of_maxima(guard):
+    def model(*args):
+        gs, ss = [np.float64(v) for v in args[0::2]], args[1::2]
+        g = np.max(gs)
+        if guard and g == -math.inf:
+            return float(g), 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(g), float(sum(s * np.exp(g_k) for g_k, s in zip(gs, ss, strict=True)) / np.exp(g))
+
+    return model
+
+
 def _three_without(k):
     """The closed form with part ``k``'s term left out of s (g still over all three)."""
 
@@ -695,6 +777,24 @@ THREE_MISTAKES = (
             _three(term=lambda s, g_k, g: s * np.exp(g - g_k) if s else 0.0),  # an empty part skipped
         ),
     ),
+    Mistake(
+        N_("a part's sum not rescaled"),
+        N_(
+            "every part's sum moves to the common max, the one that holds it too (its factor is then 1): "
+            "s = s_1 exp(g_1 - g) + s_2 exp(g_2 - g) + s_3 exp(g_3 - g)"
+        ),
+        (_three_not_rescaled(0), _three_not_rescaled(1), _three_not_rescaled(2)),
+    ),
+    Mistake(FROM_PART_MAX.name, FROM_PART_MAX.fix, (_from_part_max(0), _from_part_max(1), _from_part_max(2))),
+    Mistake(
+        N_("the exponential of each max taken alone"),
+        N_(
+            "sum_k s_k e^{g_k} overflows as soon as a max is above 709 (inf / inf = NaN): never take exp of a max "
+            "alone; take exp of differences, s_k exp(g_k - g), each <= 1"
+        ),
+        (_three_exp_of_maxima(True), _three_exp_of_maxima(False)),
+    ),
+    Mistake(AVERAGED.name, AVERAGED.fix, (_averaged,)),
     Mistake(
         N_("the s_k factors missing"),
         N_("each part brings its sum moved to the common max, s_k exp(g_k - g): s = sum_k s_k exp(g_k - g)"),

@@ -117,6 +117,20 @@ def _softmax_rows(e, V):
         return (e / e.sum()) @ V
 
 
+def _apart_state(s_prev, g_prev, g, x):
+    """s_m from the plain exponentials: (s_{m-1} e^{g_{m-1}} + sum e^{x_i}) / e^{g_m} (inf / inf beyond 709)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (np.float64(s_prev) * np.exp(np.float64(g_prev)) + np.exp(x).sum()) / np.exp(np.float64(g))
+
+
+def _apart_update(a, sp, r, e, V, s, x, gp, g):
+    """A' as the convex combination of the plain exponentials' totals, old total s_{m-1} e^{g_{m-1}}."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        old, new = np.float64(sp) * np.exp(np.float64(gp)), np.exp(x)
+        total = old + new.sum()
+        return a * (old / total) + (new / total) @ V
+
+
 def _a_mistakes(model, rule, old="m-1"):
     """The classic wrong ``A'`` of chapter 5; ``model`` turns an update into a model with the exercise's signature.
 
@@ -181,6 +195,9 @@ def _a_mistakes(model, rule, old="m-1"):
             (
                 model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / sp),
                 model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp),
+                # only the new term divided by the old sum (which is 0 on the first key: 1 or s_m in its place)
+                model(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / (sp if sp else 1.0)),
+                model(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / (sp if sp else s)),
             ),
         ),
         Mistake(
@@ -224,7 +241,10 @@ def _a_mistakes(model, rule, old="m-1"):
                 "exp(x) / exp(g_m) is exp(x - g_m) only while both fit: for a score of 1000 exp(x) overflows to "
                 "inf and inf / inf is NaN. Take one exponential of the difference, exp(x - g_m)"
             ),
-            (model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + (np.exp(x) / (s * np.exp(g))) @ V),),
+            (
+                model(lambda a, sp, r, e, V, s, x, gp, g: a * sp * r / s + (np.exp(x) / (s * np.exp(g))) @ V),
+                model(_apart_update, state=_apart_state),  # the running total of e^{x_i} kept, s = total / e^{g_m}
+            ),
         ),
         Mistake(
             N_("the weights of the convex combination swapped"),
@@ -403,7 +423,9 @@ class _StepDiagnosis:
             self._wrong_state.append(triple is not None and ref is not None and not _close_state(triple, ref))
 
     def for_case(self, i: int) -> Mistake | None:
-        return (self._state if self._wrong_state[i] else self._a).for_case(i)
+        if self._wrong_state[i]:  # a mistake of A' whose model also gives the wrong state (whole triple) comes next
+            return self._state.for_case(i) or self._a.for_case(i)
+        return self._a.for_case(i)
 
 
 def _describe_triple(triple, expected):
@@ -596,6 +618,17 @@ def _block_as_one_key(g_prev, s_prev, a_prev, x_block, v_block):
     return _block_model(_right_update)(g_prev, s_prev, a_prev, [x.max()], [V.mean(axis=0)])
 
 
+def _block_one_of_its_keys(which):
+    """One step of chapter 5 with key ``which`` of the block alone (its score and its value row)."""
+
+    def model(g_prev, s_prev, a_prev, x_block, v_block):
+        x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
+        V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
+        return _block_model(_right_update)(g_prev, s_prev, a_prev, [x[which]], [V[which]])
+
+    return model
+
+
 BLOCK_RULE = "A'_m = A'_{m-b} s_{m-b} exp(g_{m-b} - g_m) / s_m + sum_{i = m-b+1..m} exp(x_i - g_m) / s_m V_i"
 BLOCK_MISTAKES = (
     _a_mistakes(_block_model, BLOCK_RULE, "m-b")
@@ -621,10 +654,25 @@ BLOCK_MISTAKES = (
             N_("the block taken as one key"),
             N_(
                 "each key of the block has its own weight exp(x_i - g_m): s_m adds all b of them, and A' their "
-                "weighted value rows sum_i exp(x_i - g_m) V_i / s_m, not one term for the block's max"
+                "weighted value rows sum_i exp(x_i - g_m) V_i / s_m, not one term for the whole block (its max, "
+                "or its first or last key alone)"
             ),
-            (_block_as_one_key,),
+            (_block_as_one_key, _block_one_of_its_keys(-1), _block_one_of_its_keys(0)),
             same_state,
+        ),
+        Mistake(
+            N_("the block's terms averaged instead of summed"),
+            N_(
+                "s_m adds every key's term, s_m = s_{m-b} exp(g_{m-b} - g_m) + sum_i exp(x_i - g_m): a sum, not a "
+                "mean (np.sum, not np.mean)"
+            ),
+            (
+                _block_model(_right_update, state=lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - g).mean()),
+                _block_model(
+                    lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / (len(e) * s),
+                    state=lambda sp, gp, g, x: sp * np.exp(gp - g) + np.exp(x - g).mean(),
+                ),
+            ),
         ),
         Mistake(
             N_("the weighted value rows summed over the wrong axis"),

@@ -162,6 +162,10 @@ NOTEBOOK_MISCONCEPTIONS = (
         "additions: no row or column is special."
     ),
     N_(
+        "0.125 is 1 / sqrt(64), the scale that undoes the spread; the spread of q . k itself is sqrt(64) = 8, "
+        "the number the scale divides by."
+    ),
+    N_(
         "That is s_4 / s_3, the ratio inverted: the old output keeps the share s_3 / s_4 of the new sum, at "
         "most 1 when the max holds."
     ),
