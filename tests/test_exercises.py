@@ -1643,3 +1643,21 @@ def test_a_negative_index_for_the_same_position_is_right(capsys):
 
     exec(source.replace("my_prediction = ...", "my_prediction = -4"), {"heads": load_heads()})
     assert ": right." in capsys.readouterr().out
+
+
+def test_a_closed_form_that_calls_the_pairwise_merge_is_told_so():
+    def my_merge(g1, s1, g2, s2):
+        g = np.maximum(g1, g2)
+        if g == -np.inf:
+            return g, 0.0
+        return g, s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
+
+    def twice(g1, s1, g2, s2, g3, s3):  # right numbers, but not the closed form the exercise asks for
+        return my_merge(*my_merge(g1, s1, g2, s2), g3, s3)
+
+    report = exercises.check_merge_three(twice)
+    failed = {name: message for name, ok, message in report.cases if not ok}
+    assert "one max and one sum, without calling a merge" in failed, repr(report)
+    assert "my_merge" in failed["one max and one sum, without calling a merge"]
+    solution = {name: ok for name, ok, _ in exercises.check_merge_three(solutions.merge_three).cases}
+    assert solution["one max and one sum, without calling a merge"]

@@ -860,9 +860,32 @@ def check_merge_three(fn) -> CheckReport:
     :func:`merge_three_cases`. Named mistakes: :data:`THREE_MISTAKES`.
     """
     cases = [(name, args) for name, args, _ in merge_three_cases()]
-    return _check_states(
+    report = _check_states(
         "check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES, merge_three_properties()
     )
+    calls = _merges_called(fn)
+    report.add(
+        _("one max and one sum, without calling a merge"),
+        not calls,
+        _(
+            "your function calls {names}: the exercise asks for the closed form itself, g = max(g1, g2, g3) and "
+            "s = s1 exp(g1 - g) + s2 exp(g2 - g) + s3 exp(g3 - g), written without the pairwise merge"
+        ).format(names=", ".join(calls)),
+    )
+    return report
+
+
+def _merges_called(fn) -> list[str]:
+    """The names of the functions called ``*merge*`` that ``fn``'s code refers to (``my_merge``, ``fm.merge``,
+    ``merge_states``): the closed form of 2.3 calls none. Names only, never the learner's code run again."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names = set(code.co_names) | set(code.co_freevars)  # globals and attributes (fm.merge), and closures
+    for const in code.co_consts:  # the code of functions defined inside fn (a lambda, a helper)
+        if hasattr(const, "co_names"):
+            names |= set(const.co_names)
+    return sorted(name for name in names if "merge" in name.lower())
 
 
 def merge_three_reference(g1, s1, g2, s2, g3, s3):
