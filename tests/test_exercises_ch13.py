@@ -169,6 +169,16 @@ def kind_reversed(r0, r1, c0, c1, N, M):
     return 2 if c0 >= r1 - 1 + M - N else 1
 
 
+def kind_offset_swapped(r0, r1, c0, c1, N, M):
+    # "the shift is N - M"
+    shift = N - M
+    if c0 > r1 - 1 + shift:
+        return 0
+    if c1 - 1 <= r0 + shift:
+        return 2
+    return 1
+
+
 TILE_KIND = {
     "a partial tile called full": kind_from_corner,
     "a partial tile called empty": kind_top_right,
@@ -179,6 +189,7 @@ TILE_KIND = {
     "the codes of partial and full swapped": kind_partial_full_swapped,
     "a tile called empty from its top-left corner alone": kind_empty_from_top_left,
     "the causal direction reversed": kind_reversed,
+    "the offset N - M instead of M - N": kind_offset_swapped,
 }
 
 PAGE = {

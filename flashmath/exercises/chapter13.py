@@ -645,6 +645,14 @@ def _empty_from_top_left(r0, r1, c0, c1, N, M):
     return FULL if c1 - 1 <= r0 + M - N else PARTIAL
 
 
+def _offset_swapped_kind(r0, r1, c0, c1, N, M):
+    """The right rule with the offset's sign swapped: query n aligned with key n + N - M."""
+    offset = N - M
+    if c0 > r1 - 1 + offset:
+        return EMPTY
+    return FULL if c1 - 1 <= r0 + offset else PARTIAL
+
+
 def _reversed_kind(r0, r1, c0, c1, N, M):
     """The kinds of the reversed mask, where query n sees the keys m >= n + M - N."""
     offset = M - N
@@ -683,6 +691,11 @@ TILE_KIND_MISTAKES = (
         N_("the top-left alignment when N != M"),
         N_("query n sees keys m <= n + M - N (bottom-right)"),
         (_kind_model(lambda n, m, N, M: m <= n),),
+    ),
+    Mistake(
+        N_("the offset N - M instead of M - N"),
+        N_("the key aligned with query n is n + M - N (the last query with the last key): query n sees m <= n + M - N"),
+        (_offset_swapped_kind,),
     ),
     Mistake(
         N_("the diagonal excluded (< instead of <=)"),
