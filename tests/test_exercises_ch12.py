@@ -37,11 +37,15 @@ def learner(
     dx_scaled=False,
     sqrt_d=False,
     ignore_keep=False,
+    scale_one_over_d=False,
+    guard_then_ignore_keep=False,
+    x_masked_to_minus_inf=False,
+    end_clipped_then_minus_one=False,
 ):
     """A learner's tiled backward, written from scratch, with one slip switched on."""
 
     def fn(q, k, v, a, lse, grad_a, keep, block_k):
-        scale = q.shape[1] ** -0.5
+        scale = 1 / q.shape[1] if scale_one_over_d else q.shape[1] ** -0.5  # "scaled by the dimension"
         rows_ok = np.isfinite(lse)[:, None]
         d = (grad_a * (q if d_from_q else a)).sum(1, keepdims=True) * (not forget_delta)
         if d_total:  # "D = sum(dA * A)"
@@ -50,6 +54,8 @@ def learner(
         stop = len(k) - len(k) % block_k if full_tiles_only else len(k)
         for c in range(0, stop, block_k):
             sl = slice(c, c + block_k - 1) if short_tiles else slice(c, c + block_k)
+            if end_clipped_then_minus_one:  # "c1 is the last key of the tile"
+                sl = slice(c, min(c + block_k, len(k)) - 1)
             ok = rows_ok & (True if no_mask else keep[:, sl])
             x = q @ k[sl].T * (1 if x_unscaled else scale)
             if tile_softmax:
@@ -61,12 +67,19 @@ def learner(
                 y = np.exp(x - lse[:, None]) * keep[:, sl]
             elif ignore_keep:
                 y = np.exp(x - lse[:, None])
+            elif guard_then_ignore_keep:  # L = 0 on a row with no key, then no mask at all
+                y = np.exp(x - np.where(np.isneginf(lse), 0, lse)[:, None])
+            elif x_masked_to_minus_inf:  # "masked scores are -inf, so exp gives 0"
+                with np.errstate(invalid="ignore"):
+                    y = np.exp(np.where(keep[:, sl], x, -np.inf) - lse[:, None])
             else:
                 y = np.where(ok, np.exp(np.where(ok, x - lse[:, None], 0)), 0)
             dy = grad_a @ v[sl].T
             if d_per_tile:
                 d = (dy * y).sum(1, keepdims=True)
             dx = y * (dy + d) if d_plus else y * (dy - d)
+            if x_masked_to_minus_inf:
+                dx = np.where(keep[:, sl], dx, 0)
             if dx_scaled:  # "the scale of X carries over to dX"
                 dx = dx * scale
             dv[sl] = y.T @ grad_a * (scale if dv_scaled else 1)
@@ -104,6 +117,7 @@ WRONG = {
         "D summed over the whole array": learner(d_total=True),
         "the scale applied twice": learner(dx_scaled=True),
         "sqrt(D) instead of 1/sqrt(D)": learner(sqrt_d=True),
+        "the scale 1/D instead of 1/sqrt(D)": learner(scale_one_over_d=True),
         "not (dq, dk, dv)": lambda *args: solution(*args)[:2],
         "the input modified in place": lambda *args: in_place(*args),
         "an answer of the wrong shape": lambda *args: tuple(g[None] for g in solution(*args)),
@@ -133,6 +147,19 @@ test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a
 def test_the_mask_ignored_everywhere_is_named():
     report = check_backward_tiles(learner(ignore_keep=True))
     assert not report.passed and "looks like gradients leaking into masked keys" in str(report), report
+
+
+@pytest.mark.parametrize(
+    "fn, name",
+    [
+        (learner(guard_then_ignore_keep=True), "gradients leaking into masked keys"),
+        (learner(x_masked_to_minus_inf=True), "NaN on a fully masked row"),
+        (learner(end_clipped_then_minus_one=True), "tile bounds one off"),
+    ],
+)
+def test_other_forms_of_a_mistake_are_named(fn, name):
+    report = check_backward_tiles(fn)
+    assert not report.passed and f"looks like {name}" in str(report), report
 
 
 def test_wrong_transpose_and_wrong_form_are_named():

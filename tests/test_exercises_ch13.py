@@ -23,6 +23,23 @@ def window_on_the_whole_grid(N, M, left, right):
     return keep
 
 
+def window_if_truthy(q, kv, N, M, left, right):
+    # "if left:" meant "if left is given"
+    p = q + M - N
+    keep = np.ones(np.broadcast_shapes(np.shape(q), np.shape(kv)), dtype=bool)
+    if left:
+        keep = keep & (kv >= p - left)
+    if right:
+        keep = keep & (kv <= p + right)
+    return keep
+
+
+def window_none_as_zero(q, kv, N, M, left, right):
+    left = left or 0
+    right = right or 0
+    return (kv >= q + M - N - left) & (kv <= q + M - N + right)
+
+
 WINDOW = {
     "the top-left alignment when N != M": lambda q, kv, N, M, left, right: (kv >= q - left) & (kv <= q + right),
     "the offset N - M instead of M - N": lambda q, kv, N, M, left, right: (
@@ -39,6 +56,8 @@ WINDOW = {
     "the mask built from N and M instead of q_idx and kv_idx": lambda q, kv, N, M, left, right: (
         window_on_the_whole_grid(N, M, left, right)
     ),
+    "an extent of 0 taken as no limit": lambda q, kv, N, M, left, right: window_if_truthy(q, kv, N, M, left, right),
+    "None read as 0": lambda q, kv, N, M, left, right: window_none_as_zero(q, kv, N, M, left, right),
 }
 
 
@@ -48,6 +67,12 @@ def document_from_boundaries(q, kv, doc):
     return (ids[q] == ids[kv]) & (kv <= q)
 
 
+def document_from_counts(q, kv, doc):
+    # each document's first token from the running count of the ids 0, 1, 2 ...
+    first = np.cumsum(np.bincount(doc)) - np.bincount(doc)
+    return (kv >= first[doc[q]]) & (kv <= q)
+
+
 DOCUMENT = {
     "the causal part forgotten": lambda q, kv, doc: doc[q] == doc[kv],
     "the document part forgotten": lambda q, kv, doc: kv <= q,
@@ -55,7 +80,15 @@ DOCUMENT = {
     "or (|) instead of and (&)": lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),
     "the causal direction reversed": lambda q, kv, doc: (doc[q] == doc[kv]) & (q <= kv),
     "doc read as cu_seqlens": lambda q, kv, doc: document_from_boundaries(q, kv, doc),
+    "the document's first token found as if the ids were sorted": lambda q, kv, doc: document_from_counts(q, kv, doc),
+    "the keys of earlier documents kept": lambda q, kv, doc: (doc[kv] <= doc[q]) & (kv <= q),
 }
+
+
+def softcap_by_exp(qk, scale, cap):
+    e = np.exp(2 * (qk * scale / cap))
+    return cap * (e - 1) / (e + 1)
+
 
 SOFTCAP = {
     "the softcap applied before the scale": lambda qk, scale, cap: cap * np.tanh(qk / cap) * scale,
@@ -64,6 +97,8 @@ SOFTCAP = {
     "the cap as a clip": lambda qk, scale, cap: np.minimum(np.maximum(qk * scale, -cap), cap),
     "the scale left out": lambda qk, scale, cap: cap * np.tanh(qk / cap),
     "the score divided by the scale": lambda qk, scale, cap: cap * np.tanh(qk / scale / cap),  # scale read as sqrt(D)
+    "tanh written with exponentials": lambda qk, scale, cap: softcap_by_exp(qk, scale, cap),
+    "c inside out: tanh(x c) / c": lambda qk, scale, cap: np.tanh(cap * (qk * scale)) / cap,
 }
 
 ALIBI = {
@@ -74,6 +109,7 @@ ALIBI = {
     "the slope left out": lambda s, slope, q, kv, N, M: s - abs(kv - (q + M - N)),
     "the offset N - M instead of M - N": lambda s, slope, q, kv, N, M: s - slope * abs(kv - (q + N - M)),
     "the slope read as an exponent": lambda s, slope, q, kv, N, M: s - 2**-slope * abs(q + M - N - kv),
+    "the bias multiplied instead of added": lambda s, slope, q, kv, N, M: s * np.exp(-slope * abs(q + M - N - kv)),
 }
 
 
@@ -133,6 +169,16 @@ def kind_reversed(r0, r1, c0, c1, N, M):
     return 2 if c0 >= r1 - 1 + M - N else 1
 
 
+def kind_offset_swapped(r0, r1, c0, c1, N, M):
+    # "the shift is N - M"
+    shift = N - M
+    if c0 > r1 - 1 + shift:
+        return 0
+    if c1 - 1 <= r0 + shift:
+        return 2
+    return 1
+
+
 TILE_KIND = {
     "a partial tile called full": kind_from_corner,
     "a partial tile called empty": kind_top_right,
@@ -143,6 +189,7 @@ TILE_KIND = {
     "the codes of partial and full swapped": kind_partial_full_swapped,
     "a tile called empty from its top-left corner alone": kind_empty_from_top_left,
     "the causal direction reversed": kind_reversed,
+    "the offset N - M instead of M - N": kind_offset_swapped,
 }
 
 PAGE = {
@@ -157,6 +204,7 @@ PAGE = {
         pages[table[b, t // len(pages)], t % len(pages)]
     ),
     "// and % swapped": lambda pages, table, b, t: pages[table[b][t % 4]][t // 4],
+    "the tokens counted from 1": lambda pages, table, b, t: pages[table[b, (t - 1) // 4], (t - 1) % 4],
 }
 
 WRONG = {

@@ -44,6 +44,9 @@ def emulated_kernel(
     guard_empty=True,
     upside_down=False,
     terms_old=False,
+    old_max_guarded=False,
+    block_max=False,
+    final=None,
 ):
     """A learner's streamed logsumexp, row by row, in float32, as a torch function."""
 
@@ -57,12 +60,17 @@ def emulated_kernel(
             g, s = np.float32(g0), np.float32(0)
             for c0 in range(0, len(padded), block):
                 blk = padded[c0 : c0 + block]
-                g_new = max(g, blk.max())
+                g_new = blk.max() if block_max else max(g, blk.max())  # block_max: "the max of what I just read"
                 ref = 0.0 if (guard_empty and g_new == -np.inf) else g_new
+                old = 0.0 if (old_max_guarded and g == -np.inf) else g  # "the old max is 0 until I have one"
                 with np.errstate(all="ignore"):  # a kernel does not warn
-                    factor = exp(ref - g) if upside_down else exp(g - ref)  # "the new max over the old"
+                    factor = exp(ref - old) if upside_down else exp(old - ref)  # "the new max over the old"
                     s = (s * factor if rescale else s) + exp(blk - (g if terms_old else ref)).sum()
                 g = g_new
+            if final is not None:
+                with np.errstate(all="ignore"):
+                    out.append(final(g, s))
+                continue
             out.append((g if with_g else 0.0) + log(s) if (s != 0 or not guard_empty) else -np.inf)  # NaN: NaN
         return torch.tensor(np.array(out, np.float32))
 
@@ -117,6 +125,19 @@ def test_row_lse_a_view_error_is_explained_and_torch_logsumexp_passes():
     text = messages(chapter11.check_row_lse(viewing_wrapper))
     assert "non-contiguous" in text and "stride" in text, text
     assert chapter11.check_row_lse(lambda x: torch.logsumexp(x, dim=1)).passed
+
+
+@needs_torch
+def test_row_lse_the_rescale_upside_down_with_the_old_max_guarded_is_named():
+    report = chapter11.check_row_lse(emulated_kernel(upside_down=True, old_max_guarded=True))
+    assert "looks like the rescale factor upside down" in messages(report), report
+
+
+@needs_torch
+def test_row_lse_a_wrapper_returning_numpy_is_told_to_return_the_tensor():
+    right = emulated_kernel()
+    report = chapter11.check_row_lse(lambda x: right(x).numpy())
+    assert "looks like a numpy array returned" in messages(report), report
 
 
 @needs_torch
@@ -252,6 +273,8 @@ def learner_flash_row(
     lse_g=True,
     lse_of_product=False,
     full_tiles_only=False,
+    divisor=None,
+    alpha_inverted=False,
 ):
     """A learner's one-row FlashAttention-2, with switches for the mistakes (written apart from the checker)."""
 
@@ -260,9 +283,11 @@ def learner_flash_row(
         for c0 in range(0, len(K) - B_c + 1 if full_tiles_only else len(K), B_c):
             x = K[c0 : c0 + B_c] @ q_n
             if scale:
-                x = x / math.sqrt(len(q_n))
+                x = x / (divisor or math.sqrt(len(q_n)))
             g_new = max(g, x.max()) if subtract_max else 0.0
             alpha = math.exp(g - g_new)
+            if alpha_inverted:  # "the new max over the old"; nothing to rescale before the first tile
+                alpha = math.exp(g_new - g) if g != -math.inf else 0.0
             p = np.exp(x - g_new)
             s = (s * alpha if rescale_s else s) + p.sum()
             acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
@@ -431,6 +456,9 @@ WRONG = {
         "the rescale factor upside down": emulated_kernel(upside_down=True),
         "the block's terms measured against the old max": emulated_kernel(terms_old=True),
         "NaN on a fully masked row": emulated_kernel(guard_empty=False),
+        "the running max not carried over": emulated_kernel(block_max=True),
+        "log(g + s) instead of g + log(s)": emulated_kernel(final=lambda g, s: np.log(g + s)),
+        "a large negative number for -inf": emulated_kernel(other=-1e30),
     },
     "check_flash_row": {
         "acc not divided by s at the end": learner_flash_row(divide=False),
@@ -445,6 +473,10 @@ WRONG = {
         "the output divided at every tile": algorithm_1_row,
         "the logsumexp as log(s * exp(g))": learner_flash_row(lse_of_product=True),
         "the last, shorter tile skipped": learner_flash_row(full_tiles_only=True),
+        "the scale 1/D instead of 1/sqrt(D)": lambda q_n, K, V, B_c: learner_flash_row(divisor=len(q_n))(
+            q_n, K, V, B_c
+        ),
+        "alpha upside down": learner_flash_row(alpha_inverted=True),
     },
 }
 CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]

@@ -73,15 +73,21 @@ def _blockwise(
     rescale: bool = True,
     g0: float = -np.inf,
     base2: bool = False,
-    inverted: bool = False,
+    inverted: bool | str = False,
     terms_old: bool = False,
     guard: bool = True,
+    pad: float = -np.inf,
+    block_max_only: bool = False,
+    result=None,
 ):
     """The streamed loop in float32 with one of the mistakes switched on, as the exercise's template writes it: the
     exponents measured against ``g_ref``, 0 while the running max is still -inf. ``inverted``: the rescale factor
     upside down, ``exp(g_ref - g)`` (``0 * inf = NaN`` at the first block); ``terms_old``: the block's terms measured
     against the old max, ``exp(x - g)``; ``guard=False``: measured against ``g_new`` itself (``-inf - (-inf)`` is
-    NaN on a fully masked row)."""
+    NaN on a fully masked row); ``inverted="guarded"``: upside down, with the old max read as 0 while it is -inf
+    (``exp(g_ref - g_old)``); ``pad``: what the masked load fills the columns past the end with (``other=``);
+    ``block_max_only``: the new max is the block's own, ``tl.max(x, 0)`` without ``tl.maximum(g, ...)``;
+    ``result(g, s)``: the logsumexp taken from the final state in another way than ``g + log(s)``."""
     exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
 
     def model(x, *_wide):
@@ -91,13 +97,16 @@ def _blockwise(
         with np.errstate(all="ignore"):
             for c0 in range(0, x.shape[1], block):
                 blk = x[:, c0 : c0 + block]  # padded with -inf to BLOCK columns, as the masked load reads them
-                blk = np.concatenate([blk, np.full((x.shape[0], block - blk.shape[1]), -np.inf, np.float32)], axis=1)
-                g_new = np.maximum(g, blk.max(axis=1))
+                blk = np.concatenate([blk, np.full((x.shape[0], block - blk.shape[1]), pad, np.float32)], axis=1)
+                g_new = blk.max(axis=1) if block_max_only else np.maximum(g, blk.max(axis=1))
                 g_ref = np.where(np.isneginf(g_new), np.float32(0), g_new) if guard else g_new
-                factor = exp(g_ref - g) if inverted else exp(g - g_ref)
+                if inverted == "guarded":
+                    factor = exp(g_ref - np.where(np.isneginf(g), np.float32(0), g))
+                else:
+                    factor = exp(g_ref - g) if inverted else exp(g - g_ref)
                 s = (s * factor if rescale else s) + exp(blk - (g if terms_old else g_ref)[:, None]).sum(axis=1)
                 g = g_new
-            return g + log(s)
+            return g + log(s) if result is None else result(g, s)
 
     return model
 
@@ -135,6 +144,8 @@ def _plus_inf_empty(x, *_wide):
     lse = _lse(x)
     return np.where(np.isneginf(lse), np.inf, lse)
 
+
+_SENTINELS = (-1e30, -1e9, -1e20, -1e38, float(np.finfo(np.float32).min), -1e4, -1e6)  # "a very negative number"
 
 ROW_LSE_MISTAKES = (
     Mistake(
@@ -176,7 +187,7 @@ ROW_LSE_MISTAKES = (
             "the old sum shrinks when the max rises: s * exp(g - g_new), the old max minus the new (an exponent <= "
             "0); exp(g_new - g) is inf at the first block, where g = -inf, and 0 * inf is NaN"
         ),
-        tuple(_blockwise(b, inverted=True) for b in BLOCKS),
+        tuple(_blockwise(b, inverted=flavour) for flavour in (True, "guarded") for b in BLOCKS),
     ),
     Mistake(
         N_("the block's terms measured against the old max"),
@@ -195,7 +206,30 @@ ROW_LSE_MISTAKES = (
         tuple(_blockwise(b, guard=False) for b in BLOCKS),
     ),
     Mistake(
+        N_("the running max not carried over"),
+        N_(
+            "the running max is the max of everything seen so far: g_new = tl.maximum(g, tl.max(x, 0)), not the "
+            "block's own max tl.max(x, 0) (a block that is lower, or all -inf, would lower it)"
+        ),
+        tuple(_blockwise(b, block_max_only=True) for b in BLOCKS),
+    ),
+    Mistake(
         N_("g left out of the result"), N_("the logsumexp is g + log(s): s is relative to the max g"), (_without_g,)
+    ),
+    Mistake(
+        N_("log(g + s) instead of g + log(s)"),
+        N_("g stays outside the log: L = g + log(s), since sum exp(x) = exp(g) * s"),
+        tuple(
+            _blockwise(b, result=r) for r in (lambda g, s: np.log(g + s), lambda g, s: np.log(g * s)) for b in BLOCKS
+        ),
+    ),
+    Mistake(
+        N_("a large negative number for -inf"),
+        N_(
+            "load the columns past the end with other=float('-inf'): a finite stand-in such as -1e30 is a value, so "
+            "a fully masked row's logsumexp comes out near -1e30 instead of -inf"
+        ),
+        tuple(_blockwise(b, pad=pad) for pad in _SENTINELS for b in BLOCKS),
     ),
     Mistake(
         N_("base 2 instead of e"),
@@ -365,6 +399,13 @@ def check_row_lse(fn) -> CheckReport:
             args[-1][...] = tensor.cpu().numpy()
         if out is None:
             return PropertyFailure(_("returned None: return the tensor of logsumexps"))
+        if isinstance(out, np.ndarray):
+            return PropertyFailure(
+                _(
+                    "returned ndarray, not a torch tensor: looks like a numpy array returned (out.numpy()): return "
+                    "the tensor out itself, on x's device"
+                )
+            )
         if not isinstance(out, torch.Tensor):
             return PropertyFailure(
                 _(

@@ -52,6 +52,10 @@ def _model(
     dq_power=1,
     dk_power=1,
     untouched=False,
+    ends_after_min=0,
+    safe_lse=False,
+    select_dx=None,
+    dq_keys_used=False,
 ):
     """The tiled backward with one mistake switched on (the defaults are right).
 
@@ -64,6 +68,10 @@ def _model(
     exp(X - L) at every pair, masked or not, nothing selected. ``dx_scaled``: dX multiplied by the scale as well;
     ``dq_power``, ``dk_power``: dQ, dK multiplied by scale ** power (0: no scale, -1: sqrt(D)). ``untouched``: the
     keys and values no row attends read as 0 (a learner's guard against padding that may hold anything).
+    ``ends_after_min``: the tile's end moved after the clip to M, ``c1 = min(c0 + block_k, M) - 1``. ``safe_lse``:
+    L read as 0 on a fully masked row before exp(X - L) (a guard, then the mask ignored). ``y="masked x"``: X set to
+    -inf at the masked pairs, then exp(X - L) unselected (NaN on a fully masked row). ``select_dx``: whether dX is
+    selected with the mask (None: where Y is). ``dq_keys_used``: dQ from the keys with those no row attends read as 0.
     """
     N, D = q.shape
     M = k.shape[0]
@@ -80,7 +88,7 @@ def _model(
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     last = M if partial else M - M % block_k
     for c0 in range(0, last, block_k):
-        c1 = min(c0 + block_k + ends, M)
+        c1 = min(c0 + block_k + ends, M) + ends_after_min
         x = (scale if scale_x is None else scale_x) * q @ k[c0:c1].T  # (N, B_c)
         keep_t = live[:, c0:c1] if mask else np.broadcast_to(~np.isneginf(lse)[:, None], x.shape)
         if y == "lse":
@@ -93,17 +101,21 @@ def _model(
         elif y == "times keep":  # masked by a product: exp(x + inf) * 0 is NaN on a fully masked row
             y_t = np.exp(x - lse[:, None]) * keep_t
         elif y == "everywhere":  # the mask ignored: exp(X - L) at every pair, inf on a fully masked row
-            y_t = np.exp(x - lse[:, None])
+            y_t = np.exp(x - (np.where(np.isneginf(lse), 0.0, lse) if safe_lse else lse)[:, None])
+        elif y == "masked x":  # X set to -inf where masked: exp(-inf - (-inf)) is NaN on a fully masked row
+            with np.errstate(invalid="ignore"):
+                y_t = np.exp(np.where(live[:, c0:c1], x, -np.inf) - lse[:, None])
         else:  # exp(X) without the logsumexp: unnormalised
             y_t = np.where(keep_t, np.exp(x), 0)
         dy = grad_a @ v[c0:c1].T
         d_t = np.sum(y_t * dy, axis=1) if d_per_tile else d_row
-        unselected = y in ("times keep", "everywhere")
+        unselected = y in ("times keep", "everywhere", "masked x") if select_dx is None else not select_dx
         dx = y_t * (dy - d_t[:, None]) if unselected else np.where(keep_t, y_t * (dy - d_t[:, None]), 0)
         dx = scale * dx if dx_scaled else dx
         dv[c0:c1] = (scale if scale_dv else 1) * ((y_t @ grad_a) if transpose else (y_t.T @ grad_a))
         dk[c0:c1] = (scale**dk_power if scale_dk else 1) * ((dx @ q) if transpose else (dx.T @ q))
-        part = (scale**dq_power if scale_dq else 1) * (dx @ k[c0:c1])
+        k_dq = np.where(live.any(axis=0)[c0:c1, None], k[c0:c1], 0.0) if dq_keys_used else k[c0:c1]
+        part = (scale**dq_power if scale_dq else 1) * (dx @ k_dq)
         if accumulate_dq:
             dq += part
         else:
@@ -166,7 +178,7 @@ BACKWARD_MISTAKES = (
             "a fully masked row has L = -inf, so exp(X - L) = inf, and inf * 0 is NaN: select with np.where(keep, "
             "..., 0), and subtract 0 instead of L where the row has no key"
         ),
-        (_mistake(y="times keep"),),
+        (_mistake(y="times keep"), _mistake(y="masked x", select_dx=True), _mistake(y="masked x")),
     ),
     Mistake(
         N_("a transpose wrong"),
@@ -177,6 +189,14 @@ BACKWARD_MISTAKES = (
         N_("a wrong scale in X"),
         N_("the scores are X = Q K^T / sqrt(D), scale 1/sqrt(D), the forward's: not Q K^T, not Q K^T * sqrt(D)"),
         (_mistake(scale_x=1.0), lambda *args: _model(*args, scale_x=np.sqrt(args[0].shape[1]))),
+    ),
+    Mistake(
+        N_("the scale 1/D instead of 1/sqrt(D)"),
+        N_("the scale is 1/sqrt(D), the forward's, in X, dQ and dK: not 1/D"),
+        (
+            lambda *args: _model(*args, scale_x=1 / args[0].shape[1], dq_power=2, dk_power=2),
+            lambda *args: _model(*args, scale_x=1 / args[0].shape[1]),
+        ),
     ),
     Mistake(
         N_("the scale in dV"),
@@ -209,7 +229,7 @@ BACKWARD_MISTAKES = (
             "key tile j holds keys c0 .. c1 - 1 with c1 = min(c0 + block_k, M): k[c0:c1], no key skipped and none "
             "in two tiles"
         ),
-        (_mistake(ends=-1), _mistake(ends=1)),
+        (_mistake(ends=-1), _mistake(ends=1), _mistake(ends_after_min=-1)),
     ),
     Mistake(
         N_("the last, shorter tile skipped"),
@@ -225,7 +245,13 @@ BACKWARD_MISTAKES = (
             "a masked pair is absent: select Y and dX to 0 where keep is False (np.where), so that a masked key "
             "gets dK = dV = 0"
         ),
-        (_mistake(mask=False), _mistake(y="everywhere"), _mistake(y="everywhere", untouched=True)),
+        (
+            _mistake(mask=False),
+            _mistake(y="everywhere"),
+            _mistake(y="everywhere", untouched=True),
+            _mistake(y="everywhere", safe_lse=True),
+            _mistake(y="everywhere", safe_lse=True, dq_keys_used=True),
+        ),
     ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _reference(*args)),

@@ -86,10 +86,26 @@ def _window_model(offset=lambda N, M: M - N, lo_strict=False, hi_strict=False, s
 
 
 def _symmetric_model(extent):
-    """One extent on both sides of the aligned key: ``|m - p| <= extent(left, right)``."""
+    """One extent on both sides of the aligned key: ``|m - p| <= extent(left, right)``; an extent of ``None`` (no
+    limit) keeps every key."""
 
     def model(q_idx, kv_idx, N, M, left, right):
-        return np.abs(kv_idx - (q_idx + M - N)) <= extent(left, right)
+        e = extent(left, right)
+        distance = np.abs(kv_idx - (q_idx + M - N))
+        return distance >= 0 if e is None else distance <= e
+
+    return model
+
+
+def _larger_extent(left, right):
+    return None if left is None or right is None else max(left, right)
+
+
+def _extents_as(read):
+    """The right window with each extent first passed through ``read`` (a learner's handling of ``None``)."""
+
+    def model(q_idx, kv_idx, N, M, left, right):
+        return _window_model()(q_idx, kv_idx, N, M, read(left), read(right))
 
     return model
 
@@ -134,7 +150,26 @@ WINDOW_MISTAKES = (
             "the two extents differ: query n sees left keys before p and right keys after it, p - left <= m <= p + "
             "right, not |m - p| <= left"
         ),
-        (_symmetric_model(lambda left, right: left), _symmetric_model(max)),
+        (
+            _symmetric_model(lambda left, right: left),
+            _symmetric_model(lambda left, right: right),
+            _symmetric_model(_larger_extent),
+        ),
+    ),
+    Mistake(
+        N_("an extent of 0 taken as no limit"),
+        N_(
+            "0 is a limit (no key on that side), None is none: test `if left is not None:`, not `if left:` (0 is falsy)"
+        ),
+        (_extents_as(lambda e: e or None),),
+    ),
+    Mistake(
+        N_("None read as 0"),
+        N_(
+            "None is no limit on that side (every key before, or after, p), not an extent of 0: leave that side's "
+            "condition out"
+        ),
+        (_extents_as(lambda e: 0 if e is None else e),),
     ),
     Mistake(
         N_("the mask built from N and M instead of q_idx and kv_idx"),
@@ -217,6 +252,25 @@ def _document_from_boundaries(side: str):
     return model
 
 
+def _document_start_model(starts):
+    """Keys from the first token of the query's document up to the query, that first token found by
+    ``starts(doc, q_idx)``, a rule that holds only for ids sorted (or numbered ``0, 1, 2 ...``)."""
+
+    def model(q, kv, doc):
+        return (kv >= starts(np.asarray(doc), q)) & (kv <= q)
+
+    return model
+
+
+def _start_by_searchsorted(doc, q):
+    return np.searchsorted(doc, doc[q], side="left")
+
+
+def _start_by_bincount(doc, q):
+    starts = np.concatenate([[0], np.cumsum(np.bincount(doc))])
+    return starts[doc[q]]
+
+
 DOCUMENT_MISTAKES = (
     Mistake(
         N_("the causal part forgotten"),
@@ -250,6 +304,22 @@ DOCUMENT_MISTAKES = (
             "no np.searchsorted is needed"
         ),
         (_document_from_boundaries("right"), _document_from_boundaries("left")),
+    ),
+    Mistake(
+        N_("the document's first token found as if the ids were sorted"),
+        N_(
+            "the ids need not be sorted nor numbered 0, 1, 2 ... (np.searchsorted and np.bincount assume so): "
+            "compare the ids themselves, doc[q_idx] == doc[kv_idx]"
+        ),
+        (_document_start_model(_start_by_searchsorted), _document_start_model(_start_by_bincount)),
+    ),
+    Mistake(
+        N_("the keys of earlier documents kept"),
+        N_("a query sees its own document only: doc[kv_idx] == doc[q_idx], not <="),
+        (
+            lambda q, kv, doc: (doc[kv] <= doc[q]) & (kv <= q),
+            lambda q, kv, doc: (doc[kv] >= doc[q]) & (kv <= q),
+        ),
     ),
 )
 
@@ -298,6 +368,22 @@ def softcap_reference(qk, scale, cap):
     return cap * np.tanh(qk * scale / cap)
 
 
+def _exp_ratio(a, b):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a / b
+
+
+def _softcap_by_exp(tanh):
+    """``c tanh(x / c)`` with ``tanh`` written with exponentials (overflow warnings silenced, as a learner's numpy
+    warns)."""
+
+    def model(qk, scale, cap):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return cap * tanh(np.asarray(qk, dtype=float) * scale / cap)
+
+    return model
+
+
 SOFTCAP_MISTAKES = (
     Mistake(
         N_("the softcap applied before the scale"),
@@ -328,6 +414,22 @@ SOFTCAP_MISTAKES = (
         N_("the score divided by the scale"),
         N_("scale is the factor itself (1/sqrt(D)): multiply, c tanh((q.k * scale) / c), not q.k / scale"),
         (lambda qk, scale, cap: cap * np.tanh(qk / scale / cap),),
+    ),
+    Mistake(
+        N_("tanh written with exponentials"),
+        N_(
+            "(e^(2y) - 1) / (e^(2y) + 1) is inf / inf = NaN once e^(2y) overflows (a large or infinite score): use "
+            "np.tanh, which gives +-1 there"
+        ),
+        (
+            _softcap_by_exp(lambda y: _exp_ratio(np.exp(2 * y) - 1, np.exp(2 * y) + 1)),
+            _softcap_by_exp(lambda y: _exp_ratio(np.exp(y) - np.exp(-y), np.exp(y) + np.exp(-y))),
+        ),
+    ),
+    Mistake(
+        N_("c inside out: tanh(x c) / c"),
+        N_("divide inside and multiply outside: c tanh(x / c), which is x for small x and at most c"),
+        (lambda qk, scale, cap: np.tanh(qk * scale * cap) / cap,),
     ),
 )
 
@@ -372,6 +474,16 @@ def alibi_reference(score, slope, q_idx, kv_idx, N, M):
     return score - slope * np.abs(q_idx + M - N - kv_idx)
 
 
+def _alibi_product(factor):
+    """The score multiplied by ``factor(|distance|, slope)`` instead of the penalty added."""
+
+    def model(s, slope, q, kv, N, M):
+        with np.errstate(invalid="ignore"):
+            return s * factor(np.abs(q + M - N - kv), slope)
+
+    return model
+
+
 ALIBI_MISTAKES = (
     Mistake(
         N_("ALiBi's sign"),
@@ -413,6 +525,18 @@ ALIBI_MISTAKES = (
             "m|, not -2^(-slope) |n + M - N - m|"
         ),
         (lambda s, slope, q, kv, N, M: s - 2.0 ** (-slope) * np.abs(q + M - N - kv),),
+    ),
+    Mistake(
+        N_("the bias multiplied instead of added"),
+        N_(
+            "ALiBi adds a penalty to the score, score - slope |n + M - N - m|: it does not scale the score (a "
+            "negative score would rise, and -inf times 0 is NaN)"
+        ),
+        (
+            _alibi_product(lambda d, slope: 1 - slope * d),
+            _alibi_product(lambda d, slope: slope * d),
+            _alibi_product(lambda d, slope: np.exp(-slope * d)),
+        ),
     ),
 )
 
@@ -521,6 +645,14 @@ def _empty_from_top_left(r0, r1, c0, c1, N, M):
     return FULL if c1 - 1 <= r0 + M - N else PARTIAL
 
 
+def _offset_swapped_kind(r0, r1, c0, c1, N, M):
+    """The right rule with the offset's sign swapped: query n aligned with key n + N - M."""
+    offset = N - M
+    if c0 > r1 - 1 + offset:
+        return EMPTY
+    return FULL if c1 - 1 <= r0 + offset else PARTIAL
+
+
 def _reversed_kind(r0, r1, c0, c1, N, M):
     """The kinds of the reversed mask, where query n sees the keys m >= n + M - N."""
     offset = M - N
@@ -559,6 +691,11 @@ TILE_KIND_MISTAKES = (
         N_("the top-left alignment when N != M"),
         N_("query n sees keys m <= n + M - N (bottom-right)"),
         (_kind_model(lambda n, m, N, M: m <= n),),
+    ),
+    Mistake(
+        N_("the offset N - M instead of M - N"),
+        N_("the key aligned with query n is n + M - N (the last query with the last key): query n sees m <= n + M - N"),
+        (_offset_swapped_kind,),
     ),
     Mistake(
         N_("the diagonal excluded (< instead of <=)"),
@@ -631,7 +768,10 @@ def check_tile_kind(fn) -> CheckReport:
         names=(_("the kind"),),
         properties=properties,
         hint=_array_hint,
-        not_answer=Said(N_("return the number 0 (empty), 1 (partial) or 2 (full), not a word such as 'empty'")),
+        not_answer=Mistake(
+            N_("a word for the kind"),
+            N_("return the number 0 (empty), 1 (partial) or 2 (full), not a word such as 'empty'"),
+        ),
     )
 
 
@@ -698,6 +838,11 @@ PAGE_MISTAKES = (
         Filled(N_("{floor} and {mod} swapped"), floor="//", mod="%"),
         N_("the page is t // page_size (which page) and the row inside it t % page_size"),
         (lambda pages, table, b, t: pages[table[b, t % pages.shape[1]], t // pages.shape[1]],),
+    ),
+    Mistake(
+        N_("the tokens counted from 1"),
+        N_("token t counts from 0: it is row t % page_size of logical page t // page_size, not (t - 1)"),
+        (lambda pages, table, b, t: pages[table[b, (t - 1) // pages.shape[1]], (t - 1) % pages.shape[1]],),
     ),
 )
 

@@ -194,20 +194,28 @@ def _flash_row(
     lse_with_g=True,
     lse_unshifted=False,
     partial=True,
+    inverted=None,
 ):
     """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches: ``(a_n,
-    lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with."""
+    lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with.
+    ``scale``: True (``1/sqrt(D)``), False (none) or ``"D"`` (``1/D``); ``inverted``: alpha upside down,
+    ``exp(g_new - g)``, ``"guarded"`` (0 while ``g`` is -inf) or ``"raw"`` (``exp(inf)``: ``0 * inf`` is NaN)."""
     q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
     D = q_n.shape[0]
     g, s, acc = g0, 0.0, np.zeros(V.shape[1])
     last = K.shape[0] if partial else K.shape[0] - B_c + 1  # partial=False: the shorter last tile skipped
     for c0 in range(0, last, B_c):
-        x = K[c0 : c0 + B_c] @ q_n / (math.sqrt(D) if scale else 1.0)  # (B_c,)
+        x = K[c0 : c0 + B_c] @ q_n / (D if scale == "D" else math.sqrt(D) if scale else 1.0)  # (B_c,)
         g_new = max(g, float(x.max())) if subtract_max else 0.0
-        alpha = math.exp(g - g_new) if g_new != -np.inf else 0.0
-        p = np.exp(x - g_new)
-        s = (s * alpha if rescale_s else s) + p.sum()
-        acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
+        if inverted is None:
+            alpha = math.exp(g - g_new) if g_new != -np.inf else 0.0
+        else:
+            with np.errstate(all="ignore"):
+                alpha = 0.0 if (inverted == "guarded" and not np.isfinite(g)) else float(np.exp(g_new - g))
+        with np.errstate(all="ignore"):
+            p = np.exp(x - g_new)
+            s = (s * alpha if rescale_s else s) + p.sum()
+            acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
         g = g_new
     if lse_unshifted:  # log(s * exp(g)): exp(g) overflows above 709, underflows below -745
         return (acc / s if divide else acc), float(np.log(s * np.exp(g)))
@@ -232,6 +240,11 @@ FLASH_ROW_MISTAKES = (
     ),
     Mistake(N_("the scale 1/sqrt(D) missing"), N_("the scores are q_n . K[m] / sqrt(D)"), (_model(scale=False),)),
     Mistake(
+        N_("the scale 1/D instead of 1/sqrt(D)"),
+        N_("the scores are divided by the square root of D: q_n . K[m] / sqrt(D), not / D"),
+        (_model(scale="D"),),
+    ),
+    Mistake(
         N_("acc not rescaled"),
         N_("when a key tile raises the max, acc must be multiplied by alpha = exp(g - g_new) before P V is added"),
         (_model(rescale_acc=False),),
@@ -255,6 +268,15 @@ FLASH_ROW_MISTAKES = (
         N_("the max not subtracted"),
         N_("exp(x) overflows for scores above 709 (float64): subtract the running max"),
         (_model(subtract_max=False),),
+    ),
+    # after the max not subtracted: both give NaN where the scores are near 2000
+    Mistake(
+        N_("alpha upside down"),
+        N_(
+            "alpha = exp(g - g_new), the old max minus the new (at most 1): the old acc and s shrink when the max "
+            "rises; exp(g_new - g) makes them grow"
+        ),
+        (_model(inverted="guarded"), _model(inverted="raw")),
     ),
     Mistake(
         N_("g left out of the logsumexp"),
