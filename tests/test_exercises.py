@@ -1442,6 +1442,15 @@ def merge_log_domain(g1, s1, g2, s2):
     return g, float(np.exp(lse - g))
 
 
+def merge_three_vectorised(g1, s1, g2, s2, g3, s3):
+    g_all, s_all = np.array([g1, g2, g3], dtype=float), np.array([s1, s2, s3], dtype=float)
+    g = g_all.max()
+    if g == -np.inf:
+        return g, 0.0
+    seen = s_all > 0
+    return g, float(np.sum(s_all[seen] * np.exp(g_all[seen] - g)))
+
+
 def merge_three_fsum(g1, s1, g2, s2, g3, s3):
     g = float(np.max([g1, g2, g3]))
     if g == -math.inf:
@@ -1537,9 +1546,8 @@ RIGHT = {
         "the log domain": merge_log_domain,
     },
     "check_merge_three": {
-        "two merges": lambda g1, s1, g2, s2, g3, s3: solutions.merge(*solutions.merge(g1, s1, g2, s2), g3, s3),
-        "the other grouping": lambda g1, s1, g2, s2, g3, s3: solutions.merge(g1, s1, *solutions.merge(g2, s2, g3, s3)),
-        "math.fsum": merge_three_fsum,
+        "math.fsum": merge_three_fsum,  # (two pairwise merges give the same numbers, but the prompt rules them out)
+        "numpy, vectorised": merge_three_vectorised,
     },
     "check_attention": {
         "fm.attention": fm.attention,
