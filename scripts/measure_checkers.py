@@ -1,6 +1,6 @@
 """Measure the exercise checkers on a set of learner-style solutions written from the prompts alone.
 
-    python scripts/measure_checkers.py measurements/learner_set_34 [--details] [--skip-predictions]
+    python scripts/measure_checkers.py measurements/issue34/set4 [--details] [--skip-predictions]
 
 Each ``set*.py`` of the folder holds ``SOLUTIONS = [(exercise, "correct" | "wrong", description, answer)]`` and
 ``PREDICTIONS = [(cell, value, "correct" | "wrong", description)]`` (``cell`` is ``"P<chapter>"``), as the folder's
