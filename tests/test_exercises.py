@@ -898,6 +898,134 @@ def test_the_largest_absolute_value_is_not_called_a_max_started_at_0():
     assert named(exercises.check_safe_softmax(max_from_zero)) == {"the max started at 0"}
 
 
+# Set 3's kinds (issue 34, fourth pass): each written as a learner would.
+
+
+def softmax_any_masked_zeros(x):
+    x = np.asarray(x)
+    out = x.dtype if x.dtype.kind == "f" else np.float64
+    if np.any(np.isneginf(x)):  # meant for the fully masked row
+        return np.zeros(x.shape, dtype=out)
+    w = x.astype(np.float32 if x.dtype == np.float16 else np.float64)
+    if w.size == 0:
+        return w.astype(out)
+    e = np.exp(w - w.max())
+    return (e / e.sum()).astype(out)
+
+
+def softmax_not_subtracted_zero_sum_guard(x):
+    x = np.asarray(x)
+    w = x.astype(np.float32 if x.dtype == np.float16 else np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(w)
+        s = e.sum()
+        if s == 0:
+            return np.zeros(x.shape, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+        return (e / s).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def normalizer_any_masked_empty(x):
+    g, s = -math.inf, 0.0
+    for x_i in x:
+        if x_i == -math.inf:
+            return -math.inf, 0.0
+        g_new = max(g, x_i) if not math.isnan(x_i) else x_i
+        s = s * math.exp(g - g_new) + math.exp(x_i - g_new) if not math.isnan(g_new) else math.nan
+        g = g_new
+    return g, s
+
+
+def merge_empty_if_any_empty(g1, s1, g2, s2):
+    if s1 == 0 or s2 == 0:
+        return -math.inf, 0.0
+    g = np.maximum(g1, g2)
+    return g, s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g)
+
+
+def merge_nan_cleaned(g1, s1, g2, s2):
+    g = np.maximum(g1, g2)
+    with np.errstate(invalid="ignore"):
+        return g, np.nan_to_num(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g))
+
+
+def merge_three_first_empty(g1, s1, g2, s2, g3, s3):
+    if g1 == -math.inf:
+        return -math.inf, 0.0
+    g = np.maximum(np.maximum(g1, g2), g3)
+    return g, s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g) + s3 * np.exp(g3 - g)
+
+
+def merge_three_nan_cleaned(g1, s1, g2, s2, g3, s3):
+    g = np.maximum(np.maximum(g1, g2), g3)
+    with np.errstate(invalid="ignore"):
+        f = [np.nan_to_num(np.exp(g_k - g)) for g_k in (g1, g2, g3)]
+    return g, np.nan_to_num(s1 * f[0] + s2 * f[1] + s3 * f[2])
+
+
+def block_own_sum(g_prev, s_prev, a_prev, x_block, v_block):
+    x_block, v_block = np.asarray(x_block, dtype=float), np.asarray(v_block, dtype=float)
+    g = np.maximum(g_prev, np.max(x_block))
+    if g == -np.inf:
+        return g, 0.0, np.zeros_like(np.asarray(a_prev, dtype=float))
+    kept = s_prev * np.exp(g_prev - g)
+    p = np.exp(x_block - g)
+    s = kept + p.sum()
+    return g, s, kept * np.asarray(a_prev) / s + p @ v_block / p.sum()
+
+
+SAFE_SOFTMAX["a -inf element taken for a fully masked row"] = softmax_any_masked_zeros
+NORMALIZER["a -inf element taken for a fully masked row"] = normalizer_any_masked_empty
+MERGE["an empty part taken for an empty merge"] = merge_empty_if_any_empty
+MERGE["NaN cleaned into 0"] = merge_nan_cleaned
+THREE["an empty part taken for an empty merge"] = merge_three_first_empty
+THREE["NaN cleaned into 0"] = merge_three_nan_cleaned
+BLOCK_STEP["the block's part divided by its own sum"] = block_own_sum
+
+
+def test_set3_kinds_are_named():
+    assert named(exercises.check_safe_softmax(softmax_not_subtracted_zero_sum_guard)) == {"the max not subtracted"}
+    report = exercises.check_online_normalizer(normalizer_from_first_unguarded)
+    assert "-inf - (-inf) while nothing is seen" in message(report, "property: a fully masked row")
+    assert "a wrong base" not in " ".join(text for _, _, text in report.cases)
+
+
+def normalizer_from_first_unguarded(x):
+    it = iter(x)
+    g, s = next(it), 1.0
+    for x_i in it:
+        g_new = np.maximum(g, x_i)
+        with np.errstate(invalid="ignore"):
+            s = s * np.exp(g - g_new) + np.exp(x_i - g_new)
+        g = g_new
+    return g, s
+
+
+def test_an_integer_array_updated_in_place_gets_a_hint():
+    def merge_in_place(g1, s1, g2, s2):
+        gs, ss = np.array([g1, g2], dtype=np.float64), np.array([s1, s2])
+        g = np.max(gs)
+        if g == -np.inf:
+            return -np.inf, 0.0
+        ss *= np.exp(gs - g)
+        return g, ss.sum()
+
+    assert "build the sums as floats" in message(exercises.check_merge(merge_in_place), "property: integer states")
+
+
+def test_v_indexed_the_wrong_way_gets_a_hint():
+    def loop_swap_vdm(y, v):
+        N, M = y.shape
+        out = np.zeros((N, v.shape[1]))
+        for n in range(N):
+            for m in range(M):
+                for d in range(v.shape[1]):
+                    out[n, d] = out[n, d] + y[n, m] * v[d, m]
+        return out
+
+    texts = " ".join(text for _, ok, text in exercises.check_loop_swap(loop_swap_vdm).cases if not ok)
+    assert "V[m, d] is v[m, d]" in texts
+
+
 WRONG = {
     "check_score_row": SCORE_ROW,
     "check_safe_softmax": SAFE_SOFTMAX,

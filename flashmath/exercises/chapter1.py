@@ -121,6 +121,20 @@ def _max_from_zero(x):
     return _softmax_like(x, lambda w: np.maximum(0, np.max(w)))
 
 
+def _zero_sum_guard(e, w):
+    """``e / sum(e)``, with zeros where the sum is 0 (a guard meant for the fully masked row, ``if s == 0``)."""
+    s = np.sum(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.zeros_like(e) if s == 0 else e / s
+
+
+def _any_masked_zeros(x):
+    x = np.asarray(x)
+    if x.size and np.any(x == -np.inf):
+        return np.zeros_like(x, dtype=np.result_type(x.dtype, np.float64) if x.dtype.kind in "iub" else x.dtype)
+    return safe_softmax(x)
+
+
 NOT_SUBTRACTED = Mistake(
     N_("the max not subtracted"),
     N_(
@@ -128,7 +142,13 @@ NOT_SUBTRACTED = Mistake(
         "float64), or their sum does, and inf / inf is NaN, finite / inf is 0. Subtract the max "
         "first: exp(x - max(x)) / sum(exp(x - max(x)))"
     ),
-    (lambda x: _softmax_like(x, lambda w: 0, in_dtype=True), lambda x: _softmax_like(x, lambda w: 0)),
+    (
+        lambda x: _softmax_like(x, lambda w: 0, in_dtype=True),
+        lambda x: _softmax_like(x, lambda w: 0),
+        _guarded(lambda x: _softmax_like(x, lambda w: 0)),
+        lambda x: _softmax_like(x, lambda w: 0, finish=_zero_sum_guard),
+        lambda x: _softmax_like(x, lambda w: 0, in_dtype=True, finish=_zero_sum_guard),
+    ),
 )
 
 # In the order the whole-run rule tries them (the first whose model gives the learner's answer on every failing case
@@ -202,6 +222,15 @@ MISTAKES = (
             "zeros`. Only a max of -inf (a fully masked row) gives zeros: test g == -np.inf"
         ),
         (lambda x: np.nan_to_num(safe_softmax(x), nan=0.0), _inf_row_zeros),
+    ),
+    Mistake(
+        N_("a -inf element taken for a fully masked row"),
+        N_(
+            "only a row whose every entry is -inf is fully masked: a single -inf is a masked position, which gets "
+            "probability exp(-inf - g) = 0 while the others share the rest: test np.all(x == -np.inf) (or a max of "
+            "-inf), not np.any"
+        ),
+        (_any_masked_zeros,),
     ),
     Mistake(
         N_("a fully masked row made uniform"),

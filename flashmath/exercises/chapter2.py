@@ -129,6 +129,30 @@ def _closed_form(x, term=np.exp, shift=True):
     return g, float(np.sum(term(x - g if shift else x)))
 
 
+def _guarded_state(model, x, **kw):
+    """``model(x, **kw)`` behind the course's guard: an empty or fully masked x gives the empty state (-inf, 0)."""
+    if all(float(v) == -math.inf for v in x):
+        return -math.inf, 0.0
+    return model(x, **kw)
+
+
+def _from_first(x):
+    """Started from the first element, (g, s) = (x_1, 1), then the recurrence over the rest without a guard: a
+    leading -inf gives exp(-inf - (-inf)) = NaN (an empty x raises, which the hint names)."""
+    x = [float(v) for v in x]
+    if not x:
+        raise IndexError("empty")
+    with np.errstate(invalid="ignore"):
+        return _scan(x[1:], _right_step, g0=x[0], s0=1.0, guard=False)
+
+
+def _any_masked_empty(x):
+    """The right state, but (-inf, 0) as soon as one element is -inf."""
+    if any(float(v) == -math.inf for v in x):
+        return -math.inf, 0.0
+    return _scan(x, _right_step)
+
+
 STATE_NOT_SUBTRACTED = Mistake(
     N_("the max not subtracted"),
     N_(
@@ -183,7 +207,12 @@ OLD_MAX_TERM = Mistake(
 BASE_2 = Mistake(
     N_("a wrong base (2 or 10) instead of e"),
     N_("the sum is of natural exponentials: np.exp or math.exp, not 2 ** x or 10 ** x"),
-    (lambda x: _closed_form(x, term=np.exp2), lambda x: _closed_form(x, term=lambda t: 10.0**t)),
+    (
+        lambda x: _guarded_state(_closed_form, x, term=np.exp2),
+        lambda x: _guarded_state(_closed_form, x, term=lambda t: 10.0**t),
+        lambda x: _scan(x, lambda s, g, gn, xi: s * np.exp2(g - gn) + np.exp2(xi - gn)),
+        lambda x: _scan(x, lambda s, g, gn, xi: s * 10.0 ** (g - gn) + 10.0 ** (xi - gn)),
+    ),
 )
 SWAPPED = Mistake(N_("(s, g) swapped"), N_("return the max first and the sum second: (g, s)"))
 UNGUARDED = Mistake(
@@ -193,7 +222,7 @@ UNGUARDED = Mistake(
         "exp(-inf - (-inf)) = NaN. Skip such elements (keep s = 0), or treat the first finite element "
         "as a fresh start"
     ),
-    (lambda x: _scan(x, _right_step, guard=False), _log_domain),
+    (lambda x: _scan(x, _right_step, guard=False), _log_domain, _from_first),
 )
 PYTHON_MAX = Mistake(
     N_("Python's max dropping NaN"),
@@ -272,6 +301,15 @@ NORMALIZER_MISTAKES = (
         (lambda x: _log_of_sum(x, True), lambda x: _log_of_sum(x, False)),
     ),
     UNGUARDED,
+    Mistake(
+        N_("a -inf element taken for a fully masked row"),
+        N_(
+            "only a row whose every element is -inf is fully masked: a single -inf is a masked position, whose "
+            "term exp(-inf - g) = 0 adds nothing. Skip it and go on; the state is (-inf, 0) only when the max is "
+            "still -inf at the end"
+        ),
+        (_any_masked_empty,),
+    ),
     PYTHON_MAX,
     TWO_PASSES,
     READ_TWICE,
@@ -505,6 +543,56 @@ AVERAGED = Mistake(
 )
 
 
+def _empty_if_any_empty(by_sum, first_only=False):
+    """The right merge (of any number of parts), but (-inf, 0) as soon as one part (the first when ``first_only``)
+    is empty, tested by its max ``g_k == -inf`` or (``by_sum``) by its sum ``s_k == 0``."""
+
+    def model(*args):
+        gs, ss = args[0::2], args[1::2]
+        tested = ss if by_sum else gs
+        if any(v == (0 if by_sum else -math.inf) for v in (tested[:1] if first_only else tested)):
+            return -math.inf, 0.0
+        g = float(np.max(np.asarray(gs, dtype=np.float64)))
+        if g == -math.inf:
+            return g, 0.0
+        return g, float(sum(s * np.exp(np.float64(g_k) - g) for g_k, s in zip(gs, ss, strict=True)))
+
+    return model
+
+
+def _nan_cleaned(factors):
+    """The merge with np.nan_to_num on the sum (and on each factor when ``factors``) instead of a guard for the empty
+    merge: a NaN that comes in becomes 0 too."""
+
+    def model(*args):
+        gs, ss = [np.float64(v) for v in args[0::2]], args[1::2]
+        g = np.max(gs)
+        with np.errstate(invalid="ignore"):
+            fs = [np.exp(g_k - g) for g_k in gs]
+            fs = [np.nan_to_num(f) for f in fs] if factors else fs
+            return float(g), float(np.nan_to_num(sum(s * f for s, f in zip(ss, fs, strict=True))))
+
+    return model
+
+
+EMPTY_PART = Mistake(
+    N_("an empty part taken for an empty merge"),
+    N_(
+        "the merged state is empty only when every part is empty: an empty part (-inf, 0) merged with a real one "
+        "gives the real one. Test the merged max, g == -inf, not each part's"
+    ),
+    (_empty_if_any_empty(False), _empty_if_any_empty(True)),
+)
+NAN_CLEANED = Mistake(
+    N_("NaN cleaned into 0"),
+    N_(
+        "np.nan_to_num (or a NaN test that returns 0) also erases a NaN that comes in, which must propagate: guard "
+        "the empty merge with g == -inf instead"
+    ),
+    (_nan_cleaned(True), _nan_cleaned(False)),
+)
+
+
 def _zero_for_empty(g1, s1, g2, s2):
     """The right merge, with (0, 0) for two empty parts."""
     g = _np_max(g1, g2)
@@ -523,6 +611,8 @@ MERGE_MISTAKES = (
         ),
         (_merge_model(),),
     ),
+    EMPTY_PART,
+    NAN_CLEANED,
     Mistake(
         N_("the exponential of each max taken alone"),
         N_(
@@ -673,7 +763,18 @@ def _check_states(title, fn, cases, reference, mistakes, properties=()) -> Check
         convert=_pair,
         describe=_state_describe,
         check_form=False,
+        hint=_state_hint,
     )
+
+
+def _state_hint(exc) -> str | None:
+    if "Cannot cast ufunc" in str(exc) and "int" in str(exc):
+        return _(
+            "integer states: an array built from integer sums (np.array([s1, s2])) is an integer array, and "
+            "multiplying it in place by the float factors (*=) cannot store the result: build the sums as floats, "
+            "or write s = s1 * exp(g1 - g) + s2 * exp(g2 - g) without updating in place"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -755,6 +856,17 @@ THREE_MISTAKES = (
         (_three_python_max,),
     ),
     Mistake(UNGUARDED.name, N_("when all three parts are empty the merged state is (-inf, 0)"), (_three(guard=False),)),
+    Mistake(
+        EMPTY_PART.name,
+        EMPTY_PART.fix,
+        (
+            _empty_if_any_empty(False),
+            _empty_if_any_empty(True),
+            _empty_if_any_empty(False, first_only=True),
+            _empty_if_any_empty(True, first_only=True),
+        ),
+    ),
+    Mistake(NAN_CLEANED.name, NAN_CLEANED.fix, NAN_CLEANED.models),
     Mistake(
         N_("an intermediate state not moved to the new max"),
         N_(

@@ -368,6 +368,15 @@ def _form(out):
         return None
 
 
+def _index_hint(exc) -> str | None:
+    if isinstance(exc, IndexError) and "out of bounds" in str(exc):
+        return _(
+            "an index past the end: y is (N, M) and v is (M, Dv), so Y[n, m] is y[n, m] and V[m, d] is v[m, d] "
+            "(v[d, m] or y[m, n] swaps the axes), with n < N, m < M, d < Dv"
+        )
+    return None
+
+
 @exercise("4.1", MISTAKES, solution="loop_swap", property_cases=2)
 def check_loop_swap(fn) -> CheckReport:
     """Check a learner's ``fn(y, v) -> A = Y V`` written with loops in the order ``n, m, d`` (exercise 4.1).
@@ -437,6 +446,7 @@ def check_loop_swap(fn) -> CheckReport:
         convert=_form,
         describe=describe,
         call=call,
+        hint=_index_hint,
         diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference, len(loop_swap_properties())),
     )
     # "looks like a wrong shape", in the selected language (the message of _cases's shape check ends with it)

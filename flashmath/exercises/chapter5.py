@@ -675,6 +675,18 @@ BLOCK_MISTAKES = (
             ),
         ),
         Mistake(
+            N_("the block's part divided by its own sum"),
+            N_(
+                "both parts of A'_m share one denominator, the new total s_m: the block brings sum_i exp(x_i - g_m) "
+                "V_i / s_m, not its rows averaged by the block's own sum sum_i exp(x_i - g_m) (then the weights no "
+                "longer add up to 1)"
+            ),
+            (
+                _block_model(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / e.sum()),
+                _block_model(lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V / e.sum()) / s),
+            ),
+        ),
+        Mistake(
             N_("the weighted value rows summed over the wrong axis"),
             N_(
                 "sum_i exp(x_i - g_m) V_i adds the block's rows, over the keys: (p[:, None] * V).sum(axis=0) or "

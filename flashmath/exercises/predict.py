@@ -123,6 +123,7 @@ NOTEBOOK_MISCONCEPTIONS = (
         "larger, so it is below 1."
     ),
     N_("The factor is 1 only when the max holds; here every element raises it."),
+    N_("-1 is the exponent g_{i-1} - g_i; the factor is its exponential, exp(-1) = 1/e."),
     N_("64 is the variance of q . k (D products of variance 1 add up); the standard deviation is its square root."),
     N_("Each component has standard deviation 1, but q . k adds D = 64 products, and their variances add up to 64."),
     N_(
