@@ -411,8 +411,9 @@ def _counted_kept():
         def convert(a, *args, **kwargs):
             result = original(a, *args, **kwargs)
             if isinstance(a, _CountedV) and isinstance(result, np.ndarray) and not isinstance(result, _CountedV):
-                result = result.view(_CountedV)
-                result.divisions = a.divisions
+                counted = result.view(_CountedV)
+                counted.divisions = a.divisions
+                return counted
             return result
 
         return convert
