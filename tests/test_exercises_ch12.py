@@ -41,6 +41,8 @@ def learner(
     guard_then_ignore_keep=False,
     x_masked_to_minus_inf=False,
     end_clipped_then_minus_one=False,
+    no_parens=False,
+    dq_from_values=False,
 ):
     """A learner's tiled backward, written from scratch, with one slip switched on."""
 
@@ -77,7 +79,7 @@ def learner(
             dy = grad_a @ v[sl].T
             if d_per_tile:
                 d = (dy * y).sum(1, keepdims=True)
-            dx = y * (dy + d) if d_plus else y * (dy - d)
+            dx = y * (dy + d) if d_plus else y * dy - d if no_parens else y * (dy - d)
             if x_masked_to_minus_inf:
                 dx = np.where(keep[:, sl], dx, 0)
             if dx_scaled:  # "the scale of X carries over to dX"
@@ -85,7 +87,8 @@ def learner(
             dv[sl] = y.T @ grad_a * (scale if dv_scaled else 1)
             g_scale = q.shape[1] ** 0.5 if sqrt_d else scale  # sqrt_d: "the scale is sqrt(D)"
             dk[sl] = dx.T @ q * (1 if no_scale_dk else g_scale)
-            dq = dq + dx @ k[sl] * g_scale if not overwrite_dq else dx @ k[sl] * g_scale
+            k_or_v = v[sl] if dq_from_values else k[sl]  # dq_from_values: "dQ from the tile's V"
+            dq = dq + dx @ k_or_v * g_scale if not overwrite_dq else dx @ k_or_v * g_scale
         return dq, dk, dv
 
     return fn
@@ -103,6 +106,8 @@ WRONG = {
         "D from the wrong arrays": learner(d_from_q=True),
         "D with the wrong sign": learner(d_plus=True),
         "D computed per key tile": learner(d_per_tile=True),
+        "dX = Y * dY - D (the parentheses missing)": learner(no_parens=True),
+        "dQ from the values": learner(dq_from_values=True),
         "exp(X) / exp(L) instead of exp(X - L)": learner(exp_over_exp=True),
         "NaN on a fully masked row": learner(times_keep=True),
         "a wrong scale in X": learner(x_unscaled=True),

@@ -80,7 +80,7 @@ DOCUMENT = {
     "or (|) instead of and (&)": lambda q, kv, doc: (doc[q] == doc[kv]) | (kv <= q),
     "the causal direction reversed": lambda q, kv, doc: (doc[q] == doc[kv]) & (q <= kv),
     "doc read as cu_seqlens": lambda q, kv, doc: document_from_boundaries(q, kv, doc),
-    "the document's first token found as if the ids were sorted": lambda q, kv, doc: document_from_counts(q, kv, doc),
+    "the documents found as if the ids were sorted": lambda q, kv, doc: document_from_counts(q, kv, doc),
     "the keys of earlier documents kept": lambda q, kv, doc: (doc[kv] <= doc[q]) & (kv <= q),
 }
 
@@ -346,3 +346,39 @@ def test_numpy_slips_that_raise_are_explained():
 def test_a_word_for_the_tile_kind_is_told_to_be_a_number():
     text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: "empty"))
     assert "return the number 0 (empty), 1 (partial) or 2 (full)" in text, text
+
+
+def segments_from_unique(q, kv, doc):
+    # "each document's tokens are together": the ids repeated by their counts
+    ids, counts = np.unique(doc, return_counts=True)
+    seg = np.repeat(ids, counts)
+    return (seg[q] == seg[kv]) & (kv <= q)
+
+
+def segments_from_bincount(q, kv, doc):
+    seg = np.repeat(np.arange(doc.max() + 1), np.bincount(doc))
+    return (seg[q] == seg[kv]) & (kv <= q)
+
+
+def window_grid_cut(q, kv, N, M, left, right):
+    # the whole grid from N and M, cut to the shape asked for
+    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
+    keep = np.ones((N, M), dtype=bool)
+    if left is not None:
+        keep &= m >= n + M - N - left
+    if right is not None:
+        keep &= m <= n + M - N + right
+    return keep[: np.shape(q)[0], : np.shape(kv)[1]]
+
+
+@pytest.mark.parametrize(
+    "check, fn, name",
+    [
+        ("check_document_mask", segments_from_unique, "the documents found as if the ids were sorted"),
+        ("check_document_mask", segments_from_bincount, "the documents found as if the ids were sorted"),
+        ("check_window_mask", window_grid_cut, "the mask built from N and M instead of q_idx and kv_idx"),
+    ],
+)
+def test_more_forms_of_a_mistake_are_named(check, fn, name):
+    report = getattr(exercises, check)(fn)
+    assert not report.passed and f"looks like {name}" in str(report), report

@@ -409,9 +409,49 @@ def reciprocal_and_logaddexp_row(q_n, K, V, B_c):
     return acc * (1.0 / math.exp(lse - g)), float(lse)
 
 
+def converted_row(*, every_tile=False, reciprocal=False, nansum=False, terms_old=None, raw_alpha=False):
+    """A learner's row that converts its inputs first (np.asarray(..., dtype=np.float64)), with switches."""
+
+    def fn(q_n, K, V, B_c):
+        q_n, K, V = (np.asarray(t, dtype=np.float64) for t in (q_n, K, V))
+        g, s, acc, a = -np.inf, 0.0, np.zeros(V.shape[1]), np.zeros(V.shape[1])
+        for c0 in range(0, K.shape[0], B_c):
+            x = K[c0 : c0 + B_c] @ q_n / np.sqrt(q_n.shape[0])
+            g_new = max(g, x.max())
+            with np.errstate(all="ignore"):
+                alpha = np.exp(g_new - g) if raw_alpha else np.exp(g - g_new)
+                if terms_old == "raw":
+                    p = np.exp(x - g)
+                elif terms_old == "guarded":
+                    p = np.exp(x - (g if np.isfinite(g) else g_new))
+                else:
+                    p = np.exp(x - g_new)
+                s = s * alpha + p.sum()
+                pv = np.nansum(p[:, None] * V[c0 : c0 + B_c], axis=0) if nansum else p @ V[c0 : c0 + B_c]
+                acc = acc * alpha + pv
+                if every_tile:
+                    a = acc / s
+            g = g_new
+        if not every_tile:
+            with np.errstate(all="ignore"):
+                a = acc * (1.0 / s) if reciprocal else acc / s
+        return a, float(g + np.log(s))
+
+    return fn
+
+
+def test_flash_row_a_division_at_every_tile_is_counted_after_np_asarray():
+    report = chapter14.check_flash_row(converted_row(every_tile=True))
+    failed = [name for name, ok, _ in report.cases if not ok]
+    assert failed == ["one division at the end (the divisions of arrays computed from V are counted: at most one)"]
+    assert "looks like the output divided at every tile" in messages(report), report
+
+
 @pytest.mark.parametrize(
     "fn",
     [
+        converted_row(),
+        converted_row(reciprocal=True),
         the_packages_attention_row,
         the_packages_flash_attention_row,
         reciprocal_and_logaddexp_row,
@@ -477,6 +517,9 @@ WRONG = {
             q_n, K, V, B_c
         ),
         "alpha upside down": learner_flash_row(alpha_inverted=True),
+        "NaN in V dropped": converted_row(nansum=True),
+        "the tile's terms measured against the old max": converted_row(terms_old="guarded"),
+        "exp(+inf) at the first tile (the old max -inf in an exponent)": converted_row(terms_old="raw"),
     },
 }
 CASES = [(checker, mistake) for checker, fns in WRONG.items() for mistake in fns]

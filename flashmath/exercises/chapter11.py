@@ -79,6 +79,7 @@ def _blockwise(
     pad: float = -np.inf,
     block_max_only: bool = False,
     result=None,
+    unshifted: str | None = None,
 ):
     """The streamed loop in float32 with one of the mistakes switched on, as the exercise's template writes it: the
     exponents measured against ``g_ref``, 0 while the running max is still -inf. ``inverted``: the rescale factor
@@ -87,7 +88,9 @@ def _blockwise(
     NaN on a fully masked row); ``inverted="guarded"``: upside down, with the old max read as 0 while it is -inf
     (``exp(g_ref - g_old)``); ``pad``: what the masked load fills the columns past the end with (``other=``);
     ``block_max_only``: the new max is the block's own, ``tl.max(x, 0)`` without ``tl.maximum(g, ...)``;
-    ``result(g, s)``: the logsumexp taken from the final state in another way than ``g + log(s)``."""
+    ``result(g, s)``: the logsumexp taken from the final state in another way than ``g + log(s)``; ``unshifted``:
+    the block's terms as exp(x) divided by exp(g_ref) afterwards, ``"sum"`` (sum(exp(x)) / exp(g_ref)) or
+    ``"each"`` (sum(exp(x) / exp(g_ref))): equal in exact arithmetic, inf / inf in float32 above 88.7."""
     exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
 
     def model(x, *_wide):
@@ -104,7 +107,13 @@ def _blockwise(
                     factor = exp(g_ref - np.where(np.isneginf(g), np.float32(0), g))
                 else:
                     factor = exp(g_ref - g) if inverted else exp(g - g_ref)
-                s = (s * factor if rescale else s) + exp(blk - (g if terms_old else g_ref)[:, None]).sum(axis=1)
+                if unshifted == "sum":
+                    terms = exp(blk).sum(axis=1) / exp(g_ref)
+                elif unshifted == "each":
+                    terms = (exp(blk) / exp(g_ref)[:, None]).sum(axis=1)
+                else:
+                    terms = exp(blk - (g if terms_old else g_ref)[:, None]).sum(axis=1)
+                s = (s * factor if rescale else s) + terms
                 g = g_new
             return g + log(s) if result is None else result(g, s)
 
@@ -171,7 +180,7 @@ ROW_LSE_MISTAKES = (
             "exp(x) overflows float32 once x > 88.7 (and exp(-1000) is 0): keep a running max g and sum exp(x - g), "
             "every exponent <= 0, and keep g outside the log at the end: L = g + log(s), not log(s * exp(g))"
         ),
-        (_no_max, _log_unshifted),
+        (_no_max, _log_unshifted, *(_blockwise(b, unshifted=u) for u in ("sum", "each") for b in BLOCKS)),
     ),
     Mistake(
         N_("the rescale of s missing"),

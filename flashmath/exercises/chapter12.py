@@ -56,6 +56,8 @@ def _model(
     safe_lse=False,
     select_dx=None,
     dq_keys_used=False,
+    parens=True,
+    dq_from_v=False,
 ):
     """The tiled backward with one mistake switched on (the defaults are right).
 
@@ -72,6 +74,7 @@ def _model(
     L read as 0 on a fully masked row before exp(X - L) (a guard, then the mask ignored). ``y="masked x"``: X set to
     -inf at the masked pairs, then exp(X - L) unselected (NaN on a fully masked row). ``select_dx``: whether dX is
     selected with the mask (None: where Y is). ``dq_keys_used``: dQ from the keys with those no row attends read as 0.
+    ``parens=False``: dX = Y * dY - D, the parentheses missing. ``dq_from_v``: dQ from the values, dX V_j.
     """
     N, D = q.shape
     M = k.shape[0]
@@ -110,11 +113,13 @@ def _model(
         dy = grad_a @ v[c0:c1].T
         d_t = np.sum(y_t * dy, axis=1) if d_per_tile else d_row
         unselected = y in ("times keep", "everywhere", "masked x") if select_dx is None else not select_dx
-        dx = y_t * (dy - d_t[:, None]) if unselected else np.where(keep_t, y_t * (dy - d_t[:, None]), 0)
+        raw_dx = y_t * (dy - d_t[:, None]) if parens else y_t * dy - d_t[:, None]
+        dx = raw_dx if unselected else np.where(keep_t, raw_dx, 0)
         dx = scale * dx if dx_scaled else dx
         dv[c0:c1] = (scale if scale_dv else 1) * ((y_t @ grad_a) if transpose else (y_t.T @ grad_a))
         dk[c0:c1] = (scale**dk_power if scale_dk else 1) * ((dx @ q) if transpose else (dx.T @ q))
         k_dq = np.where(live.any(axis=0)[c0:c1, None], k[c0:c1], 0.0) if dq_keys_used else k[c0:c1]
+        k_dq = v[c0:c1] if dq_from_v else k_dq
         part = (scale**dq_power if scale_dq else 1) * (dx @ k_dq)
         if accumulate_dq:
             dq += part
@@ -158,6 +163,16 @@ BACKWARD_MISTAKES = (
         N_("D with the wrong sign"),
         N_("dX = Y * (dY - D), D subtracted: the softmax Jacobian is diag(y) - y y^T"),
         (_mistake(d_sign=-1),),
+    ),
+    Mistake(
+        N_("dX = Y * dY - D (the parentheses missing)"),
+        N_("D is subtracted from dY before the product: dX = Y * (dY - D), not Y * dY - D"),
+        (_mistake(parens=False), _mistake(parens=False, select_dx=False)),
+    ),
+    Mistake(
+        N_("dQ from the values"),
+        N_("X = scale Q K^T, so dQ = scale dX K: the keys of the tile, K_j, not its values V_j"),
+        (_mistake(dq_from_v=True),),
     ),
     Mistake(
         N_("D computed per key tile"),

@@ -115,7 +115,34 @@ def _window_from_sizes(q_idx, kv_idx, N, M, left, right):
     return _window_model()(*_grid(N, M), N, M, left, right)
 
 
+def _window_counted_from_0(rows: bool, keys: bool):
+    """The right window on indices counted from 0 (``np.arange`` of the index arrays' lengths, or a whole grid cut to
+    their shape) in place of ``q_idx`` (``rows``) and ``kv_idx`` (``keys``): a tile's offsets lost."""
+
+    def model(q_idx, kv_idx, N, M, left, right):
+        q, kv = np.asarray(q_idx), np.asarray(kv_idx)
+        q = np.arange(q.size).reshape(q.shape) if rows else q
+        kv = np.arange(kv.size).reshape(kv.shape) if keys else kv
+        return _window_model()(q, kv, N, M, left, right)
+
+    return model
+
+
 WINDOW_MISTAKES = (
+    # first: its models differ from the right mask on a tile alone, where a run of other mistakes fails more
+    Mistake(
+        N_("the mask built from N and M instead of q_idx and kv_idx"),
+        N_(
+            "q_idx and kv_idx may be a tile's part of the grid (rows r0..r1 - 1, keys c0..c1 - 1): compute with them, "
+            "p = q_idx + M - N, and return a mask of their broadcast shape, never np.arange(N) and np.arange(M)"
+        ),
+        (
+            _window_from_sizes,
+            _window_counted_from_0(True, True),
+            _window_counted_from_0(True, False),
+            _window_counted_from_0(False, True),
+        ),
+    ),
     Mistake(
         N_("the top-left alignment when N != M"),
         N_(
@@ -170,14 +197,6 @@ WINDOW_MISTAKES = (
             "condition out"
         ),
         (_extents_as(lambda e: 0 if e is None else e),),
-    ),
-    Mistake(
-        N_("the mask built from N and M instead of q_idx and kv_idx"),
-        N_(
-            "q_idx and kv_idx may be a tile's part of the grid (rows r0..r1 - 1, keys c0..c1 - 1): compute with them, "
-            "p = q_idx + M - N, and return a mask of their broadcast shape, never np.arange(N) and np.arange(M)"
-        ),
-        (_window_from_sizes,),
     ),
 )
 
@@ -271,6 +290,23 @@ def _start_by_bincount(doc, q):
     return starts[doc[q]]
 
 
+def _segments_by_counts(numbered: bool):
+    """Each token's document rebuilt from the documents' sizes, as if the ids were sorted: ``np.repeat`` of the ids
+    0, 1, 2 ... by ``np.bincount(doc)`` (``numbered``), or of ``np.unique(doc)`` by its counts."""
+
+    def model(q, kv, doc):
+        doc = np.asarray(doc)
+        if numbered:
+            counts = np.bincount(doc)
+            seg = np.repeat(np.arange(len(counts)), counts)
+        else:
+            ids, counts = np.unique(doc, return_counts=True)
+            seg = np.repeat(ids, counts)
+        return (seg[q] == seg[kv]) & (kv <= q)
+
+    return model
+
+
 DOCUMENT_MISTAKES = (
     Mistake(
         N_("the causal part forgotten"),
@@ -306,12 +342,17 @@ DOCUMENT_MISTAKES = (
         (_document_from_boundaries("right"), _document_from_boundaries("left")),
     ),
     Mistake(
-        N_("the document's first token found as if the ids were sorted"),
+        N_("the documents found as if the ids were sorted"),
         N_(
             "the ids need not be sorted nor numbered 0, 1, 2 ... (np.searchsorted and np.bincount assume so): "
             "compare the ids themselves, doc[q_idx] == doc[kv_idx]"
         ),
-        (_document_start_model(_start_by_searchsorted), _document_start_model(_start_by_bincount)),
+        (
+            _document_start_model(_start_by_searchsorted),
+            _document_start_model(_start_by_bincount),
+            _segments_by_counts(True),
+            _segments_by_counts(False),
+        ),
     ),
     Mistake(
         N_("the keys of earlier documents kept"),

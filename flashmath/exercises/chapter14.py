@@ -16,6 +16,7 @@ Solutions: :mod:`flashmath.solutions_triton`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -195,12 +196,17 @@ def _flash_row(
     lse_unshifted=False,
     partial=True,
     inverted=None,
+    terms_old=None,
+    values=None,
+    nan_to_zero=False,
 ):
     """One query row through FlashAttention-2's key-tile loop in float64, with mistakes as switches: ``(a_n,
     lse_n)``. ``np.log``, not ``math.log``: a wrong model's ``log(0) = -inf`` is an answer to compare with.
     ``scale``: True (``1/sqrt(D)``), False (none) or ``"D"`` (``1/D``); ``inverted``: alpha upside down,
     ``exp(g_new - g)``, ``"guarded"`` (0 while ``g`` is -inf) or ``"raw"`` (``exp(inf)``: ``0 * inf`` is NaN)."""
     q_n, K, V = (np.asarray(a, np.float64) for a in (q_n, K, V))
+    if values is not None:  # V "cleaned" before use: np.nansum of P * V, np.nan_to_num(V), ...
+        V = values(V)
     D = q_n.shape[0]
     g, s, acc = g0, 0.0, np.zeros(V.shape[1])
     last = K.shape[0] if partial else K.shape[0] - B_c + 1  # partial=False: the shorter last tile skipped
@@ -213,13 +219,20 @@ def _flash_row(
             with np.errstate(all="ignore"):
                 alpha = 0.0 if (inverted == "guarded" and not np.isfinite(g)) else float(np.exp(g_new - g))
         with np.errstate(all="ignore"):
-            p = np.exp(x - g_new)
+            if terms_old is None:
+                p = np.exp(x - g_new)
+            else:  # against the old max: "guarded" uses g_new while g is -inf, "raw" gives exp(+inf) there
+                p = np.exp(x - (g_new if (terms_old == "guarded" and not np.isfinite(g)) else g))
             s = (s * alpha if rescale_s else s) + p.sum()
             acc = (acc * alpha if rescale_acc else acc) + p @ V[c0 : c0 + B_c]
         g = g_new
+    with np.errstate(all="ignore"):
+        a = acc / s if divide else acc
+    if nan_to_zero:  # the output "cleaned": np.nan_to_num(acc / s)
+        a = np.where(np.isnan(a), 0.0, a)
     if lse_unshifted:  # log(s * exp(g)): exp(g) overflows above 709, underflows below -745
-        return (acc / s if divide else acc), float(np.log(s * np.exp(g)))
-    return (acc / s if divide else acc), float((g if lse_with_g else 0.0) + np.log(s))
+        return a, float(np.log(s * np.exp(g)))
+    return a, float((g if lse_with_g else 0.0) + np.log(s))
 
 
 def _model(**mistake):
@@ -269,14 +282,31 @@ FLASH_ROW_MISTAKES = (
         N_("exp(x) overflows for scores above 709 (float64): subtract the running max"),
         (_model(subtract_max=False),),
     ),
-    # after the max not subtracted: both give NaN where the scores are near 2000
+    # after the max not subtracted: both give NaN where the scores are near 2000. The unguarded forms of the two
+    # next mistakes give the same NaN everywhere (exp(+inf) at the first tile): named together, before either
+    Mistake(
+        N_("exp(+inf) at the first tile (the old max -inf in an exponent)"),
+        N_(
+            "at the first tile g = -inf, so exp(x - g) and exp(g_new - g) are exp(+inf) = inf, and inf * 0 or inf "
+            "/ inf is NaN: measure against the new max, p = exp(x - g_new) and alpha = exp(g - g_new)"
+        ),
+        (_model(inverted="raw"), _model(terms_old="raw")),
+    ),
+    Mistake(
+        N_("the tile's terms measured against the old max"),
+        N_(
+            "p = exp(x - g_new), against the new max, the one acc and s are rescaled to: exp(x - g) with the old "
+            "max g can exceed 1 and overflow when the max rises"
+        ),
+        (_model(terms_old="guarded"),),
+    ),
     Mistake(
         N_("alpha upside down"),
         N_(
             "alpha = exp(g - g_new), the old max minus the new (at most 1): the old acc and s shrink when the max "
             "rises; exp(g_new - g) makes them grow"
         ),
-        (_model(inverted="guarded"), _model(inverted="raw")),
+        (_model(inverted="guarded"),),
     ),
     Mistake(
         N_("g left out of the logsumexp"),
@@ -298,6 +328,17 @@ FLASH_ROW_MISTAKES = (
             "B_c] (a slice stops at the end)"
         ),
         (_model(partial=False),),
+    ),
+    Mistake(
+        N_("NaN in V dropped"),
+        N_(
+            "NaN propagates: a NaN value in a key tile makes the output NaN where it is weighted, so use P V as it "
+            "is: no np.nansum, np.nan_to_num or np.where(np.isnan(...), 0, ...) on V, P V or the output"
+        ),
+        (
+            _model(values=lambda V: np.where(np.isnan(V), 0.0, V)),
+            _model(nan_to_zero=True),
+        ),
     ),
     Mistake(
         N_("the output divided at every tile"),
@@ -355,6 +396,35 @@ def _counted(V) -> _CountedV:
     values = np.array(V, np.float64).view(_CountedV)
     values.divisions = [0]
     return values
+
+
+@contextlib.contextmanager
+def _counted_kept():
+    """While the learner's function runs: ``np.asarray``, ``np.array``, ``np.asanyarray``, ``np.ascontiguousarray``
+    and ``np.copy`` of a counted ``V`` keep it counted (``np.asarray(V, dtype=np.float64)``, the usual first line,
+    would otherwise hand back a plain array, and every division after it would go uncounted)."""
+    names = ("asarray", "array", "asanyarray", "ascontiguousarray", "copy")
+    originals = {name: getattr(np, name) for name in names}
+
+    def keeping(original):
+        @functools.wraps(original)
+        def convert(a, *args, **kwargs):
+            result = original(a, *args, **kwargs)
+            if isinstance(a, _CountedV) and isinstance(result, np.ndarray) and not isinstance(result, _CountedV):
+                counted = result.view(_CountedV)
+                counted.divisions = a.divisions
+                return counted
+            return result
+
+        return convert
+
+    try:
+        for name, original in originals.items():
+            setattr(np, name, keeping(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(np, name, original)
 
 
 def _flash_row_hint(exc) -> str | None:
@@ -417,7 +487,11 @@ def _flash_row_call(fn, args):
     divisions: list = [0]
     if isinstance(V, _CountedV):
         V.divisions = divisions
-    out = fn(*args)
+    if isinstance(V, _CountedV):
+        with _counted_kept():
+            out = fn(*args)
+    else:
+        out = fn(*args)
     if isinstance(V, _CountedV) and divisions[0] > 1:
         by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
         return PropertyFailure(
