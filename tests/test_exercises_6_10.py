@@ -647,6 +647,124 @@ def test_a_clamped_causal_offset_is_named_as_no_empty_row():
     assert named(report) == {"every query given a key (no empty row)"}, report
 
 
+# set 3's kinds (issue 34, fourth pass): each mistake in more than one of the forms learners write
+
+
+def tile_step_no_shift(g, s, a, x_tile, v_tile):
+    """No max subtracted: P = e^X, s and A' summed against 0."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        p = np.exp(x_tile)
+        s_new = s + p.sum(axis=1)
+        return g_new, s_new, (s[:, None] * a + p @ v_tile) / s_new[:, None]
+
+
+def tile_step_old_g(g, s, a, x_tile, v_tile):
+    g_new, s_new, a_new = solutions.tile_step(g, s, a, x_tile, v_tile)
+    return g.copy(), s_new, a_new
+
+
+def tile_step_against_old_max(g, s, a, x_tile, v_tile):
+    """Everything measured against the old max (0 while empty): P = e^{X - g}, nothing rescaled."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(np.isneginf(g), 0.0, g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.exp(x_tile - ref[:, None])
+        s_new = s + p.sum(axis=1)
+        return g_new, s_new, (s[:, None] * a + p @ v_tile) / s_new[:, None]
+
+
+def numerator_step_own_max(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    alpha = np.exp(g - np.where(np.isneginf(g_new), 0.0, g_new))
+    p = np.exp(x_tile - x_tile.max(axis=1)[:, None])
+    return g_new, s * alpha + p.sum(axis=1), u * alpha[:, None] + p @ v_tile
+
+
+def numerator_step_no_shift(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.exp(x_tile)
+        return g_new, s + p.sum(axis=1), u + p @ v_tile
+
+
+def numerator_step_old_g(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(np.isneginf(g_new), 0.0, g_new)
+    alpha, p = np.exp(g - ref), np.exp(x_tile - ref[:, None])
+    return g, s * alpha + p.sum(axis=1), u * alpha[:, None] + p @ v_tile
+
+
+def finish_log1p(g, s, u):
+    a = u / np.where(s == 0, 1, s)[:, None]
+    return a, g + np.log1p(s)
+
+
+def finish_times_exp_g(g, s, u):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        a = u * np.exp(np.where(np.isneginf(g), 0.0, g))[:, None] / np.where(s == 0, 1, s)[:, None]
+        return a, g + np.log(s)
+
+
+TILE["no max subtracted (P = e^X)"] = tile_step_no_shift
+TILE["the old max returned (g, not g_new)"] = tile_step_old_g
+NUMERATOR["P measured against the tile's own max"] = numerator_step_own_max
+NUMERATOR["no max subtracted (P = e^X)"] = numerator_step_no_shift
+NUMERATOR["the old max returned (g, not g_new)"] = numerator_step_old_g
+FINISH["log(1 + s) instead of log(s)"] = finish_log1p
+FINISH["U multiplied by e^g (the shift undone in A)"] = finish_times_exp_g
+
+
+def masked_step_scores_times_keep(g, s, a, x_tile, v_tile, keep):
+    """Masked by X * keep, then the step of a tile with no mask at all."""
+    with np.errstate(invalid="ignore"):
+        return solutions.masked_tile_step(g, s, a, x_tile * keep, v_tile, np.ones_like(keep))
+
+
+def merge_selected_average(a1, l1, a2, l2):
+    ok1, ok2 = ~np.isneginf(l1), ~np.isneginf(l2)
+    a = (np.where(ok1[:, None], a1, 0) + np.where(ok2[:, None], a2, 0)) / 2
+    return a, np.logaddexp(l1, l2)
+
+
+def merge_exp_direct(a1, l1, a2, l2):
+    """L = log(e^{L_1} + e^{L_2}) and the parts weighted by e^{L_p} over their sum (guarded)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        e1, e2 = np.exp(l1), np.exp(l2)
+        total = e1 + e2
+        a = e1[:, None] * np.where(np.isneginf(l1)[:, None], 0, a1) + e2[:, None] * np.where(
+            np.isneginf(l2)[:, None], 0, a2
+        )
+        return a / np.where(total == 0, 1, total)[:, None], np.log(total)
+
+
+def merge_lse_shift_unguarded(a1, l1, a2, l2):
+    """The logsumexp shifted by m = max(L_1, L_2), -inf when both are empty (NaN); the output's empty parts selected."""
+    m = np.maximum(l1, l2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lse = m + np.log(np.exp(l1 - m) + np.exp(l2 - m))
+        w1 = np.where(np.isneginf(l1), 0.0, np.exp(l1 - lse))
+        w2 = np.where(np.isneginf(l2), 0.0, np.exp(l2 - lse))
+    a = np.where(np.isneginf(l1)[:, None], 0, w1[:, None] * a1) + np.where(
+        np.isneginf(l2)[:, None], 0, w2[:, None] * a2
+    )
+    return a, lse
+
+
+MASKED_MORE.setdefault("the scores multiplied by the mask (a masked score 0)", []).append(masked_step_scores_times_keep)
+MERGE_MORE.setdefault("merged without rescaling", []).append(merge_selected_average)
+MERGE_MORE.setdefault("e^{L_p} without a common reference", []).append(merge_exp_direct)
+MERGE_MORE.setdefault("0 / 0 where both ranges are empty", []).append(merge_lse_shift_unguarded)
+TILE_MORE = {"P measured against the old max (e^{X - g})": tile_step_against_old_max}
+
+
+@pytest.mark.parametrize("mistake", list(TILE_MORE))
+def test_more_tile_step_forms_are_named(mistake):
+    report = exercises.check_tile_step(TILE_MORE[mistake])
+    assert not report.passed
+    assert named(report) == {mistake}, report
+
+
 WRONG = {
     "check_tile_step": TILE,
     "check_numerator_step": NUMERATOR,

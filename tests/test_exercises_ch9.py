@@ -15,6 +15,8 @@ def learner(mistake=None):
     def ratio(out, q, k, v):
         q, k, v = (np.asarray(a) for a in (q, k, v))
         dtype, D = q.dtype, q.shape[-1]
+        if mistake == "float16 always":  # the naive steps rounded to a hard-coded float16
+            dtype = np.dtype(np.float16)
         q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
         x = q64 @ k64.T / (1.0 if mistake == "no scale anywhere" else math.sqrt(D))
         e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -67,6 +69,10 @@ def learner(mistake=None):
             return error_out.mean() / error_naive.mean()
         if mistake == "relative":
             return (error_out / np.abs(reference)).max() / (error_naive / np.abs(reference)).max()
+        if mistake == "relative out":  # out's error relative to the largest output, the naive one absolute
+            return error_out.max() / np.abs(reference).max() / error_naive.max()
+        if mistake == "relative naive":
+            return error_out.max() / (error_naive.max() / np.abs(reference).max())
         if mistake == "upside down":
             return error_naive.max() / error_out.max()
         if mistake == "signed":
@@ -108,6 +114,9 @@ def test_the_solution_and_another_right_answer_pass():
         ("axis 0", "normalised over the queries"),
         ("no max", "without subtracting their max"),
         ("signed", "largest signed differences"),
+        ("float16 always", "round to float16 whatever the inputs' dtype"),
+        ("relative out", "error of out seems divided by max |A|"),
+        ("relative naive", "error of the naive attention seems divided by max |A|"),
     ],
 )
 def test_each_classic_mistake_is_named(mistake, named):

@@ -43,6 +43,10 @@ def _selected(term, lp):
     return np.where(np.isneginf(lp)[:, None], 0.0, term)
 
 
+def _nonzero(total):
+    return np.where(total == 0, 1.0, total)
+
+
 def _shift_max(l1, l2):
     return np.maximum(l1, l2)
 
@@ -80,7 +84,19 @@ MERGE_STATES_MISTAKES = (
             "each part is weighted by its share of the sum, e^{L_p - L}; the plain average of the outputs ignores "
             "how much weight each range holds"
         ),
-        (_merge_model(lambda a1, l1, a2, l2, L: (a1 + a2) / 2), _merge_model(lambda a1, l1, a2, l2, L: a1 + a2)),
+        (
+            _merge_model(lambda a1, l1, a2, l2, L: (a1 + a2) / 2),
+            _merge_model(lambda a1, l1, a2, l2, L: a1 + a2),
+            # an empty part selected away first, then the plain average (or sum, or mean of the parts present)
+            _merge_model(lambda a1, l1, a2, l2, L: (_selected(a1, l1) + _selected(a2, l2)) / 2),
+            _merge_model(lambda a1, l1, a2, l2, L: _selected(a1, l1) + _selected(a2, l2)),
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    (_selected(a1, l1) + _selected(a2, l2))
+                    / np.maximum(1, (~np.isneginf(l1)).astype(float) + (~np.isneginf(l2)))[:, None]
+                )
+            ),
+        ),
     ),
     Mistake(
         N_("the logsumexp as the max of the two"),
@@ -150,6 +166,18 @@ MERGE_STATES_MISTAKES = (
                     )
                     / (np.exp(l1) + np.exp(l2))[..., None]
                 )
+            ),
+            # e^{L_p} computed first, L = log(e^{L_1} + e^{L_2}), an empty part or a sum of 0 guarded
+            *(
+                _merge_model(
+                    lambda a1, l1, a2, l2, L, guard=guard: (
+                        (np.exp(l1)[:, None] * _selected(a1, l1) + np.exp(l2)[:, None] * _selected(a2, l2))
+                        / (_nonzero(np.exp(l1) + np.exp(l2)) if guard else np.exp(l1) + np.exp(l2))[:, None]
+                    ),
+                    lse_of=lse_of,
+                )
+                for guard in (True, False)
+                for lse_of in (None, lambda l1, l2: np.log(np.exp(l1) + np.exp(l2)))
             ),
         ),
     ),
@@ -254,7 +282,14 @@ MERGE_STATES_MISTAKES = (
             "a row with no key in either range has L_1 = L_2 = -inf: shifted by their max (-inf) its weights are "
             "NaN and their sum 0; such a row gets A = 0 and L = -inf: select it with np.where"
         ),
-        (_merge_model(_shifted_by_max, lse_of=lambda l1, l2: _shift_max(l1, l2) + np.log(_shift_total(l1, l2))),),
+        (
+            _merge_model(_shifted_by_max, lse_of=lambda l1, l2: _shift_max(l1, l2) + np.log(_shift_total(l1, l2))),
+            # the output's empty parts selected away, the logsumexp shifted by -inf: NaN where both are empty
+            _merge_model(
+                lambda a1, l1, a2, l2, L: _mix(a1, l1, a2, l2, np.logaddexp(l1, l2)),
+                lse_of=lambda l1, l2: _shift_max(l1, l2) + np.log(_shift_total(l1, l2)),
+            ),
+        ),
     ),
     INPUT_MODIFIED,
     shape_mistake(lambda *args: _merge_reference(*args)),

@@ -110,7 +110,10 @@ TILE_MISTAKES = (
             "P = e^{X - m} with m = rowmax X is relative to the tile's max: measured against g_new it is "
             "e^{X - g_new} (or multiply by e^{m - g_new}) before it is summed and multiplied by V"
         ),
-        (_tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(x.max(axis=1))[:, None])),),
+        (
+            _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(x.max(axis=1))[:, None])),
+            _tile_model(p_of=lambda x, g, gn: np.exp(x - x.max(axis=1)[:, None])),
+        ),
     ),
     Mistake(
         N_("FlashAttention-2's update (not divided)"),
@@ -157,6 +160,36 @@ TILE_MISTAKES = (
         (
             _tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None])),
             _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])),
+            # the whole step kept against the old max: P = e^{X - g}, the old state not rescaled (r = 1)
+            _tile_model(p_of=lambda x, g, gn: np.exp(x - g[:, None]), rescale=lambda g, gn: np.ones_like(g)),
+            _tile_model(
+                p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None]), rescale=lambda g, gn: np.ones_like(g)
+            ),
+        ),
+    ),
+    Mistake(
+        N_("no max subtracted (P = e^X)"),
+        N_(
+            "e^X overflows once a score passes 709 (e^{1000} = inf) and is 0 for scores near -1000: subtract the "
+            "running max, P = e^{X - g_new}, and rescale the old state by e^{g - g_new}"
+        ),
+        (
+            _tile_model(p_of=lambda x, g, gn: np.exp(x), rescale=lambda g, gn: np.ones_like(g)),
+            _tile_model(p_of=lambda x, g, gn: np.exp(x)),
+        ),
+    ),
+    Mistake(
+        N_("the old max returned (g, not g_new)"),
+        N_(
+            "the state returned is the new one: g_new = max(g, rowmax X), the max the new s and A' are measured "
+            "against; returning the old g leaves the next tile measuring against the wrong max"
+        ),
+        (
+            lambda g, s, a, x, v: (np.asarray(g, dtype=np.float64), *tile_step_reference(g, s, a, x, v)[1:]),
+            lambda g, s, a, x, v: (
+                max_or_zero(np.asarray(g, dtype=np.float64)),
+                *tile_step_reference(g, s, a, x, v)[1:],
+            ),
         ),
     ),
     Mistake(

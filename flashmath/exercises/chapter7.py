@@ -120,6 +120,55 @@ NUMERATOR_MISTAKES = (
             _numerator_model(
                 lambda u, s, r, pv, sn: u * r[:, None] + pv, p_of=lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None])
             ),
+            # the whole step kept against the old max: P = e^{X - g}, U and s not rescaled
+            *(
+                _numerator_model(lambda u, s, r, pv, sn: u + pv, rescale=lambda g, gn: np.ones_like(g), p_of=p_of)
+                for p_of in (
+                    lambda x, g, gn: np.exp(x - g[:, None]),
+                    lambda x, g, gn: np.exp(x - max_or_zero(g)[:, None]),
+                )
+            ),
+        ),
+    ),
+    Mistake(
+        N_("P measured against the tile's own max"),
+        N_(
+            "P = e^{X - m} with m = rowmax X is relative to the tile's max, while U and s are measured against "
+            "g_new: use P = e^{X - g_new} (or multiply by e^{m - g_new}) before it is summed and multiplied by V"
+        ),
+        tuple(
+            _numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, p_of=p_of)
+            for p_of in (
+                lambda x, g, gn: np.exp(x - max_or_zero(x.max(axis=1))[:, None]),
+                lambda x, g, gn: np.exp(x - x.max(axis=1)[:, None]),
+            )
+        ),
+    ),
+    Mistake(
+        N_("no max subtracted (P = e^X)"),
+        N_(
+            "e^X overflows once a score passes 709 (e^{1000} = inf) and is 0 for scores near -1000: subtract the "
+            "running max, P = e^{X - g_new}, and rescale the old U and s by e^{g - g_new}"
+        ),
+        (
+            _numerator_model(
+                lambda u, s, r, pv, sn: u + pv, rescale=lambda g, gn: np.ones_like(g), p_of=lambda x, g, gn: np.exp(x)
+            ),
+            _numerator_model(lambda u, s, r, pv, sn: u * r[:, None] + pv, p_of=lambda x, g, gn: np.exp(x)),
+        ),
+    ),
+    Mistake(
+        N_("the old max returned (g, not g_new)"),
+        N_(
+            "the state returned is the new one: g_new = max(g, rowmax X), the max the new s and U are measured "
+            "against; returning the old g leaves the next tile measuring against the wrong max"
+        ),
+        (
+            lambda g, s, u, x, v: (np.asarray(g, dtype=np.float64), *numerator_step_reference(g, s, u, x, v)[1:]),
+            lambda g, s, u, x, v: (
+                max_or_zero(np.asarray(g, dtype=np.float64)),
+                *numerator_step_reference(g, s, u, x, v)[1:],
+            ),
         ),
     ),
     Mistake(
@@ -236,6 +285,34 @@ FINISH_MISTAKES = (
         N_("the logsumexp without the shift"),
         N_("log(e^g s) overflows once g > 709 (e^g is inf in float64): keep the shift, L = g + log(s)"),
         (_finish_model(lse_of=lambda g, s, u: np.log(np.exp(g) * s)),),
+    ),
+    Mistake(
+        N_("log(1 + s) instead of log(s)"),
+        N_(
+            "the logsumexp is g + log(s): log1p(s) = log(1 + s) adds 1 to the sum (log1p is for log(1 + x) with x "
+            "near 0, not for log(x))"
+        ),
+        (
+            _finish_model(lse_of=lambda g, s, u: g + np.log1p(s)),
+            _finish_model(lse_of=lambda g, s, u: np.where(s == 0, -np.inf, g + np.log1p(s))),
+        ),
+    ),
+    Mistake(
+        N_("U multiplied by e^g (the shift undone in A)"),
+        N_(
+            "the shift by g cancels in A = U / s (U and s are both measured against g): divide, A = U / s, with no "
+            "factor e^g; the shift stays only in the logsumexp, L = g + log(s)"
+        ),
+        tuple(
+            _finish_model(a_of=a_of)
+            for a_of in (
+                lambda g, s, u: u * np.exp(max_or_zero(g))[:, None] / np.where(s == 0, 1, s)[:, None],
+                lambda g, s, u: u * np.exp(g)[:, None] / s[:, None],
+                lambda g, s, u: np.where(
+                    (s == 0)[:, None], 0.0, u * np.exp(g)[:, None] / np.where(s == 0, 1, s)[:, None]
+                ),
+            )
+        ),
     ),
     Mistake(
         N_("FlashAttention-2's +inf convention"),

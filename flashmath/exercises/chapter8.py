@@ -284,7 +284,8 @@ MASKED_MISTAKES = (
         tuple(
             _masked_model(score=lambda x, keep: x * keep, term=term, p_masked=p_masked)
             for p_masked in (False, True)
-            for term in (_absent_terms, None)
+            # the terms selected by keep, multiplied by it, or (the scores' mask thought enough) not masked at all
+            for term in (_absent_terms, None, lambda p, keep, V: p @ V)
         ),
     ),
     Mistake(

@@ -86,6 +86,16 @@ def _naive_variant(q, k, v, *, scale=True, axis=-1, shift=True):
     return round_to(probs @ v32, dtype)
 
 
+def _naive_rounded_to(q, k, v, dtype):
+    """The framework's naive attention (computed in float32) with X, Y and A rounded to ``dtype`` instead of the
+    inputs' dtype (a learner's hard-coded float16 or bfloat16)."""
+    q32, k32, v32 = (arr.astype(np.float32) for arr in (q, k, v))
+    x = round_to(q32 @ k32.T / np.float32(math.sqrt(q.shape[-1])), dtype).astype(np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    probs = round_to(e / e.sum(axis=-1, keepdims=True), dtype).astype(np.float32)
+    return round_to(probs @ v32, dtype)
+
+
 def _signed_error(out, ref) -> float:
     return float(np.max(np.asarray(out, np.float64) - ref))
 
@@ -98,6 +108,7 @@ def _relative_error(out, ref) -> float:
 def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
     """The right ratio and the ratio each classic mistake gives, ``(ratio, [(wrong ratio, message)])``."""
     dtype = q.dtype.name
+    other = np.dtype(np.float16) if dtype != "float16" else np.dtype(ml_dtypes.bfloat16)
     ref = attention(q, k, v)  # float64, from the very numbers given
     naive = naive_attention(q, k, v)
     right = max_abs_error(out, ref) / max_abs_error(naive, ref)
@@ -209,6 +220,28 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
                     "e^x overflows {dtype} (float16's largest number is 65504, e^{{11.1}}), and inf / inf is NaN. A "
                     "framework's softmax subtracts the row max and computes in float32"
                 ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_rounded_to(q, k, v, other), ref),
+                _(
+                    "your naive attention seems to round to {other} whatever the inputs' dtype: with {dtype} inputs "
+                    "the framework stores X, Y and A in {dtype}; round to q.dtype, not a fixed type"
+                ).format(dtype=dtype, other=other.name),
+            ),
+            (
+                max_abs_error(out, ref) / np.max(np.abs(ref)) / max_abs_error(naive, ref),
+                _(
+                    "the error of out seems divided by max |A| (a relative error) and the naive one not: both errors "
+                    "are the same kind, max |out - A| and max |naive - A|, so that their ratio compares them"
+                ),
+            ),
+            (
+                max_abs_error(out, ref) / (max_abs_error(naive, ref) / np.max(np.abs(ref))),
+                _(
+                    "the error of the naive attention seems divided by max |A| (a relative error) and that of out "
+                    "not: both errors are the same kind, max |out - A| and max |naive - A|, so that their ratio "
+                    "compares them"
+                ),
             ),
             (
                 _signed_error(out, ref) / _signed_error(naive, ref),

@@ -204,4 +204,21 @@ NOTEBOOK_MISCONCEPTIONS = (
         "-> 2 -> 1."
     ),
     N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
+    N_(
+        "13 = T_c + 1 is the count of the stores of A', g and s (written once before the key tiles, then after "
+        "each); Q is only loaded, once per key tile: T_c = 12."
+    ),
+    N_(
+        "72 = T_r x T_c = 6 x 12 counts tile loads of Q (every query tile once per key tile); a pass reads all of "
+        "Q once: T_c = 12 passes."
+    ),
+    N_(
+        "2 counts a division for each of the update's two terms (the old A' and P V); they are added first and "
+        "divided by s_new once: B_r x D_v divisions per key tile, 64 / 64 per score."
+    ),
+    N_(
+        "120 = 16 x 15 / 2 is the text's count for 16 x 16 tiles; with 32 x 32 tiles the 256 keys make an 8 x 8 "
+        "grid: 8 x 7 / 2 = 28."
+    ),
+    N_("496 = 32 x 31 / 2 takes the tile size for the grid size: 256 / 32 = 8 tiles per side, 8 x 7 / 2 = 28."),
 )
