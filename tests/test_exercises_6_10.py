@@ -1069,8 +1069,8 @@ PREDICTIONS = {  # chapter: (the words of its prediction cell, the answer the ce
 
 
 def prediction_call(chapter):
-    """The keyword arguments ``why`` and ``misconceptions`` of the chapter's check_prediction call, from the English
-    notebook's code cell."""
+    """The ``why`` and ``misconceptions`` of the chapter's question (predict.QUESTIONS), the key its check_prediction
+    call names in the English notebook's code cell."""
     import ast
 
     import nbformat
@@ -1084,10 +1084,10 @@ def prediction_call(chapter):
         for node in ast.walk(ast.parse(cell.source))
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check_prediction"
     ]
-    return {
-        kw.arg: ast.literal_eval(kw.value) if kw.arg == "why" else eval(compile(ast.Expression(kw.value), "", "eval"))
-        for kw in call.keywords
-    }
+    from flashmath.exercises.predict import QUESTIONS
+
+    (key,) = [ast.literal_eval(kw.value) for kw in call.keywords if kw.arg == "question"]
+    return {"why": QUESTIONS[key].why, "misconceptions": dict(QUESTIONS[key].misconceptions)}
 
 
 def said(capsys, prediction, answer, **kw):

@@ -248,26 +248,30 @@ def test_the_catalog_holds_every_message_the_package_marks():
 
 
 def test_every_sentence_a_chapter_passes_to_the_package_is_in_the_catalog():
-    """A chapter's code is the same in both editions, so the English ``why=`` sentence it gives check_prediction is
-    translated when printed: each one must be in the catalog (flashmath.exercises.predict.NOTEBOOK_WHY)."""
+    """A chapter's code is the same in both editions, so its prediction cell names a question of
+    flashmath.exercises.predict.QUESTIONS (``question="P8"``), whose sentences, marked there, are translated when
+    printed: each cell names a question, and every sentence of every question is in the catalog."""
     import ast
 
+    from flashmath.exercises.predict import QUESTIONS
+
     ids = {m.id for m in read_catalog() if m.id}
-    sentences, calls = [], 0
+    keys, calls = [], 0
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in cells(path):
             if cell["cell_type"] == "code" and "check_prediction(" in source(cell):
                 calls += 1
-                tree = parse_cell(source(cell))
-                sentences += [
+                keys += [
                     k.value.value
-                    for node in ast.walk(tree)
+                    for node in ast.walk(parse_cell(source(cell)))
                     if isinstance(node, ast.Call)
                     for k in node.keywords
-                    if k.arg == "why" and isinstance(k.value, ast.Constant)
+                    if k.arg == "question" and isinstance(k.value, ast.Constant)
                 ]
-    assert calls and len(sentences) >= calls, "each cell that calls check_prediction passes a why= sentence"
-    assert not [s for s in sentences if s not in ids], "add them to flashmath.exercises.predict.NOTEBOOK_WHY"
+    assert calls and len(keys) == calls, "each cell that calls check_prediction names its question"
+    assert set(keys) <= set(QUESTIONS)
+    sentences = [text for q in QUESTIONS.values() for text in (q.why, *q.misconceptions.values())]
+    assert not [s for s in sentences if s not in ids], "run the translations workflow (CONTRIBUTING, Translations)"
 
 
 def test_the_compiled_catalog_matches_the_po():

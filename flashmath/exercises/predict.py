@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -22,6 +23,7 @@ def check_prediction(
     why: str = "",
     length: int | None = None,
     misconceptions: Mapping[float, str] | None = None,
+    question: str | None = None,
 ) -> None:
     """Print how a learner's ``prediction`` compares with the computed ``answer``.
 
@@ -34,17 +36,26 @@ def check_prediction(
             a whole number (a count, an index: 11.5 is not 12 tiles), else 5 % (so that for an answer of 3/4 the
             neighbours 2/3 and 4/5 are not right). NaN matches NaN, an infinity itself.
         why: one sentence printed after the verdict (what explains the answer), in the selected language when the
-            catalog has it (the notebooks' sentences are listed in :data:`NOTEBOOK_WHY`).
+            catalog has it (the chapters' sentences are in :data:`QUESTIONS`).
         length: for a prediction of an index into a sequence of this length: a negative index ``-k`` (``x[-k]``)
             names the element ``length - k``, and counts as that index.
         misconceptions: ``{wrong answer: why a learner gives it}``: the common wrong answers and the half-understood
             rule behind each (matched with the same tolerance); a wrong prediction that is one of them prints its
-            sentence, in the selected language when the catalog has it (:data:`NOTEBOOK_MISCONCEPTIONS`). The
+            sentence, in the selected language when the catalog has it. The
             prediction is matched as typed, before a negative index is converted (``-3`` is its own mistake).
+        question: the key of a chapter's question in :data:`QUESTIONS` (``"P8"``), which gives ``why`` and
+            ``misconceptions``: a chapter's cell names its question instead of spelling them out, so the cell the
+            learner types into shows neither the explanation nor the common wrong answers before the prediction.
 
     Raises:
         TypeError: ``prediction`` is not a number (or the placeholder).
+        KeyError: ``question`` is not a key of :data:`QUESTIONS`.
+        ValueError: ``question`` given with ``why`` or ``misconceptions``.
     """
+    if question is not None:
+        if why or misconceptions:
+            raise ValueError("give either question= or why= and misconceptions=, not both")
+        why, misconceptions = QUESTIONS[question].why, QUESTIONS[question].misconceptions
     if prediction is ... or prediction is None:
         print(_(PLACEHOLDER_MESSAGE))
         return
@@ -86,139 +97,219 @@ def _matches(guess: float, answer: float, tolerance: float) -> bool:
     return abs(guess - answer) <= tolerance * max(abs(answer), 0.2)
 
 
-#: The ``why`` sentences that the chapters pass to :func:`check_prediction`, marked here for the catalog (a notebook's
-#: code cell is the same in both editions, so its English sentence is translated when it is printed).
-NOTEBOOK_WHY = (
-    N_("x_m is x[m - 1]: the math counts from 1, Python from 0, and x[-1] is x_46."),
-    N_("Every output is 0: read on."),
-    N_("Each step raises the max by 1, so every factor is exp(-1) = 1/e."),
-    N_("The variance of q . k is D = 64, so its spread is sqrt(64) = 8."),
-    N_("Every element receives the same additions in the same order, so not one bit differs."),
-    N_("No jump, s_3 = 3 and s_4 = 4: the old output keeps 3/4 and the new key gets 1/4."),
-    N_(
-        "fa1 keeps one key tile on chip and streams every query tile past it: Q is read once per key tile, "
-        "T_c = ceil(46 / 4) = 12 times, whatever B_r is."
-    ),
-    N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
-    N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
-    N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
-)
+@dataclass(frozen=True)
+class Question:
+    """A chapter's 'predict, then check' question: what explains its answer, and the common wrong answers.
 
-#: The ``misconceptions`` sentences that the chapters pass to :func:`check_prediction` (the wrong answer a
-#: half-understood rule gives, and why), marked here for the catalog like :data:`NOTEBOOK_WHY`.
-NOTEBOOK_MISCONCEPTIONS = (
-    # chapters 0-5
-    N_("43 is the math's count, which starts at 1: Python starts at 0, so every index is one less."),
-    N_("One step the wrong way: Python's index is one less than the math's (m - 1), not one more."),
-    N_(
-        "A distribution adds up to 1 only when its sum is finite: 46 x 22026 is about 1e6, above float16's "
-        "65504, so the sum is inf and each e^10 / inf is 0."
+    Attributes:
+        why: one sentence printed after the verdict.
+        misconceptions: ``{wrong answer: the half-understood rule that gives it, and why}``.
+    """
+
+    why: str
+    misconceptions: Mapping[float, str] = field(default_factory=dict)
+
+
+#: The chapters' questions by key (``"P<chapter>"``), the sentences marked for the catalog: a chapter's cell passes
+#: ``question="P8"`` to :func:`check_prediction`, and both editions print the sentences in their language.
+QUESTIONS: dict[str, Question] = {
+    "P0": Question(
+        why=N_("x_m is x[m - 1]: the math counts from 1, Python from 0, and x[-1] is x_46."),
+        misconceptions={
+            43: N_("43 is the math's count, which starts at 1: Python starts at 0, so every index is one less."),
+            44: N_("One step the wrong way: Python's index is one less than the math's (m - 1), not one more."),
+            -3: N_(
+                "Counted from the end, x[-1] is already x_46, so x_43 is three places before it: x[-4], "
+                "not x[-3] (which is x_44)."
+            ),
+        },
     ),
-    N_(
-        "NaN needs inf / inf or 0 / 0: here every term is finite and only the sum is inf, "
-        "and a finite number / inf is 0."
+    "P1": Question(
+        why=N_("Every output is 0: read on."),
+        misconceptions={
+            1: N_(
+                "A distribution adds up to 1 only when its sum is finite: 46 x 22026 is about 1e6, above "
+                "float16's 65504, so the sum is inf and each e^10 / inf is 0."
+            ),
+            math.nan: N_(
+                "NaN needs inf / inf or 0 / 0: here every term is finite and only the sum is inf, and a "
+                "finite number / inf is 0."
+            ),
+            46: N_(
+                "Each output is e^10 / sum, not e^10 / e^10 = 1: the sum of the 46 terms is the "
+                "denominator of every output, and here it overflows to inf."
+            ),
+        },
     ),
-    N_(
-        "That is exp(g_i - g_{i-1}), the factor inverted: it converts the old sum to the new max, which is "
-        "larger, so it is below 1."
+    "P2": Question(
+        why=N_("Each step raises the max by 1, so every factor is exp(-1) = 1/e."),
+        misconceptions={
+            math.e: N_(
+                "That is exp(g_i - g_{i-1}), the factor inverted: it converts the old sum to the new max, "
+                "which is larger, so it is below 1."
+            ),
+            1: N_("The factor is 1 only when the max holds; here every element raises it."),
+            -1: N_("-1 is the exponent g_{i-1} - g_i; the factor is its exponential, exp(-1) = 1/e."),
+            0: N_(
+                "exp(g_0 - g_1) = exp(-inf) = 0 is the factor of the first step only (nothing seen yet); "
+                "from then on the max rises by 1 at each step."
+            ),
+        },
     ),
-    N_("The factor is 1 only when the max holds; here every element raises it."),
-    N_("-1 is the exponent g_{i-1} - g_i; the factor is its exponential, exp(-1) = 1/e."),
-    N_("64 is the variance of q . k (D products of variance 1 add up); the standard deviation is its square root."),
-    N_("Each component has standard deviation 1, but q . k adds D = 64 products, and their variances add up to 64."),
-    N_(
-        "The loops run in another order, but each element still adds its own terms in the order m = 1, 2, "
-        "..., M: the same roundings, the same bits."
+    "P3": Question(
+        why=N_("The variance of q . k is D = 64, so its spread is sqrt(64) = 8."),
+        misconceptions={
+            64: N_(
+                "64 is the variance of q . k (D products of variance 1 add up); the standard deviation is "
+                "its square root."
+            ),
+            1: N_(
+                "Each component has standard deviation 1, but q . k adds D = 64 products, and their "
+                "variances add up to 64."
+            ),
+            0.125: N_(
+                "0.125 is 1 / sqrt(64), the scale that undoes the spread; the spread of q . k itself is "
+                "sqrt(64) = 8, the number the scale divides by."
+            ),
+            0: N_(
+                "0 is the mean of q . k (positive and negative products cancel on average); the question "
+                "asks its spread, the standard deviation."
+            ),
+        },
     ),
-    N_(
-        "Rounding differs when an element's additions change order (as with BLAS); swapping the m and d loops"
-        " changes the order of the work, not of any element's additions."
+    "P4": Question(
+        why=N_("Every element receives the same additions in the same order, so not one bit differs."),
+        misconceptions={
+            12: N_(
+                "The loops run in another order, but each element still adds its own terms in the order m "
+                "= 1, 2, ..., M: the same roundings, the same bits."
+            ),
+            6: N_(
+                "Rounding differs when an element's additions change order (as with BLAS); swapping the m "
+                "and d loops changes the order of the work, not of any element's additions."
+            ),
+            3: N_(
+                "Swapping the loops changes which elements are worked on first, not the order of any "
+                "element's own additions: no row or column is special."
+            ),
+            4: N_(
+                "Swapping the loops changes which elements are worked on first, not the order of any "
+                "element's own additions: no row or column is special."
+            ),
+        },
     ),
-    N_(
-        "The max holds, so e^{g_3 - g_4} = 1, but the old output must still give up the weight of the new "
-        "key: s_3 / s_4 = 3/4."
+    "P5": Question(
+        why=N_("No jump, s_3 = 3 and s_4 = 4: the old output keeps 3/4 and the new key gets 1/4."),
+        misconceptions={
+            1: N_(
+                "The max holds, so e^{g_3 - g_4} = 1, but the old output must still give up the weight of "
+                "the new key: s_3 / s_4 = 3/4."
+            ),
+            0.25: N_(
+                "1/4 is the new key's weight e^{x_4 - g_4} / s_4; the correction applied to A'_3 is what "
+                "the old output keeps, 3/4."
+            ),
+            4 / 3: N_(
+                "That is s_4 / s_3, the ratio inverted: the old output keeps the share s_3 / s_4 of the "
+                "new sum, at most 1 when the max holds."
+            ),
+        },
     ),
-    N_(
-        "1/4 is the new key's weight e^{x_4 - g_4} / s_4; the correction applied to A'_3 is what the old "
-        "output keeps, 3/4."
+    "P6": Question(
+        why=N_(
+            "fa1 keeps one key tile on chip and streams every query tile past it: Q is read once per "
+            "key tile, T_c = ceil(46 / 4) = 12 times, whatever B_r is."
+        ),
+        misconceptions={
+            1: N_(
+                "1 is the fa2 order's count: there each query tile is loaded once; fa1 swaps the loops, so "
+                "Q streams past every key tile."
+            ),
+            6: N_(
+                "6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key tile."
+            ),
+            11.5: N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4)."),
+            11: N_("11 is 46 / 4 rounded down: the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4) = 12."),
+            46: N_(
+                "46 counts one pass per key, but keys are loaded a tile at a time: one pass over Q per key "
+                "tile of B_c = 4."
+            ),
+            13: N_(
+                "13 = T_c + 1 is the count of the stores of A', g and s (written once before the key "
+                "tiles, then after each); Q is only loaded, once per key tile: T_c = 12."
+            ),
+            72: N_(
+                "72 = T_r x T_c = 6 x 12 counts tile loads of Q (every query tile once per key tile); a "
+                "pass reads all of Q once: T_c = 12 passes."
+            ),
+        },
     ),
-    N_(
-        "Counted from the end, x[-1] is already x_46, so x_43 is three places before it: x[-4], not x[-3] "
-        "(which is x_44)."
+    "P7": Question(
+        why=N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
+        misconceptions={
+            0.125: N_(
+                "0.125 = D_v / M is the fa2 order's count, one division at the end of each query tile; fa1 "
+                "divides after every key tile."
+            ),
+            64: N_(
+                "64 would be D_v divisions for every score; the B_r x D_v divisions after a key tile are "
+                "shared by its B_r x B_c scores."
+            ),
+            1 / 64: N_(
+                "1/64 counts one division per row and key tile (s_new alone); fa1 divides each of the "
+                "row's D_v outputs."
+            ),
+            8: N_(
+                "8 = T_c = 512 / 64 is how often one output element is divided (once per key tile); per "
+                "score, the D_v divisions after a key tile are shared by its B_c scores: 64 / 64."
+            ),
+            2: N_(
+                "2 counts a division for each of the update's two terms (the old A' and P V); they are "
+                "added first and divided by s_new once: B_r x D_v divisions per key tile, 64 / 64 per "
+                "score."
+            ),
+        },
     ),
-    N_(
-        "Each output is e^10 / sum, not e^10 / e^10 = 1: the sum of the 46 terms is the denominator of every "
-        "output, and here it overflows to inf."
+    "P8": Question(
+        why=N_("The 8 x 8 grid's strict upper triangle: 8 x 7 / 2 = 28 tiles."),
+        misconceptions={
+            36: N_(
+                "36 = 8 x 9 / 2 counts the diagonal tiles too, but each holds its part of the diagonal: "
+                "partial, not skipped."
+            ),
+            32: N_("32 is half the grid, but the 8 diagonal tiles belong to neither half: (64 - 8) / 2."),
+            56: N_("56 = 8 x 7 counts both triangles: only the tiles above the diagonal are masked."),
+            8: N_(
+                "8 counts the diagonal tiles, which are partial, not skipped; the skipped tiles lie above "
+                "them: 8 x 7 / 2."
+            ),
+            120: N_(
+                "120 = 16 x 15 / 2 is the text's count for 16 x 16 tiles; with 32 x 32 tiles the 256 keys "
+                "make an 8 x 8 grid: 8 x 7 / 2 = 28."
+            ),
+            496: N_(
+                "496 = 32 x 31 / 2 takes the tile size for the grid size: 256 / 32 = 8 tiles per side, 8 x 7 / 2 = 28."
+            ),
+        },
     ),
-    N_(
-        "exp(g_0 - g_1) = exp(-inf) = 0 is the factor of the first step only (nothing seen yet); from then on "
-        "the max rises by 1 at each step."
+    "P10": Question(
+        why=N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
+        misconceptions={
+            5: N_("5 is the number of merges (each turns two states into one); a level merges its pairs side by side."),
+            2: N_(
+                "2 is log2 6 rounded down, but the odd range is carried up and merged one level later: "
+                "ceil(log2 6) = 3."
+            ),
+            6: N_("One level per range gives 6, but a level merges all its pairs at once, halving the count."),
+            1: N_(
+                "1 level would merge all six at once, but a merge takes two states: each level halves the "
+                "count, 6 -> 3 -> 2 -> 1."
+            ),
+            4: N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
+        },
     ),
-    N_(
-        "0 is the mean of q . k (positive and negative products cancel on average); the question asks its "
-        "spread, the standard deviation."
-    ),
-    N_(
-        "Swapping the loops changes which elements are worked on first, not the order of any element's own "
-        "additions: no row or column is special."
-    ),
-    N_(
-        "0.125 is 1 / sqrt(64), the scale that undoes the spread; the spread of q . k itself is sqrt(64) = 8, "
-        "the number the scale divides by."
-    ),
-    N_(
-        "That is s_4 / s_3, the ratio inverted: the old output keeps the share s_3 / s_4 of the new sum, at "
-        "most 1 when the max holds."
-    ),
-    # chapters 6-10
-    N_(
-        "1 is the fa2 order's count: there each query tile is loaded once; fa1 swaps the loops, so Q streams "
-        "past every key tile."
-    ),
-    N_("6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key tile."),
-    N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4)."),
-    N_("11 is 46 / 4 rounded down: the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4) = 12."),
-    N_("46 counts one pass per key, but keys are loaded a tile at a time: one pass over Q per key tile of B_c = 4."),
-    N_(
-        "0.125 = D_v / M is the fa2 order's count, one division at the end of each query tile; fa1 divides "
-        "after every key tile."
-    ),
-    N_(
-        "64 would be D_v divisions for every score; the B_r x D_v divisions after a key tile are shared by "
-        "its B_r x B_c scores."
-    ),
-    N_("1/64 counts one division per row and key tile (s_new alone); fa1 divides each of the row's D_v outputs."),
-    N_(
-        "8 = T_c = 512 / 64 is how often one output element is divided (once per key tile); per score, the D_v "
-        "divisions after a key tile are shared by its B_c scores: 64 / 64."
-    ),
-    N_("36 = 8 x 9 / 2 counts the diagonal tiles too, but each holds its part of the diagonal: partial, not skipped."),
-    N_("32 is half the grid, but the 8 diagonal tiles belong to neither half: (64 - 8) / 2."),
-    N_("56 = 8 x 7 counts both triangles: only the tiles above the diagonal are masked."),
-    N_("5 is the number of merges (each turns two states into one); a level merges its pairs side by side."),
-    N_("2 is log2 6 rounded down, but the odd range is carried up and merged one level later: ceil(log2 6) = 3."),
-    N_("One level per range gives 6, but a level merges all its pairs at once, halving the count."),
-    N_("8 counts the diagonal tiles, which are partial, not skipped; the skipped tiles lie above them: 8 x 7 / 2."),
-    N_(
-        "1 level would merge all six at once, but a merge takes two states: each level halves the count, 6 -> 3 "
-        "-> 2 -> 1."
-    ),
-    N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
-    N_(
-        "13 = T_c + 1 is the count of the stores of A', g and s (written once before the key tiles, then after "
-        "each); Q is only loaded, once per key tile: T_c = 12."
-    ),
-    N_(
-        "72 = T_r x T_c = 6 x 12 counts tile loads of Q (every query tile once per key tile); a pass reads all of "
-        "Q once: T_c = 12 passes."
-    ),
-    N_(
-        "2 counts a division for each of the update's two terms (the old A' and P V); they are added first and "
-        "divided by s_new once: B_r x D_v divisions per key tile, 64 / 64 per score."
-    ),
-    N_(
-        "120 = 16 x 15 / 2 is the text's count for 16 x 16 tiles; with 32 x 32 tiles the 256 keys make an 8 x 8 "
-        "grid: 8 x 7 / 2 = 28."
-    ),
-    N_("496 = 32 x 31 / 2 takes the tile size for the grid size: 256 / 32 = 8 tiles per side, 8 x 7 / 2 = 28."),
-)
+}
+
+#: Every ``why`` and every misconception sentence of :data:`QUESTIONS` (the catalog's tests read them).
+NOTEBOOK_WHY = tuple(q.why for q in QUESTIONS.values())
+NOTEBOOK_MISCONCEPTIONS = tuple(text for q in QUESTIONS.values() for text in q.misconceptions.values())
