@@ -621,6 +621,15 @@ class NotebookDriver:
             if err:
                 raise NotebookCheckFailure(f"{self.name}: Run All failed: {err}")
         self.wait_settled(timeout, quiet=1.0, label="after Run All")
+        # On a loaded machine the kernel can sit idle for over a second between two cells of the run (the page
+        # still rendering a widget, the next request not sent yet): while some code cell has no count, settle
+        # again, for up to 30 s, before check_all_executed says that Run All stopped early.
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and any(
+            c["type"] == "code" and c["source"].strip() and c["count"] is None for c in self.page.evaluate(JS_CELLS)
+        ):
+            time.sleep(0.5)
+            self.wait_settled(timeout, quiet=1.0, label="after Run All")
         self.timings["run_all"] = time.monotonic() - t0
 
     # -- checks ------------------------------------------------------------------------------
