@@ -1,9 +1,11 @@
-"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton).
+"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton); one cell of chapter 13 needs PyTorch.
 
 Where it is not installed, the notebook's nbval items and its browser test are skipped with the reason, and the
 summary says so once, so that README's test command passes on a fresh machine without the extra. The notebook's
 stored outputs come from a run in Triton's interpreter (``TRITON_INTERPRET=1``, set by flashmath.triton_kernel on
-a machine without a GPU).
+a machine without a GPU). A code cell tagged ``needs-torch`` (chapter 13's comparison with PyTorch's FlexAttention,
+in both editions) is stored as it runs with PyTorch; without PyTorch it prints that it skips, so nbval skips that
+cell's item (the rest of the notebook runs and is compared).
 """
 
 import importlib.util
@@ -12,6 +14,8 @@ import pytest
 
 NEEDS_TRITON = ("11_triton.ipynb", "12_backward.ipynb")
 SKIP_REASON = "needs the triton extra"
+NEEDS_TORCH_TAG = "needs-torch"  # a cell's tag: nbval skips the cell where PyTorch is missing
+TORCH_SKIP_REASON = "needs PyTorch"
 collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
 
 
@@ -28,6 +32,12 @@ def _notebook_of(item) -> str | None:
     return getattr(notebook, "name", None)
 
 
+def _needs_torch(item) -> bool:
+    """An nbval item (a notebook cell) tagged ``needs-torch``."""
+    cell = getattr(item, "cell", None)
+    return isinstance(cell, dict) and NEEDS_TORCH_TAG in cell.get("metadata", {}).get("tags", [])
+
+
 def pytest_collection_modifyitems(config, items):
     missing = _missing()
     if not missing:
@@ -35,21 +45,30 @@ def pytest_collection_modifyitems(config, items):
     from flashmath.triton_kernel import INSTALL_HINT  # cheap here: torch or triton is missing
 
     reason = f"{SKIP_REASON} ({' and '.join(missing)} not installed): install it {INSTALL_HINT}"
+    torch_reason = f"{TORCH_SKIP_REASON} (torch not installed): install the triton extra {INSTALL_HINT}"
     for item in items:
         if _notebook_of(item) in NEEDS_TRITON:
             item.add_marker(pytest.mark.skip(reason=reason))
+        elif "torch" in missing and _needs_torch(item):
+            item.add_marker(pytest.mark.skip(reason=torch_reason))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     # From the skip reports, not from the collection: under pytest-xdist (addopts' -n) the workers collect, and
     # only their reports reach the process that prints the summary.
-    skipped, reason = set(), ""
+    skipped, reason, cells, torch_reason = set(), "", [], ""
     for report in terminalreporter.stats.get("skipped", []):
         text = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
         text = text.removeprefix("Skipped: ")
         if text.startswith(SKIP_REASON):
             reason = text
             skipped.update(name for name in NEEDS_TRITON if name in report.nodeid)
-    if skipped:
+        elif text.startswith(TORCH_SKIP_REASON):
+            torch_reason = text
+            cells.append(report.nodeid)
+    if skipped or cells:
         terminalreporter.section("optional chapters skipped")
+    if skipped:
         terminalreporter.write_line(f"{', '.join(sorted(skipped))}: {reason}")
+    if cells:
+        terminalreporter.write_line(f"{', '.join(sorted(cells))}: {torch_reason}")

@@ -36,10 +36,10 @@ class Chapter:
 # the titles, the formulas with words and the intermediates are translated where they are drawn (N_ marks them)
 CHAPTERS = (
     Chapter(N_("Welcome and notation"), r"$N, M, D;\ g, s, A'$"),
-    Chapter(N_("Softmax and safe softmax"), r"$e^{x_i - g} / \sum_j e^{x_j - g}$"),
+    Chapter(N_("Softmax and safe softmax"), r"$\exp(x_i - g) / \sum_j \exp(x_j - g)$"),
     Chapter(
         N_("Online softmax"),
-        r"$s_i = s_{i-1} e^{g_{i-1} - g_i} + e^{x_i - g_i}$",
+        r"$s_i = s_{i-1} \exp(g_{i-1} - g_i)$" "\n" r"$+ \exp(x_i - g_i)$",
         N_(
             "s_i is a sum measured against the running max g_i; only s_N, after the last element, is the "
             "softmax denominator"
@@ -105,7 +105,7 @@ GRID = {
     13: (3, 2),
     14: (4, 2),
 }
-BOX_W, BOX_H = 1.8, 0.9
+BOX_W, BOX_H = 1.9, 0.9
 IDEA = "#ff7f0e"  # the outline of a chapter whose intermediate result changes meaning
 
 
@@ -127,7 +127,7 @@ class CourseMapPlot(LivePlot):
         ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
     """
 
-    def __init__(self, *, chapter: int = 14, figsize=(10.0, 5.6), dpi: int = DPI, pyplot: bool = False):
+    def __init__(self, *, chapter: int = 14, figsize=(12.5, 7.0), dpi: int = DPI, pyplot: bool = False):
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, chapter=chapter)
 
     def __len__(self) -> int:
@@ -136,7 +136,7 @@ class CourseMapPlot(LivePlot):
     def _build(self) -> None:
         self.fig.set_layout_engine("none")  # boxes at fixed places: no layout to compute
         ax = self.fig.add_axes((0, 0.16, 1, 0.84))
-        ax.set_xlim(-0.25, 4 * 2.1 + BOX_W + 0.25)
+        ax.set_xlim(-0.15, 4 * 2.1 + BOX_W + 0.15)
         ax.set_ylim(-2 * 1.55 - 0.2, BOX_H + 0.25)
         ax.axis("off")
         for number, chapter in enumerate(CHAPTERS):
@@ -152,9 +152,13 @@ class CourseMapPlot(LivePlot):
                     linewidth=2.2 if chapter.intermediate else 1.0,
                 )
             )
-            ax.text(x + 0.08, y + BOX_H - 0.08, f"{number}", fontsize=10, fontweight="bold", va="top", color=SEEN)
-            ax.text(x + 0.4, y + BOX_H - 0.08, _wrap(_(chapter.title)), fontsize=7.2, va="top", linespacing=1.1)
-            ax.text(x + BOX_W / 2, y + 0.17, _(chapter.formula), fontsize=7.4, ha="center", va="center")
+            ax.text(x + 0.08, y + BOX_H - 0.08, f"{number}", fontsize=11, fontweight="bold", va="top", color=SEEN)
+            ax.text(x + 0.4, y + BOX_H - 0.08, _wrap(_(chapter.title)), fontsize=9.5, va="top", linespacing=1.1)
+            # a formula alone gets 12 points, so that its sub- and superscripts (0.7 of that) are about 9 pixels
+            # high at 80 dpi; one with words is wider and has no scripts: 10 points
+            formula = _(chapter.formula)
+            alone = all(line[:1] == line[-1:] == "$" and line.count("$") == 2 for line in formula.split("\n"))
+            ax.text(x + BOX_W / 2, y + 0.27, formula, fontsize=12 if alone else 10, ha="center", va="center")
             if number + 1 < len(CHAPTERS):
                 x2, y2 = _position(number + 1)
                 if y2 == y:  # same row: an arrow between the boxes
@@ -187,11 +191,11 @@ class CourseMapPlot(LivePlot):
                 "orange outline: the chapter keeps an intermediate result that means something "
                 "else than the final one (the one idea of the course)"
             ),
-            fontsize=7.5,
+            fontsize=9,
             color=IDEA,
         )
-        self.caption = self.fig.text(0.01, 0.075, "", fontsize=9, fontweight="bold")
-        self.detail = self.fig.text(0.01, 0.02, "", fontsize=8.5)
+        self.caption = self.fig.text(0.01, 0.072, "", fontsize=10.5, fontweight="bold")
+        self.detail = self.fig.text(0.01, 0.018, "", fontsize=10)
         self.live(self.highlight, self.caption, self.detail)
 
     def _update(self, chapter: int) -> None:

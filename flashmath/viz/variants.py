@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.live import LivePlot
-from flashmath.viz.style import DPI, LEGEND_ABOVE
+from flashmath.viz.style import DPI
 
 __all__ = ["MaskExplorerPlot", "plot_gqa_heads", "plot_mask_example", "plot_paged_cache"]
 
@@ -50,7 +50,7 @@ class MaskExplorerPlot(LivePlot):
         param: int = 8,
         block: int = 8,
         N: int = 64,
-        figsize=(7.0, 3.6),
+        figsize=(7.2, 4.1),
         dpi: int = DPI,
         pyplot: bool = False,
     ):
@@ -73,17 +73,19 @@ class MaskExplorerPlot(LivePlot):
         titles = (_("scores: kept (coloured by the change), masked (white)"), _("tiles"))
         for ax, grid, title in zip((self.ax_scores, self.ax_tiles), self.grids, titles, strict=True):
             ax.add_collection(grid)
-            ax.set_xlabel(_("key m"), fontsize=8)
-            ax.set_ylabel(_("query n"), fontsize=8)
-            ax.set_title(title, fontsize=8)
-            ax.tick_params(labelsize=7)
-        self.ax_tiles.legend(
+            ax.set_xlabel(_("key m"), fontsize=9)
+            ax.set_ylabel(_("query n"), fontsize=9)
+            ax.set_title(title, fontsize=9)
+            ax.tick_params(labelsize=8)
+        # below both panels, in one row: above the right panel it ran into the left panel's title
+        self.fig.legend(
             handles=[Patch(color=KIND_CMAP(i), label=_(name)) for i, name in enumerate(KIND_NAMES)],
+            loc="outside lower center",
             ncol=3,
-            **LEGEND_ABOVE,
+            fontsize=9,
+            frameon=False,
         )
-        self.ax_tiles.set_title("")
-        self.title = self.fig.suptitle("", fontsize=9)
+        self.title = self.fig.suptitle("", fontsize=10)
         self.live(self.scores_image, self.tiles_image, *self.grids, self.title)
 
     def _update(self, kind, param, block) -> None:
@@ -107,9 +109,12 @@ class MaskExplorerPlot(LivePlot):
         )
 
 
-def plot_mask_example(example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64):
-    """A static picture of :class:`MaskExplorerPlot` (the figure)."""
-    return MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N, pyplot=True).fig
+def plot_mask_example(
+    example: Callable, *, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64, dpi: int = 100
+):
+    """A static picture of :class:`MaskExplorerPlot` (the figure), at ``dpi`` (100, as the chapter's other static
+    figures: a tick label about 11 pixels high)."""
+    return MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N, dpi=dpi, pyplot=True).fig
 
 
 def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figsize=(8.0, 3.4)):
