@@ -7,7 +7,11 @@ A query tile's working set in FlashAttention-2's forward loop (one thread block 
 * the score tile ``X_ij = Q_i K_j^T`` and its weights ``P_ij`` ``(B_r, B_c)``: produced by the matrix unit into
   registers (accumulated in float32), used at once, never written out;
 * the accumulator ``s A'`` ``(B_r, Dv)`` in float32 and the row states ``g``, ``s`` ``(B_r,)``: in registers for the
-  whole sweep over the keys, written to HBM once at the end.
+  whole sweep over the keys, written to HBM once at the end. That holds on Ampere and Hopper (the GPUs of
+  :data:`GPUS`); on Blackwell data-center GPUs (sm_100) the ``tcgen05`` matrix instructions accumulate in a
+  separate on-chip tensor memory (TMEM, 128 lanes x 512 columns of 32-bit cells per SM, 256 KiB: Triton's Gluon
+  tutorial on tcgen05), and FlashAttention-4 keeps its score tiles and output accumulators there
+  (``tmem_s_offset``, ``tmem_o_offset`` in Dao-AILab/flash-attention ``flash_attn/cute/flash_fwd_sm100.py``).
 
 Registers are the fastest storage but a kernel must know their number when it is compiled: an array lives in
 registers only when its size is a compile-time constant and every index into it is known after unrolling. That
@@ -31,7 +35,7 @@ from numpy.typing import DTypeLike
 
 from flashmath._checks import size
 
-__all__ = ["GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile", "register_limit"]
+__all__ = ["FA2_FORWARD_TILES", "GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile", "register_limit"]
 
 KiB = 1024
 
@@ -62,6 +66,30 @@ GPUS = {
     "H100": GPU("NVIDIA H100", "9.0", 256 * KiB, 228 * KiB, 227 * KiB),
 }
 """Per-SM figures from the CUDA C++ Programming Guide's compute-capability table (8.0, 8.9, 9.0)."""
+
+FA2_FORWARD_TILES = {
+    ("A100", 64): (128, 128, 4),
+    ("A100", 128): (128, 64, 4),
+    ("A100", 256): (128, 64, 8),
+    ("RTX 4090", 64): (128, 128, 4),
+    ("RTX 4090", 128): (128, 32, 4),
+    ("RTX 4090", 256): (64, 64, 4),
+    ("H100", 64): (128, 128, 4),
+    ("H100", 128): (128, 64, 4),
+    ("H100", 256): (64, 64, 4),
+}
+"""What FlashAttention-2's CUDA forward kernel launches: ``(gpu, D) -> (B_r, B_c, num_warps)``, without causal
+mask or dropout.
+
+Read in Dao-AILab/flash-attention, ``csrc/flash_attn/src/flash_fwd_launch_template.h`` (``run_mha_fwd_hdim64``,
+``run_mha_fwd_hdim128``, ``run_mha_fwd_hdim256``): ``kBlockM x kBlockN`` and ``kNWarps`` of the
+``Flash_fwd_kernel_traits`` each one picks. For ``D = 128`` the RTX 4090 (sm89) gets ``128 x 32`` ("2 CTAs per SM",
+says the comment; ``64 x 64`` with a causal mask); for ``D = 256`` the choice depends on the shared memory per SM
+and per block (``128 x 64`` with 8 warps on an A100; ``64 x 64`` on an H100, "since then we can get 2 CTAs per SM",
+and on an RTX 4090, whose blocks get 99 KiB). The kernel keeps one ``K`` and one ``V`` tile in shared memory
+(``kSmemKVSize`` in ``kernel_traits.h``), so it compares with :func:`largest_query_tile` at ``stages=1``. An H100 runs
+this Ampere kernel only in FlashAttention-2; FlashAttention-3 is its Hopper kernel, with other tiles.
+"""
 
 
 @dataclass(frozen=True)
@@ -162,7 +190,10 @@ def largest_query_tile(
     Fits means: the shared-memory part within ``gpu.shared_per_block_bytes`` and the register part within
     :func:`register_limit` (the register file; with ``num_warps`` given, also 255 registers per thread of the
     block's ``32 * num_warps`` threads). Real kernels also need registers for addresses and loop counters, so
-    this is an upper bound. None when even the smallest candidate does not fit.
+    this is an upper bound, and without ``num_warps`` a loose one (it lets one block fill the register file):
+    with FlashAttention-2's own ``B_c``, warps and one stage it gives exactly the ``B_r`` of
+    :data:`FA2_FORWARD_TILES`, without the warps often twice that. None when even the smallest candidate does not
+    fit.
 
     Raises:
         TypeError, ValueError: a bad size (as :func:`tile_bytes`) or ``num_warps`` (as :func:`register_limit`).

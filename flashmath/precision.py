@@ -154,8 +154,12 @@ def naive_attention(
         Y = round(softmax(X))         safe softmax computed in float32 from the stored X, stored
         A = round(Y V)                matrix product accumulated in float32, stored
 
-    This is what FlashAttention's tests compare against (PyTorch's attention run in float16 or bfloat16). With
-    float32 or float64 inputs nothing is rounded beyond the input dtype's own arithmetic.
+    This models the yardstick of FlashAttention's tests (``out_pt`` in ``tests/test_flash_attn.py``: PyTorch's
+    attention run in float16 or bfloat16, ``attention_ref(..., upcast=False, reorder_ops=True)``) with one rounding
+    fewer: that reference also rounds ``K / sqrt(D)`` to the input dtype before the product (``reorder_ops``
+    scales ``k`` instead of ``q``), while here the scale is folded in exactly. Pass ``k`` already scaled and
+    rounded, with ``scale=1.0``, for all four roundings (chapter 9 does). With float32 or float64 inputs nothing
+    is rounded beyond the input dtype's own arithmetic.
 
     Args:
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``, floating point (float16, bfloat16, float32,

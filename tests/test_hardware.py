@@ -2,7 +2,7 @@
 
 import pytest
 
-from flashmath.hardware import GPUS, largest_query_tile, register_limit, tile_bytes
+from flashmath.hardware import FA2_FORWARD_TILES, GPUS, largest_query_tile, register_limit, tile_bytes
 
 
 def test_tile_bytes_of_a_typical_flashattention2_configuration():
@@ -54,3 +54,14 @@ def test_255_registers_per_thread_cap_what_a_block_of_few_warps_can_hold():
     for bad, error in ((0, ValueError), (2.5, TypeError)):
         with pytest.raises(error):
             register_limit(a100, bad)
+
+
+def test_with_flashattention2s_own_block_k_warps_and_one_stage_the_model_gives_its_query_tile():
+    # the model is an upper bound: FlashAttention-2's launches (flash_fwd_launch_template.h) all fit it, and with its
+    # B_c, warps and one K/V stage (kernel_traits.h) nothing larger does
+    assert {gpu for gpu, _D in FA2_FORWARD_TILES} == set(GPUS)
+    for (name, D), (block_q, block_k, warps) in FA2_FORWARD_TILES.items():
+        assert largest_query_tile(GPUS[name], D, block_k, stages=1, num_warps=warps) == block_q, (name, D)
+    # without the per-thread cap the model reports twice FlashAttention-2's 128 rows for D = 64 and 128
+    assert largest_query_tile(GPUS["A100"], 64, 128, stages=1) == 256
+    assert largest_query_tile(GPUS["H100"], 128, 64, stages=1) == 256

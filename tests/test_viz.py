@@ -187,6 +187,21 @@ def test_one_loop_default_dims_and_bad_indices():
         viz.plot_loop_swap_step(fm.loop_swap_trace(np.full((1, 2), 0.5), np.eye(2)), 1, row=0.0)
 
 
+def test_split_kv_title_says_how_many_keys_the_ranges_really_hold():
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((1, 3)), rng.standard_normal((46, 3)), rng.standard_normal((46, 2))
+    traces = {p: fm.split_kv_trace(q, k, v, p) for p in (1, 2, 3, 16, 50)}
+    plot = viz.SplitKVPlot(traces, (q @ k.T)[0])
+    titles = {p: plot.update(splits=p).title.get_text().split(",")[0] for p in traces}
+    assert titles == {
+        1: "1 key range of 46 keys",
+        2: "2 key ranges of 23 keys each",
+        3: "3 key ranges of 15 or 16 keys",  # 15, 15, 16
+        16: "16 key ranges of 2 or 3 keys",  # fourteen of 3, two of 2: not "about 2" (46 // 16)
+        50: "50 key ranges of 0 or 1 keys",  # more ranges than keys: some are empty
+    }
+
+
 def test_scale_figure_entropy_legend_is_above_its_axes():
     sweep = fm.scale_sweep([1, 4, 16, 64], rng=np.random.default_rng(0), n_queries=20, n_keys=16)
     fig = viz.plot_scale_step(sweep, 2)

@@ -181,11 +181,14 @@ class SplitKVPlot(LivePlot):
             dot.set_data(middles, values)
             merged = float(np.ravel(trace.output[..., d])[0])
             line.set_ydata([merged, merged])
-        ranges = (
-            _("{splits} key ranges of about {keys} keys")
-            if splits > 1
-            else _("{splits} key range of about {keys} keys")
-        ).format(splits=splits, keys=self.M // splits)
+        sizes = [c1 - c0 for c0, c1 in trace.ranges]  # split_ranges: sizes differ by at most 1
+        small, large = min(sizes), max(sizes)
+        if splits == 1:
+            ranges = _("1 key range of {keys} keys").format(keys=large)
+        elif small == large:
+            ranges = _("{splits} key ranges of {keys} keys each").format(splits=splits, keys=large)
+        else:
+            ranges = _("{splits} key ranges of {small} or {large} keys").format(splits=splits, small=small, large=large)
         levels = len(trace.levels) - 1
         merged_in = (_("merged in {levels} level") if levels == 1 else _("merged in {levels} levels")).format(
             levels=levels
