@@ -65,6 +65,7 @@ __all__ = [
     "document_ids",
     "document_mask_mod",
     "group_heads",
+    "grouped_sink",
     "make_variant",
     "mask_example",
     "packed_documents",
@@ -225,6 +226,15 @@ def group_heads(q: ArrayLike, k: ArrayLike, v: ArrayLike, mask: ArrayLike | None
         elif ma.ndim >= 3:
             raise ValueError(f"mask of shape {ma.shape}: its head axis must be 1 or H = {H} with enable_gqa")
     return GroupedHeads(qg, kg, vg, mg, G)
+
+
+def grouped_sink(learnable_sink: ArrayLike | None, heads: GroupedHeads, batch_shape: tuple) -> np.ndarray | None:
+    """The learnable sink of every leading element of the loop, float64 of shape ``batch_shape``, or None: checked
+    against the leading dimensions ``(..., H)`` of ``q`` (one logit per *query* head,
+    :func:`flashmath.inputs.check_sink`) and, with grouped heads, viewed as ``(..., H_kv, G)`` as ``q`` is, so that
+    query head ``h`` keeps its own sink. Raises as :func:`flashmath.inputs.check_sink`."""
+    sink = check_sink(learnable_sink, heads.original_batch(batch_shape))
+    return None if sink is None else sink.reshape(batch_shape)
 
 
 def _index_arrays(batch_shape: tuple, original: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -429,9 +439,7 @@ def variant_inputs(
     inp = prepare_attention_inputs(
         heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask, fold_causal=False
     )
-    if learnable_sink is not None:  # per query head: checked against (..., H), kept as (..., H_kv, G)
-        sink = check_sink(learnable_sink, heads.original_batch(inp.batch_shape))
-        inp = inp._replace(sink=None if sink is None else sink.reshape(inp.batch_shape))
+    inp = inp._replace(sink=grouped_sink(learnable_sink, heads, inp.batch_shape))
     if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
         inp = inp._replace(
             variant=make_variant(
