@@ -155,6 +155,8 @@ def _attention_with_sink(inp: AttentionInputs, sink: np.ndarray, x: np.ndarray, 
         a = weighted_values(y, v, inp.keep)  # (..., N, Dv)
     empty = np.max(x, axis=-1, initial=-np.inf) == -np.inf  # a row with no key: A = 0, whatever v holds
     a = np.where(empty[..., None], 0.0, a)
+    # every row sees its sink: a NaN or +inf sink makes the row's softmax, so its output, NaN (keys or not)
+    a = np.where(~(column < np.inf), np.nan, a)
     a = np.broadcast_to(a, rows + (inp.Dv,)).copy()
     if not return_lse:
         return a

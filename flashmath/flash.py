@@ -273,8 +273,9 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
     barrier after every key tile (``T_c`` of them) before the next may read those rows back."""
     q, k, v, a, g, s = (memory[name] for name in ("Q", "K", "V", "A", "g", "s"))
     # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory (with a learnable sink: s = 1, g = sink)
-    a[...] = 0
-    g[...], s[...] = initial_state(inp.batch_shape + (inp.N,), g.dtype, inp.sink)
+    g_0, s_0 = initial_state(inp.batch_shape + (inp.N,), g.dtype, inp.sink)
+    a[...] = 0 if inp.sink is None else finish(np.zeros(a.shape, a.dtype), s_0)  # A = 0 / s (NaN: a NaN sink)
+    g[...], s[...] = g_0, s_0
     query_tiles = tiles(inp.N, block_q)
     for j, (c0, c1) in enumerate(tiles(inp.M, block_k)):
         k_tile: Any = None  # K_j, V_j: loaded by the first query tile that is not skipped
@@ -398,7 +399,7 @@ def flash_attention(
             rescale (a sink far above the scores, 100, overflows nothing). Equal to the explicit formula of
             :func:`flashmath.attention.attention` (the sink column concatenated, softmax, dropped before ``P V``).
             The logsumexp includes the sink term; a row with no key gives 0 and logsumexp = the sink; ``-inf`` is
-            no sink (bitwise the result of None); a NaN sink gives NaN in every row that sees a key.
+            no sink (bitwise the result of None); a NaN sink gives NaN in every row of its head.
         rescale_threshold: FlashAttention-4's lazy (conditional) rescaling, ``order="fa2"`` only, in log2 units
             as FlashAttention-4's ``rescale_threshold`` (8.0 there for 16-bit inputs,
             ``flash_attn/cute/flash_fwd_sm100.py``). A row keeps its old reference point ``g`` unless the new row

@@ -34,8 +34,9 @@ Conventions kept by every attention function of the package (this docstring is t
   1, 0)`` instead of ``(-inf, 0, 0)``, and the logsumexp returned *includes* the sink term (as flash-attention's:
   ``flash_attn/cute/testing.py``, ``attention_ref``, "LSE with sink"). A row with no key then outputs 0 with
   logsumexp = the sink logit (flash-attention's ``_flash_attn_fwd`` fills ``lse`` with ``learnable_sink`` when
-  ``seqlen_k == 0``); a sink of ``-inf`` is no sink (bitwise the same result as None); a NaN sink makes every row
-  NaN that sees a key (and every logsumexp NaN); a ``+inf`` sink acts as a ``+inf`` score.
+  ``seqlen_k == 0``); a sink of ``-inf`` is no sink (bitwise the same result as None). Every row sees its sink, so
+  a NaN sink makes every row of its head NaN (output and logsumexp, rows with no key included) and a ``+inf`` sink
+  acts as a ``+inf`` score (NaN output, logsumexp ``+inf``).
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first).
   :func:`flashmath.attention.attention` computes in float64 and returns float64. The variants compute in
   ``compute_dtype`` of the promoted input dtype (float32 for float16, else the dtype itself), return the output in
@@ -219,7 +220,7 @@ def check_sink(learnable_sink: ArrayLike | None, batch_shape: tuple) -> np.ndarr
     every head), any size possibly 1. Leading axes of size 1 beyond the inputs' are dropped (``(1,)`` for inputs
     without a heads axis). The logit is added to the *scaled* scores as it is, in natural-log units (not
     multiplied by ``scale``), as GPT-OSS's reference does (``openai/gpt-oss``, ``gpt_oss/torch/model.py``,
-    ``sdpa``). NaN and infinities are kept (a NaN sink makes every row that sees a key NaN; ``-inf`` is no sink).
+    ``sdpa``). NaN and infinities are kept (a NaN sink makes every row of its head NaN; ``-inf`` is no sink).
 
     Raises:
         TypeError: not real numbers (a bool is not). ValueError: a shape that does not broadcast to

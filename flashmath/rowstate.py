@@ -59,14 +59,18 @@ def initial_state(rows: tuple, dtype: np.dtype, sink: np.ndarray | None = None) 
 
     Without a sink, :func:`empty_state`: ``(-inf, 0)``. With a learnable sink ``sink`` (shape ``rows[:-1]``, one
     logit per leading (batch, head) element), the sink is a score already seen, one with no value: ``g = sink``,
-    ``s = exp(sink - sink) = 1`` (and the output accumulator stays 0). A ``-inf`` sink gives exactly ``(-inf, 0)``,
-    the state without a sink, so the result is bitwise the one without; a NaN sink gives ``(NaN, 1)``, which makes
-    every row that sees a key NaN. Source: GPT-OSS's reference (``openai/gpt-oss``, ``gpt_oss/torch/model.py``,
-    ``sdpa``: the sink column concatenated to the scores, softmax, the column dropped before ``P V``)."""
+    ``s = exp(sink - sink) = 1`` (and the output accumulator stays 0), measured against 0 where the sink is
+    ``-inf`` (:func:`max_or_zero`). So a ``-inf`` sink gives exactly ``(-inf, 0)``, the state without a sink, and
+    the result is bitwise the one without; a NaN sink gives ``(NaN, NaN)`` and a ``+inf`` sink ``(+inf, NaN)``,
+    like a NaN or ``+inf`` score that every row of the head sees: every output row NaN (a row with no key too:
+    ``0 / NaN``), the logsumexp NaN or ``+inf``. Source: GPT-OSS's reference (``openai/gpt-oss``,
+    ``gpt_oss/torch/model.py``, ``sdpa``: the sink column concatenated to the scores, softmax, the column dropped
+    before ``P V``)."""
     if sink is None:
         return empty_state(rows, dtype)
     g = np.broadcast_to(np.asarray(sink, dtype=dtype)[..., None], rows).copy()  # g = sink
-    s = np.where(g == -np.inf, 0, 1).astype(dtype)  # s = exp(sink - sink) = 1; a -inf sink is no sink: s = 0
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, on purpose
+        s = np.exp(g - max_or_zero(g))  # s = exp(sink - sink) = 1; a -inf sink is no sink: exp(-inf - 0) = 0
     return g, s
 
 

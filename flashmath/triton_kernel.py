@@ -156,7 +156,8 @@ if available():
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
         if HAS_SINK:  # chapter 13: the sink is a score already seen, with no value: g = sink, s = 1 (-inf: none)
             m_i = l_i + tl.load(Sink + b)  # g = 0 + sink, one per row
-            l_i = tl.where(m_i == float("-inf"), 0.0, 1.0).to(tl.float32)  # s = exp(sink - sink) = 1
+            # s = exp(sink - sink) = 1, an infinite sink measured against 0 (-inf: s = 0, no sink; +inf: s = +inf)
+            l_i = tl.exp(m_i - tl.where((m_i == float("-inf")) | (m_i == float("inf")), 0.0, m_i))
         lo = 0
         hi = M
         if CAUSAL:  # key tiles right of the last row's diagonal are masked for every row: never visited
