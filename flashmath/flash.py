@@ -105,7 +105,7 @@ def fa2_tile_step(
         rescale_threshold: FlashAttention-4's lazy rescaling (:func:`flashmath.rowstate.lazy_reference`), in log2
             units: ``g`` is then the reference point the state is measured against, up to ``rescale_threshold
             ln 2`` below the row's max. 0 (default): the eager update, exactly as before.
-        rescales: ``(done, skipped)`` integer arrays ``(..., B_r)`` counting the rescales, updated in place, or
+        rescales: ``(done, kept)`` integer arrays ``(..., B_r)`` counting the rescales, updated in place, or
             None.
 
     Returns:
@@ -225,7 +225,7 @@ def fa2_query_tile(
 
     The state starts as :func:`flashmath.rowstate.initial_state`: ``(g, s, acc) = (-inf, 0, 0)``, or ``(sink, 1,
     0)`` with a learnable sink (``inp.sink``). ``rescale_threshold``: FlashAttention-4's lazy rescaling in log2
-    units (:func:`fa2_tile_step`); ``rescales``: ``(done, skipped)`` integer arrays ``(..., N)`` in which the tile's
+    units (:func:`fa2_tile_step`); ``rescales``: ``(done, kept)`` integer arrays ``(..., N)`` in which the tile's
     rows count their rescales (or None).
 
     A query tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse`` (and of
@@ -405,12 +405,13 @@ def flash_attention(
             ``flash_attn/cute/flash_fwd_sm100.py``). A row keeps its old reference point ``g`` unless the new row
             max exceeds it by more than ``rescale_threshold ln 2`` (natural units; 5.55 for 8): ``acc`` and ``s``
             are then rescaled less often, and share a stale reference at most that far below the true max, so each
-            weight ``exp(x - g)`` is at most ``2^rescale_threshold`` and ``s`` at most ``(M + 1) 2^threshold``.
-            The final division ``acc / s`` and the logsumexp ``g + log(s)`` are exact to rounding whatever
-            reference was kept. Default 0: the eager update of FlashAttention-2, bitwise as before. With float32
-            state and a threshold up to about 64 nothing overflows unless ``M max|V|`` is above ``3e38 / 2^64``;
-            with ``acc_dtype=np.float16`` the accumulator's bound is 65504. :func:`rescale_trace` counts the
-            rescales done and skipped per row.
+            weight ``P = exp(x - g)`` is at most ``2^t`` (``t = rescale_threshold``), ``s`` at most ``(M + 1)
+            2^t`` and ``|acc|`` at most ``(M + 1) 2^t max|V|``. The final division ``acc / s`` and the logsumexp
+            ``g + log(s)`` are exact to rounding whatever reference was kept. Default 0: the eager update of
+            FlashAttention-2, bitwise as before. The overflow bound: nothing overflows while ``t + log2(M + 1) +
+            log2(max|V|)`` stays below 128 for float32 state (t = 8: any ``M max|V|`` below ``2^119``, about
+            ``6e35``), below 16 for ``acc_dtype=np.float16`` (65504 is just under ``2^16``).
+            :func:`rescale_trace` counts the rescales done per row, and those of the eager update.
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype (computed in float32 for float16 input), and if
@@ -511,7 +512,7 @@ def _flash_attention(
     rescale_threshold: float,
     count_rescales: bool,
 ) -> tuple[Any, tuple[np.ndarray, np.ndarray] | None]:
-    """:func:`flash_attention`, and with ``count_rescales`` the ``(done, skipped)`` rescales of every row
+    """:func:`flash_attention`, and with ``count_rescales`` the ``(done, kept)`` rescale counts of every row
     ``(..., N)`` (``order="fa2"``)."""
     block_q, block_k = check_tiling(block_q, block_k, order)
     threshold = check_rescale_threshold(rescale_threshold, order)
@@ -558,46 +559,52 @@ def _flash_attention(
 
 @dataclass(frozen=True)
 class RescaleTrace:
-    """How many times each row's accumulator was rescaled by :func:`flash_attention` (``order="fa2"``) with
-    FlashAttention-4's lazy rescaling, and how many rescales it skipped (:func:`rescale_trace`).
+    """How many times each row's accumulator is rescaled by :func:`flash_attention` (``order="fa2"``) with
+    FlashAttention-4's lazy rescaling, against the eager update (:func:`rescale_trace`).
 
     Attributes:
         threshold: ``rescale_threshold``, log2 units.
         done: ``(..., N)`` int: the tile steps that moved the row's reference point (``acc`` and ``s`` rescaled).
-        skipped: ``(..., N)`` int: the tile steps whose row max grew above the reference by at most the threshold
-            (the eager update would have rescaled; the lazy one kept the stale reference). A row's first key tile
-            (no reference yet) is neither; with a learnable sink the sink is the first reference, so a tile whose
-            max is above the sink counts.
-        output, lse: the result, as ``flash_attention(..., return_lse=True)``.
+        kept: ``(..., N)`` int: the tile steps whose max rose above the row's stale reference by at most the
+            threshold, so that the reference was kept (FlashAttention-4's ``acc_scale = 1`` branch).
+        eager: ``(..., N)`` int: the rescales of the eager update (``rescale_threshold=0``) on the same rows: the
+            tile steps where the running max grows, after the row's first reference (its first key, or its sink).
+        output, lse: the lazy result, as ``flash_attention(..., return_lse=True)``.
+
+    A lazy rescale happens only where the eager update rescales too (between two lazy rescales the true max stays
+    within ``threshold ln 2`` of the reference, so a tile that moves the reference raises the true max), hence
+    ``done <= eager`` row by row.
     """
 
     threshold: float
     done: np.ndarray
-    skipped: np.ndarray
+    kept: np.ndarray
+    eager: np.ndarray
     output: np.ndarray
     lse: np.ndarray
 
     @property
-    def needed(self) -> np.ndarray:
-        """``done + skipped``: the rescales the eager update (``rescale_threshold=0``) does on the same path."""
-        return self.done + self.skipped
+    def skipped(self) -> np.ndarray:
+        """``eager - done``: the eager update's rescales that the lazy one skips, per row."""
+        return self.eager - self.done
 
     @property
     def skipped_share(self) -> float:
-        """The share of the rescales that were skipped, over all rows (0 when none was needed)."""
-        total = int(self.needed.sum())
+        """The share of the eager update's rescales skipped, over all rows (0 when it does none)."""
+        total = int(self.eager.sum())
         return float(self.skipped.sum() / total) if total else 0.0
 
 
 def rescale_trace(
     q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rescale_threshold: float = 8.0, **kwargs: Any
 ) -> RescaleTrace:
-    """:func:`flash_attention` with ``order="fa2"`` and lazy rescaling, counting per row the rescales done and
-    skipped (chapter 7): :class:`RescaleTrace`.
+    """:func:`flash_attention` with ``order="fa2"`` and lazy rescaling, counting per row the rescales done, and
+    those the eager update does on the same inputs (chapter 7): :class:`RescaleTrace`. Runs the loop twice (lazy,
+    then eager for the count).
 
     Args:
         q, k, v: as :func:`flash_attention`. rescale_threshold: log2 units (default 8.0, FlashAttention-4's for
-            16-bit inputs); 0 counts the eager update's rescales (``skipped`` is then 0).
+            16-bit inputs); 0 gives ``done == eager``.
         kwargs: any other keyword argument of :func:`flash_attention` (``block_q``, ``block_k``, ``causal``,
             ``learnable_sink``, ``workers``...), except ``order`` (always ``"fa2"``) and ``return_lse`` (always).
 
@@ -616,18 +623,18 @@ def rescale_trace(
     if unknown:
         raise TypeError(f"rescale_trace got unknown keyword arguments {sorted(unknown)}")
     options.update(kwargs)
-    (a, lse), counts = _flash_attention(
-        q,
-        k,
-        v,
-        order="fa2",
-        return_lse=True,
-        rescale_threshold=rescale_threshold,
-        count_rescales=True,
-        **options,  # type: ignore[arg-type]
-    )
-    assert counts is not None
-    return RescaleTrace(check_rescale_threshold(rescale_threshold), counts[0], counts[1], a, lse)
+    threshold = check_rescale_threshold(rescale_threshold)
+    counts = {}
+    for t in (threshold, 0.0):
+        (a, lse), counts[t] = _flash_attention(
+            q, k, v, order="fa2", return_lse=True, rescale_threshold=t, count_rescales=True,
+            **options,  # type: ignore[arg-type]
+        )  # fmt: skip
+        if t == threshold:
+            output = (a, lse)
+    lazy, eager = counts[threshold], counts[0.0]
+    assert lazy is not None and eager is not None
+    return RescaleTrace(threshold, lazy[0], lazy[1], eager[0], *output)
 
 
 def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:

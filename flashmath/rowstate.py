@@ -102,8 +102,8 @@ def lazy_reference(
     ``SoftmaxSm100.update_row_max`` in ``flash_attn/cute/softmax.py``, where ``acc_scale_ = (row_max_old -
     row_max_new) * scale_log2`` is in log2 units).
 
-    ``counts``: ``(done, skipped)`` integer arrays ``(..., R)`` updated in place: a row whose max grew above a
-    reference it already had counts as *done* when the reference moved (a rescale) and *skipped* when it stayed.
+    ``counts``: ``(done, kept)`` integer arrays ``(..., R)`` updated in place: a row whose max grew above a
+    reference it already had counts as *done* when the reference moved (a rescale) and *kept* when it stayed.
 
     Returns:
         ``(g_new, g_ref)``: the reference kept in the state, and the same with ``-inf`` measured against 0
@@ -123,9 +123,9 @@ def lazy_reference(
         if counts is not None:
             grew = had & (g_max > g_old)  # the eager update would rescale this row
             moved = g_new != g_old
-            done, skipped = counts
+            done, kept = counts
             done += grew & moved
-            skipped += grew & ~moved
+            kept += grew & ~moved
     return g_new, max_or_zero(g_new)
 
 
