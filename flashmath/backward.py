@@ -17,8 +17,9 @@ every row that shares the sink (all the rows of its head, over the batch):
 
     d sink = - sum_n P_sink,n D_n,      P_sink,n = exp(sink - L_n)
 
-(flash-attention's backward: ``dsink[h] = -sum_rows exp(sink[h] - lse[row,h]) * dpsum[row,h]``, the docstring of
-``apply_learnable_sink`` in ``flash_attn/cute/softmax.py``; PR #2706 added it to the SM90/SM100 backward).
+(flash-attention's backward sums ``-exp(sink - lse) * dpsum`` over every row of every batch element of the head,
+``dpsum`` its ``D``: ``flash_attn/cute/flash_bwd_postprocess.py``; PR #2706 added the sink to the SM90/SM100
+backward).
 
 The loops are those of the Triton backward kernels (:mod:`flashmath.triton_backward`, chapter 12), with their
 names, so that chapter 12 prints them line for line side by side (``triton_backward.backward_line_for_line``):
@@ -160,7 +161,7 @@ def attention_backward(
         ``grad_a``; as :func:`flashmath.inputs.check_sink` for ``learnable_sink``.
 
     Sources: Dao (2023), Algorithm 2; Dao et al. (2022), appendix B; Triton's tutorial ``06-fused-attention.py``;
-    the sink's gradient: flash-attention, ``flash_attn/cute/softmax.py`` (``apply_learnable_sink``).
+    the sink's gradient: flash-attention, ``flash_attn/cute/flash_bwd_postprocess.py`` (the dSink reduction).
     """
     block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
     dq_mode = check_dq_mode(dq_mode)

@@ -410,7 +410,10 @@ def flash_attention(
             ``g + log(s)`` are exact to rounding whatever reference was kept. Default 0: the eager update of
             FlashAttention-2, bitwise as before. The overflow bound: nothing overflows while ``t + log2(M + 1) +
             log2(max|V|)`` stays below 128 for float32 state (t = 8: any ``M max|V|`` below ``2^119``, about
-            ``6e35``), below 16 for ``acc_dtype=np.float16`` (65504 is just under ``2^16``).
+            ``6e35``), below 16 for ``acc_dtype=np.float16`` (65504 is just under ``2^16``). (FlashAttention-4 states
+            the same bound for ``P``, which it rounds to the input dtype: "the row max lag[s] by that many log2 units,
+            so P can reach 2^(max_offset + rescale_threshold)", Note [Low Precision Scaling] in
+            ``flash_attn/cute/flash_fwd_sm100.py``, which asserts the sum stays below log2 of the dtype's max.)
             :func:`rescale_trace` counts the rescales done per row, and those of the eager update.
 
     Returns:
