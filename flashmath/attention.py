@@ -82,6 +82,7 @@ def attention(
     causal: bool = False,
     mask: ArrayLike | None = None,
     return_lse: bool = False,
+    learnable_sink: ArrayLike | None = None,
 ) -> Any:
     """Scaled dot-product attention ``A = softmax(mask(Q K^T * scale)) V``, computed directly in float64.
 
@@ -98,6 +99,13 @@ def attention(
         mask: boolean array broadcastable to ``(..., N, M)`` (see :mod:`flashmath.inputs`); combined with
             ``causal`` by "and".
         return_lse: also return the logsumexp of each row of the scaled, masked scores.
+        learnable_sink: None, or the attention sink logits (chapter 13), one per query head: ``(H,)`` for leading
+            dimensions ``(..., H)`` (or ``(B, H)``, or a scalar; :func:`flashmath.inputs.check_sink`). Computed by
+            the explicit formula of GPT-OSS's reference (``openai/gpt-oss``, ``gpt_oss/torch/model.py``, ``sdpa``;
+            HF transformers' ``eager_attention_forward`` in ``models/gpt_oss/modeling_gpt_oss.py``): the sink
+            column concatenated to the scaled, masked scores, the softmax of each row of ``(..., N, M + 1)``, the
+            sink column dropped before ``Y V``. The logsumexp then includes the sink term, and a row with no key
+            gives 0 and logsumexp = the sink.
 
     Inputs may be float16, float32 or float64; integers and bools are refused with
     :class:`~flashmath.softmax.NonFloatInputError` (convert them first). Inputs are not modified.
@@ -107,11 +115,13 @@ def attention(
         (``log sum_m exp(x_m)``, natural log). A fully masked row gives ``A = 0`` and logsumexp ``-inf``.
 
     Raises:
-        TypeError, ValueError: see :func:`prepare_attention_inputs`.
+        TypeError, ValueError: see :func:`prepare_attention_inputs` (and :func:`flashmath.inputs.check_sink`).
     """
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, learnable_sink=learnable_sink)
     v = inp.v.astype(np.float64, copy=False)
     x = scores_of(inp)  # X = mask(Q K^T * scale), float64, (..., N, M)
+    if inp.sink is not None:
+        return _attention_with_sink(inp, inp.sink, x, v, return_lse)
     # Y = softmax(X) row by row (safe softmax: a fully masked row gives zeros, not 0 / 0)
     y = safe_softmax(x)  # (..., N, M)
     with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
@@ -128,6 +138,34 @@ def attention(
         # logsumexp = g + log(sum_m exp(x_m - g)); -inf for a fully masked row, +inf for a row with a +inf score
         lse = logsumexp_of(g, np.sum(np.exp(x - g_safe[..., None]), axis=-1))  # (..., N)
     return a, np.broadcast_to(lse, inp.batch_shape + (inp.N,)).copy()
+
+
+def _attention_with_sink(inp: AttentionInputs, sink: np.ndarray, x: np.ndarray, v: np.ndarray, return_lse: bool) -> Any:
+    """:func:`attention` with a learnable sink, by GPT-OSS's explicit formula (``gpt_oss/torch/model.py``,
+    ``sdpa``): ``QK = cat([QK, S], -1)``, ``W = softmax(QK)``, ``W = W[..., :-1]``, ``attn = W V``."""
+    rows = inp.batch_shape + (inp.N,)
+    x = np.broadcast_to(x, rows + (inp.M,))
+    column = np.broadcast_to(sink[..., None, None], rows + (1,))  # the sink column, the same for every row
+    # the scores and the sink column: (..., N, M + 1)
+    combined = np.concatenate([x, column], axis=-1)
+    # Y = softmax over the keys and the sink, row by row; then the sink column is dropped (it has no value)
+    y = safe_softmax(combined)[..., : inp.M]  # (..., N, M)
+    with np.errstate(invalid="ignore", over="ignore"):  # 0 * inf in Y V is NaN, as in any matrix product
+        # A = Y V over the keys only
+        a = weighted_values(y, v, inp.keep)  # (..., N, Dv)
+    empty = np.max(x, axis=-1, initial=-np.inf) == -np.inf  # a row with no key: A = 0, whatever v holds
+    a = np.where(empty[..., None], 0.0, a)
+    # every row sees its sink: a NaN or +inf sink makes the row's softmax, so its output, NaN (keys or not)
+    a = np.where(~(column < np.inf), np.nan, a)
+    a = np.broadcast_to(a, rows + (inp.Dv,)).copy()
+    if not return_lse:
+        return a
+    g = np.max(combined, axis=-1)  # (..., N), the row max over the keys and the sink
+    g_safe = np.where(g == -np.inf, 0.0, g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # logsumexp over the keys and the sink: log(sum_m exp(x_m) + exp(sink))
+        lse = logsumexp_of(g, np.sum(np.exp(combined - g_safe[..., None]), axis=-1))
+    return a, lse
 
 
 def standard_arrays(inp: AttentionInputs, stored_dtype: DTypeLike | None = None) -> dict:

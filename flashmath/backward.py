@@ -10,6 +10,17 @@ to the output, and the row term ``D_n = sum_d dA_nd A_nd`` (a dot product per ro
     dX  = Y * (dY - D)                 (the softmax Jacobian; D_n = sum_m Y_nm dY_nm = rowsum(dA * A))
     dQ  = scale * dX K,   dK = scale * dX^T Q
 
+With a learnable sink (chapter 13) the sink is one more column of the softmax with no value, so its ``dY`` is 0:
+the lines above are unchanged (``L_n`` includes the sink, so ``Y`` are the right probabilities, and ``D_n`` is
+still ``rowsum(dA * A)``), and the sink's own score gradient is ``Y_sink,n (0 - D_n)``. Its gradient sums that over
+every row that shares the sink (all the rows of its head, over the batch):
+
+    d sink = - sum_n P_sink,n D_n,      P_sink,n = exp(sink - L_n)
+
+(flash-attention's backward sums ``-exp(sink - lse) * dpsum`` over every row of every batch element of the head,
+``dpsum`` its ``D``: ``flash_attn/cute/flash_bwd_postprocess.py``; PR #2706 added the sink to the SM90/SM100
+backward).
+
 The loops are those of the Triton backward kernels (:mod:`flashmath.triton_backward`, chapter 12), with their
 names, so that chapter 12 prints them line for line side by side (``triton_backward.backward_line_for_line``):
 ``D`` first (``_bwd_delta``); then key/value tiles outside, ``dK_j`` and ``dV_j`` on chip while the query tiles
@@ -115,8 +126,10 @@ def attention_backward(
     block_q: int = 64,
     block_k: int = 64,
     dq_mode: str = "atomic",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gradients of attention with respect to ``q``, ``k``, ``v``, from the forward's output and logsumexp.
+    learnable_sink: ArrayLike | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Gradients of attention with respect to ``q``, ``k``, ``v`` (and the sink), from the forward's output and
+    logsumexp.
 
     Args:
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``; scale, causal, mask: exactly as given to the
@@ -129,24 +142,33 @@ def attention_backward(
             ``"atomic"`` (default: added to ``dQ`` in memory during the one sweep of the key tiles, chapter 10's
             loop; FlashAttention-2's atomic adds) or ``"separate"`` (a second sweep with query tiles outside,
             ``dQ_i`` on chip: the kernels' default). Both give the same gradients up to rounding.
+        learnable_sink: the sink logits given to the forward (``(H,)``, :func:`flashmath.inputs.check_sink`), whose
+            ``lse`` then includes the sink term; None: no sink.
 
     Returns:
         ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (summed over broadcast leading
         dimensions), in the compute dtype (float32 for float16 inputs, else the promoted dtype). A key masked for
-        every query gets exactly 0 in ``grad_k`` and ``grad_v``; a fully masked row gets 0 in ``grad_q``.
+        every query gets exactly 0 in ``grad_k`` and ``grad_v``; a fully masked row gets 0 in ``grad_q``. With a
+        ``learnable_sink``, ``(grad_q, grad_k, grad_v, grad_sink)`` (as flash-attention's backward, which returns
+        ``dsink`` only with a sink): ``grad_sink = -sum_n P_sink,n D_n`` summed over the rows and the leading
+        dimensions that share each sink, with the shape of ``learnable_sink``, in the compute dtype. A row with no
+        key has ``A = 0``, so ``D = 0``: it adds nothing.
 
     Raises:
         as :func:`flashmath.attention.prepare_attention_inputs`; ValueError when ``a``, ``lse`` or ``grad_a`` do
         not have the shapes ``(..., N, Dv)``, ``(..., N)``, ``(..., N, Dv)``, a block size below 1, or a
         ``dq_mode`` not in :data:`DQ_MODES`; TypeError for a non-integer block size or non-real ``a``, ``lse``,
-        ``grad_a``.
+        ``grad_a``; as :func:`flashmath.inputs.check_sink` for ``learnable_sink``.
 
-    Sources: Dao (2023), Algorithm 2; Dao et al. (2022), appendix B; Triton's tutorial ``06-fused-attention.py``.
+    Sources: Dao (2023), Algorithm 2; Dao et al. (2022), appendix B; Triton's tutorial ``06-fused-attention.py``;
+    the sink's gradient: flash-attention, ``flash_attn/cute/flash_bwd_postprocess.py`` (the dSink reduction).
     """
     block_q, block_k = check_block(block_q, "block_q"), check_block(block_k, "block_k")
     dq_mode = check_dq_mode(dq_mode)
     # the causal mask is built tile by tile (flashmath.tiling.tile_keep), never as a whole (N, M) array
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False)
+    inp = prepare_attention_inputs(
+        q, k, v, scale=scale, causal=causal, mask=mask, fold_causal=False, learnable_sink=learnable_sink
+    )
     rows = inp.batch_shape + (inp.N,)
     a, lse, grad_a = (as_float_array(x, name) for x, name in ((a, "a"), (lse, "lse"), (grad_a, "grad_a")))
     for arr, name, shape in ((a, "a", rows + (inp.Dv,)), (lse, "lse", rows), (grad_a, "grad_a", rows + (inp.Dv,))):
@@ -220,4 +242,25 @@ def attention_backward(
                     dq += weighted_values(dx_tile, k_tile, keep)
             # dQ_i = scale sum_j dX_ij K_j
             grad_q[..., r0:r1, :] = dq * scale_
-    return (_unbroadcast(grad_q, inp.q.shape), _unbroadcast(grad_k, inp.k.shape), _unbroadcast(grad_v, inp.v.shape))
+    grads = (_unbroadcast(grad_q, inp.q.shape), _unbroadcast(grad_k, inp.k.shape), _unbroadcast(grad_v, inp.v.shape))
+    if inp.sink is None:
+        return grads
+    return (*grads, _sink_gradient(inp.sink, lse, delta_row, learnable_sink))
+
+
+def _sink_gradient(sink: np.ndarray, lse: np.ndarray, delta: np.ndarray, given: ArrayLike | None) -> np.ndarray:
+    """``d sink = -sum_n P_sink,n D_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink ``(...)`` of every
+    leading element, the rows' ``L`` and ``D`` ``(..., N)``, summed to the shape of the sink as given."""
+    dtype = lse.dtype
+    with np.errstate(invalid="ignore", over="ignore"):
+        sink_col = sink.astype(dtype)[..., None]  # (..., 1)
+        # P_sink,n = exp(sink - L_n): the probability of the sink column (0 for a -inf sink, whatever L_n)
+        p_sink = np.where(sink_col == -np.inf, 0, np.exp(sink_col - np.where(np.isneginf(lse), 0, lse)))
+        # d sink = -sum_n P_sink,n D_n, over the rows of each leading element
+        grad = -np.sum(p_sink * delta, axis=-1)  # (...)
+    given_shape: tuple[int, ...] = tuple(np.shape(np.asarray(given)))
+    shape = given_shape
+    while len(shape) > grad.ndim and shape[0] == 1:  # as check_sink: leading axes of size 1 dropped
+        shape = shape[1:]
+    grad = _unbroadcast(grad, shape)  # summed over the leading dimensions that share a sink
+    return grad.reshape(given_shape).astype(dtype, copy=False)

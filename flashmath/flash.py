@@ -39,7 +39,9 @@ Faster Attention with Better Parallelism and Work Partitioning" (2023), section 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,7 +51,7 @@ from flashmath._checks import float_dtype, thread_count
 from flashmath.flash_parallel import run_query_tiles
 from flashmath.inputs import AttentionInputs, compute_operands
 from flashmath.memory import Memory, PlainMemory
-from flashmath.rowstate import finish, logsumexp_of, max_or_zero, weighted_values
+from flashmath.rowstate import finish, initial_state, lazy_reference, logsumexp_of, max_or_zero, weighted_values
 from flashmath.tiling import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, ORDERS, check_tiling, tile_keep, tile_scores_for, tiles
 from flashmath.variants import variant_inputs
 
@@ -57,6 +59,8 @@ __all__ = [
     "DEFAULT_BLOCK_K",
     "DEFAULT_BLOCK_Q",
     "ORDERS",
+    "RescaleTrace",
+    "check_rescale_threshold",
     "fa1_loop",
     "fa1_tile_step",
     "fa2_loop",
@@ -64,6 +68,7 @@ __all__ = [
     "fa2_tile_step",
     "fa2_write",
     "flash_attention",
+    "rescale_trace",
     "tile_arrays",
     "tile_result",
     "trace_steps",
@@ -83,16 +88,25 @@ def fa2_tile_step(
     x_tile: np.ndarray,
     v_tile: np.ndarray,
     keep_tile: np.ndarray | None,
+    *,
+    rescale_threshold: float = 0.0,
+    rescales: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FlashAttention-2's tile step: the state ``(g, s, acc = s A')`` of ``B_r`` rows after one key tile.
 
     Args:
-        g_tile, s_tile: ``(..., B_r)`` the running max and sum (``-inf`` and 0 for a row that has seen no key).
+        g_tile, s_tile: ``(..., B_r)`` the running max and sum (``-inf`` and 0 for a row that has seen no key;
+            ``sink`` and 1 with a learnable sink: :func:`flashmath.rowstate.initial_state`).
         acc_tile: ``(..., B_r, Dv)`` the unnormalised accumulator ``s A'``; **updated in place** (it is the
             loop's on-chip accumulator; pass a copy to keep yours).
         x_tile: ``(..., B_r, B_c)`` the score tile, masked pairs already ``-inf`` (:func:`tile_scores`);
             **overwritten** by the weights ``P``.
         v_tile: ``(..., B_c, Dv)``. keep_tile: the tile's keep mask (True = attend) or None (every pair).
+        rescale_threshold: FlashAttention-4's lazy rescaling (:func:`flashmath.rowstate.lazy_reference`), in log2
+            units: ``g`` is then the reference point the state is measured against, up to ``rescale_threshold
+            ln 2`` below the row's max. 0 (default): the eager update, exactly as before.
+        rescales: ``(done, kept)`` integer arrays ``(..., B_r)`` counting the rescales, updated in place, or
+            None.
 
     Returns:
         ``(g_new, s_new, acc_new)``; nothing is divided (FlashAttention-2 divides once, in :func:`fa2_write`).
@@ -103,6 +117,9 @@ def fa2_tile_step(
         # g_new = max(g, rowmax(X_ij))
         g_new = np.maximum(g_tile, x_tile.max(axis=-1))  # (..., B_r)
         g_ref = max_or_zero(g_new)
+
+        if rescale_threshold or rescales is not None:  # lazy rescaling (FlashAttention-4): keep a stale reference
+            g_new, g_ref = lazy_reference(g_tile, g_new, rescale_threshold, rescales)
         # alpha = exp(g - g_new): the rescale of everything summed so far
         alpha = np.exp(g_tile - g_ref)  # (..., B_r)
         # P_ij = exp(X_ij - g_new), computed in place: the score tile becomes the weight tile
@@ -171,33 +188,60 @@ def fa1_tile_step(
 
 
 def fa2_loop(
-    memory: Memory, inp: AttentionInputs, block_q: int, block_k: int, query_tiles: Collection[int] | None = None
+    memory: Memory,
+    inp: AttentionInputs,
+    block_q: int,
+    block_k: int,
+    query_tiles: Collection[int] | None = None,
+    *,
+    rescale_threshold: float = 0.0,
+    rescales: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Iterator[tuple]:
     """FlashAttention-2 order: query tiles outside (:func:`fa2_query_tile` for each). After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, acc_tile)``, the on-chip state of query tile ``i``.
 
     ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``lse`` written here
-    (:func:`tile_arrays`). ``query_tiles``: the indices ``i`` of the query tiles to run (default all)."""
+    (:func:`tile_arrays`). ``query_tiles``: the indices ``i`` of the query tiles to run (default all).
+    ``rescale_threshold``, ``rescales``: as :func:`fa2_query_tile`."""
     for i, rows in enumerate(tiles(inp.N, block_q)):
         if query_tiles is None or i in query_tiles:
-            yield from fa2_query_tile(memory, inp, i, rows, block_k)
+            yield from fa2_query_tile(
+                memory, inp, i, rows, block_k, rescale_threshold=rescale_threshold, rescales=rescales
+            )
 
 
 def fa2_query_tile(
-    memory: Memory, inp: AttentionInputs, i: int, rows: tuple[int, int], block_k: int
+    memory: Memory,
+    inp: AttentionInputs,
+    i: int,
+    rows: tuple[int, int],
+    block_k: int,
+    *,
+    rescale_threshold: float = 0.0,
+    rescales: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Iterator[tuple]:
     """Query tile ``i`` (rows ``r0:r1``) of :func:`fa2_loop`: its state stays on chip while every key tile streams
     past; then one division, and ``A_i``, ``lse_i`` are written. Yields as :func:`fa2_loop`.
 
-    A query tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse``, so query tiles
-    can run at the same time (:func:`flash_attention`'s ``workers``: :mod:`flashmath.flash_parallel`)."""
+    The state starts as :func:`flashmath.rowstate.initial_state`: ``(g, s, acc) = (-inf, 0, 0)``, or ``(sink, 1,
+    0)`` with a learnable sink (``inp.sink``). ``rescale_threshold``: FlashAttention-4's lazy rescaling in log2
+    units (:func:`fa2_tile_step`); ``rescales``: ``(done, kept)`` integer arrays ``(..., N)`` in which the tile's
+    rows count their rescales (or None).
+
+    A query tile reads only ``Q``, ``K``, ``V`` and writes only its own rows of ``A`` and ``lse`` (and of
+    ``rescales``), so query tiles can run at the same time (:func:`flash_attention`'s ``workers``:
+    :mod:`flashmath.flash_parallel`)."""
     q, k, v, a, lse = (memory[name] for name in ("Q", "K", "V", "A", "lse"))
     r0, r1 = rows
     batch, dtype = inp.batch_shape, q.dtype  # the compute dtype
     key_tiles = tiles(inp.M, block_k)
     q_tile = None  # Q_i is loaded when its first tile that is not skipped needs it
-    g_tile = np.full(batch + (r1 - r0,), -np.inf, dtype)  # g = -inf: no key seen yet
-    s_tile = np.zeros(batch + (r1 - r0,), dtype)  # s = 0
+    # g = -inf, s = 0: no key seen yet (with a learnable sink: g = sink, s = 1, a score with no value)
+    g_tile, s_tile = initial_state(batch + (r1 - r0,), dtype, inp.sink)
+    lazy: dict = {}  # the tile step's lazy-rescaling arguments (none: the eager step, called as always)
+    if rescale_threshold or rescales is not None:
+        counts = None if rescales is None else (rescales[0][..., r0:r1], rescales[1][..., r0:r1])
+        lazy = {"rescale_threshold": rescale_threshold, "rescales": counts}
     acc_tile = np.zeros(batch + (r1 - r0, inp.Dv), a.dtype)  # acc = s A' = 0, unnormalised; kept in A's dtype
     for j, (c0, c1) in enumerate(key_tiles):
         keep_tile = tile_keep(inp, r0, r1, c0, c1)  # False: no pair attends, the tile is skipped
@@ -207,7 +251,7 @@ def fa2_query_tile(
             k_tile, v_tile = k[..., c0:c1, :], v[..., c0:c1, :]  # load K_j, V_j: (..., B_c, D), (..., B_c, Dv)
             # X_ij = Q_i K_j^T, masked pairs -inf: (..., B_r, B_c)
             x_tile = tile_scores_for(inp, q_tile, k_tile, keep_tile, r0, r1, c0, c1)
-            g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile)
+            g_tile, s_tile, acc_tile = fa2_tile_step(g_tile, s_tile, acc_tile, x_tile, v_tile, keep_tile, **lazy)
             del x_tile  # the score tile is dropped before the next one is made
         if j == len(key_tiles) - 1:
             fa2_write(a, lse, r0, r1, g_tile, s_tile, acc_tile)
@@ -220,17 +264,18 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
     """FlashAttention order (Algorithm 1): key tiles outside. After each tile step yields
     ``(i, j, skipped, (r0, r1), g_tile, s_tile, a_tile)``, the state of query tile ``i`` as written back.
 
-    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``g``, ``s`` written here.
+    ``memory`` holds ``Q`` (scaled, compute dtype), ``K``, ``V``, and ``A``, ``g``, ``s`` written here. With a
+    learnable sink (``inp.sink``) every row starts at ``(g, s, A) = (sink, 1, 0)``.
 
     It stays sequential (``flash_attention`` ignores ``workers`` for it): every key tile ``j`` reads and writes
     ``A_i``, ``g_i``, ``s_i`` of every query tile ``i``, so two key tiles in flight at once would both update
     the same rows (a write conflict), and the query tiles of one key tile, though independent, would need a
     barrier after every key tile (``T_c`` of them) before the next may read those rows back."""
     q, k, v, a, g, s = (memory[name] for name in ("Q", "K", "V", "A", "g", "s"))
-    # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory
-    a[...] = 0
-    s[...] = 0
-    g[...] = -np.inf
+    # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory (with a learnable sink: s = 1, g = sink)
+    g_0, s_0 = initial_state(inp.batch_shape + (inp.N,), g.dtype, inp.sink)
+    a[...] = 0 if inp.sink is None else finish(np.zeros(a.shape, a.dtype), s_0)  # A = 0 / s (NaN: a NaN sink)
+    g[...], s[...] = g_0, s_0
     query_tiles = tiles(inp.N, block_q)
     for j, (c0, c1) in enumerate(tiles(inp.M, block_k)):
         k_tile: Any = None  # K_j, V_j: loaded by the first query tile that is not skipped
@@ -303,6 +348,8 @@ def flash_attention(
     alibi_slopes: ArrayLike | None = None,
     score_mod: Callable[..., Any] | None = None,
     mask_mod: Callable[..., Any] | None = None,
+    learnable_sink: ArrayLike | None = None,
+    rescale_threshold: float = 0.0,
 ) -> Any:
     """Attention computed tile by tile, never holding more than one ``(..., block_q, block_k)`` score tile
     per worker.
@@ -344,25 +391,134 @@ def flash_attention(
             on the scaled score. ``alibi_slopes`` ``(H,)`` or ``(B, H)``: ``-slope |m - (n + M - N)|`` added to the
             scaled score. ``score_mod(score, b, h, q_idx, kv_idx)`` and ``mask_mod(b, h, q_idx, kv_idx)``:
             FlexAttention's, called once per tile on index arrays (broadcasting); empty tiles skipped.
+        learnable_sink: attention sinks (chapter 13; flash-attention's ``learnable_sink``, PR #1819 and #2752;
+            GPT-OSS's per-head ``sinks``): one logit per *query* head, ``(H,)`` (also ``(B, H)`` or a scalar,
+            broadcast like ``alibi_slopes``; with ``enable_gqa`` the ``H`` of ``q``), any real dtype, used in the
+            compute dtype. A sink is a score with no value: every row's state starts at ``(g, s, acc) = (sink, 1,
+            0)`` instead of ``(-inf, 0, 0)``, in both orders, so the sink takes part in the running max and every
+            rescale (a sink far above the scores, 100, overflows nothing). Equal to the explicit formula of
+            :func:`flashmath.attention.attention` (the sink column concatenated, softmax, dropped before ``P V``).
+            The logsumexp includes the sink term; a row with no key gives 0 and logsumexp = the sink; ``-inf`` is
+            no sink (bitwise the result of None); a NaN sink gives NaN in every row of its head.
+        rescale_threshold: FlashAttention-4's lazy (conditional) rescaling, ``order="fa2"`` only, in log2 units
+            as FlashAttention-4's ``rescale_threshold`` (8.0 there for 16-bit inputs,
+            ``flash_attn/cute/flash_fwd_sm100.py``). A row keeps its old reference point ``g`` unless the new row
+            max exceeds it by more than ``rescale_threshold ln 2`` (natural units; 5.55 for 8): ``acc`` and ``s``
+            are then rescaled less often, and share a stale reference at most that far below the true max, so each
+            weight ``P = exp(x - g)`` is at most ``2^t`` (``t = rescale_threshold``), ``s`` at most ``(M + 1)
+            2^t`` and ``|acc|`` at most ``(M + 1) 2^t max|V|``. The final division ``acc / s`` and the logsumexp
+            ``g + log(s)`` are exact to rounding whatever reference was kept. Default 0: the eager update of
+            FlashAttention-2, bitwise as before. The overflow bound: nothing overflows while ``t + log2(M + 1) +
+            log2(max|V|)`` stays below 128 for float32 state (t = 8: any ``M max|V|`` below ``2^119``, about
+            ``6e35``), below 16 for ``acc_dtype=np.float16`` (65504 is just under ``2^16``). (FlashAttention-4 states
+            the same bound for ``P``, which it rounds to the input dtype: "the row max lag[s] by that many log2 units,
+            so P can reach 2^(max_offset + rescale_threshold)", Note [Low Precision Scaling] in
+            ``flash_attn/cute/flash_fwd_sm100.py``, which asserts the sum stays below log2 of the dtype's max.)
+            :func:`rescale_trace` counts the rescales done per row, and those of the eager update.
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype (computed in float32 for float16 input), and if
         ``return_lse`` the logsumexp ``g + log(s)`` ``(..., N)`` in the compute dtype. A row with no key to
-        attend to gives 0 and logsumexp ``-inf``. Inputs are never modified.
+        attend to gives 0 and logsumexp ``-inf`` (the sink, with a learnable sink). Inputs are never modified.
 
     Raises:
-        ValueError: an unknown ``order``, a block size or ``workers`` below 1. TypeError: a block size or
+        ValueError: an unknown ``order``, a block size or ``workers`` below 1, a ``rescale_threshold`` that is
+        negative or not finite, or positive with ``order="fa1"``; a ``learnable_sink`` whose shape does not
+        broadcast to the query heads (the message names the expected ``(H,)``). TypeError: a block size or
         ``workers`` that is not an integer (``workers`` may be None), an ``acc_dtype`` that is not a
-        floating-point dtype. Otherwise as :func:`flashmath.attention.attention`
-        (same checks, same messages).
+        floating-point dtype, a ``learnable_sink`` or ``rescale_threshold`` that is not real numbers. Otherwise
+        as :func:`flashmath.attention.attention` (same checks, same messages).
 
     Extra memory: one score tile ``(..., B_r, B_c)`` per worker, the scaled copy of ``Q``, the output, and
     ``O(B_r Dv)`` of row state per worker; never ``(..., N, M)``. A tile spans all the leading (batch, head)
     dimensions: with many of them, pass smaller blocks than the defaults (which are tuned for one head).
 
-    Sources: Dao et al. (2022), Algorithm 1 (fa1); Dao (2023), Algorithm 1 (fa2).
+    Sources: Dao et al. (2022), Algorithm 1 (fa1); Dao (2023), Algorithm 1 (fa2); sinks: flash-attention PR #1819
+    (``learnable_sink``, ``(nheads,)``) and GPT-OSS (``openai/gpt-oss``, ``gpt_oss/torch/model.py``, ``sdpa``); lazy
+    rescaling: Zadouri et al., "FlashAttention-4" (2026), and ``flash_attn/cute/softmax.py``
+    (``SoftmaxSm100.update_row_max``).
     """
+    result, _ = _flash_attention(
+        q,
+        k,
+        v,
+        block_q=block_q,
+        block_k=block_k,
+        order=order,
+        scale=scale,
+        causal=causal,
+        mask=mask,
+        return_lse=return_lse,
+        acc_dtype=acc_dtype,
+        workers=workers,
+        enable_gqa=enable_gqa,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        score_mod=score_mod,
+        mask_mod=mask_mod,
+        learnable_sink=learnable_sink,
+        rescale_threshold=rescale_threshold,
+        count_rescales=False,
+    )
+    return result
+
+
+def check_rescale_threshold(value: Any, order: str = "fa2") -> float:
+    """``rescale_threshold`` as a Python float: a finite real number ``>= 0`` (log2 units); positive only with
+    ``order="fa2"``.
+
+    Raises:
+        TypeError: not a real number (a bool is not). ValueError: negative, not finite, or positive with
+        ``order="fa1"`` (whose output is normalised at every step: it keeps no unnormalised accumulator to rescale
+        lazily).
+    """
+    if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iuf":
+        raise TypeError(
+            f"rescale_threshold must be a real number >= 0 (log2 units; 0 = rescale eagerly), got {value!r}"
+        )
+    threshold = float(value)
+    if not (math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(
+            f"rescale_threshold must be finite and >= 0 (log2 units; FlashAttention-4 uses 8.0 for 16-bit inputs), "
+            f"got {threshold}"
+        )
+    if threshold > 0 and order != "fa2":
+        raise ValueError(
+            f"rescale_threshold = {threshold} needs order='fa2': lazy rescaling defers the rescale of fa2's "
+            "unnormalised accumulator; fa1 normalises its output at every step"
+        )
+    return threshold
+
+
+def _flash_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    block_q: int | None,
+    block_k: int | None,
+    order: str,
+    scale: float | None,
+    causal: bool,
+    mask: ArrayLike | None,
+    return_lse: bool,
+    acc_dtype: DTypeLike | None,
+    workers: int | None,
+    enable_gqa: bool,
+    window: Any,
+    softcap: float | None,
+    alibi_slopes: ArrayLike | None,
+    score_mod: Callable[..., Any] | None,
+    mask_mod: Callable[..., Any] | None,
+    learnable_sink: ArrayLike | None,
+    rescale_threshold: float,
+    count_rescales: bool,
+) -> tuple[Any, tuple[np.ndarray, np.ndarray] | None]:
+    """:func:`flash_attention`, and with ``count_rescales`` the ``(done, kept)`` rescale counts of every row
+    ``(..., N)`` (``order="fa2"``)."""
     block_q, block_k = check_tiling(block_q, block_k, order)
+    threshold = check_rescale_threshold(rescale_threshold, order)
     acc_dtype = None if acc_dtype is None else float_dtype(acc_dtype, "acc_dtype")
     workers = thread_count(workers, "workers")
     # the checked inputs, chapter 13's variant attached (grouped-query heads: (..., H_kv, G, N, D), nothing copied)
@@ -379,20 +535,109 @@ def flash_attention(
         alibi_slopes=alibi_slopes,
         score_mod=score_mod,
         mask_mod=mask_mod,
+        learnable_sink=learnable_sink,
     )
     memory = PlainMemory(tile_arrays(inp, order, acc_dtype=acc_dtype))  # nothing counted: it costs nothing
+    rows = inp.batch_shape + (inp.N,)
+    rescales = (np.zeros(rows, np.int64), np.zeros(rows, np.int64)) if count_rescales else None
     if order == "fa2":  # the query tiles on `workers` threads, BLAS on one thread
         query_tiles = tiles(inp.N, block_q)
 
         def run(i: int) -> None:
-            for _ in fa2_query_tile(memory, inp, i, query_tiles[i], block_k):
+            for _ in fa2_query_tile(
+                memory, inp, i, query_tiles[i], block_k, rescale_threshold=threshold, rescales=rescales
+            ):
                 pass
 
         run_query_tiles(run, len(query_tiles), workers, causal=inp.causal)
     else:
         for _ in fa1_loop(memory, inp, block_q, block_k):
             pass
-    return heads.restore(tile_result(memory, inp, order, return_lse))
+    result = heads.restore(tile_result(memory, inp, order, return_lse))
+    if rescales is not None:  # (..., H_kv, G, N) -> (..., H, N) as the logsumexp
+        shape = heads.original_batch(inp.batch_shape) + (inp.N,)
+        rescales = (rescales[0].reshape(shape), rescales[1].reshape(shape))
+    return result, rescales
+
+
+@dataclass(frozen=True)
+class RescaleTrace:
+    """How many times each row's accumulator is rescaled by :func:`flash_attention` (``order="fa2"``) with
+    FlashAttention-4's lazy rescaling, against the eager update (:func:`rescale_trace`).
+
+    Attributes:
+        threshold: ``rescale_threshold``, log2 units.
+        done: ``(..., N)`` int: the tile steps that moved the row's reference point (``acc`` and ``s`` rescaled).
+        kept: ``(..., N)`` int: the tile steps whose max rose above the row's stale reference by at most the
+            threshold, so that the reference was kept (FlashAttention-4's ``acc_scale = 1`` branch).
+        eager: ``(..., N)`` int: the rescales of the eager update (``rescale_threshold=0``) on the same rows: the
+            tile steps where the running max grows, after the row's first reference (its first key, or its sink).
+        output, lse: the lazy result, as ``flash_attention(..., return_lse=True)``.
+
+    A lazy rescale happens only where the eager update rescales too (between two lazy rescales the true max stays
+    within ``threshold ln 2`` of the reference, so a tile that moves the reference raises the true max), hence
+    ``done <= eager`` row by row.
+    """
+
+    threshold: float
+    done: np.ndarray
+    kept: np.ndarray
+    eager: np.ndarray
+    output: np.ndarray
+    lse: np.ndarray
+
+    @property
+    def skipped(self) -> np.ndarray:
+        """``eager - done``: the eager update's rescales that the lazy one skips, per row."""
+        return self.eager - self.done
+
+    @property
+    def skipped_share(self) -> float:
+        """The share of the eager update's rescales skipped, over all rows (0 when it does none)."""
+        total = int(self.eager.sum())
+        return float(self.skipped.sum() / total) if total else 0.0
+
+
+def rescale_trace(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rescale_threshold: float = 8.0, **kwargs: Any
+) -> RescaleTrace:
+    """:func:`flash_attention` with ``order="fa2"`` and lazy rescaling, counting per row the rescales done, and
+    those the eager update does on the same inputs (chapter 7): :class:`RescaleTrace`. Runs the loop twice (lazy,
+    then eager for the count).
+
+    Args:
+        q, k, v: as :func:`flash_attention`. rescale_threshold: log2 units (default 8.0, FlashAttention-4's for
+            16-bit inputs); 0 gives ``done == eager``.
+        kwargs: any other keyword argument of :func:`flash_attention` (``block_q``, ``block_k``, ``causal``,
+            ``learnable_sink``, ``workers``...), except ``order`` (always ``"fa2"``) and ``return_lse`` (always).
+
+    Raises:
+        TypeError: ``order`` or ``return_lse`` given, or an unknown keyword. Otherwise as :func:`flash_attention`.
+    """
+    for name in ("order", "return_lse"):
+        if name in kwargs:
+            raise TypeError(f"rescale_trace runs order='fa2' and returns the logsumexp: {name} cannot be given")
+    options = dict(
+        block_q=None, block_k=None, scale=None, causal=False, mask=None, acc_dtype=None, workers=None,
+        enable_gqa=False, window=None, softcap=None, alibi_slopes=None, score_mod=None, mask_mod=None,
+        learnable_sink=None,
+    )  # fmt: skip
+    unknown = set(kwargs) - set(options)
+    if unknown:
+        raise TypeError(f"rescale_trace got unknown keyword arguments {sorted(unknown)}")
+    options.update(kwargs)
+    threshold = check_rescale_threshold(rescale_threshold)
+    counts = {}
+    for t in (threshold, 0.0):
+        (a, lse), counts[t] = _flash_attention(
+            q, k, v, order="fa2", return_lse=True, rescale_threshold=t, count_rescales=True,
+            **options,  # type: ignore[arg-type]
+        )  # fmt: skip
+        if t == threshold:
+            output = (a, lse)
+    lazy, eager = counts[threshold], counts[0.0]
+    assert lazy is not None and eager is not None
+    return RescaleTrace(threshold, lazy[0], lazy[1], eager[0], *output)
 
 
 def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:
@@ -406,8 +651,7 @@ def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, 
     mask not folded (``fold_causal=False``)."""
     dtype = memory.array("A").dtype
     rows_shape = inp.batch_shape + (inp.N,)
-    g_now = np.full(rows_shape, -np.inf, dtype)  # every row's state so far
-    s_now = np.zeros(rows_shape, dtype)
+    g_now, s_now = initial_state(rows_shape, dtype, inp.sink)  # every row's state so far
     a_now = np.zeros(rows_shape + (inp.Dv,), dtype)
     cols = tiles(inp.M, block_k)
     for i, j, skipped, (r0, r1), g_tile, s_tile, a_tile in LOOPS[order](memory, inp, block_q, block_k):

@@ -28,6 +28,15 @@ Conventions kept by every attention function of the package (this docstring is t
   not even loaded, and is absent in the kernels too. Finite values are exact either way.
   NaN in a row of ``q`` or in an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is
   ever silently turned into 0 except what is masked.
+* A learnable sink (``learnable_sink``, chapter 13; flash-attention's name, GPT-OSS's per-head ``sinks``) is one
+  more score per row, the same logit for every row of a head, with no value: the softmax of the row and the
+  sink column together, the sink column dropped before ``P V``. So a row's state starts at ``(g, s, A) = (sink,
+  1, 0)`` instead of ``(-inf, 0, 0)``, and the logsumexp returned *includes* the sink term (as flash-attention's:
+  ``flash_attn/cute/testing.py``, ``attention_ref``, "LSE with sink"). A row with no key then outputs 0 with
+  logsumexp = the sink logit (flash-attention's ``_flash_attn_fwd`` fills ``lse`` with ``learnable_sink`` when
+  ``seqlen_k == 0``); a sink of ``-inf`` is no sink (bitwise the same result as None). Every row sees its sink, so
+  a NaN sink makes every row of its head NaN (output and logsumexp, rows with no key included) and a ``+inf`` sink
+  acts as a ``+inf`` score (NaN output, logsumexp ``+inf``).
 * dtypes: ``q``, ``k``, ``v`` must be floating point (integers are refused: convert them first).
   :func:`flashmath.attention.attention` computes in float64 and returns float64. The variants compute in
   ``compute_dtype`` of the promoted input dtype (float32 for float16, else the dtype itself), return the output in
@@ -60,6 +69,7 @@ from flashmath.masks import causal_mask
 __all__ = [
     "AttentionInputs",
     "check_causal",
+    "check_sink",
     "check_scale",
     "compute_operands",
     "prepare_attention_inputs",
@@ -84,6 +94,8 @@ class AttentionInputs(NamedTuple):
             :mod:`flashmath.flash` build it tile by tile instead of as a whole ``(N, M)`` array).
         variant: None, or a :class:`flashmath.variants.Variant` (chapter 13: window, softcap, ALiBi, score_mod,
             mask_mod, documents) that :mod:`flashmath.tiling` consults for each tile.
+        sink: None, or the learnable sink logit of every leading (batch, head) element, float64 of shape
+            ``batch_shape`` (:func:`check_sink`): the initial row state of the loops (chapter 13).
     """
 
     q: np.ndarray
@@ -99,6 +111,7 @@ class AttentionInputs(NamedTuple):
     dtype: np.dtype
     causal: bool = False
     variant: Any = None
+    sink: np.ndarray | None = None
 
 
 def prepare_attention_inputs(
@@ -110,11 +123,13 @@ def prepare_attention_inputs(
     causal: bool = False,
     mask: ArrayLike | None = None,
     fold_causal: bool = True,
+    learnable_sink: ArrayLike | None = None,
 ) -> AttentionInputs:
     """Check and normalise the arguments of an attention function (see the module docstring for conventions).
 
     With ``fold_causal=False`` the causal mask is not built into ``keep`` (only recorded in ``causal``), so a
-    tiled loop never materialises an ``(N, M)`` array.
+    tiled loop never materialises an ``(N, M)`` array. ``learnable_sink``: checked by :func:`check_sink` against
+    the leading dimensions, kept in ``sink``.
 
     Raises:
         NonFloatInputError: ``q``/``k``/``v`` not floating-point (integers, bools, complex, strings); it is both
@@ -122,7 +137,7 @@ def prepare_attention_inputs(
         TypeError: a non-boolean ``mask``, a ``causal`` that is not a bool, a ``scale`` that is not a real number.
         ValueError: ``q``/``k``/``v`` with fewer than 2 dimensions, ``D`` of ``q`` and ``k`` differing or 0,
             ``k`` and ``v`` with different numbers of keys, leading dimensions or ``mask`` that do not broadcast
-            to ``(..., N, M)``, a non-finite ``scale``.
+            to ``(..., N, M)``, a non-finite ``scale``; and as :func:`check_sink`.
     """
     q, k, v = (as_float_array(a, name, allow_int=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     for arr, name, shape in ((q, "q", "(..., N, D)"), (k, "k", "(..., M, D)"), (v, "v", "(..., M, Dv)")):
@@ -191,7 +206,42 @@ def prepare_attention_inputs(
             f"q, k and v have no common floating-point type: {q.dtype}, {k.dtype}, {v.dtype}; "
             "convert them to one dtype first"
         ) from None
-    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal))
+    sink = check_sink(learnable_sink, batch_shape)
+    return AttentionInputs(q, k, v, scale, keep, batch_shape, N, M, D, Dv, dtype, bool(causal), sink=sink)
+
+
+def check_sink(learnable_sink: ArrayLike | None, batch_shape: tuple) -> np.ndarray | None:
+    """The learnable sink logits as float64 of shape ``batch_shape`` (the leading dimensions ``(..., B, H)``), or
+    None for None.
+
+    flash-attention's ``learnable_sink`` is one logit per query head, shape ``(nheads,)`` (PR #1819's description;
+    ``flash_attn/cute/interface.py`` asserts ``learnable_sink.shape == (num_head,)``); here it broadcasts over the
+    leading dimensions as ``alibi_slopes`` does: ``(H,)`` (the usual one), ``(B, H)``, or a scalar (one sink for
+    every head), any size possibly 1. Leading axes of size 1 beyond the inputs' are dropped (``(1,)`` for inputs
+    without a heads axis). The logit is added to the *scaled* scores as it is, in natural-log units (not
+    multiplied by ``scale``), as GPT-OSS's reference does (``openai/gpt-oss``, ``gpt_oss/torch/model.py``,
+    ``sdpa``). NaN and infinities are kept (a NaN sink makes every row of its head NaN; ``-inf`` is no sink).
+
+    Raises:
+        TypeError: not real numbers (a bool is not). ValueError: a shape that does not broadcast to
+        ``batch_shape``; the message names the expected ``(H,)``.
+    """
+    if learnable_sink is None:
+        return None
+    sink = np.asarray(learnable_sink)
+    if sink.dtype.kind not in "iuf":
+        raise TypeError(f"learnable_sink must be real numbers (one sink logit per query head), got dtype {sink.dtype}")
+    while sink.ndim > len(batch_shape) and sink.shape[0] == 1:  # (1,) for inputs without a heads axis
+        sink = sink[0]
+    try:
+        return np.broadcast_to(sink.astype(np.float64), batch_shape).copy()
+    except ValueError:
+        heads = batch_shape[-1] if batch_shape else 1
+        raise ValueError(
+            f"learnable_sink of shape {np.shape(learnable_sink)} must be (H,) = ({heads},): one logit per query "
+            f"head (flash-attention's (nheads,)), or (B, H), broadcast like alibi_slopes over the leading "
+            f"dimensions (..., B, H) = {batch_shape}"
+        ) from None
 
 
 def check_scale(scale: Any, D: int) -> float:

@@ -29,11 +29,11 @@ from numpy.typing import ArrayLike
 
 from flashmath._checks import as_float_array, compute_dtype
 from flashmath.flash import LOOPS, fa2_tile_step, tile_arrays, tile_result
-from flashmath.inputs import check_causal, check_scale, prepare_attention_inputs
+from flashmath.inputs import check_causal, check_scale, check_sink, prepare_attention_inputs
 from flashmath.memory import PlainMemory
-from flashmath.rowstate import finish, logsumexp_of, merge_states
+from flashmath.rowstate import finish, initial_state, logsumexp_of, merge_states
 from flashmath.tiling import check_tiling, variant_tile_scores
-from flashmath.variants import GroupedHeads, group_heads, make_variant, packed_documents
+from flashmath.variants import GroupedHeads, group_heads, grouped_sink, make_variant, packed_documents
 
 __all__ = ["flash_attention_varlen", "gather_pages", "paged_attention"]
 
@@ -55,6 +55,7 @@ def flash_attention_varlen(
     alibi_slopes: ArrayLike | None = None,
     enable_gqa: bool = False,
     return_lse: bool = False,
+    learnable_sink: ArrayLike | None = None,
 ) -> Any:
     """Attention of packed variable-length sequences, each attending only to itself.
 
@@ -70,6 +71,9 @@ def flash_attention_varlen(
         causal, window, alibi_slopes: per sequence, with positions inside the sequence and FlashAttention's
             bottom-right alignment for each sequence (``len_k - len_q`` its own offset).
         block_q, block_k, order, scale, softcap, enable_gqa, return_lse: as :func:`flashmath.flash.flash_attention`.
+        learnable_sink: one sink logit per query head, ``(H,)``, as :func:`flashmath.flash.flash_attention`'s: the
+            same sink for every sequence (a head's), each row starting at ``(sink, 1, 0)`` (flash-attention's varlen
+            forward takes the same ``(nheads,)``).
 
     Returns:
         ``A (..., total_q, Dv)`` (and the logsumexp ``(..., total_q)``): equal to attention on each sequence alone.
@@ -77,7 +81,7 @@ def flash_attention_varlen(
     Raises:
         TypeError: ``cu_seqlens`` not integers; otherwise as :func:`flashmath.flash.flash_attention`. ValueError:
         ``cu_seqlens`` not starting at 0, decreasing, not ending at the totals, or with different numbers of
-        sequences.
+        sequences. As :func:`flashmath.inputs.check_sink` for ``learnable_sink``.
     """
     block_q, block_k = check_tiling(block_q, block_k, order)
     causal = check_causal(causal)  # per document, in the variant: not through prepare_attention_inputs
@@ -96,7 +100,8 @@ def flash_attention_varlen(
             softcap=softcap,
             alibi_slopes=alibi_slopes,
             docs=docs,
-        )
+        ),
+        sink=grouped_sink(learnable_sink, heads, inp.batch_shape),
     )
     memory = PlainMemory(tile_arrays(inp, order))
     for _ in LOOPS[order](memory, inp, block_q, block_k):
@@ -155,6 +160,7 @@ def paged_attention(
     enable_gqa: bool = False,
     num_splits: int = 1,
     return_lse: bool = False,
+    learnable_sink: ArrayLike | None = None,
 ) -> Any:
     """Attention over a paged KV cache: each page is one key tile, gathered through the block table.
 
@@ -172,6 +178,11 @@ def paged_attention(
             ``M = seqlens[b]`` for sequence ``b`` (``H_kv = H`` unless ``enable_gqa``).
         num_splits: the pages of a sequence are cut into this many contiguous groups, each with its own state
             ``(A, lse)``, merged at the end (split-KV; :func:`flashmath.rowstate.merge_states`).
+        learnable_sink: one sink logit per query head, ``(H,)`` (or ``(B, H)``), as
+            :func:`flashmath.flash.flash_attention`'s. It belongs to the *first* group of pages only (whose state
+            starts at ``(sink, 1, 0)``; the others at ``(-inf, 0, 0)``), so that the merge counts it once: why that
+            is exact, :func:`flashmath.splitkv.split_kv_attention`. A sequence with no cached token gives 0 and
+            logsumexp = the sink.
 
     Returns:
         ``A (B, H, N, Dv)`` in the promoted input dtype (and the logsumexp ``(B, H, N)``): equal to attention on the
@@ -182,7 +193,8 @@ def paged_attention(
         table or lengths, ``enable_gqa`` or ``causal`` not a bool, a ``scale`` or ``alibi_slopes`` that are not real
         numbers. ValueError: wrong shapes, ``D = 0``, pages without a key/value head (``H_kv = 0``), a table entry
         outside the pages, a length beyond the table, ``num_splits < 1``, heads that do not match, ``alibi_slopes``
-        of a shape other than ``(H,)`` or ``(B, H)`` (either size may be 1), a non-finite ``scale``.
+        of a shape other than ``(H,)`` or ``(B, H)`` (either size may be 1), a non-finite ``scale``; as
+        :func:`flashmath.inputs.check_sink` for ``learnable_sink``.
     """
     qa = as_float_array(q, "q", allow_int=False)
     kp, vp = as_float_array(k_pages, "k_pages", allow_int=False), as_float_array(v_pages, "v_pages", allow_int=False)
@@ -223,6 +235,7 @@ def paged_attention(
     G = H // H_kv
     heads = GroupedHeads(None, None, None, None, G)  # query head h reads kv head h // G
     slopes = _check_slopes(alibi_slopes, B, H)
+    sinks = check_sink(learnable_sink, (B, H))  # (B, H) float64, or None
     try:
         out_dtype = np.result_type(qa, kp, vp)
     except TypeError:  # e.g. bfloat16 with float16: numpy has no common type
@@ -243,9 +256,10 @@ def paged_attention(
         )
         variant = replace(variant, b=np.full_like(variant.b, b))  # score_mod's batch index: this sequence
         n_pages = -(-M // page_size)
-        for split in np.array_split(np.arange(n_pages), num_splits):
-            g_tile = np.full(batch + (N,), -np.inf, dtype)
-            s_tile = np.zeros(batch + (N,), dtype)
+        for p, split in enumerate(np.array_split(np.arange(n_pages), num_splits)):
+            # the state (-inf, 0, 0); the first group of pages also holds the sink: (sink, 1, 0), counted once
+            sink = sinks[b].reshape(batch) if sinks is not None and p == 0 else None
+            g_tile, s_tile = initial_state(batch + (N,), dtype, sink)
             acc = np.zeros(batch + (N, Dv), dtype)
             for j in split:
                 c0, c1 = int(j) * page_size, min((int(j) + 1) * page_size, M)  # a page is a key tile

@@ -5,6 +5,9 @@ the empty state ``(-inf, 0)`` is the identity of the merge. With an output, the 
 normalised output over those keys and the logsumexp ``L = g + log(s)``. Everything here is plain numpy on arrays
 already checked (the public, checked forms are :func:`flashmath.softmax.merge` and :func:`merge_states`):
 
+* :func:`initial_state` - the state before any key: ``(-inf, 0)``, or ``(sink, 1)`` with a learnable sink;
+* :func:`lazy_reference` - FlashAttention-4's lazy rescaling: keep a stale reference point while the max grows by
+  less than a threshold;
 * :func:`merge_rows` - the merge of two ``(g, s)`` states (chapter 2);
 * :func:`merge_states` - the merge of two ``(A, L)`` states (chapter 10, split-KV);
 * :func:`logsumexp_of` - ``L`` from ``(g, s)``;
@@ -23,6 +26,7 @@ G. Sizov, "Flash-Decoding for long-context inference" (2023).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -31,8 +35,11 @@ from numpy.typing import ArrayLike
 from flashmath._checks import as_float_array
 
 __all__ = [
+    "LN2",
     "empty_state",
     "finish",
+    "initial_state",
+    "lazy_reference",
     "logsumexp_of",
     "max_or_zero",
     "merge_rows",
@@ -45,6 +52,81 @@ __all__ = [
 def empty_state(rows: tuple, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The state ``(g, s) = (-inf, 0)`` of rows that have seen no key, each of shape ``rows``."""
     return np.full(rows, -np.inf, dtype=dtype), np.zeros(rows, dtype=dtype)
+
+
+def initial_state(rows: tuple, dtype: np.dtype, sink: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The state ``(g, s)`` of rows that have seen no key, each of shape ``rows`` (``(..., R)``).
+
+    Without a sink, :func:`empty_state`: ``(-inf, 0)``. With a learnable sink ``sink`` (shape ``rows[:-1]``, one
+    logit per leading (batch, head) element), the sink is a score already seen, one with no value: ``g = sink``,
+    ``s = exp(sink - sink) = 1`` (and the output accumulator stays 0), measured against 0 where the sink is
+    ``-inf`` (:func:`max_or_zero`). So a ``-inf`` sink gives exactly ``(-inf, 0)``, the state without a sink, and
+    the result is bitwise the one without; a NaN sink gives ``(NaN, NaN)`` and a ``+inf`` sink ``(+inf, NaN)``,
+    like a NaN or ``+inf`` score that every row of the head sees: every output row NaN (a row with no key too:
+    ``0 / NaN``), the logsumexp NaN or ``+inf``. Source: GPT-OSS's reference (``openai/gpt-oss``,
+    ``gpt_oss/torch/model.py``, ``sdpa``: the sink column concatenated to the scores, softmax, the column dropped
+    before ``P V``)."""
+    if sink is None:
+        return empty_state(rows, dtype)
+    g = np.broadcast_to(np.asarray(sink, dtype=dtype)[..., None], rows).copy()  # g = sink
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, on purpose
+        s = np.exp(g - max_or_zero(g))  # s = exp(sink - sink) = 1; a -inf sink is no sink: exp(-inf - 0) = 0
+    return g, s
+
+
+LN2 = math.log(2.0)
+"""``ln 2``: FlashAttention-4's threshold is in log2 units (its exponentials are ``exp2``), the loops' in natural
+units."""
+
+
+def lazy_reference(
+    g_old: np.ndarray,
+    g_max: np.ndarray,
+    threshold: float,
+    counts: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """FlashAttention-4's lazy (conditional) rescaling: the reference point ``g`` that a tile step measures its
+    weights against, and the one it keeps.
+
+    ``g_old`` ``(..., R)`` is the row's reference so far (``-inf`` before any key), ``g_max = max(g_old,
+    rowmax(X_ij))`` the row's new max. The reference moves to ``g_max`` (``acc`` and ``s`` are rescaled by
+    ``exp(g_old - g_max)``) only when the max has grown by more than ``threshold`` in log2 units, ``g_max - g_old
+    > threshold ln 2``; otherwise the old, stale reference is kept (no rescale: ``alpha = 1``), so every weight
+    ``exp(x - g)`` of the row is at most ``2^threshold``. A row without a reference yet (``g_old = -inf``) takes
+    ``g_max``; ``+inf`` and NaN go through as in the eager update. Both ``s`` and ``acc`` are measured against the
+    same reference, so ``acc / s`` and the logsumexp ``g + log(s)`` are exact whatever reference was kept:
+    chapter 2's lesson that an intermediate may change meaning as long as the final one is right.
+
+    ``threshold = 0`` is the eager update (the reference is the max). FlashAttention-4 uses 8.0 for 16-bit inputs
+    and 0 otherwise (``flash_attn/cute/flash_fwd_sm100.py``; the test ``acc_scale_ >= -rescale_threshold`` of
+    ``SoftmaxSm100.update_row_max`` in ``flash_attn/cute/softmax.py``, where ``acc_scale_ = (row_max_old -
+    row_max_new) * scale_log2`` is in log2 units).
+
+    ``counts``: ``(done, kept)`` integer arrays ``(..., R)`` updated in place: a row whose max grew above a
+    reference it already had counts as *done* when the reference moved (a rescale) and *kept* when it stayed.
+
+    Returns:
+        ``(g_new, g_ref)``: the reference kept in the state, and the same with ``-inf`` measured against 0
+        (:func:`max_or_zero`).
+
+    Source: T. Zadouri et al., "FlashAttention-4: Algorithm and Kernel Pipelining Co-Design for Asymmetric Hardware
+    Scaling" (2026; conditional softmax rescaling, listed in its abstract); flash-attention's ``flash_attn/cute``.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        had = g_old > -np.inf  # the row has a reference (a key or a sink seen)
+        if threshold > 0:
+            # keep the old reference while the max grew by at most the threshold (log2 units: exp(x - g) <= 2^t)
+            stale = had & (g_max - g_old <= threshold * LN2)
+            g_new = np.where(stale, g_old, g_max)
+        else:
+            g_new = g_max
+        if counts is not None:
+            grew = had & (g_max > g_old)  # the eager update would rescale this row
+            moved = g_new != g_old
+            done, kept = counts
+            done += grew & moved
+            kept += grew & ~moved
+    return g_new, max_or_zero(g_new)
 
 
 def max_or_zero(g: np.ndarray) -> np.ndarray:

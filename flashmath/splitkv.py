@@ -13,6 +13,17 @@ to contributes nothing, whatever its output array holds (NaN included), so the r
 tree. The logsumexp carries both the running max and the running sum of chapter 2 in one number, which is why
 FlashAttention-2 stores it.
 
+A learnable sink (chapter 13) belongs to exactly one part, the *first* (``[c0, c1) = [0, M / num_splits)``), whose
+state starts at ``(g, s, A) = (sink, 1, 0)``; the others start empty. Why the merge stays exact: a sink is a score
+with no value, i.e. one more key whose score is ``sink`` and whose value row is 0 (it adds ``exp(sink - g)`` to
+the row's sum and ``exp(sink - g) 0 = 0`` to its numerator). Attention with a sink is therefore attention over the
+keys plus that one extra key, and the merge above is exact for *any* partition of a row's keys into disjoint
+parts: ``exp(L) = sum_p exp(L_p)`` (each part's sum on its own reference) and ``A exp(L) = sum_p A_p exp(L_p)``.
+Putting the extra key in exactly one part is such a partition; putting it in none loses its ``exp(sink)`` from
+the denominator, and putting it in two counts it twice (the denominator of ``softmax`` would hold ``2 exp(sink)``,
+which is a sink of ``sink + ln 2``). The first part is our choice (any one part would do); it has a state even
+when it holds no key (``num_splits > M``): ``(A, L) = (0, sink)``.
+
 Conventions (shapes, scale, masks, fully masked rows) are those of :mod:`flashmath.inputs`; masks and the
 bottom-right causal alignment are applied over all ``M`` keys before the split, so that a range sees exactly the
 keys it would see in one piece.
@@ -84,6 +95,7 @@ def split_kv_trace(
     scale: float | None = None,
     causal: bool = False,
     mask: ArrayLike | None = None,
+    learnable_sink: ArrayLike | None = None,
 ) -> SplitKVTrace:
     """Compute attention over ``num_splits`` key ranges independently, then merge them pairwise in a tree.
 
@@ -91,6 +103,8 @@ def split_kv_trace(
         q, k, v, scale, causal, mask: as :func:`flashmath.attention.attention`.
         num_splits: the number of contiguous key ranges (see :func:`split_ranges`; more splits than keys leaves
             empty ranges, which contribute nothing).
+        learnable_sink: one sink logit per query head, ``(H,)``, as :func:`flashmath.attention.attention`'s; it
+            belongs to the first part only (the module docstring proves the merge exact).
 
     Returns:
         :class:`SplitKVTrace`.
@@ -98,16 +112,23 @@ def split_kv_trace(
     Raises:
         as :func:`flashmath.attention.attention` and :func:`split_ranges`.
     """
-    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    inp = prepare_attention_inputs(q, k, v, scale=scale, causal=causal, mask=mask, learnable_sink=learnable_sink)
     ranges = split_ranges(inp.M, num_splits)
     keep = inp.keep  # (..., N, M) over all keys: causal alignment and masks decided before the split
     parts = []
-    for c0, c1 in ranges:
+    for p, (c0, c1) in enumerate(ranges):
         part_mask = None if keep is None else keep[..., c0:c1]
-        # each part is attention over its own keys only: A_p and L_p
+        # each part is attention over its own keys only: A_p and L_p (the first part also holds the sink)
+        sink = inp.sink if p == 0 else None
         parts.append(
             attention(
-                inp.q, inp.k[..., c0:c1, :], inp.v[..., c0:c1, :], scale=inp.scale, mask=part_mask, return_lse=True
+                inp.q,
+                inp.k[..., c0:c1, :],
+                inp.v[..., c0:c1, :],
+                scale=inp.scale,
+                mask=part_mask,
+                return_lse=True,
+                learnable_sink=sink,
             )
         )
     levels = [parts]
@@ -134,6 +155,7 @@ def split_kv_attention(
     causal: bool = False,
     mask: ArrayLike | None = None,
     return_lse: bool = False,
+    learnable_sink: ArrayLike | None = None,
 ) -> Any:
     """Attention with the keys split into ``num_splits`` ranges, each computed alone and merged (Flash-Decoding).
 
@@ -141,7 +163,9 @@ def split_kv_attention(
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``; scale, causal, mask: as
             :func:`flashmath.attention.attention`.
         num_splits: the number of contiguous key ranges, at least 1 (may exceed ``M``: empty ranges add nothing).
-        return_lse: also return the logsumexp ``(..., N)``.
+        return_lse: also return the logsumexp ``(..., N)`` (with a sink, it includes the sink term).
+        learnable_sink: one sink logit per query head, ``(H,)``; in the first part only, which keeps the merge
+            exact (module docstring).
 
     Returns:
         ``A (..., N, Dv)`` float64 (each range is computed by the float64 reference), and the logsumexp if asked.
@@ -150,5 +174,5 @@ def split_kv_attention(
     Raises:
         as :func:`split_kv_trace`.
     """
-    trace = split_kv_trace(q, k, v, num_splits, scale=scale, causal=causal, mask=mask)
+    trace = split_kv_trace(q, k, v, num_splits, scale=scale, causal=causal, mask=mask, learnable_sink=learnable_sink)
     return (trace.output, trace.lse) if return_lse else trace.output

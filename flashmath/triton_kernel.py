@@ -95,6 +95,9 @@ __all__ = [
 ]
 
 from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.flash import check_rescale_threshold
+from flashmath.inputs import check_sink
+from flashmath.rowstate import LN2
 from flashmath.tiling import check_kernel_block
 from flashmath.triton_backward import triton_attention_backward
 from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests use them through this module
@@ -134,6 +137,8 @@ if available():
         CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr,
         G=1, left=0, right=0, cap=1.0,  # chapter 13: query heads per kv head, the window's extents, the softcap
         WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+        Sink=None, thr=0.0,  # chapter 13: the sink logit of each (batch, head) (B,); chapter 7: lazy rescaling's t ln 2
+        HAS_SINK: tl.constexpr = False, LAZY: tl.constexpr = False,
     ):  # fmt: skip
         i = tl.program_id(0)  # this program's query tile
         b = tl.program_id(1)  # and its (batch, head) element
@@ -149,6 +154,10 @@ if available():
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+        if HAS_SINK:  # chapter 13: the sink is a score already seen, with no value: g = sink, s = 1 (-inf: none)
+            m_i = l_i + tl.load(Sink + b)  # g = 0 + sink, one per row
+            # s = exp(sink - sink) = 1, an infinite sink measured against 0 (-inf: s = 0, no sink; +inf: s = +inf)
+            l_i = tl.exp(m_i - tl.where((m_i == float("-inf")) | (m_i == float("inf")), 0.0, m_i))
         lo = 0
         hi = M
         if CAUSAL:  # key tiles right of the last row's diagonal are masked for every row: never visited
@@ -201,6 +210,9 @@ if available():
                 x_tile = tl.where(keep_tile, capped, float("-inf"))
             # g_new = max(g, rowmax(X_ij));  a row that has seen no key keeps -inf
             m_new = tl.maximum(m_i, tl.max(x_tile, 1))
+            # chapter 7, FlashAttention-4's lazy rescaling: the old reference is kept while the max grew by <= thr
+            if LAZY:
+                m_new = tl.where((m_i > float("-inf")) & (m_new - m_i <= thr), m_i, m_new)
             # measured against 0 where g_new is -inf (no key yet) or +inf (a +inf score: exp(x - 0) makes the sum
             # +inf, the row's logsumexp, where exp(inf - inf) would make it NaN)
             m_ref = tl.where((m_new == float("-inf")) | (m_new == float("inf")), 0.0, m_new)
@@ -252,6 +264,8 @@ def triton_flash_attention(
     enable_gqa=False,
     window=None,
     softcap=None,
+    learnable_sink=None,
+    rescale_threshold=0.0,
 ):
     """Attention by the Triton kernel: :func:`flashmath.flash.flash_attention` (``order="fa2"``) on a GPU.
 
@@ -275,6 +289,14 @@ def triton_flash_attention(
             (the kernel reads kv head ``b // G``, nothing repeated), FlashAttention's ``window_size`` (key tiles
             outside every row's window are not visited), ``c tanh(x / c)`` on the scaled score. Compile-time
             switches (``WINDOW``, ``SOFTCAP``); forward only (the backward kernels do not take them yet).
+        learnable_sink: attention sinks (chapter 13), one logit per query head ``(H,)`` (numpy array, tensor or
+            list; also ``(B, H)`` or a scalar), as :func:`flashmath.flash.flash_attention`'s: each program starts its
+            rows at ``(m_i, l_i, acc) = (sink, 1, 0)`` (compile-time switch ``HAS_SINK``; the sink in float32). The
+            logsumexp includes the sink; a row with no key gives 0 and logsumexp = the sink; ``-inf`` is no sink.
+            Forward only.
+        rescale_threshold: FlashAttention-4's lazy rescaling, log2 units (:func:`flashmath.flash.flash_attention`):
+            a row keeps its old ``m_i`` unless the tile's max exceeds it by more than ``rescale_threshold ln 2``
+            (compile-time switch ``LAZY``); 0: the eager update. The result is the same to float32 rounding.
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
@@ -292,7 +314,10 @@ def triton_flash_attention(
         TypeError: float64 or non-float inputs, a non-boolean mask, non-integer block sizes; ValueError: the
             shapes, ``D`` or ``Dv`` above 128, a block size that is not a power of two from 16 to 256, an
             ``order`` other than ``"fa2"``. The shape and mask checks are those of
-            :func:`flashmath.attention.prepare_attention_inputs`, with the same messages.
+            :func:`flashmath.attention.prepare_attention_inputs`, with the same messages; the sink's those of
+            :func:`flashmath.inputs.check_sink`, the threshold's :func:`flashmath.flash.check_rescale_threshold`.
+        NotImplementedError: ``learnable_sink``, or a variant, with tensors that require grad (the backward
+            kernels do not take them).
 
     Sources: Dao (2023), Algorithm 1; see the module docstring.
     """
@@ -306,11 +331,13 @@ def triton_flash_attention(
     if not isinstance(enable_gqa, (bool, np.bool_)):  # np.True_ and np.False_ as numpy's functions take them
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     enable_gqa = bool(enable_gqa)
-    variant = enable_gqa or window is not None or softcap is not None
+    threshold = check_rescale_threshold(rescale_threshold)
+    variant = enable_gqa or window is not None or softcap is not None or learnable_sink is not None
     if variant and torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
         raise NotImplementedError(
-            "enable_gqa, window and softcap are forward-only in the Triton kernels: the backward "
-            "kernels do not take them yet (flashmath.flash_attention computes them in numpy)"
+            "enable_gqa, window, softcap and learnable_sink are forward-only in the Triton kernels: the backward "
+            "kernels do not take them yet (flashmath.flash_attention computes them in numpy, "
+            "flashmath.attention_backward the sink's gradient)"
         )
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
         return differentiable_attention(
@@ -326,6 +353,7 @@ def triton_flash_attention(
             dq_mode=dq_mode,
             num_warps=num_warps,
             num_stages=num_stages,
+            rescale_threshold=threshold,
         )
     block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
     block_n = check_kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
@@ -337,6 +365,14 @@ def triton_flash_attention(
     if enable_gqa:
         q, k, v, mask, G = _grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
+    sink = None
+    if learnable_sink is not None:  # one logit per query head: checked against (..., H), viewed as the programs' batch
+        if isinstance(learnable_sink, torch.Tensor):
+            learnable_sink = learnable_sink.detach().float().cpu().numpy()
+        heads = inp.batch_shape[:-2] + (inp.batch_shape[-2] * inp.batch_shape[-1],) if enable_gqa else inp.batch_shape
+        checked = check_sink(learnable_sink, heads)
+        assert checked is not None
+        sink = checked.reshape(inp.batch_shape)
 
     device = kernel_device(q, k, v, tensors)
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
@@ -375,6 +411,8 @@ def triton_flash_attention(
         keep_strides = keep.stride()  # 0 along the dimensions the mask broadcasts over: nothing is copied there
     else:
         keep, keep_strides = a, (0, 0, 0)  # not read (HAS_KEEP is False)
+    # the sink of each program's (batch, head) element, (B,) float32; not read without one (HAS_SINK is False)
+    sinks = lse if sink is None else torch.from_numpy(sink.reshape(B).astype(np.float32)).to(device)
     # the window's extents as int32 kernel arguments: an unbounded side (None), or any extent beyond M + N (which
     # every key is within), is M + N, so that (i + 1) B_r + (M - N) + right cannot overflow (2**31 - 1 would)
     left, right = (
@@ -417,6 +455,10 @@ def triton_flash_attention(
                 cap=cap or 1.0,
                 WINDOW=extents is not None,
                 SOFTCAP=cap is not None,
+                Sink=sinks,
+                thr=threshold * LN2,
+                HAS_SINK=sink is not None,
+                LAZY=threshold > 0,
                 num_warps=num_warps,
                 num_stages=num_stages,
             )
@@ -501,6 +543,7 @@ def differentiable_attention(
     dq_mode="separate",
     num_warps=4,
     num_stages=2,
+    rescale_threshold=0.0,
 ):
     """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
 
@@ -520,7 +563,7 @@ def differentiable_attention(
     dq_mode = check_dq_mode(dq_mode)
     shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
     options = {
-        "forward": dict(shared, num_warps=num_warps, num_stages=num_stages),
+        "forward": dict(shared, num_warps=num_warps, num_stages=num_stages, rescale_threshold=rescale_threshold),
         "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1),
     }
     a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)

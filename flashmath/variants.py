@@ -51,7 +51,7 @@ from numpy.typing import ArrayLike
 
 from flashmath._checks import integer
 from flashmath.i18n import gettext as _
-from flashmath.inputs import AttentionInputs, prepare_attention_inputs
+from flashmath.inputs import AttentionInputs, check_sink, prepare_attention_inputs
 
 __all__ = [
     "MASK_KINDS",
@@ -65,6 +65,7 @@ __all__ = [
     "document_ids",
     "document_mask_mod",
     "group_heads",
+    "grouped_sink",
     "make_variant",
     "mask_example",
     "packed_documents",
@@ -225,6 +226,15 @@ def group_heads(q: ArrayLike, k: ArrayLike, v: ArrayLike, mask: ArrayLike | None
         elif ma.ndim >= 3:
             raise ValueError(f"mask of shape {ma.shape}: its head axis must be 1 or H = {H} with enable_gqa")
     return GroupedHeads(qg, kg, vg, mg, G)
+
+
+def grouped_sink(learnable_sink: ArrayLike | None, heads: GroupedHeads, batch_shape: tuple) -> np.ndarray | None:
+    """The learnable sink of every leading element of the loop, float64 of shape ``batch_shape``, or None: checked
+    against the leading dimensions ``(..., H)`` of ``q`` (one logit per *query* head,
+    :func:`flashmath.inputs.check_sink`) and, with grouped heads, viewed as ``(..., H_kv, G)`` as ``q`` is, so that
+    query head ``h`` keeps its own sink. Raises as :func:`flashmath.inputs.check_sink`."""
+    sink = check_sink(learnable_sink, heads.original_batch(batch_shape))
+    return None if sink is None else sink.reshape(batch_shape)
 
 
 def _index_arrays(batch_shape: tuple, original: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -410,22 +420,26 @@ def variant_inputs(
     alibi_slopes: ArrayLike | None = None,
     score_mod: ScoreMod | None = None,
     mask_mod: MaskMod | None = None,
+    learnable_sink: ArrayLike | None = None,
 ) -> tuple[GroupedHeads, AttentionInputs]:
     """The checked inputs of a tiled loop (:func:`flashmath.flash.flash_attention`'s arguments), with the variant
     these arguments ask for attached (``variant`` None when they ask for none), and the grouped heads whose
     :meth:`GroupedHeads.restore` gives the loop's output the heads of ``q`` back.
 
     The causal mask is not folded into the keep mask (``fold_causal=False``): the loops classify each tile
-    themselves (:func:`flashmath.tiling.tile_keep`).
+    themselves (:func:`flashmath.tiling.tile_keep`). ``learnable_sink``: one logit per *query* head, ``(H,)``,
+    checked against the leading dimensions of ``q`` (:func:`flashmath.inputs.check_sink`) and, with grouped heads,
+    viewed as ``(..., H_kv, G)`` as ``q`` is (query head ``h`` keeps its own sink); attached as ``inp.sink``.
 
     Raises:
-        as :func:`group_heads`, :func:`flashmath.inputs.prepare_attention_inputs` and :func:`make_variant`, in that
-        order.
+        as :func:`group_heads`, :func:`flashmath.inputs.prepare_attention_inputs`,
+        :func:`flashmath.inputs.check_sink` and :func:`make_variant`, in that order.
     """
     heads = group_heads(q, k, v, mask, enable_gqa)  # grouped-query heads: (..., H_kv, G, N, D), nothing copied
     inp = prepare_attention_inputs(
         heads.q, heads.k, heads.v, scale=scale, causal=causal, mask=heads.mask, fold_causal=False
     )
+    inp = inp._replace(sink=grouped_sink(learnable_sink, heads, inp.batch_shape))
     if heads.groups or any(x is not None for x in (window, softcap, alibi_slopes, score_mod, mask_mod)):
         inp = inp._replace(
             variant=make_variant(

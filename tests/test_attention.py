@@ -520,3 +520,87 @@ def test_loop_swap_and_zero_scale_with_inf_raise_no_warnings():
         q = np.array([[np.inf, 1.0]])
         for f in (two_loop_attention, one_loop_attention):
             f(q, np.ones((2, 2)), np.ones((2, 2)), scale=0.0)
+
+
+# -- learnable sinks (chapter 13): the reference is GPT-OSS's explicit formula -------------------------------------
+
+
+def gpt_oss(q, k, v, sink, keep=None, scale=None):
+    """GPT-OSS's reference (openai/gpt-oss, gpt_oss/torch/model.py, sdpa) in float64: the scaled, masked scores, the
+    sink column concatenated, softmax, the sink column dropped before P V; and the logsumexp of the whole row."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    x = q @ np.swapaxes(k, -1, -2) * scale
+    if keep is not None:
+        x = np.where(keep, x, -np.inf)
+    column = np.broadcast_to(np.asarray(sink, np.float64)[..., None, None], x.shape[:-1] + (1,))
+    combined = np.concatenate([x, column], axis=-1)
+    top = combined.max(axis=-1, keepdims=True)
+    e = np.exp(combined - top)
+    w = e / e.sum(axis=-1, keepdims=True)
+    return w[..., :-1] @ v, (top + np.log(e.sum(axis=-1, keepdims=True)))[..., 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.floats(-30, 30))
+def test_property_sink_reference_is_the_gpt_oss_formula(problem, sink):
+    q, k, v, kwargs, keep = problem
+    a, lse = attention(q, k, v, learnable_sink=sink, return_lse=True, **kwargs)
+    want_a, want_lse = gpt_oss(q, k, v, sink, keep)
+    assert_close(a, want_a, 1e-12)
+    assert_close(lse, want_lse, 1e-12)
+    # the logsumexp includes the sink term: log(exp(L_keys) + exp(sink))
+    assert_close(lse, np.logaddexp(attention(q, k, v, return_lse=True, **kwargs)[1], sink), 1e-12)
+
+
+def test_sink_is_one_logit_per_query_head():
+    rng = np.random.default_rng(40)
+    q, k, v = make(rng, 5, 7, 4, 3, (2, 3))  # (B, H, N, D)
+    sink = np.array([-1.0, 0.5, 3.0])
+    a, lse = attention(q, k, v, learnable_sink=sink, return_lse=True)
+    for h in range(3):
+        want_a, want_lse = gpt_oss(q[:, h], k[:, h], v[:, h], sink[h])
+        assert_close(a[:, h], want_a, 1e-12)
+        assert_close(lse[:, h], want_lse, 1e-12)
+    per_batch = np.array([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])  # (B, H), broadcast like alibi_slopes
+    assert_close(attention(q, k, v, learnable_sink=per_batch), gpt_oss(q, k, v, per_batch)[0], 1e-12)
+
+
+def test_sink_edge_cases_of_the_reference():
+    rng = np.random.default_rng(41)
+    q, k, v = make(rng, 4, 6, 3, 2, (2,))
+    keep = np.ones((4, 6), bool)
+    keep[1] = False  # a row with no key
+    a, lse = attention(q, k, v, mask=keep, learnable_sink=[2.0, -1.0], return_lse=True)
+    assert np.all(a[:, 1] == 0) and np.array_equal(lse[:, 1], [2.0, -1.0])  # output 0, logsumexp = the sink
+    # a sink far above every score: no overflow, the logsumexp is the sink
+    a, lse = attention(q * 0.01, k, v, learnable_sink=[100.0, 100.0], return_lse=True)
+    assert np.isfinite(a).all() and np.abs(a).max() < 1e-40 and np.allclose(lse, 100.0, rtol=0, atol=1e-12)
+    # -inf is no sink, bitwise
+    for got, want in zip(
+        attention(q, k, v, mask=keep, learnable_sink=-np.inf, return_lse=True),
+        attention(q, k, v, mask=keep, return_lse=True),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+    # every row sees its sink: a NaN sink makes its head NaN, rows with no key included
+    a, lse = attention(q, k, v, mask=keep, learnable_sink=[np.nan, 0.0], return_lse=True)
+    assert np.isnan(a[0]).all() and np.isnan(lse[0]).all() and np.isfinite(a[1]).all() and np.isfinite(lse[1]).all()
+    # no keys at all: 0 and the sink
+    a, lse = attention(q, k[:, :0], v[:, :0], learnable_sink=[1.5, -2.0], return_lse=True)
+    assert a.shape == (2, 4, 2) and np.all(a == 0) and np.array_equal(lse, [[1.5] * 4, [-2.0] * 4])
+
+
+@pytest.mark.parametrize(
+    "sink, error, match",
+    [
+        ([1.0, 2.0, 3.0], ValueError, r"must be \(H,\) = \(2,\)"),
+        (np.zeros((3, 2)), ValueError, r"must be \(H,\) = \(2,\)"),
+        ("a", TypeError, "learnable_sink must be real numbers"),
+        ([True, False], TypeError, "learnable_sink must be real numbers"),
+    ],
+)
+def test_sink_errors_name_the_expected_shape(sink, error, match):
+    q, k, v = make(np.random.default_rng(42), 3, 4, 2, 2, (2,))
+    with pytest.raises(error, match=match):
+        attention(q, k, v, learnable_sink=sink)

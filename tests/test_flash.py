@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from flashmath.attention import attention
 from flashmath.counting import counted_attention, flash_trace
-from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, flash_attention
+from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, fa2_tile_step, flash_attention, rescale_trace
 from flashmath.masks import causal_mask
 
 # The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
@@ -289,3 +289,165 @@ def test_property_equals_reference(problem, block_q, block_k, order):
     scale = 1 + np.abs(v).max()
     assert_close(a / scale, a_ref / scale, 1e-10)
     assert_close(lse, lse_ref, 1e-10)
+
+
+# -- FlashAttention-4's lazy rescaling (rescale_threshold, fa2) -------------------------------------------------------
+
+
+def growing(N=6, M=40, D=4, Dv=3, rate=0.35, seed=0, dtype=np.float64):
+    """Adversarial inputs: every query's scores grow along the keys (x_nm about rate m), so the running max rises
+    at every key tile, by ``rate B_c`` per tile."""
+    rng = np.random.default_rng(seed)
+    q = np.zeros((N, D))
+    q[:, 0] = np.sqrt(D)  # with scale 1 / sqrt(D): x_nm = k_m0 (plus a little noise below)
+    k = rng.standard_normal((M, D)) * 0.01
+    k[:, 0] = rate * np.arange(M)
+    v = rng.standard_normal((M, Dv))
+    return tuple(x.astype(dtype) for x in (q + rng.standard_normal((N, D)) * 0.01, k, v))
+
+
+def lazy_kwargs():
+    return [
+        {},
+        {"causal": True},
+        {"learnable_sink": 3.0},
+        {"window": (5, 0), "learnable_sink": -1.0},
+        {"alibi_slopes": [0.5]},
+    ]
+
+
+@pytest.mark.parametrize("kwargs", lazy_kwargs())
+@pytest.mark.parametrize("acc_dtype", [None, np.float16])
+def test_rescale_threshold_zero_is_bitwise_the_eager_update(kwargs, acc_dtype):
+    q, k, v = growing()
+    base = flash_attention(
+        q[None], k[None], v[None], block_q=4, block_k=3, return_lse=True, acc_dtype=acc_dtype, **kwargs
+    )
+    for zero in (0, 0.0, np.float32(0)):
+        got = flash_attention(
+            q[None], k[None], v[None], block_q=4, block_k=3, return_lse=True, acc_dtype=acc_dtype,
+            rescale_threshold=zero, **kwargs,
+        )  # fmt: skip
+        for x, y in zip(got, base, strict=True):
+            np.testing.assert_array_equal(x, y)
+    trace = rescale_trace(
+        q[None], k[None], v[None], rescale_threshold=0, block_q=4, block_k=3, acc_dtype=acc_dtype, **kwargs
+    )
+    np.testing.assert_array_equal(trace.output, base[0])  # the counted step takes the same path
+    np.testing.assert_array_equal(trace.lse, base[1])
+    assert np.array_equal(trace.done, trace.eager) and not trace.kept.any() and trace.skipped_share == 0
+
+
+@pytest.mark.parametrize("threshold", [1, 4, 8])
+@pytest.mark.parametrize("rate", [0.05, 0.35, 2.0])
+@pytest.mark.parametrize("kwargs", lazy_kwargs())
+def test_lazy_rescaling_equals_the_eager_update_to_rounding(threshold, rate, kwargs):
+    q, k, v = growing(rate=rate)
+    eager = flash_attention(q[None], k[None], v[None], block_q=4, block_k=3, return_lse=True, **kwargs)
+    trace = rescale_trace(q[None], k[None], v[None], rescale_threshold=threshold, block_q=4, block_k=3, **kwargs)
+    assert_close(trace.output, eager[0], 1e-12)
+    assert_close(trace.lse, eager[1], 1e-12)
+    assert np.all(trace.done <= trace.eager)  # a lazy rescale only where the eager update rescales too
+    if rate * 3 <= threshold * math.log(2) and trace.eager.sum() > 0:  # each tile grows within the threshold
+        assert trace.kept.sum() > 0 and trace.skipped.sum() > 0
+
+
+def test_lazy_rescaling_skips_rescales_on_growing_maxima():
+    q, k, v = growing(rate=0.35, M=60)  # the max grows by 1.05 per tile of 3 keys
+    counts = {t: rescale_trace(q, k, v, rescale_threshold=t, block_q=6, block_k=3) for t in (0, 1, 4, 8)}
+    assert np.all(counts[0].done == 19)  # 20 key tiles: every one after the first raises the max
+    # t ln 2 = 0.69: every tile moves the reference; 2.77: every third; 5.55: every sixth
+    assert [int(counts[t].done[0]) for t in (1, 4, 8)] == [19, 6, 3]
+    assert [round(counts[t].skipped_share, 3) for t in (1, 4, 8)] == [0.0, 0.684, 0.842]
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems(), st.integers(1, 7), st.integers(1, 7), st.sampled_from([0.5, 1, 4, 8]), st.booleans())
+def test_property_lazy_rescaling_is_exact(problem, block_q, block_k, threshold, sink):
+    q, k, v, kwargs, _ = problem
+    if sink:
+        kwargs = {**kwargs, "learnable_sink": 1.0}
+    eager = flash_attention(q, k, v, block_q=block_q, block_k=block_k, return_lse=True, **kwargs)
+    trace = rescale_trace(q, k, v, rescale_threshold=threshold, block_q=block_q, block_k=block_k, **kwargs)
+    assert_close(trace.output, eager[0], 1e-12)
+    assert_close(trace.lse, eager[1], 1e-12)
+    assert np.all(trace.done <= trace.eager)
+
+
+@pytest.mark.parametrize("threshold", [1.0, 4.0, 8.0])
+def test_lazy_weights_stay_below_two_to_the_threshold(threshold):
+    # the tile step itself: after each step every weight exp(x - g) is at most 2^t (the stale reference is at most
+    # t ln 2 below the max), whatever the scores do
+    rng = np.random.default_rng(7)
+    g, s = np.full(5, -np.inf), np.zeros(5)
+    acc = np.zeros((5, 2))
+    largest = 0.0
+    for j in range(60):
+        x = rng.standard_normal((5, 4)) + 0.3 * j * rng.random((5, 1))  # maxima that grow, at various speeds
+        g, s, acc = fa2_tile_step(g, s, acc, x, rng.standard_normal((4, 2)), None, rescale_threshold=threshold)
+        largest = max(largest, x.max())  # x now holds the weights P
+    assert 1 < largest <= 2.0**threshold * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("threshold", [8, 16])
+def test_float32_lazy_rescaling_does_not_overflow(threshold):
+    import warnings
+
+    # scores from -3000 up to +3000 along the keys (the max grows by 150 per tile), and a second run whose
+    # scores stay just below each stale reference's threshold: the weights reach 2^t, the sums (M + 1) 2^t
+    q, k, v = growing(N=8, M=41, rate=150.0, dtype=np.float32)
+    k[:, 0] -= 3000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning either
+        a, lse = flash_attention(q, k, v, block_q=8, block_k=1, rescale_threshold=threshold, return_lse=True)
+        q2, k2, v2 = growing(N=8, M=200, rate=threshold * math.log(2) / 200, dtype=np.float32)
+        a2, lse2 = flash_attention(q2, k2, v2, block_q=8, block_k=7, rescale_threshold=threshold, return_lse=True)
+    want, want_lse = attention(q, k, v, return_lse=True)
+    assert np.isfinite(a).all() and np.isfinite(lse).all()
+    assert_close(a, want, 1e-5)
+    assert_close(lse, want_lse, 1e-6)
+    assert_close(a2, attention(q2, k2, v2), 1e-5)
+
+
+def test_rescale_counts_with_workers_and_grouped_heads():
+    rng = np.random.default_rng(9)
+    q, k, v = (
+        rng.standard_normal((2, 4, 30, 8)) * 3,
+        rng.standard_normal((2, 2, 25, 8)),
+        rng.standard_normal((2, 2, 25, 3)),
+    )
+    traces = [
+        rescale_trace(q, k, v, rescale_threshold=2, block_q=4, block_k=3, enable_gqa=True, workers=w) for w in (1, 3)
+    ]
+    assert traces[0].done.shape == traces[0].eager.shape == (2, 4, 30)
+    for name in ("done", "kept", "eager", "output", "lse"):
+        np.testing.assert_array_equal(getattr(traces[0], name), getattr(traces[1], name))
+    assert_close(traces[0].output, flash_attention(q, k, v, enable_gqa=True), 1e-12)
+
+
+@pytest.mark.parametrize(
+    "threshold, order, error, match",
+    [
+        (-1.0, "fa2", ValueError, "finite and >= 0"),
+        (np.inf, "fa2", ValueError, "finite and >= 0"),
+        (np.nan, "fa2", ValueError, "finite and >= 0"),
+        (True, "fa2", TypeError, "rescale_threshold must be a real number"),
+        ("8", "fa2", TypeError, "rescale_threshold must be a real number"),
+        ([8.0], "fa2", TypeError, "rescale_threshold must be a real number"),
+        (8.0, "fa1", ValueError, "needs order='fa2'"),
+    ],
+)
+def test_rescale_threshold_errors(threshold, order, error, match):
+    q, k, v = make(np.random.default_rng(0), 3, 4, 2, 2)
+    with pytest.raises(error, match=match):
+        flash_attention(q, k, v, rescale_threshold=threshold, order=order)
+
+
+def test_rescale_threshold_zero_is_taken_by_fa1_and_rescale_trace_checks_its_arguments():
+    q, k, v = make(np.random.default_rng(0), 3, 4, 2, 2)
+    np.testing.assert_array_equal(
+        flash_attention(q, k, v, order="fa1", rescale_threshold=0), flash_attention(q, k, v, order="fa1")
+    )
+    for kwargs in ({"order": "fa2"}, {"return_lse": True}, {"blocks": 3}):
+        with pytest.raises(TypeError, match="rescale_trace"):
+            rescale_trace(q, k, v, **kwargs)

@@ -211,3 +211,110 @@ def test_both_dq_modes_give_the_same_gradients_and_a_bad_one_is_named():
     for bad in ("fast", None, 1):
         with pytest.raises(ValueError, match=r"dq_mode must be one of \('separate', 'atomic'\)"):
             attention_backward(q, k, v, a, lse, grad_a, dq_mode=bad)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# learnable sinks (chapter 13): in the first part of split-KV only; the sink's gradient
+# ------------------------------------------------------------------------------------------------------------------
+
+SINKS = np.array([-2.0, 0.5, 6.0])  # one per head; 6 is above most scores
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N, M", [(1, 12), (5, 9), (9, 5)])
+def test_split_kv_with_a_sink_equals_attention_for_every_split_count(N, M, causal):
+    q, k, v = head(N=N, M=M, batch=(2, 3), seed=N + M)
+    want, want_lse = fm.attention(q, k, v, causal=causal, learnable_sink=SINKS, return_lse=True)
+    for num_splits in range(1, M + 3):  # more splits than keys too: the first part may hold no key, only the sink
+        a, lse = split_kv_attention(q, k, v, num_splits, causal=causal, learnable_sink=SINKS, return_lse=True)
+        np.testing.assert_allclose(a, want, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-12)
+
+
+def test_the_sink_is_in_the_first_part_only():
+    q, k, v = head(N=3, M=8, batch=(3,), seed=2)
+    trace = split_kv_trace(q, k, v, 4, learnable_sink=SINKS)
+    for p, (c0, c1) in enumerate(trace.ranges):
+        _, lse_alone = fm.attention(q, k[..., c0:c1, :], v[..., c0:c1, :], return_lse=True)
+        want = np.logaddexp(lse_alone, SINKS[:, None]) if p == 0 else lse_alone
+        np.testing.assert_allclose(trace.parts[p][1], want, rtol=0, atol=1e-12)
+    # in every part it would be counted four times: the denominator's exp(sink) four times is a sink of sink + ln 4
+    parts = [
+        fm.attention(q, k[..., c0:c1, :], v[..., c0:c1, :], learnable_sink=SINKS, return_lse=True)
+        for c0, c1 in trace.ranges
+    ]
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = merge_states(*merged, *part)
+    np.testing.assert_allclose(merged[1], fm.attention(q, k, v, learnable_sink=SINKS + np.log(4), return_lse=True)[1])
+
+
+def test_split_kv_minus_inf_sink_is_no_sink_bitwise_and_nan_sink_is_nan():
+    q, k, v = head(N=4, M=7, batch=(3,), seed=3)
+    for got, want in zip(
+        split_kv_attention(q, k, v, 3, learnable_sink=-np.inf, return_lse=True),
+        split_kv_attention(q, k, v, 3, return_lse=True),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+    a, lse = split_kv_attention(q, k, v, 3, learnable_sink=[np.nan, 0.0, 0.0], return_lse=True)
+    assert np.isnan(a[0]).all() and np.isnan(lse[0]).all() and np.isfinite(a[1:]).all()
+
+
+def gpt_oss_grads(q, k, v, sink, grad_a, keep=None):
+    """Direct differentiation of GPT-OSS's formula (the sink column concatenated, softmax, dropped before P V),
+    with full matrices, float64: (dq, dk, dv, d sink) with d sink summed over the rows and the batch."""
+    scale = 1 / np.sqrt(q.shape[-1])
+    x = scale * q @ np.swapaxes(k, -1, -2)
+    if keep is not None:
+        x = np.where(keep, x, -np.inf)
+    column = np.broadcast_to(np.asarray(sink)[:, None, None], x.shape[:-1] + (1,))
+    y_all = fm.safe_softmax(np.concatenate([x, column], axis=-1))
+    y, y_sink = y_all[..., :-1], y_all[..., -1]
+    dv = np.swapaxes(y, -1, -2) @ grad_a
+    dy = grad_a @ np.swapaxes(v, -1, -2)
+    delta = np.sum(dy * y, axis=-1, keepdims=True)  # the sink column's dY is 0
+    dx = y * (dy - delta)
+    d_sink = (y_sink * (0 - delta[..., 0])).sum(axis=(0, 2))
+    return scale * dx @ k, scale * np.swapaxes(dx, -1, -2) @ q, dv, d_sink
+
+
+@pytest.mark.parametrize("dq_mode", ["atomic", "separate"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_backward_with_a_sink_equals_direct_differentiation(dq_mode, masked):
+    q, k, v = head(N=6, M=8, batch=(2, 3), seed=7)
+    keep = None
+    if masked:
+        keep = np.random.default_rng(8).random((6, 8)) < 0.5
+        keep[2] = False  # a row with no key: it passes no gradient (A = 0, so D = 0)
+    grad_a = np.random.default_rng(9).standard_normal((2, 3, 6, v.shape[-1]))
+    a, lse = fm.flash_attention(q, k, v, mask=keep, learnable_sink=SINKS, return_lse=True, block_q=4, block_k=3)
+    grads = attention_backward(
+        q, k, v, a, lse, grad_a, mask=keep, learnable_sink=SINKS, block_q=4, block_k=3, dq_mode=dq_mode
+    )
+    assert len(grads) == 4 and grads[3].shape == (3,)
+    for g, ref in zip(grads, gpt_oss_grads(q, k, v, SINKS, grad_a, keep), strict=True):
+        np.testing.assert_allclose(g, ref, rtol=0, atol=1e-12)
+
+
+def test_sink_gradient_matches_finite_differences_and_takes_the_sinks_shape():
+    q, k, v = head(N=4, M=5, D=3, Dv=2, batch=(2, 3), seed=12)
+    w = np.random.default_rng(13).standard_normal((2, 3, 4, 2))  # loss = sum(w * A)
+    for sink in (SINKS, np.array([[0.1, 0.2, 0.3], [1.0, -1.0, 2.0]]), np.array(0.7), np.array([0.7])):
+        a, lse = fm.attention(q, k, v, learnable_sink=sink, return_lse=True)
+        *_, g_sink = attention_backward(q, k, v, a, lse, w, learnable_sink=sink, block_q=3, block_k=2)
+        fd = finite_difference(lambda s: float(np.sum(w * fm.attention(q, k, v, learnable_sink=s))), sink.astype(float))
+        assert g_sink.shape == sink.shape
+        np.testing.assert_allclose(g_sink, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_backward_minus_inf_sink_gives_the_gradients_without_a_sink_and_zero():
+    q, k, v = head(N=4, M=5, batch=(3,), seed=14)
+    grad_a = np.random.default_rng(15).standard_normal((3, 4, v.shape[-1]))
+    a, lse = fm.attention(q, k, v, return_lse=True)
+    *grads, g_sink = attention_backward(q, k, v, a, lse, grad_a, learnable_sink=np.full(3, -np.inf))
+    for g, want in zip(grads, attention_backward(q, k, v, a, lse, grad_a), strict=True):
+        np.testing.assert_array_equal(g, want)
+    assert np.array_equal(g_sink, np.zeros(3))
+    with pytest.raises(ValueError, match=r"must be \(H,\) = \(3,\)"):
+        attention_backward(q, k, v, a, lse, grad_a, learnable_sink=[1.0, 2.0])

@@ -383,3 +383,120 @@ def test_kernel_variants_refuse_what_they_do_not_support():
     with pytest.raises(NotImplementedError, match="forward-only"):
         t = torch.from_numpy(q).requires_grad_()
         triton_flash_attention(t, t, t, window=(2, 0))
+
+
+# -- chapter 13's learnable sink (HAS_SINK) and chapter 7's lazy rescaling (LAZY) ------------------------------------
+# The kernel computes in float32 (float64 is refused), so "equal to the formula" means to float32 rounding here; the
+# numpy loops are checked against the formula to 1e-12 in float64 (tests/test_variants.py).
+
+SINKS = np.array([-1.0, 0.5, 3.0, 40.0], np.float32)  # one per query head; 40 is above every score
+
+
+@needs_triton
+@pytest.mark.parametrize("N, M", [(40, 40), (50, 17), (1, 33)])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"causal": True},
+        {"mask": "random"},
+        {"enable_gqa": True, "causal": True},
+        {"window": (5, 0)},
+        {"softcap": 2.0},
+    ],
+)
+def test_kernel_sink_equals_the_formula(N, M, variant):
+    from flashmath.flash import flash_attention
+
+    rng = np.random.default_rng(N + 7 * M)
+    q = (2 * rng.standard_normal((2, 4, N, 16))).astype(np.float32)
+    heads = 2 if variant.get("enable_gqa") else 4
+    k, v = (rng.standard_normal((2, heads, M, 16)).astype(np.float32) for _ in range(2))
+    variant = _kwargs(variant, N, M, rng)
+    got, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, learnable_sink=SINKS, return_lse=True, **variant)
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    if "enable_gqa" in variant or "window" in variant or "softcap" in variant:  # the float64 loop (test_variants)
+        want, want_lse = flash_attention(q64, k64, v64, learnable_sink=SINKS, return_lse=True, **variant)
+    else:  # GPT-OSS's formula (flashmath.attention.attention)
+        want, want_lse = attention(q64, k64, v64, learnable_sink=SINKS, return_lse=True, **variant)
+    assert_matches(got, lse, want, want_lse)
+
+
+@needs_triton
+def test_kernel_sink_edge_cases():
+    rng = np.random.default_rng(60)
+    q, k, v = (rng.standard_normal((4, 20, 16)).astype(np.float32) for _ in range(3))
+    keep = np.ones((20, 20), bool)
+    keep[3] = False  # a row with no key
+    run = lambda sink, **kw: triton_flash_attention(  # noqa: E731
+        q, k, v, block_q=16, block_k=16, mask=keep, return_lse=True, learnable_sink=sink, **kw
+    )
+    a, lse = run(SINKS)
+    assert np.all(a[:, 3] == 0) and np.array_equal(lse[:, 3], SINKS)  # output 0, logsumexp = the sink
+    for got, want in zip(run([-np.inf] * 4), run(None), strict=True):  # -inf is no sink, bitwise
+        np.testing.assert_array_equal(got, want)
+    a, lse = run([100.0] * 4)  # above every score: nothing overflows
+    assert np.isfinite(a).all() and np.abs(a).max() < 1e-30 and np.array_equal(lse, np.full_like(lse, 100.0))
+    a, lse = run([np.nan, 0.0, 0.0, 0.0])  # every row sees its sink
+    assert np.isnan(a[0]).all() and np.isnan(lse[0]).all() and np.isfinite(a[1:]).all() and np.isfinite(lse[1:]).all()
+    a, lse = triton_flash_attention(q, k[:, :0], v[:, :0], learnable_sink=torch.from_numpy(SINKS), return_lse=True)
+    assert np.all(a == 0) and np.array_equal(lse, np.broadcast_to(SINKS[:, None], lse.shape))  # M = 0
+
+
+@needs_triton
+def test_kernel_sink_with_float16_inputs():
+    rng = np.random.default_rng(61)
+    q, k, v = make(rng, 48, 40, 16, 16, (4,), dtype=np.float16)
+    a, lse = triton_flash_attention(q, k, v, block_q=16, block_k=16, learnable_sink=SINKS, causal=True, return_lse=True)
+    want, want_lse = attention(q, k, v, learnable_sink=SINKS, causal=True, return_lse=True)
+    assert a.dtype == np.float16 and lse.dtype == np.float32
+    assert max_error(a, want) < 2e-3 and max_error(lse, want_lse) < 1e-5
+
+
+@needs_triton
+def test_kernel_sink_errors():
+    q = np.zeros((4, 16, 16), np.float32)
+    with pytest.raises(ValueError, match=r"must be \(H,\) = \(4,\)"):
+        triton_flash_attention(q, q, q, learnable_sink=[1.0, 2.0])
+    with pytest.raises(TypeError, match="learnable_sink must be real numbers"):
+        triton_flash_attention(q, q, q, learnable_sink=["a"] * 4)
+    t = torch.from_numpy(q).requires_grad_()
+    with pytest.raises(NotImplementedError, match="learnable_sink are forward-only"):
+        triton_flash_attention(t, t, t, learnable_sink=SINKS)
+
+
+@needs_triton
+@pytest.mark.parametrize("threshold", [1, 4, 8])
+@pytest.mark.parametrize("growth", [0.0, 0.2, 2.0])
+def test_kernel_lazy_rescaling_equals_the_eager_kernel(threshold, growth):
+    rng = np.random.default_rng(62)
+    q, k, v = make(rng, 40, 70, 16, 16, (2,), dtype=np.float32)
+    k[..., 0] += growth * np.arange(70) / np.sqrt(16) * 4  # growing maxima (q's first column scales them)
+    q[..., 0] = np.abs(q[..., 0]) + 1
+    kwargs = dict(block_q=16, block_k=16, return_lse=True, causal=True, learnable_sink=[0.5, 2.0])
+    eager = triton_flash_attention(q, k, v, **kwargs)
+    for got, want in zip(triton_flash_attention(q, k, v, rescale_threshold=0, **kwargs), eager, strict=True):
+        np.testing.assert_array_equal(got, want)  # 0: the eager update, bitwise
+    lazy = triton_flash_attention(q, k, v, rescale_threshold=threshold, **kwargs)
+    # the same float32 scores, another reference point: equal to the eager kernel to float32 rounding (measured:
+    # 2.4e-7 for the output, 3.8e-6 for logsumexps up to 110)
+    assert max_error(lazy[0], eager[0]) <= 1e-6 * (1 + np.abs(eager[0]).max())
+    assert max_error(lazy[1], eager[1]) <= 1e-7 * (1 + np.abs(eager[1]).max())
+    if growth <= 0.2:  # scores below 15: both within FLOAT32_TOL of the float64 formula (at 110 the scores'
+        # own float32 rounding, about 110 x 6e-8, is what separates the kernel from it, eager or lazy)
+        assert_matches(*lazy, *attention(q, k, v, causal=True, learnable_sink=[0.5, 2.0], return_lse=True))
+
+
+@needs_triton
+def test_kernel_rescale_threshold_errors_and_the_differentiable_path():
+    q = np.zeros((16, 16), np.float32)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        triton_flash_attention(q, q, q, rescale_threshold=-1)
+    with pytest.raises(TypeError, match="rescale_threshold must be a real number"):
+        triton_flash_attention(q, q, q, rescale_threshold="8")
+    rng = np.random.default_rng(63)
+    q, k, v = (torch.from_numpy(x).requires_grad_() for x in make(rng, 20, 24, 16, 16, dtype=np.float32))
+    a = triton_flash_attention(q, k, v, block_q=16, block_k=16, rescale_threshold=8.0)
+    a.sum().backward()  # the forward's logsumexp is exact whatever reference was kept: the backward is unchanged
+    want = attention(*(x.detach().numpy() for x in (q, k, v)))
+    assert max_error(a.detach().numpy(), want) < 2e-6 and torch.isfinite(q.grad).all()

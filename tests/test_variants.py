@@ -385,3 +385,269 @@ def test_paged_refuses_bad_tables():
         paged_attention(rng.standard_normal((1, 2, 1, 3)), k_pages, v_pages, table, lens)
     with pytest.raises(TypeError, match="block_table"):
         paged_attention(q, k_pages, v_pages, table.astype(float), lens)
+
+
+# -- learnable sinks (chapter 13): every loop order, variant and layout against the explicit formula ---------------
+
+
+def direct_sink(q, k, v, sink, *, keep=None, bias=None, softcap=None, scale=None, groups=1):
+    """GPT-OSS's formula (openai/gpt-oss, gpt_oss/torch/model.py, sdpa) written out in float64, with the variants'
+    scores: softcap, bias, mask, then the sink column concatenated, softmax, the column dropped before P V. Grouped
+    heads: kv head h // groups for query head h (repeat_interleave). Returns the output and the logsumexp."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    k, v = np.repeat(k, groups, axis=-3), np.repeat(v, groups, axis=-3)
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    x = q @ np.swapaxes(k, -1, -2) * scale
+    if softcap is not None:
+        x = softcap * np.tanh(x / softcap)
+    if bias is not None:
+        x = x + bias
+    if keep is not None:
+        x = np.where(keep, x, -np.inf)
+    column = np.broadcast_to(np.asarray(sink, np.float64)[..., None, None], x.shape[:-1] + (1,))
+    combined = np.concatenate([x, column], axis=-1)
+    top = combined.max(axis=-1, keepdims=True)
+    e = np.exp(combined - top)
+    return (e[..., :-1] / e.sum(axis=-1, keepdims=True)) @ v, (top + np.log(e.sum(axis=-1, keepdims=True)))[..., 0]
+
+
+SINK = np.array([-1.5, 0.0, 2.0, 40.0])  # one per query head; 40 is above every score
+
+
+def alibi_bias(slopes, N, M):
+    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
+    return -np.asarray(slopes)[:, None, None] * np.abs(m - (n + M - N))
+
+
+SINK_VARIANTS = {
+    "none": ({}, {}),
+    "causal": ({"causal": True}, {"keep": "causal"}),
+    "window": ({"window": (2, 1)}, {"keep": (2, 1)}),
+    "softcap": ({"softcap": 2.0}, {"softcap": 2.0}),
+    "alibi": ({"alibi_slopes": [0.1, 0.2, 0.4, 0.8]}, {"bias": [0.1, 0.2, 0.4, 0.8]}),
+    "gqa": ({"enable_gqa": True}, {"groups": 2}),
+    "gqa, causal, window, softcap": (
+        {"enable_gqa": True, "causal": True, "window": (3, 0), "softcap": 3.0},
+        {"groups": 2, "keep": (3, 0), "softcap": 3.0},
+    ),
+    "score_mod": ({"score_mod": lambda x, b, h, n, m: x + 0.1 * h - 0.05 * (n - m)}, {"score_mod": True}),
+    "mask_mod": ({"mask_mod": lambda b, h, n, m: (m % 3 != 1) | (h == 0)}, {"mask_mod": True}),
+}
+
+
+def sink_case(name, N, M, seed=0):
+    """q (B=2, H=4, N, D), k, v (2, H_kv, M, ...), the flash_attention keyword arguments, and direct_sink's."""
+    rng = np.random.default_rng(seed)
+    kwargs, formula = SINK_VARIANTS[name]
+    H_kv = 4 // formula.get("groups", 1)
+    q = rng.standard_normal((2, 4, N, 5))
+    k, v = rng.standard_normal((2, H_kv, M, 5)), rng.standard_normal((2, H_kv, M, 3))
+    f = dict(formula)
+    keep = f.pop("keep", None)
+    if keep == "causal":
+        f["keep"] = window_keep(N, M, None, 0)
+    elif keep is not None:
+        f["keep"] = window_keep(N, M, *keep)
+    if "bias" in f:
+        f["bias"] = alibi_bias(f["bias"], N, M)
+    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
+    h = np.arange(4)[:, None, None]
+    if f.pop("score_mod", False):
+        f["bias"] = 0.1 * h - 0.05 * (n - m) + 0 * n
+    if f.pop("mask_mod", False):
+        f["keep"] = (m % 3 != 1) | (h == 0)
+    return q, k, v, kwargs, f
+
+
+@pytest.mark.parametrize("name", list(SINK_VARIANTS))
+@pytest.mark.parametrize("order", ["fa1", "fa2"])
+@pytest.mark.parametrize("N, M", [(7, 11), (11, 7), (1, 9)])
+def test_sink_equals_formula_for_every_order_and_variant(name, order, N, M):
+    q, k, v, kwargs, formula = sink_case(name, N, M, seed=N + M)
+    a, lse = flash_attention(q, k, v, learnable_sink=SINK, order=order, block_q=3, block_k=4, return_lse=True, **kwargs)
+    want_a, want_lse = direct_sink(q, k, v, SINK, **formula)
+    assert_close(a, want_a, 1e-12)
+    assert_close(lse, want_lse, 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 9),
+    st.integers(0, 9),
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.sampled_from(["fa1", "fa2"]),
+    st.lists(st.floats(-20, 20), min_size=3, max_size=3),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_property_sink_loops_equal_the_reference(N, M, block_q, block_k, order, sink, causal, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = make(rng, N, M, 4, 3, (3,))
+    keep = rng.random((N, M)) < 0.7
+    a, lse = flash_attention(
+        q, k, v, learnable_sink=sink, mask=keep, causal=causal, order=order, block_q=block_q, block_k=block_k,
+        return_lse=True,
+    )  # fmt: skip
+    want_a, want_lse = attention(q, k, v, learnable_sink=sink, mask=keep, causal=causal, return_lse=True)
+    assert_close(a, want_a, 1e-12)
+    assert_close(lse, want_lse, 1e-12)
+
+
+def test_sink_gqa_is_per_query_head_and_its_shape_is_checked():
+    q, k, v, kwargs, _ = sink_case("gqa", 5, 6)
+    with pytest.raises(ValueError, match=r"must be \(H,\) = \(4,\)"):
+        flash_attention(q, k, v, learnable_sink=[1.0, 2.0, 3.0], **kwargs)
+    with pytest.raises(TypeError, match="learnable_sink must be real numbers"):
+        flash_attention(q, k, v, learnable_sink="sink", **kwargs)
+    a = flash_attention(q, k, v, learnable_sink=SINK, **kwargs)
+    for h in range(4):  # query head h: its own sink, kv head h // 2
+        assert_close(a[:, h], direct_sink(q[:, h], k[:, h // 2], v[:, h // 2], SINK[h])[0], 1e-12)
+
+
+def to_pages(k, v, page, rng):
+    """The cache k, v (B, H, M, D) cut into pages in a shuffled physical order: (k_pages, v_pages, table, lens)."""
+    B, H, M = k.shape[:3]
+    n = max(-(-M // page), 1)
+    order = rng.permutation(B * n)
+    k_pages = np.zeros((B * n, H, page, k.shape[-1]), k.dtype)
+    v_pages = np.zeros((B * n, H, page, v.shape[-1]), v.dtype)
+    table = order.reshape(B, n)
+    for b in range(B):
+        for j in range(-(-M // page)):
+            width = min(page, M - j * page)
+            k_pages[table[b, j], :, :width] = k[b, :, j * page : j * page + width]
+            v_pages[table[b, j], :, :width] = v[b, :, j * page : j * page + width]
+    return k_pages, v_pages, table, np.full(B, M)
+
+
+def varlen_path(q, k, v, sink, **kwargs):
+    """flash_attention_varlen on the batch packed along the tokens: q (B, H, N, D) as (H, B N, D)."""
+    B, H, N = q.shape[:3]
+    M = k.shape[2]
+    packed = [x.swapaxes(0, 1).reshape(H, -1, x.shape[-1]) for x in (q, k, v)]
+    cu_q, cu_k = np.arange(B + 1) * N, np.arange(B + 1) * M
+    a, lse = flash_attention_varlen(
+        *packed, cu_q, cu_k, learnable_sink=sink, return_lse=True, block_q=3, block_k=4, **kwargs
+    )
+    return a.reshape(H, B, N, -1).swapaxes(0, 1), lse.reshape(H, B, N).swapaxes(0, 1)
+
+
+def paged_path(num_splits):
+    def run(q, k, v, sink, **kwargs):
+        pages = to_pages(k, v, 4, np.random.default_rng(0))
+        return paged_attention(q, *pages, learnable_sink=sink, num_splits=num_splits, return_lse=True, **kwargs)
+
+    return run
+
+
+SINK_PATHS = {
+    "fa2": lambda q, k, v, sink, **kw: flash_attention(
+        q, k, v, learnable_sink=sink, block_q=3, block_k=4, return_lse=True, **kw
+    ),
+    "fa1": lambda q, k, v, sink, **kw: flash_attention(
+        q, k, v, learnable_sink=sink, block_q=3, block_k=4, order="fa1", return_lse=True, **kw
+    ),
+    "fa2, 3 workers": lambda q, k, v, sink, **kw: flash_attention(
+        q, k, v, learnable_sink=sink, block_q=2, block_k=4, workers=3, return_lse=True, **kw
+    ),
+    "varlen": varlen_path,
+    "paged, 1 split": paged_path(1),
+    "paged, 2 splits": paged_path(2),
+    "paged, more splits than pages": paged_path(7),
+}
+
+
+def sink_inputs(dtype=np.float64, N=9, M=6, spread=1.0, seed=3):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, 4, N, 5)) * spread
+    k, v = rng.standard_normal((2, 4, M, 5)), rng.standard_normal((2, 4, M, 3))
+    return tuple(x.astype(dtype) for x in (q, k, v))
+
+
+@pytest.mark.parametrize("path", list(SINK_PATHS))
+@pytest.mark.parametrize("M", [6, 0])
+def test_sink_paths_equal_the_formula_rows_without_keys_included(path, M):
+    q, k, v = sink_inputs(M=M)  # causal with N = 9 > M: the first rows see no key
+    a, lse = SINK_PATHS[path](q, k, v, SINK, causal=True)
+    want_a, want_lse = direct_sink(q, k, v, SINK, keep=window_keep(9, M, None, 0))
+    assert_close(a, want_a, 1e-12)
+    assert_close(lse, want_lse, 1e-12)
+    empty = np.arange(9) < 9 - M  # no key: output 0, logsumexp = the sink
+    assert np.all(a[:, :, empty] == 0)
+    assert np.array_equal(lse[:, :, empty], np.broadcast_to(SINK[:, None], lse[:, :, empty].shape))
+
+
+@pytest.mark.parametrize("path", list(SINK_PATHS))
+def test_minus_inf_sink_is_no_sink_bitwise(path):
+    q, k, v = sink_inputs()
+    for got, want in zip(
+        SINK_PATHS[path](q, k, v, [-np.inf] * 4, causal=True), SINK_PATHS[path](q, k, v, None, causal=True), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("path", list(SINK_PATHS))
+def test_sink_above_every_score_overflows_nothing(path):
+    import warnings
+
+    q, k, v = sink_inputs(np.float32, spread=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a, lse = SINK_PATHS[path](q, k, v, [100.0] * 4, causal=True)
+    assert a.dtype == np.float32 and lse.dtype == np.float32
+    assert np.isfinite(a).all() and np.isfinite(lse).all()
+    assert np.abs(a).max() < 1e-40  # each weight is about exp(-100): the sink takes all the attention
+    assert np.array_equal(lse, np.full(lse.shape, 100.0, np.float32))  # 100 + log(1 + about 1e-43) rounds to 100
+    want_a, want_lse = direct_sink(q, k, v, [100.0] * 4, keep=window_keep(9, 6, None, 0))
+    assert np.abs(a - want_a).max() < 1e-44
+
+
+@pytest.mark.parametrize("path", list(SINK_PATHS))
+def test_nan_sink_makes_its_head_nan(path):
+    q, k, v = sink_inputs()
+    a, lse = SINK_PATHS[path](q, k, v, [np.nan, 0.0, 1.0, 2.0], causal=True)
+    assert np.isnan(a[:, 0]).all() and np.isnan(lse[:, 0]).all()  # rows without a key too: every row sees its sink
+    assert np.isfinite(a[:, 1:]).all() and np.isfinite(lse[:, 1:]).all()
+
+
+@pytest.mark.parametrize("path", list(SINK_PATHS))
+def test_sink_with_float16_inputs(path):
+    q, k, v = sink_inputs(np.float16)
+    a, lse = SINK_PATHS[path](q, k, v, SINK.astype(np.float16), causal=True)
+    assert a.dtype == np.float16 and lse.dtype == np.float32  # computed in float32, returned as the inputs
+    want_a, want_lse = direct_sink(q, k, v, SINK, keep=window_keep(9, 6, None, 0))
+    assert_close(a, want_a, 1e-3)  # float16's rounding of the output (2^-11 = 4.9e-4)
+    assert_close(lse, want_lse, 1e-6)
+
+
+def test_sink_workers_are_bitwise_the_sequential_loop():
+    q, k, v = sink_inputs(N=20, M=17)
+    one = flash_attention(q, k, v, learnable_sink=SINK, block_q=3, block_k=4, workers=1, return_lse=True)
+    many = flash_attention(q, k, v, learnable_sink=SINK, block_q=3, block_k=4, workers=4, return_lse=True)
+    for got, want in zip(many, one, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("function", ["varlen", "paged"])
+def test_sink_shape_errors_of_the_layouts(function):
+    q, k, v = sink_inputs()
+    run = varlen_path if function == "varlen" else paged_path(1)
+    with pytest.raises(ValueError, match=r"must be \(H,\) = \(4,\)"):
+        run(q, k, v, [1.0, 2.0])
+    with pytest.raises(TypeError, match="learnable_sink must be real numbers"):
+        run(q, k, v, ["a"] * 4)
+
+
+def test_varlen_sink_is_the_same_for_every_sequence():
+    rng = np.random.default_rng(44)
+    cu = np.array([0, 3, 3, 8])  # an empty sequence in the middle
+    q, k, v = make(rng, 8, 8, 4, 3, (4,))
+    a, lse = flash_attention_varlen(
+        q, k, v, cu, learnable_sink=SINK, causal=True, block_q=2, block_k=3, return_lse=True
+    )
+    for s in range(3):
+        r = slice(cu[s], cu[s + 1])
+        want_a, want_lse = attention(q[:, r], k[:, r], v[:, r], learnable_sink=SINK, causal=True, return_lse=True)
+        assert_close(a[:, r], want_a, 1e-12)
+        assert_close(lse[:, r], want_lse, 1e-12)

@@ -69,3 +69,43 @@ def test_paged_decoding_matches_pytorch():
             torch.from_numpy(q[b].astype(np.float64)), torch.from_numpy(k), torch.from_numpy(v)
         ).numpy()
         assert_close(got[b], want, TOL32)
+
+
+def gpt_oss_eager(torch, q, k, v, sinks, keep=None):
+    """HF transformers' GPT-OSS eager attention (models/gpt_oss/modeling_gpt_oss.py, eager_attention_forward) on
+    (B, H, N, D) tensors: the scaled scores, the additive mask, the sink column concatenated, the row max
+    subtracted, softmax, the sink column dropped before P V."""
+    scores = q @ k.transpose(2, 3) * q.shape[-1] ** -0.5
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    column = sinks.reshape(1, -1, 1, 1).expand(q.shape[0], -1, q.shape[-2], -1)
+    combined = torch.cat([scores, column], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(combined, dim=-1)
+    return probs[..., :-1] @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dq_mode", ["atomic", "separate"])
+def test_sink_gradient_matches_autograd_on_the_gpt_oss_formula(causal, dq_mode):
+    torch = pytest.importorskip("torch")
+    from flashmath.backward import attention_backward
+
+    rng = np.random.default_rng(30)
+    q, k, v = rng.standard_normal((2, 4, 9, 8)), rng.standard_normal((2, 4, 7, 8)), rng.standard_normal((2, 4, 7, 5))
+    sinks = np.array([-1.0, 0.3, 2.5, 9.0])
+    grad_a = rng.standard_normal((2, 4, 9, 5))
+    keep = window_keep(9, 7, None, 0) if causal else None  # N > M: the first two rows see no key
+    a, lse = flash_attention(q, k, v, causal=causal, learnable_sink=sinks, return_lse=True, block_q=4, block_k=3)
+    grads = attention_backward(
+        q, k, v, a, lse, grad_a, causal=causal, learnable_sink=sinks, block_q=4, block_k=3, dq_mode=dq_mode
+    )
+    tensors = [torch.tensor(x, requires_grad=True) for x in (q, k, v, sinks)]
+    out = gpt_oss_eager(torch, *tensors, None if keep is None else torch.from_numpy(keep))
+    out.backward(torch.from_numpy(grad_a))
+    if causal:  # autograd's softmax of a row with no key but the sink: its key weights are 0, A = 0
+        assert torch.all(out[:, :, :2] == 0)
+    assert_close(a, out.detach().numpy(), 1e-12)
+    for got, t in zip(grads, tensors, strict=True):
+        assert got.shape == tuple(t.shape)
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-10, atol=1e-12)
