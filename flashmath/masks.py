@@ -70,9 +70,10 @@ def sliding_window_mask(
 
     With ``p = n + offset`` the key aligned with query ``n`` (``offset`` as in :func:`causal_mask`), query ``n`` sees
     key ``m`` when ``p - left <= m <= p + right``: both extents inclusive, as FlashAttention's
-    ``window_size=(left, right)``, where ``None`` (FlashAttention's ``-1``) means unbounded on that side. The
-    causal local attention of Mistral-style models is ``window=w``, short for ``left=w - 1, right=0``: the last
-    ``w`` keys, the aligned one included. ``left=None, right=0`` is the plain causal mask.
+    ``window_size=(left, right)``, where ``None`` (FlashAttention's ``-1``) means unbounded on that side. An
+    integer ``window=w`` is short for ``left=w - 1, right=0``: the last ``w`` keys, the aligned one included.
+    (Mistral 7B's window, keys ``i - W`` to ``i`` with ``W = 4096``, arXiv 2310.06825 section 2, is
+    ``left=W, right=0``: ``W + 1`` keys.) ``left=None, right=0`` is the plain causal mask.
 
     Args:
         N: number of queries (``>= 0``). M: number of keys (``>= 0``).

@@ -17,7 +17,8 @@ The conventions and their sources (each checked against the source):
   to keys between [i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q + window_size[1]] inclusive"
   (flash-attn, ``flash_attn_interface.py``, docstring of ``flash_attn_func``), i.e. bottom-right aligned when
   ``N != M``, as the causal mask (:mod:`flashmath.masks`). FlashAttention writes an unbounded side as ``-1``; here
-  ``None`` (``-1`` is accepted too). An integer ``w`` is Mistral's window, the last ``w`` keys: ``(w - 1, 0)``.
+  ``None`` (``-1`` is accepted too). An integer ``w`` is the last ``w`` keys: ``(w - 1, 0)``
+  (Mistral 7B's ``i - W .. i``, arXiv 2310.06825 section 2, is ``(W, 0)``).
   With ``causal=True`` the right extent is at most 0.
 * ``softcap=c``: ``x -> c tanh(x / c)`` on the *scaled* score (flash-attn's reference ``attention_ref``:
   ``scores = q k^T / sqrt(d)``, then ``scores = tanh(scores / softcap) * softcap``; Gemma 2). Applied before ALiBi
@@ -600,7 +601,7 @@ class MaskExample:
 
 def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: MaskMod | None = None) -> MaskExample:
     """The keep grid, score change and block mask of one kind of mask on an ``N x N`` grid (causal throughout,
-    except ``"window"`` which is Mistral's causal window, and ``"prefix-LM"``).
+    except ``"window"``, a causal sliding window of the last ``param`` keys, and ``"prefix-LM"``).
 
     Args:
         kind: one of :data:`MASK_KINDS`. param: its parameter (``>= 1``): the window's keys, the number of equal
