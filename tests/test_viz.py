@@ -414,3 +414,70 @@ def test_a_background_drawn_in_layers_is_the_full_draws_picture():
         np.testing.assert_array_equal(layered.rgb(), full.rgb(), err_msg=str(state))
         drawn_in_layers += new_background and layered._base is not None
     assert drawn_in_layers >= 4, "the layers were used"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue 35: legible token labels (chapter 5), a fitted static y range (chapter 7), the warp partition (chapter 7)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def tick_boxes_overlap(fig, ax):
+    """Whether two of the axis's drawn x tick labels overlap, in pixels."""
+    fig.canvas.draw()
+    boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
+    return any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+def test_one_loop_token_labels_of_a_long_row_name_the_jumps_and_do_not_overlap():
+    from flashmath.viz.attention import labelled_keys
+
+    rng = np.random.default_rng(3)
+    M = 46
+    trace = fm.one_loop_trace(rng.standard_normal((1, 8)), 2 * rng.standard_normal((M, 8)), rng.standard_normal((M, 4)))
+    tokens = [f"tok{m}" for m in range(1, M + 1)]
+    fig = viz.plot_one_loop_step(trace, M, labels=tokens)
+    ax_s = next(ax for ax in fig.axes if ax.get_label() == "s")
+    shown = [t.get_text() for t in ax_s.get_xticklabels()]
+    g = trace.g[:, 0]
+    jumps = [1] + [m for m in range(2, M + 1) if g[m - 1] > g[m - 2]]
+    keys = [int(text.split()[0]) for text in shown]
+    assert set(keys) <= set(jumps) and keys[0] == 1 and len(keys) >= 4
+    assert all(text == f"{m} tok{m}" for m, text in zip(keys, shown, strict=True))
+    assert all(b - a >= 2 for a, b in zip(keys, keys[1:], strict=False))
+    assert not tick_boxes_overlap(fig, ax_s)
+    assert ax_s.get_xlabel() == "key m: the tokens where the max jumped"
+    # a short row keeps a label under every key
+    assert labelled_keys(g[:6], 60.0) == [1, 2, 3, 4, 5, 6]
+    assert labelled_keys(np.array([0.0, 1.0, 2.0, 3.0, 2.0, 5.0]), 5.0) == [1, 4]  # 13 px: 3 keys apart
+    assert labelled_keys(np.array([np.nan, 1.0, 2.0]), 5.0) == [1]
+
+
+def test_a_static_ops_picture_fits_its_y_range_and_the_widget_keeps_one():
+    from flashmath.opcount import op_count_table
+    from flashmath.viz.traffic import OpsPerScorePlot
+
+    q, k, v = np.random.default_rng(7).standard_normal((3, 16, 8))
+    table = op_count_table(q, k, v, blocks=(2, 4, 8, 16))
+    fixed = [OpsPerScorePlot(table, block=b).right.get_ylim() for b in (2, 16)]
+    assert fixed[0] == fixed[1]
+    plot = OpsPerScorePlot(table, block=16, fit=True)
+    tallest = max(bar.get_height() for order in ("fa1", "fa2") for bar in plot.bars[order])
+    low, high = plot.right.get_ylim()
+    assert low == 0 and tallest < high <= 1.2 * tallest < fixed[0][1]
+    plot.update(block=2)  # the range follows the size shown
+    assert plot.right.get_ylim()[1] == pytest.approx(fixed[0][1])
+    viz.strip(plot, [dict(block=b) for b in (2, 16)])
+
+
+def test_the_warp_partition_colours_what_each_warp_owns():
+    from matplotlib.patches import Rectangle
+
+    fig = viz.plot_warp_partition(4)
+    split_k, split_q = fig.axes
+    assert "split-K" in split_k.get_title(loc="left") and "split-Q" in split_q.get_title(loc="left")
+    colours = [{p.get_facecolor() for p in ax.patches if isinstance(p, Rectangle)} for ax in fig.axes]
+    assert all(len(c) >= 5 for c in colours)  # 4 warps, grey, the outlines
+    viz.figure_signature(fig)
+    for bad, error in ((1, ValueError), (9, ValueError), (2.5, TypeError)):
+        with pytest.raises(error):
+            viz.plot_warp_partition(bad)

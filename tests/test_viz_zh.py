@@ -161,6 +161,12 @@ def static_cases():
         "mask_example": lambda: viz.plot_mask_example(mask_example, kind="window", param=5, block=4, N=16),
         "paged_cache": lambda: viz.plot_paged_cache(np.array([[0, 2], [1, 3]]), np.array([5, 3]), 4, 4),
         "gqa_heads": lambda: viz.plot_gqa_heads(8, 2),
+        "warp_partition": lambda: viz.plot_warp_partition(4),
+        "one_loop_step_long_row": lambda: viz.plot_one_loop_step(
+            fm.one_loop_trace(q[:1], np.random.default_rng(4).standard_normal((46, 4)), np.ones((46, 2))),
+            46,
+            labels=[f"t{m}" for m in range(46)],
+        ),
         "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
         "loss_curves": lambda: plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
     }

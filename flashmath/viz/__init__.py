@@ -9,7 +9,8 @@ slider or an animation never makes the axes jump.
 Beside the plots, one module per job: :mod:`~flashmath.viz.live` (the pattern: ``LivePlot``, ``Picture``),
 :mod:`~flashmath.viz.frames` (animations and strips of key frames), :mod:`~flashmath.viz.png` (a widget's PNG
 bytes), :mod:`~flashmath.viz.axes` (the argument checks and axis helpers the plots share) and
-:mod:`~flashmath.viz.style` (size, density and colours).
+:mod:`~flashmath.viz.style` (size, density and colours). :mod:`~flashmath.viz.warps` draws one static schematic
+(how the warps of a thread block share a tile step).
 
 Index convention: in the math, steps and keys count from 1 (``x_1..x_N``, keys ``m = 1..M``; state 0 = nothing
 seen); a bracketed index such as ``A[n, :]`` or ``Y[n, m-1]`` is a 0-based numpy index.
@@ -32,6 +33,7 @@ from flashmath.viz.style import DPI, HOLD, JUMP, PIXEL_RATIO, SEEN, UNSEEN
 from flashmath.viz.tiles import TileSweepPlot, plot_masks, plot_op_counts, plot_sram_sweep, plot_tile_sweep_step
 from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 from flashmath.viz.variants import MaskExplorerPlot, plot_gqa_heads, plot_mask_example, plot_paged_cache
+from flashmath.viz.warps import plot_warp_partition
 
 __all__ = [
     "DPI",
@@ -70,5 +72,6 @@ __all__ = [
     "plot_scale_step",
     "plot_tile_sweep_step",
     "plot_sram_sweep",
+    "plot_warp_partition",
     "strip",
 ]

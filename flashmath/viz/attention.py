@@ -245,6 +245,30 @@ class LoopSwapPlot(LivePlot):
         )
 
 
+LABEL_SIZE = 9  # points: a token label about 10 pixels high at the course's 80 dots per inch
+LABEL_GAP = 13  # pixels between two rotated token labels, so that they do not overlap
+LEFT_COLUMN = 0.45  # the share of the figure's width the left column's axes take (width ratios 1.15 : 1, margins)
+
+
+def labelled_keys(g, pixels_per_key: float) -> list[int]:
+    """The keys ``m`` (1-based) that get a token label under the one-loop plot.
+
+    Every key when the labels are at least :data:`LABEL_GAP` pixels apart; otherwise the first key and the keys
+    where the running max ``g`` jumped, skipping any closer than that to the last one kept.
+    """
+    M = len(g)
+    if pixels_per_key >= LABEL_GAP:
+        return list(range(1, M + 1))
+    gap = int(np.ceil(LABEL_GAP / pixels_per_key))  # keys between two labels
+    with np.errstate(invalid="ignore"):  # NaN or inf - inf in a trace: no jump
+        jumps = [1] + [m for m in range(2, M + 1) if g[m - 1] > g[m - 2]]
+    keys: list[int] = []
+    for m in jumps:
+        if not keys or m - keys[-1] >= gap:
+            keys.append(m)
+    return keys
+
+
 class OneLoopPlot(LivePlot):
     """The merged loop of chapter 5 on one query row, after the first ``m`` keys.
 
@@ -258,7 +282,8 @@ class OneLoopPlot(LivePlot):
         trace: from :func:`flashmath.one_loop_trace` of 2-D inputs (no batch dimensions).
         row: the query row ``n`` (0-based) of the trace.
         dims: the output dimensions of ``A'`` to draw, 1 to 5 of ``0..Dv-1`` (default: the first ``min(3, Dv)``).
-        labels: optional key labels (tokens), length ``M``.
+        labels: optional key labels (tokens), length ``M``: under every key when there is room, else (a long
+            row in a small figure) under the first key and the keys where the max jumped, as ``m token``.
         step: the number of keys seen at first.
         figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
 
@@ -300,6 +325,11 @@ class OneLoopPlot(LivePlot):
 
     def __len__(self) -> int:
         return len(self.x)
+
+    def _pixels_per_key(self) -> float:
+        """About how many (CSS) pixels apart two keys are on the left column's x axis."""
+        width = self.fig.get_size_inches()[0] * self.dpi * LEFT_COLUMN
+        return width / (len(self.x) + 1.2)
 
     def _build(self) -> None:
         M = len(self.x)
@@ -348,10 +378,15 @@ class OneLoopPlot(LivePlot):
             loc="lower right",
             fontsize=8,
         )
-        if self.labels is not None:
-            ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
-        else:
+        if self.labels is None:
             ax_s.set_xlabel(_("key m (1..M)"))
+        else:
+            keys = labelled_keys(self.g, self._pixels_per_key())
+            if len(keys) == M:  # room for every token
+                ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=LABEL_SIZE)
+            else:  # too many to read: the keys where the max jumped, as "m token"
+                ax_s.set_xticks(keys, [f"{m} {self.labels[m - 1]}" for m in keys], rotation=90, fontsize=LABEL_SIZE)
+                ax_s.set_xlabel(_("key m: the tokens where the max jumped"), fontsize=9)
 
         self.a_lines = []
         for color, d in zip(DIM_COLORS, self.dims, strict=False):

@@ -6,6 +6,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import NullLocator
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -18,6 +19,7 @@ __all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 # the names are translated where they are drawn (the language may be selected after this module is imported)
 ORDER_NAMES = {"fa1": N_("FlashAttention (key tiles outside)"), "fa2": N_("FlashAttention-2 (query tiles outside)")}
 ORDER_COLORS = {"fa1": "#9467bd", "fa2": SEEN}
+A100_SHARED_KIB = 164  # an A100's largest shared memory per SM (NVIDIA Ampere tuning guide, section 1.4.2.3)
 DONE, SKIPPED, TODO, CURRENT = 1, 2, 0, 3
 # tile states: not yet (clear), done (blue veil), skipped (grey veil), current (red veil; outlined too)
 TILE_CMAP = ListedColormap([(1, 1, 1, 0), (0.12, 0.47, 0.71, 0.35), (0.5, 0.5, 0.5, 0.55), (0.84, 0.15, 0.16, 0.45)])
@@ -288,7 +290,8 @@ def plot_tile_sweep_step(traces: dict, step: int, *, order=None, scores=None, st
 
 def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     """HBM traffic of the tiled orders against on-chip memory size (log-log), with Theorem 2's slope and the
-    standard algorithm's traffic; a static pyplot figure.
+    standard algorithm's traffic; a static pyplot figure. The x axis has a tick at every size swept, and a line
+    marks an A100's 164 KiB of shared memory when the sizes span it.
 
     Args:
         sweeps: :class:`flashmath.SramSweep` objects (one per order) from :func:`flashmath.sram_sweep` over the same
@@ -305,7 +308,7 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     kib = sweeps[0].sram_bytes / 1024
     for sweep in sweeps:
-        blocks = _("Algorithm 1 blocks") if sweep.order == "fa1" else _("query tile large")
+        blocks = _("Algorithm 1: large key tile") if sweep.order == "fa1" else _("large query tile")
         ax.loglog(
             kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4, label=f"{sweep.order} ({blocks})"
         )
@@ -313,6 +316,10 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
     ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=_(r"$\propto N^2 D^2 / S$ (Theorem 2)"))
     ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label=_("standard (X, Y in HBM)"))
+    ax.set_xticks(kib, [f"{k:g}" for k in kib], minor=False)  # a tick at every size swept
+    ax.xaxis.set_minor_locator(NullLocator())
+    if kib[0] <= A100_SHARED_KIB <= kib[-1]:
+        ax.axvline(A100_SHARED_KIB, color="0.5", lw=1, ls="-.", label=_("an A100's 164 KiB of shared memory"))
     ax.set_xlabel(_("on-chip memory S per SM (KiB)"))
     ax.set_ylabel(_("HBM reads + writes (MB)"))
     ax.legend(fontsize=8)

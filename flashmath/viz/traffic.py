@@ -104,14 +104,18 @@ class OpsPerScorePlot(LivePlot):
         table: from :func:`flashmath.opcount.op_count_table`: ``blocks``, ``N``, ``D`` and, for ``"fa1"`` and
             ``"fa2"``, a dict of operation name -> array over ``blocks`` (per score), with ``"non_matmul"``.
         block: the tile size shown first (one of ``table["blocks"]``).
+        fit: False (a widget) keeps one y range on the right for every tile size, that of the smallest tiles, so
+            that the axis does not jump under the slider; True (a static picture of one size) fits it to the bars
+            of the size shown.
 
     Raises:
         ValueError: ``block`` not in the table.
     """
 
-    def __init__(self, table, *, block=8, figsize=(8.0, 3.4), dpi=DPI, pyplot=False):
+    def __init__(self, table, *, block=8, fit=False, figsize=(8.0, 3.4), dpi=DPI, pyplot=False):
         self.table = table
         self.blocks = [int(b) for b in table["blocks"]]
+        self.fit = bool(fit)
         _pick(block, self.blocks, "block")
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, block=block)
 
@@ -136,9 +140,11 @@ class OpsPerScorePlot(LivePlot):
             self.bars[order] = right.bar(x + shift, np.zeros(len(OPS)), width, color=color, label=order)
         right.set_xticks(x, OPS, rotation=30, ha="right")
         right.set_ylim(0, 1.15 * top)
+        right.grid(True, axis="y", alpha=0.3)
+        self.right = right
         right.set_ylabel(_("per score"))
         right.legend(loc="upper right", fontsize=9)
-        self.title = self.fig.suptitle("", fontsize=11)
+        self.title = self.fig.suptitle("", fontsize=10, wrap=True)  # wrapped where a translation is longer
         self.live(self.marker, self.bars["fa1"], self.bars["fa2"], self.title)
 
     def _update(self, block):
@@ -147,6 +153,10 @@ class OpsPerScorePlot(LivePlot):
         self.marker.set_data([block], [t["fa2"]["non_matmul"][col]])
         for order in ("fa1", "fa2"):
             set_heights(self.bars[order], [t[order][name][col] for name in OPS])
+        if self.fit:  # the y range of this tile size's bars: a new background for each size
+            top = max(t[o][name][col] for o in ("fa1", "fa2") for name in OPS)
+            self.right.set_ylim(0, 1.15 * top)
+            self.redraw_background(key=block, changed=[self.right.yaxis])
         self.title.set_text(
             _(
                 "N = M = {N}, D = {D}, B = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
