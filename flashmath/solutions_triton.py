@@ -44,6 +44,38 @@ if triton_kernel.available():
         lse = tl.where(s == 0, float("-inf"), g + tl.log(tl.where(s == 0, 1.0, s)))
         tl.store(L + row + tl.arange(0, 1), lse)
 
+    @triton.jit
+    def backward_dq_kernel(Q, K, V, dA, LSE, Delta, Keep, dQ, N, M, D, scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+        """Chapter 12 (12.2): one program per query tile; dQ_i = scale sum_j dX_ij K_j, on chip for the sweep."""
+        i = tl.program_id(0)  # this program's query tile
+        rows = i * BLOCK_M + tl.arange(0, BLOCK_M)  # (B_r,) its queries n
+        d = tl.arange(0, BLOCK_D)  # the features, D padded to BLOCK_D
+        inside = (rows[:, None] < N) & (d[None, :] < D)
+        q_tile = tl.load(Q + rows[:, None] * D + d[None, :], mask=inside, other=0.0)  # Q_i (B_r, D)
+        da_tile = tl.load(dA + rows[:, None] * D + d[None, :], mask=inside, other=0.0)  # dA_i (B_r, D)
+        lse = tl.load(LSE + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
+        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+        dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # dQ_i, on chip for the whole sweep
+        for c0 in range(0, M, BLOCK_N):  # key tile j starts at key c0 = j B_c: every key once
+            cols = c0 + tl.arange(0, BLOCK_N)  # (B_c,) the tile's keys: the last tile may reach past M
+            kv_inside = (cols[:, None] < M) & (d[None, :] < D)
+            k_tile = tl.load(K + cols[:, None] * D + d[None, :], mask=kv_inside, other=0.0)  # K_j (B_c, D)
+            v_tile = tl.load(V + cols[:, None] * D + d[None, :], mask=kv_inside, other=0.0)  # V_j (B_c, D)
+            keep = tl.load(Keep + rows[:, None] * M + cols[None, :],
+                           mask=(rows[:, None] < N) & (cols[None, :] < M), other=0) != 0  # (B_r, B_c)  # fmt: skip
+            x_tile = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * scale  # X_ij = scale Q_i K_j^T
+            # Y_ij = exp(X_ij - L_i), selected to 0 at the masked pairs (where L may be -inf: exp(+inf) = inf)
+            y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0)
+            dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")  # dY_ij = dA_i V_j^T
+            # dX_ij = Y_ij * (dY_ij - D_i): 0 wherever Y is 0
+            dx_tile = y_tile * (dy_tile - delta[:, None])
+            # dQ_i += dX_ij K_j
+            dq += tl.dot(dx_tile, k_tile, input_precision="ieee")
+        # dQ_i = scale sum_j dX_ij K_j
+        dq = dq * scale
+        tl.store(dQ + rows[:, None] * D + d[None, :], dq, mask=inside)
+
 
 def row_lse(x):
     """Chapter 11 (11.1): the logsumexp of each row of a float32 tensor ``x (R, C)``, one Triton program per row."""
@@ -54,6 +86,22 @@ def row_lse(x):
     if x.shape[0] > 0:
         row_lse_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=32)
     return out
+
+
+def backward_dq(q, k, v, a, lse, grad_a, keep):
+    """Chapter 12 (12.2): ``dQ`` of attention by a Triton kernel, one program per query tile of 16 rows; float32
+    tensors ``q``, ``k``, ``v``, ``a``, ``grad_a`` ``(N, D)`` / ``(M, D)``, ``lse (N,)``, ``keep (N, M)`` boolean."""
+    import torch
+
+    N, D = q.shape
+    M = k.shape[0]
+    delta = (grad_a * a).sum(dim=1)  # D_n = rowsum(dA * A), once, before the key tiles (_bwd_delta's work)
+    dq = torch.empty_like(q)
+    backward_dq_kernel[(triton.cdiv(N, 16),)](
+        q, k, v, grad_a, lse, delta, keep.to(torch.uint8), dq, N, M, D, D**-0.5,
+        BLOCK_M=16, BLOCK_N=16, BLOCK_D=max(16, triton.next_power_of_2(D)),
+    )  # fmt: skip
+    return dq
 
 
 where_it_lives = {
@@ -86,6 +134,9 @@ def flash_row(q_n, K, V, B_c):
     return acc / s, g + math.log(s)  # one division at the end; lse = g + log(s)
 
 
+_KERNELS = {"row_lse": "row_lse_kernel", "backward_dq": "backward_dq_kernel"}  # a solution's Triton kernel
+
+
 def show(name: str | None = None) -> None:
     """Print the solution called ``name`` (one that an exercise's declaration names in this module); without a name,
     the list of names.
@@ -94,11 +145,12 @@ def show(name: str | None = None) -> None:
         ValueError: no solution has that name.
     """
     text = source_of(name, globals(), solution_names(__name__), "solutions_triton")  # checks the name
-    if name == "row_lse":  # the kernel is defined under a "triton installed" guard: print it first
+    if name in _KERNELS:  # the kernel is defined under a "triton installed" guard: print it first
         module = inspect.getsource(sys.modules[__name__])
-        start = module.index("    @triton.jit\n    def row_lse_kernel")
-        kernel = "\n".join(line[4:] for line in module[start : module.index("\n\n\n", start)].splitlines())
-        text = kernel + "\n\n\n" + text
+        start = module.index(f"    @triton.jit\n    def {_KERNELS[name]}(")
+        end = min(module.index(end, start) for end in ("\n\n\n", "\n\n    @triton.jit") if end in module[start:])
+        kernel = "\n".join(line[4:].removesuffix("  # fmt: skip") for line in module[start:end].splitlines())
+        text = kernel + "\n\n\n" + text.replace("  # fmt: skip", "")
     print(text)
 
 

@@ -18,7 +18,7 @@ from helpers import HAVE_TRITON, ROOT
 from flashmath.exercises import EXERCISES
 from flashmath.exercises._report import PROPERTY_PREFIX
 
-NEEDS_TRITON = {"check_row_lse"}
+NEEDS_TRITON = {"check_row_lse", "check_dq_kernel"}
 LATEX = {r"\infty": "inf", r"\ne": "!=", r"\le": "<=", r"\ge": ">=", r"\vec ": "", r"\times": "x", r"\cdot": "."}
 
 

@@ -16,7 +16,7 @@ from flashmath import exercises
 from flashmath.exercises import _registry
 
 EXERCISES = exercises.EXERCISES
-NEEDS_TRITON = {"check_row_lse"}  # its solution is a Triton kernel
+NEEDS_TRITON = {"check_row_lse", "check_dq_kernel"}  # their solutions are Triton kernels
 
 
 def solution_of(exercise):

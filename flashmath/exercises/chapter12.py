@@ -1,9 +1,14 @@
-"""Checker for the exercise of chapter 12 (the backward pass): the tiled backward in numpy, mistakes named.
+"""Checkers for the exercises of chapter 12 (the backward pass), mistakes named.
 
-* :func:`check_backward_tiles` (12.1): ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)``, the
-  backward with key tiles outside, from the saved logsumexp, against :func:`flashmath.attention_backward`.
+* :func:`check_backward_tiles` (12.1, optional): ``fn(q, k, v, a, lse, grad_a, keep, block_k) -> (dq, dk, dv)``,
+  the backward with key tiles outside, in numpy, from the saved logsumexp, against
+  :func:`flashmath.attention_backward`.
+* :func:`check_dq_kernel` (12.2): ``fn(q, k, v, a, lse, grad_a, keep) -> dq``, a wrapper around the learner's
+  Triton kernel for ``dQ`` (one program per query tile, the key tiles streamed past), run compiled on a GPU or in
+  Triton's interpreter; its mistakes are :data:`DQ_MISTAKES`, each modelled by a float32 numpy emulation of the
+  kernel's tiles with one slip switched on (:func:`_dq_model`).
 
-The mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``D`` forgotten, from the wrong arrays, with the
+12.1's mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``D`` forgotten, from the wrong arrays, with the
 wrong sign or per key tile; ``Y`` not recomputed from the logsumexp, or as ``exp(X) / exp(L)`` (overflows above 709);
 NaN on a fully masked row; a transpose wrong; a wrong scale in ``X``, ``dV``, ``dQ`` or ``dK``; ``dQ`` not accumulated
 across key tiles; tile bounds one off; the last, shorter tile skipped; gradients leaking into masked keys. Each model
@@ -14,14 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._cases import PropertyFailure, Said, check_function, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, fmt
 from flashmath.exercises._tiles import inputs_unchanged, shape_hint, shape_mistake
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
-__all__ = ["BACKWARD_MISTAKES", "check_backward_tiles"]
+__all__ = ["BACKWARD_MISTAKES", "DQ_MISTAKES", "check_backward_tiles", "check_dq_kernel"]
 
 
 def _model(
@@ -355,4 +360,385 @@ def check_backward_tiles(fn) -> CheckReport:
     return report
 
 
-"""For each checker of this chapter, the mistakes it names."""
+# ------------------------------------------------------------------------------------------------------------------
+# 12.2: the dQ kernel, in Triton
+# ------------------------------------------------------------------------------------------------------------------
+
+DQ_BLOCK = 16
+"""``BLOCK_M = BLOCK_N`` of the exercise's wrapper (the least tile a GPU's ``tl.dot`` takes for 16-bit inputs)."""
+DQ_RTOL = 1e-4
+"""The tolerance, relative and absolute, of the float32 kernel against the float64 reference (its rounding is near
+1e-6 on these cases)."""
+
+
+def _padded(x: np.ndarray, rows: int, cols: int, fill: float = 0.0) -> np.ndarray:
+    """``x`` (2-D) in a ``(rows, cols)`` float32 array, the rest ``fill``: what a masked load reads."""
+    out = np.full((rows, cols), fill, np.float32)
+    out[: x.shape[0], : x.shape[1]] = x
+    return out
+
+
+def _dq_model(
+    q,
+    k,
+    v,
+    a,
+    lse,
+    grad_a,
+    keep,
+    *,
+    y="lse",
+    select=True,
+    select_dx=False,
+    lse_axis="rows",
+    d_sign=1,
+    parens=True,
+    d_axis="rows",
+    d_per_tile=False,
+    operand="k",
+    scale_power=1,
+    starts="right",
+):
+    """The exercise's kernel emulated in float32 numpy, tile for tile (padded rows, keys and features read as the
+    masked loads read them), with one slip switched on; the defaults are right.
+
+    ``y``: ``"lse"`` (``exp(X - L)``), ``"exp"`` (``exp(X)``, no ``L``), ``"exp / exp"`` (``exp(X) / exp(L)``),
+    ``"exp2"`` (``2 ** (X - L)``), ``"exp2 of X"`` (``2 ** (X log2 e - L)``, ``L`` left in base e), ``"times keep"``
+    (``exp(X - L) * keep``: ``inf * 0``), ``"masked x"`` (``X`` set to -inf at the masked pairs, then ``exp(X - L)``).
+    ``select``: ``Y`` selected with ``keep`` (False: the mask forgotten); ``select_dx``: ``dX`` selected too (the
+    right kernel needs not: ``Y`` is 0 there). ``lse_axis``, ``d_axis``: ``"keys"`` for a row vector without
+    ``[:, None]``, which broadcasts along the keys. ``d_sign``: ``-1`` for ``dY + D``; ``parens=False``:
+    ``Y * dY - D``; ``d_per_tile``: ``D`` as the tile's
+    ``rowsum(Y * dY)``. ``operand``: ``"k"`` (right), ``"v"`` (``dX V_j``), ``"k^T"`` (``dX K_j^T``, only when
+    ``BLOCK_D == B_c``). ``scale_power``: ``dQ`` times ``scale ** power``. ``starts``: the key tiles' first keys,
+    ``"right"`` (``range(0, M, B_c)``), ``"whole tiles"`` (``range(0, M - M % B_c, B_c)``), ``"M - B_c"``
+    (``range(0, M - B_c, B_c)``), ``"tile index"`` (``range(0, cdiv(M, B_c))``: 0, 1, 2, ...)."""
+    B = DQ_BLOCK
+    q, k, v, a, lse, grad_a = (np.asarray(x, np.float32) for x in (q, k, v, a, lse, grad_a))
+    keep = np.asarray(keep, bool)
+    N, D = q.shape
+    M = k.shape[0]
+    width = max(16, 1 << (D - 1).bit_length())  # BLOCK_D: D padded to a power of two, at least 16
+    scale = np.float32(D**-0.5)
+    delta = np.asarray(np.sum(grad_a * a, axis=1, dtype=np.float32))
+    if operand == "k^T" and width != B:
+        return None  # tl.dot of (B_r, B_c) and (BLOCK_D, B_c) raises: no answer to compare
+    starts_of = {
+        "right": range(0, M, B),
+        "whole tiles": range(0, M - M % B, B),
+        "M - B_c": range(0, M - B, B),
+        "tile index": range(0, -(-M // B)),
+    }
+    dq = np.zeros((N, D), np.float32)
+    for r0 in range(0, N, B):
+        rows = min(B, N - r0)
+        q_tile, da_tile = _padded(q[r0 : r0 + B], B, width), _padded(grad_a[r0 : r0 + B], B, width)
+        lse_tile = _padded(lse[r0 : r0 + B, None], B, 1, -np.inf)[:, 0]
+        delta_tile = _padded(delta[r0 : r0 + B, None], B, 1)[:, 0]
+        acc = np.zeros((B, width), np.float32)
+        for c0 in starts_of[starts]:
+            k_tile, v_tile = _padded(k[c0 : c0 + B], B, width), _padded(v[c0 : c0 + B], B, width)
+            keep_tile = _padded(keep[r0 : r0 + B, c0 : c0 + B], B, B).astype(bool)
+            x = (q_tile @ k_tile.T) * scale
+            lse_b = lse_tile[None, :] if lse_axis == "keys" else lse_tile[:, None]
+            if y == "lse" or y == "times keep":
+                e = np.exp(x - lse_b)
+            elif y == "exp":
+                e = np.exp(x)
+            elif y == "exp / exp":
+                e = np.exp(x) / np.exp(lse_b)
+            elif y == "exp2":
+                e = np.exp2(x - lse_b)
+            elif y == "exp2 of x":
+                e = np.exp2(x * np.float32(np.log2(np.e)) - lse_b)
+            else:  # "masked x"
+                e = np.exp(np.where(keep_tile, x, -np.inf) - lse_b)
+            if y == "times keep":
+                y_tile = e * keep_tile
+            elif y == "masked x" or not select:
+                y_tile = e
+            else:
+                y_tile = np.where(keep_tile, e, np.float32(0))
+            dy = da_tile @ v_tile.T
+            d_b = delta_tile[None, :] if d_axis == "keys" else delta_tile[:, None]
+            if d_per_tile:
+                d_b = np.asarray(np.sum(y_tile * dy, axis=1, dtype=np.float32))[:, None]
+            dx = y_tile * (dy - d_sign * d_b) if parens else y_tile * dy - d_b
+            dx = np.where(keep_tile, dx, np.float32(0)) if select_dx else dx
+            second = {"k": k_tile, "v": v_tile, "k^T": k_tile.T}[operand]
+            acc = acc + dx @ second
+        dq[r0 : r0 + rows] = (acc * scale ** np.float32(scale_power))[:rows, :D]
+    return dq
+
+
+def _dq_mistake(**switch):
+    return lambda *args: _dq_model(*args, **switch)
+
+
+DQ_MISTAKES = (
+    Mistake(
+        N_("Y not from the logsumexp"),
+        N_(
+            "Y_ij = exp(X_ij - L_i): the forward's probabilities come back only with the saved L of the row, "
+            "tl.exp(x_tile - lse[:, None])"
+        ),
+        (_dq_mistake(y="exp"),),
+    ),
+    Mistake(
+        N_("exp(X) / exp(L) instead of exp(X - L)"),
+        N_(
+            "exp(X) overflows float32 for a score above 88.7 and inf / inf is NaN: compute "
+            "tl.exp(x_tile - lse[:, None])"
+        ),
+        (_dq_mistake(y="exp / exp"),),
+    ),
+    Mistake(
+        N_("base 2 instead of e"),
+        N_(
+            "the saved L is a natural logarithm and the scores are not multiplied by log2(e): use tl.exp, or "
+            "tl.exp2((x_tile - lse[:, None]) * 1.4426950408889634) (the tutorial's base 2 needs both in base 2)"
+        ),
+        (_dq_mistake(y="exp2"), _dq_mistake(y="exp2 of x")),
+    ),
+    Mistake(
+        N_("NaN on a fully masked row"),
+        N_(
+            "a row that attends no key has L = -inf, so exp(X - L) = inf, and inf * 0 (or exp(-inf - (-inf))) is "
+            "NaN: select with tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0), which never multiplies"
+        ),
+        (_dq_mistake(y="times keep"), _dq_mistake(y="masked x")),
+    ),
+    Mistake(
+        N_("the mask forgotten"),
+        N_(
+            "a masked pair is absent: select it away, y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0); "
+            "unselected, a padded or causal key adds to dQ, and a row with L = -inf gets exp(+inf) = inf"
+        ),
+        (_dq_mistake(select=False),),
+    ),
+    Mistake(
+        N_("a row's L or D broadcast along the keys"),
+        N_(
+            "lse and delta hold one number per row, shape (B_r,); against a (B_r, B_c) tile Triton lines up the last "
+            "axes, so lse alone is read along the keys: write lse[:, None] and delta[:, None]"
+        ),
+        (_dq_mistake(lse_axis="keys"), _dq_mistake(d_axis="keys"), _dq_mistake(lse_axis="keys", d_axis="keys")),
+    ),
+    Mistake(
+        N_("D with the wrong sign"),
+        N_("dX = Y * (dY - D), D subtracted: the softmax Jacobian is diag(y) - y y^T"),
+        (_dq_mistake(d_sign=-1),),
+    ),
+    Mistake(
+        N_("dX = Y * dY - D (the parentheses missing)"),
+        N_("D is subtracted from dY before the product: dx_tile = y_tile * (dy_tile - delta[:, None])"),
+        (_dq_mistake(parens=False), _dq_mistake(parens=False, select_dx=True)),
+    ),
+    Mistake(
+        N_("D computed per key tile"),
+        N_(
+            "D_n = rowsum(dA * A) is a sum over every key of the row, computed once by the wrapper (delta); "
+            "tl.sum(y_tile * dy_tile, 1) is only this tile's part: use delta[:, None]"
+        ),
+        (_dq_mistake(d_per_tile=True),),
+    ),
+    Mistake(
+        N_("dQ from the values"),
+        N_("X = scale Q K^T, so dQ = scale dX K: tl.dot(dx_tile, k_tile), the keys of the tile, not v_tile"),
+        (_dq_mistake(operand="v"),),
+    ),
+    Mistake(
+        N_("K transposed in dX K"),
+        N_(
+            "dQ_i += dX_ij K_j is (B_r, B_c) times (B_c, D): tl.dot(dx_tile, k_tile), without tl.trans (X = Q K^T "
+            "needs the transpose, dX K does not)"
+        ),
+        (_dq_mistake(operand="k^T"),),
+    ),
+    Mistake(
+        N_("the scale missing from dQ"),
+        N_("X = scale Q K^T, so dQ = scale dX K: multiply the accumulated dq by scale once, after the loop"),
+        (_dq_mistake(scale_power=0),),
+    ),
+    Mistake(
+        N_("the scale applied twice"),
+        N_(
+            "the scale enters once: dq = dq * scale after the loop, and not again in dq += ... (x_tile already has "
+            "its own factor, which dX does not carry)"
+        ),
+        (_dq_mistake(scale_power=2),),
+    ),
+    Mistake(
+        N_("sqrt(D) instead of 1/sqrt(D)"),
+        N_("scale is 1/sqrt(D), the wrapper's D ** -0.5: dq * scale, not dq / scale"),
+        (_dq_mistake(scale_power=-1),),
+    ),
+    Mistake(
+        N_("the key tiles' bounds wrong"),
+        N_(
+            "key tile j starts at key c0 = j * BLOCK_N: for c0 in range(0, M, BLOCK_N), the last tile counting "
+            "even when it is shorter (its keys past M are masked by the loads); not range(0, M - BLOCK_N, ...), not "
+            "range(0, tl.cdiv(M, BLOCK_N)) (tile numbers, not keys)"
+        ),
+        (_dq_mistake(starts="whole tiles"), _dq_mistake(starts="M - B_c"), _dq_mistake(starts="tile index")),
+    ),
+    INPUT_MODIFIED,
+)
+
+
+def _dq_reference(q, k, v, a, lse, grad_a, keep):
+    from flashmath.backward import attention_backward
+
+    q, k, v, a, lse, grad_a = (np.asarray(x, np.float64) for x in (q, k, v, a, lse, grad_a))
+    return attention_backward(q, k, v, a, lse, grad_a, mask=keep)[0]
+
+
+def _dq_case(rng, N, M, D, keep=None, q=None, k=None):
+    """Float32 inputs ``(q, k, v, a, lse, grad_a, keep)`` and the forward's ``a`` and ``lse`` (float64, rounded)."""
+    from flashmath.attention import attention
+
+    q = rng.standard_normal((N, D)) if q is None else q
+    k = rng.standard_normal((M, D)) if k is None else k
+    q, k, v = (x.astype(np.float32) for x in (q, k, rng.standard_normal((M, D))))
+    keep = np.ones((N, M), bool) if keep is None else keep
+    a, lse = attention(*(x.astype(np.float64) for x in (q, k, v)), mask=keep, return_lse=True)
+    grad_a = rng.standard_normal((N, D)).astype(np.float32)
+    return q, k, v, a.astype(np.float32), lse.astype(np.float32), grad_a, keep
+
+
+def _dq_cases(rng):
+    pad = np.ones((20, 40), bool)
+    pad[:, 30:] = False
+    empty = np.ones((24, 20), bool)
+    empty[5] = False
+    k_big = rng.standard_normal((24, 8))
+    q_big = rng.standard_normal((20, 8))
+    # rows 0-3: scores near 98 with key 3 and 97.5 with key 5 (two keys share the row: dY - D does not cancel)
+    pair = k_big[[3, 5]]
+    q_big[:4] = np.linalg.solve(pair @ pair.T, [98.0 * np.sqrt(8), 97.5 * np.sqrt(8)]) @ pair
+    return [
+        (
+            _("N = 20, M = 40, D = 8: two query tiles, three key tiles (the last has 8 keys)"),
+            _dq_case(rng, 20, 40, 8),
+        ),
+        (_("N = M = 16, D = 32: one tile each"), _dq_case(rng, 16, 16, 32)),
+        (_("the last 10 of 40 keys are padding (keep False)"), _dq_case(rng, 20, 40, 8, pad)),
+        (_("a causal mask, N = M = 40"), _dq_case(rng, 40, 40, 8, np.tril(np.ones((40, 40), bool)))),
+        (_("row 5 attends no key (L = -inf)"), _dq_case(rng, 24, 20, 8, empty)),
+        (
+            _("scores near 100 (exp(X) overflows float32; exp(X - L) does not)"),
+            _dq_case(rng, 20, 24, 8, q=q_big, k=k_big),
+        ),
+    ]
+
+
+def _dq_properties(rng):
+    """The edge cases the prompt states: one query, one key, ``D = 1``; every row fully masked (``dQ`` 0). The
+    inputs are float32 tensors (the prompt says so): no float16, NaN or +inf case."""
+    return property_cases(
+        [
+            (_("one element: one query, one key, D = 1"), _dq_case(rng, 1, 1, 1)),
+            (_("every row fully masked: dQ is 0"), _dq_case(rng, 3, 5, 4, np.zeros((3, 5), bool))),
+        ]
+    )
+
+
+def _dq_hint(exc) -> str | None:
+    """What a shape error raised by the learner's kernel probably means."""
+    text = str(exc)
+    if any(word in text for word in ("dot", "shape", "broadcast", "dimension", "incompatible")):
+        return _(
+            "two blocks whose shapes do not fit: x_tile, y_tile, dy_tile and dx_tile are (B_r, B_c); k_tile and "
+            "v_tile are (B_c, BLOCK_D); dQ_i += tl.dot(dx_tile, k_tile) is (B_r, B_c) times (B_c, BLOCK_D); a row's "
+            "lse or delta is (B_r,) and needs [:, None]"
+        )
+    return None
+
+
+def _same_dq(a, b) -> bool:
+    return same_arrays(a, b, rtol=DQ_RTOL, atol=DQ_RTOL)
+
+
+@exercise("12.2", DQ_MISTAKES, solution="backward_dq", solutions="flashmath.solutions_triton", property_cases=2)
+def check_dq_kernel(fn) -> CheckReport:
+    """Check ``fn(q, k, v, a, lse, grad_a, keep) -> dq`` (12.2): float32 PyTorch tensors ``q``, ``a``, ``grad_a``
+    ``(N, D)``, ``k``, ``v`` ``(M, D)``, ``lse (N,)`` and a boolean ``keep (N, M)`` (on the GPU where the kernels
+    are compiled, on the CPU in Triton's interpreter); ``dq`` a float32 tensor ``(N, D)`` on ``q``'s device, the
+    gradient of the loss with respect to ``q`` computed by the learner's Triton kernel, one program per query tile
+    of 16 rows, key tiles of 16 keys; the scale is ``1 / sqrt(D)``.
+
+    The property cases first (:func:`_dq_properties`: one element, every row fully masked), then several query and
+    key tiles with the last key tile shorter, one tile with ``D = 32``, padded keys, a causal mask, a row with no key
+    and scores near 100; the inputs left unchanged and a float32 tensor on ``q``'s device on every case. Named
+    mistakes: :data:`DQ_MISTAKES`. Compared to :data:`DQ_RTOL`.
+    """
+    try:
+        import torch
+    except ImportError:
+        from flashmath.triton_setup import INSTALL_HINT  # here: importing it tries to import torch
+
+        report = CheckReport("check_dq_kernel")
+        report.add(
+            "PyTorch",
+            False,
+            _("this exercise needs PyTorch and Triton (the triton extra): {how}").format(how=INSTALL_HINT),
+        )
+        return report
+    from flashmath.triton_setup import interpreted
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not interpreted() else "cpu")
+
+    def call(fn, args):
+        # on the CPU the tensors share the memory of the harness's copies, so that a change in place is seen
+        tensors = [torch.from_numpy(x).to(device) for x in args]
+        out = fn(*tensors)
+        if device.type != "cpu":  # copy back what the learner's code left in its inputs, for the harness to compare
+            for x, t in zip(args, tensors, strict=True):
+                x[...] = t.cpu().numpy()
+        if out is None:
+            return PropertyFailure(_("returned None: return the tensor dq"))
+        if not isinstance(out, torch.Tensor):
+            return PropertyFailure(
+                _("returned {type}, not a torch tensor: return dq = torch.empty_like(q), filled by the kernel").format(
+                    type=type(out).__name__
+                )
+            )
+        values = np.asarray(out.detach().cpu().numpy())
+        if out.dtype != torch.float32 or out.device != tensors[0].device:
+            return PropertyFailure(
+                _(
+                    "expected a float32 tensor on {device} (q's device), got {dtype} on {out_device}: "
+                    "dq = torch.empty_like(q)"
+                ).format(device=tensors[0].device, dtype=out.dtype, out_device=out.device),
+                values,
+            )
+        return values
+
+    def describe(got, expected):
+        got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+        if got.shape != expected.shape or got.ndim != 2:
+            return _("expected dq = {expected}, got {got}").format(expected=fmt(expected), got=fmt(got)), got, expected
+        with np.errstate(all="ignore"):
+            wrong = ~np.isclose(got, expected, rtol=DQ_RTOL, atol=DQ_RTOL).all(axis=1)
+        n = int(np.argmax(wrong))  # the first row that differs
+        text = _("dq[{n}] (the first row that differs): expected {expected}, got {got}").format(
+            n=n, expected=fmt(expected[n]), got=fmt(got[n])
+        )
+        return text, got[n], expected[n]
+
+    rng = np.random.default_rng(122)
+    return check_function(
+        "check_dq_kernel",
+        fn,
+        _dq_cases(rng),
+        _dq_reference,
+        DQ_MISTAKES,
+        n_out=1,
+        names=("dq",),
+        properties=_dq_properties(np.random.default_rng(1221)),
+        compare=_same_dq,
+        describe=describe,
+        call=call,
+        hint=_dq_hint,
+        not_answer=Said(_("expected dq, a tensor of shape (N, D)")),
+    )
