@@ -26,11 +26,11 @@ memory carve-out, from NVIDIA's CUDA C++ Programming Guide (appendix "Compute Ca
 specifications per compute capability) and the Ampere and Hopper tuning guides ("Unified Shared Memory/L1/Texture
 Cache" sections).
 
-:data:`FIGURE_1` holds the three levels of memory that FlashAttention's Figure 1 (left) draws for an A100 and its
-host, with the paper's sizes and bandwidths: on-chip SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), CPU DRAM 12.8 GB/s
-(more than 1 TB). Its SRAM is the 192 KB of each of the A100's 108 streaming multiprocessors (section 2.1 of the
-paper), of which up to ``GPUS["A100"].shared_bytes`` (164 KiB) can serve as shared memory (163 KiB for one
-thread block).
+:data:`FIGURE_1` holds the three levels of memory that FlashAttention's Figure 1 (left) draws, with the sizes and
+bandwidths of the A100 and its host that the paper gives: on-chip SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), CPU
+DRAM 12.8 GB/s (more than 1 TB). Its SRAM is the 192 KB of each of the A100's 108 streaming multiprocessors (section
+2.1 of the paper), of which up to ``GPUS["A100"].shared_bytes`` (164 KiB) can serve as shared memory (163 KiB for
+one thread block).
 """
 
 from __future__ import annotations
@@ -279,6 +279,7 @@ FIGURE_1 = MemoryHierarchy(
     ),
     source="T. Dao et al., FlashAttention (2022), Figure 1 (left) and section 2.1",
 )
-"""The A100 and its host as FlashAttention's Figure 1 (left) gives them: SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB),
-DRAM 12.8 GB/s (> 1 TB). Section 2.1: 40-80 GB of HBM at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of 108
-streaming multiprocessors, read at about 19 TB/s (108 x 192 KiB = 21 MB, the figure's 20 MB)."""
+"""The memory hierarchy of FlashAttention's Figure 1 (left): SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), DRAM
+12.8 GB/s (> 1 TB). The figure names no GPU; its numbers are the A100's of section 2.1: 40-80 GB of HBM at 1.5-2.0
+TB/s, and 192 KB of on-chip SRAM in each of 108 streaming multiprocessors, read at about 19 TB/s (108 x 192 KiB =
+21 MB, the figure's 20 MB)."""
