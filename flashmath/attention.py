@@ -350,8 +350,10 @@ def two_loop_attention(
     ``s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m)``. Loop (2) must wait for the final ``g_M, s_M``; it then
     adds ``y_m V[m, :]`` with ``y_m = exp(x_m - g_M) / s_M`` (the matrix product ``Y V`` with its m and d loops
     swapped, see :func:`matmul_nmd`). Each ``y_m`` is used once and dropped, so neither ``X`` nor ``Y`` is stored
-    whole; the price is that ``K`` is read twice (loop (2) recomputes ``x_m``) and ``V`` once. The loops run over
-    ``m`` in Python, vectorised over the leading dimensions and the rows ``n``.
+    whole; the price is that ``K`` is read twice (loop (2) recomputes ``x_m``) and ``V`` once. That count holds
+    because the loops run over ``m`` in Python for all rows ``n`` at once (vectorised over them and the leading
+    dimensions): every row's query and state stay on chip for the whole run, the query tile ``B_r = N`` of chapter 6.
+    Run one row at a time, the same loops read ``K`` ``2 N`` times and ``V`` ``N`` times.
 
     Args, conventions, errors: as :func:`attention`.
 

@@ -1,4 +1,5 @@
-"""Where the tiles and row states live, and what they cost on chip (chapter 10, the article's hardware questions).
+"""Where the tiles and row states live, and what they cost on chip (chapter 10, the article's hardware questions);
+the memory hierarchy of one GPU and its host, as FlashAttention's Figure 1 draws it (chapter 1).
 
 A query tile's working set in FlashAttention-2's forward loop (one thread block per query tile):
 
@@ -24,6 +25,12 @@ The figures of :data:`GPUS` are per streaming multiprocessor (SM): the register 
 memory carve-out, from NVIDIA's CUDA C++ Programming Guide (appendix "Compute Capabilities", table of technical
 specifications per compute capability) and the Ampere and Hopper tuning guides ("Unified Shared Memory/L1/Texture
 Cache" sections).
+
+:data:`FIGURE_1` holds the three levels of memory that FlashAttention's Figure 1 (left) draws, with the sizes and
+bandwidths of the A100 and its host that the paper gives: on-chip SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), CPU
+DRAM 12.8 GB/s (more than 1 TB). Its SRAM is the 192 KB of each of the A100's 108 streaming multiprocessors (section
+2.1 of the paper), of which up to ``GPUS["A100"].shared_bytes`` (164 KiB) can serve as shared memory (163 KiB for
+one thread block).
 """
 
 from __future__ import annotations
@@ -35,7 +42,18 @@ from numpy.typing import DTypeLike
 
 from flashmath._checks import size
 
-__all__ = ["FA2_FORWARD_TILES", "GPU", "GPUS", "TileBytes", "tile_bytes", "largest_query_tile", "register_limit"]
+__all__ = [
+    "FA2_FORWARD_TILES",
+    "FIGURE_1",
+    "GPU",
+    "GPUS",
+    "MemoryHierarchy",
+    "MemoryLevel",
+    "TileBytes",
+    "largest_query_tile",
+    "register_limit",
+    "tile_bytes",
+]
 
 KiB = 1024
 
@@ -205,3 +223,63 @@ def largest_query_tile(
         if need.shared <= gpu.shared_per_block_bytes and need.registers <= limit:
             best = block_q
     return best
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """One level of a memory hierarchy: how many bytes it holds and how fast it is read.
+
+    Attributes:
+        name: ``"SRAM"``, ``"HBM"`` or ``"DRAM"``, as FlashAttention's Figure 1 labels them.
+        size_bytes: the capacity in bytes (decimal units: 1 GB = 1e9 bytes, as the paper writes them).
+        bandwidth: bytes per second.
+        at_least: True when ``size_bytes`` is a lower bound (the paper's CPU DRAM is "> 1 TB").
+    """
+
+    name: str
+    size_bytes: float
+    bandwidth: float
+    at_least: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryHierarchy:
+    """A GPU's on-chip SRAM and HBM and its host's DRAM, fastest first.
+
+    Attributes:
+        gpu: the GPU's on-chip figures per SM (:data:`GPUS`).
+        sms: its number of streaming multiprocessors. sram_per_sm_bytes: the on-chip SRAM of one SM that the size of
+            the SRAM level counts (shared memory and L1 together).
+        levels: SRAM, HBM, DRAM.
+        source: where the numbers come from.
+    """
+
+    gpu: GPU
+    sms: int
+    sram_per_sm_bytes: int
+    levels: tuple[MemoryLevel, ...]
+    source: str
+
+    def level(self, name: str) -> MemoryLevel:
+        """The level called ``name`` (KeyError for another name)."""
+        for level in self.levels:
+            if level.name == name:
+                return level
+        raise KeyError(f"no memory level {name!r}; the levels are {[level.name for level in self.levels]}")
+
+
+FIGURE_1 = MemoryHierarchy(
+    gpu=GPUS["A100"],
+    sms=108,
+    sram_per_sm_bytes=192 * KiB,
+    levels=(
+        MemoryLevel("SRAM", 20e6, 19e12),
+        MemoryLevel("HBM", 40e9, 1.5e12),
+        MemoryLevel("DRAM", 1e12, 12.8e9, at_least=True),
+    ),
+    source="T. Dao et al., FlashAttention (2022), Figure 1 (left) and section 2.1",
+)
+"""The memory hierarchy of FlashAttention's Figure 1 (left): SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), DRAM
+12.8 GB/s (> 1 TB). The figure names no GPU; its numbers are the A100's of section 2.1: 40-80 GB of HBM at 1.5-2.0
+TB/s, and 192 KB of on-chip SRAM in each of 108 streaming multiprocessors, read at about 19 TB/s (108 x 192 KiB =
+21 MB, the figure's 20 MB)."""

@@ -71,8 +71,12 @@ def softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     once ``logsumexp(x) = log(sum(exp(x)))`` exceeds ``log(finfo(dtype).max)`` (about 11.09 in float16, 88.72 in
     float32, 709.78 in float64), which can happen with every entry below that threshold. When one ``exp(x_i)`` is
     itself ``inf`` that entry becomes NaN (``inf / inf``) and the others 0; when every ``exp(x_i)`` fits but their
-    sum does not, the whole row silently becomes 0 (for example 46 entries of 10.0 in float16). That failure is the
-    lesson of chapter 1; use :func:`safe_softmax` for real work. Overflow warnings are silenced: the inf, NaN and
+    sum does not, the whole row silently becomes 0 (for example 46 entries of 10.0 in float16). It fails at the other
+    end too: when every ``exp(x_i)`` underflows to 0 (every entry below ``log(smallest_subnormal / 2)``, about -17.33
+    in float16 and -745.13 in float64) the row is ``0 / 0``, all NaN (``[-1000, -1001]`` in float64), and when the
+    largest term is subnormal (the max below ``log(smallest_normal)``, -9.70 in float16) the result can be a wrong
+    distribution (``[-17, -18]`` in float16 gives ``[1, 0]``). Those failures are the lesson of chapter 1; use
+    :func:`safe_softmax` for real work. Overflow warnings are silenced: the inf, NaN and
     zeros in the result are the message.
 
     Args:

@@ -167,6 +167,7 @@ def static_cases():
             46,
             labels=[f"t{m}" for m in range(46)],
         ),
+        "memory_hierarchy": lambda: viz.plot_memory_hierarchy(marks={"one row": 32768.0}),
         "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
         "loss_curves": lambda: plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
     }

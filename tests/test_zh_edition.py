@@ -482,16 +482,16 @@ def test_a_filled_tr_message_still_pads_by_display_columns():
 
 
 # Words a Chinese chapter's printed text may keep in English: the glossary's terms kept as they are (chapter 0),
-# names of libraries, units, and Python's and numpy's own words (nan, True, float16, np), the notation's symbols
-# (dQ, dq, lse, acc, tanh, Dv), names of products, platforms and methods (RTX, Mistral, CUDA, Colab, Flash-Decoding),
-# and PyTorch's build tag (2.13.0+cpu).
+# names of libraries, units (kB ... PB), the memories of chapter 1's hierarchy (SRAM, HBM, DRAM) and the SM, Python's
+# and numpy's own words (nan, True, float16, np), the notation's symbols (dQ, dq, lse, acc, tanh, Dv), names of
+# products, platforms and methods (RTX, Mistral, CUDA, Colab, Flash-Decoding), and PyTorch's build tag (2.13.0+cpu).
 KEPT_IN_ENGLISH = set(
     """
 softmax logsumexp attention query queries key keys value values kernel kernels token tokens batch padding loss split
-KV cache dtype SRAM HBM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch triton matplotlib ipywidgets flashmath
+KV cache dtype SRAM HBM DRAM SM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch triton matplotlib ipywidgets flashmath
 Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi np Dv
-dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB warp warps
+dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB TB PB warp warps
 """.split()
 )
 

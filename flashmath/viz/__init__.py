@@ -25,6 +25,7 @@ from flashmath.viz.attention import (
     plot_scale_step,
 )
 from flashmath.viz.frames import animate_steps, offline_jshtml, strip
+from flashmath.viz.hierarchy import plot_memory_hierarchy
 from flashmath.viz.live import LivePlot, Picture, figure_signature
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
@@ -64,6 +65,7 @@ __all__ = [
     "plot_accumulator_growth",
     "plot_loop_swap_step",
     "plot_masks",
+    "plot_memory_hierarchy",
     "plot_one_loop_step",
     "plot_op_counts",
     "plot_online_softmax_step",
