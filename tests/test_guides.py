@@ -63,3 +63,46 @@ def test_the_path_check_can_fail():
 def test_the_guides_keep_no_count_by_hand(guide):
     text = (ROOT / guide).read_text(encoding="utf-8")
     assert not HAND_KEPT.findall(text), "a count kept by hand goes stale: say what, not how many"
+
+
+# The chapter tables' minutes (README.md, README.zh-CN.md) against what each chapter states in its opening cell
+STATED = re.compile(r"\*\*Time:\*\* about (\d+) minutes")
+MINUTES_ROW = re.compile(r"^\| (\d+) \| \[[^\n]*?\| (\d+)(?: \((\d+)\)| \(\+(\d+)\))? \| \[!\[Colab\]", re.MULTILINE)
+TOTALS = {
+    "README.md": re.compile(
+        r"The course in all: about ([\d,]+) minutes.*?([\d,]+) without the optional parts", re.DOTALL
+    ),
+    "README.zh-CN.md": re.compile(r"整个课程约 ([\d,]+) 分钟.*?不含选读部分约 ([\d,]+) 分钟", re.DOTALL),
+}
+
+
+def chapter_minutes(readme: str) -> dict[int, tuple[int, int]]:
+    """Each chapter row's minutes: (the figure, without the optional parts)."""
+    rows = {}
+    for chapter, total, without, _extra in MINUTES_ROW.findall(readme):
+        rows[int(chapter)] = (int(total), int(without or total))
+    return rows
+
+
+@pytest.mark.parametrize("guide", ["README.md", "README.zh-CN.md"])
+def test_the_readme_minutes_are_the_chapters_and_add_up(guide):
+    text = (ROOT / guide).read_text(encoding="utf-8")
+    rows = chapter_minutes(text)
+    chapters = sorted(glob.glob("notebooks/[0-9][0-9]_*.ipynb", root_dir=ROOT))
+    assert sorted(rows) == list(range(len(chapters))), f"{guide}: a chapter row without its minutes"
+    for number, path in enumerate(chapters):
+        stated = STATED.findall((ROOT / path).read_text(encoding="utf-8"))
+        assert stated, f"{path} states no time ('**Time:** about N minutes')"
+        assert rows[number][0] == int(stated[0]), (
+            f"{guide} gives chapter {number} {rows[number][0]} minutes, {path} {stated[0]}"
+        )
+    total, without = (int(n.replace(",", "")) for n in TOTALS[guide].search(text).groups())
+    assert total == sum(t for t, _ in rows.values()), f"{guide}: the course's total is not the chapters' sum"
+    assert without == sum(w for _, w in rows.values()), f"{guide}: the total without optional parts is not the sum"
+
+
+def test_the_minutes_check_can_fail():
+    row = "| 3 | [A](notebooks/03_attention.ipynb) | x | 55 (45) | [![Colab](c)](u) |\n"
+    assert chapter_minutes(row) == {3: (55, 45)}
+    assert chapter_minutes(row.replace("55 (45)", "105 (+20)")) == {3: (105, 105)}
+    assert STATED.findall("**Time:** about 90 minutes in all") == ["90"]
