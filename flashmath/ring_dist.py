@@ -139,13 +139,20 @@ def _tensor(torch: Any, x: np.ndarray) -> Any:
     return torch.from_numpy(np.array(x, copy=True, order="C"))
 
 
-def _exchange(dist: Any, send: list, receive: list, rank: int, P: int, tag: int) -> list:
+def _exchange(dist: Any, send: list, receive: list, rank: int, P: int, tag: int) -> tuple[list, int, int]:
     """Post the sends of ``send`` to rank ``r + 1`` and the receives into ``receive`` from rank ``r - 1`` as one
-    ``batch_isend_irecv``; the requests to wait on. Message ``i`` of a step has tag ``tag + i`` on both sides."""
+    ``batch_isend_irecv``. Message ``i`` of a step has tag ``tag + i`` on both sides.
+
+    Returns:
+        ``(requests, sent_bytes, received_bytes)``: the requests to wait on, and the bytes of the tensors of the
+        ``isend`` and ``irecv`` operations posted (the count the tests compare with the model).
+    """
     nxt, prev = (rank + 1) % P, (rank - 1) % P
     ops = [dist.P2POp(dist.isend, t, nxt, tag=tag + i) for i, t in enumerate(send)]
     ops += [dist.P2POp(dist.irecv, t, prev, tag=tag + i) for i, t in enumerate(receive)]
-    return dist.batch_isend_irecv(ops)
+    sent = sum(op.tensor.nbytes for op in ops if op.op is dist.isend)
+    received = sum(op.tensor.nbytes for op in ops if op.op is dist.irecv)
+    return dist.batch_isend_irecv(ops), int(sent), int(received)
 
 
 def _wait(requests: list, timeout: float, what: str) -> float:
@@ -198,32 +205,33 @@ def rank_ring_forward(
     )
     lse = np.full(a.shape[:-1], -np.inf, state_dtype)
     k_t, v_t = _tensor(torch, k_shard), _tensor(torch, v_shard)
-    counts: dict = {name: [] for name in ("sent_bytes", "received_bytes", "compute_s", "wait_s", "held_bytes")}
+    names = ("sent_bytes", "received_bytes", "compute_s", "wait_s", "held_bytes", "timeline")
+    counts: dict = {name: [] for name in names}
     for t in range(P):
         step = ring_step(layout, causal, rank, t)
         requests: list = []
+        posted = time.time()
         if t < P - 1:
             # the next shard (that of rank (r - t - 1) mod P) is received while this one is used
             rows = layout.kv_size((rank - t - 1) % P)
             k_next = torch.empty(k_t.shape[:-2] + (rows, k_t.shape[-1]), dtype=k_t.dtype)
             v_next = torch.empty(v_t.shape[:-2] + (rows, v_t.shape[-1]), dtype=v_t.dtype)
-            requests = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=2 * t)
-            counts["sent_bytes"].append(int(k_t.nbytes + v_t.nbytes))  # the isend tensors of the step
-            counts["received_bytes"].append(int(k_next.nbytes + v_next.nbytes))
+            requests, sent, received = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=2 * t)
+            counts["sent_bytes"].append(sent)
+            counts["received_bytes"].append(received)
         held = q_shard.nbytes + a.nbytes + lse.nbytes + k_t.nbytes + v_t.nbytes
         counts["held_bytes"].append(int(held + (k_next.nbytes + v_next.nbytes if t < P - 1 else 0)))
-        start = time.perf_counter()
+        started = time.time()
         ring_forward_step(
             a, lse, q_shard, k_t.numpy(), v_t.numpy(), step, scale=scale, block_q=block_q, block_k=block_k
         )
-        counts["compute_s"].append(time.perf_counter() - start)
-        counts["wait_s"].append(
-            _wait(
-                requests,
-                timeout,
-                f"rank {rank}, step {t}: the key/value transfer (to rank {(rank + 1) % P}, from rank {(rank - 1) % P})",
-            )
-        )
+        computed = time.time()
+        what = f"rank {rank}, step {t}: the key/value transfer (to rank {(rank + 1) % P}, from rank {(rank - 1) % P})"
+        _wait(requests, timeout, what)
+        arrived = time.time()
+        counts["compute_s"].append(computed - started)
+        counts["wait_s"].append(arrived - computed)
+        counts["timeline"].append((posted, started, computed, arrived))
         if t < P - 1:
             k_t, v_t = k_next, v_next
     return a, lse, counts
@@ -275,8 +283,8 @@ def rank_ring_backward(
             rows = layout.kv_size((rank - t - 1) % P)
             k_next = torch.empty(k_t.shape[:-2] + (rows, k_t.shape[-1]), dtype=k_t.dtype)
             v_next = torch.empty(v_t.shape[:-2] + (rows, v_t.shape[-1]), dtype=v_t.dtype)
-            kv_requests = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=4 * t)
-            sent += int(k_t.nbytes + v_t.nbytes)
+            kv_requests, sent_kv, _ = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=4 * t)
+            sent += sent_kv
         start = time.perf_counter()
         grads = ring_backward_step(
             q_shard,
@@ -306,8 +314,9 @@ def rank_ring_backward(
         rows_d = layout.kv_size((rank - t - 1) % P)
         dk_next = torch.empty(dk_t.shape[:-2] + (rows_d, dk_t.shape[-1]), dtype=dk_t.dtype)
         dv_next = torch.empty(dv_t.shape[:-2] + (rows_d, dv_t.shape[-1]), dtype=dv_t.dtype)
-        arriving = (_exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2), dk_next, dv_next)
-        sent += int(dk_t.nbytes + dv_t.nbytes)
+        d_requests, sent_d, _ = _exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2)
+        arriving = (d_requests, dk_next, dv_next)
+        sent += sent_d
         counts["sent_bytes"].append(sent)
         waited += _wait(kv_requests, timeout, f"rank {rank}, step {t}: the key/value transfer")
         counts["wait_s"].append(waited)
@@ -447,6 +456,9 @@ class RingRun:
             received_bytes likewise. backward_sent_bytes: ``(P, P)`` or None.
         compute_s, wait_s: ``(P, P)`` seconds each rank computed, then waited for the transfer, at each step ``[t, r]``.
         held_bytes: ``(P, P)`` bytes each rank held during each step.
+        timeline: ``(P, P, 4)`` seconds ``[t, r]``: when rank ``r`` posted step ``t``'s transfer, started and ended
+            its computation, and had the transfer done (wall clock, from the earliest post of the run): the
+            transfer runs between the first and the last, the computation between the second and the third.
         wall_s: seconds of the whole launch (processes started, joined, results read).
     """
 
@@ -461,6 +473,7 @@ class RingRun:
     compute_s: np.ndarray
     wait_s: np.ndarray
     held_bytes: np.ndarray
+    timeline: np.ndarray
     wall_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -515,6 +528,7 @@ def _assemble(ri: Any, results: list, with_grads: bool, wall: float) -> RingRun:
     def table(name: str, counts: str = "counts") -> np.ndarray:
         return np.array([res[counts][name] for res in results], dtype=float).T  # [t, r]
 
+    timeline = np.array([res["counts"]["timeline"] for res in results], dtype=float).transpose(1, 0, 2)  # [t, r, 4]
     grads = None
     backward_sent = None
     if with_grads:
@@ -535,6 +549,7 @@ def _assemble(ri: Any, results: list, with_grads: bool, wall: float) -> RingRun:
         compute_s=table("compute_s").reshape(P, P),
         wait_s=table("wait_s").reshape(P, P),
         held_bytes=table("held_bytes").astype(np.int64).reshape(P, P),
+        timeline=timeline - timeline.min(),
         wall_s=wall,
     )
 
