@@ -607,7 +607,8 @@ def ring_attention_backward(
         a, lse: the forward's output ``(..., N, Dv)`` and logsumexp ``(..., N)`` (``return_lse=True``).
         grad_a: ``dA`` ``(..., N, Dv)``. block_q, block_k: the tiles of each step's backward.
         return_sent_bytes: also return a ``(P, P)`` int array, bytes device ``r`` sends after step ``t``: ``K_s,
-            V_s, dK_s, dV_s`` after steps ``0 .. P - 2``, ``dK_s, dV_s`` alone after step ``P - 1``.
+            V_s, dK_s, dV_s`` after steps ``0 .. P - 2``, ``dK_s, dV_s`` alone after step ``P - 1`` (nothing with one
+            device).
 
     Returns:
         ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (``k``, ``v`` with ``H_kv`` heads under
@@ -651,7 +652,8 @@ def ring_attention_backward(
                 dk_s[..., c0:c1, :] += grads[1]  # dK_s, dV_s travel with the shard
                 dv_s[..., c0:c1, :] += grads[2]
             # after steps 0 .. P - 2: K_s, V_s, dK_s, dV_s go on to device r + 1; after step P - 1 only dK_s, dV_s
-            sent[t, r] = _nbytes(dk_s, dv_s) + (_nbytes(k_s, v_s) if t < P - 1 else 0)
+            # (with one device they are home already: nothing is sent)
+            sent[t, r] = (_nbytes(dk_s, dv_s) if P > 1 else 0) + (_nbytes(k_s, v_s) if t < P - 1 else 0)
         held = [held[(r - 1) % P] for r in range(P)]  # after P hops every shard's gradients are back with its owner
     dq_full = layout.gather(dq, "q")
     dk_full = layout.gather([held[r][2] for r in range(P)], "kv")

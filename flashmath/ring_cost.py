@@ -97,12 +97,15 @@ def ring_backward_bytes_model(
 ) -> np.ndarray:
     """Bytes each device sends in the backward ring: ``(P, P)`` ints, entry ``[t, r]``: the held shard's
     ``K, V`` (``row_bytes`` per row, steps ``0 .. P - 2`` only) and its gradients ``dK, dV`` (``grad_row_bytes`` per
-    row, default ``row_bytes``; every step: the last hop returns them to their owner)."""
+    row, default ``row_bytes``; every step: the last hop returns them to their owner; with ``P = 1`` nothing moves)."""
     P = size(num_devices, "num_devices", 1)
     grad_row_bytes = row_bytes if grad_row_bytes is None else grad_row_bytes
     rows = shard_rows(M, P, zigzag=zigzag)
     return np.array(
-        [[rows[(r - t) % P] * (grad_row_bytes + (row_bytes if t < P - 1 else 0)) for r in range(P)] for t in range(P)],
+        [
+            [rows[(r - t) % P] * ((grad_row_bytes if P > 1 else 0) + (row_bytes if t < P - 1 else 0)) for r in range(P)]
+            for t in range(P)
+        ],
         dtype=np.int64,
     ).reshape(P, P)
 

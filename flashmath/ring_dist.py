@@ -44,6 +44,7 @@ import datetime
 import os
 import pickle
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -86,7 +87,7 @@ __all__ = [
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds a launch may take, start of the processes included (the deadline of :func:`run_rings`); each rank's
-waits time out after the same number of seconds."""
+waits time out after half of it."""
 
 INSTALL_HINT = (
     "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention'): "
@@ -310,13 +311,16 @@ def rank_ring_backward(
             dq[..., r0:r1, :] += grads[0]
             dk_t.numpy()[..., c0:c1, :] += grads[1]
             dv_t.numpy()[..., c0:c1, :] += grads[2]
-        # dK_s, dV_s go on with the shard (after step P - 1: home, to their owner)
-        rows_d = layout.kv_size((rank - t - 1) % P)
-        dk_next = torch.empty(dk_t.shape[:-2] + (rows_d, dk_t.shape[-1]), dtype=dk_t.dtype)
-        dv_next = torch.empty(dv_t.shape[:-2] + (rows_d, dv_t.shape[-1]), dtype=dv_t.dtype)
-        d_requests, sent_d, _ = _exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2)
-        arriving = (d_requests, dk_next, dv_next)
-        sent += sent_d
+        # dK_s, dV_s go on with the shard (after step P - 1: home, to their owner; with one rank they are home)
+        if P > 1:
+            rows_d = layout.kv_size((rank - t - 1) % P)
+            dk_next = torch.empty(dk_t.shape[:-2] + (rows_d, dk_t.shape[-1]), dtype=dk_t.dtype)
+            dv_next = torch.empty(dv_t.shape[:-2] + (rows_d, dv_t.shape[-1]), dtype=dv_t.dtype)
+            d_requests, sent_d, _ = _exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2)
+            arriving = (d_requests, dk_next, dv_next)
+            sent += sent_d
+        else:
+            arriving = ([], dk_t, dv_t)
         counts["sent_bytes"].append(sent)
         waited += _wait(kv_requests, timeout, f"rank {rank}, step {t}: the key/value transfer")
         counts["wait_s"].append(waited)
@@ -357,18 +361,21 @@ def _init_gloo(rank: int, world_size: int, port: int, timeout: float) -> Any:
 def _run_jobs(rank: int, jobs: list, timeout: float, fault: tuple | None, workdir: Path) -> list:
     """This rank's part of every job (forward, then backward when the job has ``grad_a``)."""
     results = []
+    progress = workdir / f"progress{rank}"
     for index, job in enumerate(jobs):
         if fault is not None and fault[0] == rank and index == 0:
-            (workdir / f"progress{rank}").write_text("fault injected")
+            progress.write_text(f"fault injected ({fault[1]})")
             if fault[1] == "raise":
                 raise ValueError(f"fault injected on rank {rank} (run_rings(..., inject_fault=({rank}, 'raise')))")
             if fault[1] == "exit":
                 os._exit(3)
             time.sleep(10 * timeout)  # "hang"
         layout, opts = job["layout"], job["options"]
+        progress.write_text(f"in job {index}'s forward ring")
         a, lse, counts = rank_ring_forward(job["q"], job["k"], job["v"], layout, rank, timeout=timeout, **opts)
         result = {"a": a, "lse": lse, "counts": counts}
         if job.get("grad_a") is not None:
+            progress.write_text(f"in job {index}'s backward ring")
             dq, dk, dv, bcounts = rank_ring_backward(
                 job["q"],
                 job["k"],
@@ -383,8 +390,16 @@ def _run_jobs(rank: int, jobs: list, timeout: float, fault: tuple | None, workdi
             )
             result.update(dq=dq, dk=dk, dv=dv, backward_counts=bcounts)
         results.append(result)
-        (workdir / f"progress{rank}").write_text(f"job {index} done")
+        progress.write_text(f"job {index} done")
     return results
+
+
+def _record_error(path: Path, rank: int, error: BaseException) -> None:
+    """Write ``error{rank}.pkl``: when, what, the traceback (the first one written for a rank stays)."""
+    target = path / f"error{rank}.pkl"
+    if not target.exists():
+        report = {"time": time.time(), "type": type(error).__name__, "message": str(error)}
+        _write(target, {**report, "traceback": traceback.format_exc()})
 
 
 def _guarded(rank: int, world_size: int, workdir: str, port: int, timeout: float, body: Any) -> None:
@@ -400,19 +415,16 @@ def _guarded(rank: int, world_size: int, workdir: str, port: int, timeout: float
             dist = _init_gloo(rank, world_size, port, timeout)
             try:
                 results = body(jobs, dist, path)
+            except BaseException as error:
+                # recorded before the process group is destroyed: its peers see their connections close (and fail)
+                # only after this rank's failure is on record, so the launcher names this rank first
+                _record_error(path, rank, error)
+                raise
             finally:
                 dist.destroy_process_group()
         _write(path / f"out{rank}.pkl", results)
     except BaseException as error:
-        _write(
-            path / f"error{rank}.pkl",
-            {
-                "time": time.time(),
-                "type": type(error).__name__,
-                "message": str(error),
-                "traceback": traceback.format_exc(),
-            },
-        )
+        _record_error(path, rank, error)
         raise
     # Done: the results are on disk. Leave without the interpreter's shutdown, which with PyTorch loaded takes
     # seconds on a busy machine (measured: about 4 s for 4 processes on 2 shared cores) and has nothing to clean up.
@@ -554,23 +566,41 @@ def _assemble(ri: Any, results: list, with_grads: bool, wall: float) -> RingRun:
     )
 
 
-def _failure(workdir: Path, world_size: int, fallback: str) -> RingError:
-    """The :class:`RingError` for a failed launch: the ranks that wrote an error, the earliest first."""
+def _exit_description(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:  # pragma: no cover
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _failure(workdir: Path, world_size: int, died: dict, terminated: list) -> RingError:
+    """The :class:`RingError` of a failed launch. First the ranks that died without a Python exception (exited or
+    were killed: ``died`` maps them to their exit codes), which their peers cannot have caused; then the ranks that
+    raised, earliest first (each wrote ``error{rank}.pkl`` before its connections closed, so a peer that failed
+    because of it comes later)."""
     errors = []
     for r in range(world_size):
         path = workdir / f"error{r}.pkl"
         if path.exists():
             with open(path, "rb") as file:
                 errors.append((pickle.load(file), r))
-    if not errors:
-        return RingError(fallback, [])
     errors.sort(key=lambda item: item[0]["time"])
-    (first, rank), later = errors[0], errors[1:]
-    message = f"rank {rank} of {world_size} failed first: {first['type']}: {first['message']}"
-    if later:
-        message += "; then " + "; ".join(f"rank {r}: {e['type']}: {e['message'][:200]}" for e, r in later)
-    message += f"\n--- rank {rank}'s traceback ---\n{first['traceback']}"
-    return RingError(message, [rank] + [r for _, r in later])
+    parts = [
+        f"rank {r} of {world_size} died without a Python exception ({_exit_description(c)})" for r, c in died.items()
+    ]
+    parts += [f"rank {r} of {world_size} raised {e['type']}: {e['message']}" for e, r in errors]
+    ranks = list(died) + [r for _, r in errors]
+    if not parts:  # pragma: no cover - a failure always leaves one or the other
+        return RingError(f"the ring of {world_size} ranks failed without a report", [])
+    message = "first: " + parts[0] + ("; then " + "; ".join(p[:300] for p in parts[1:]) if parts[1:] else "")
+    if terminated:
+        message += f"; still running then, terminated: rank{'s' if len(terminated) > 1 else ''} "
+        message += ", ".join(f"{r} ({_progress(workdir, r)})" for r in terminated)
+    if errors and not died:
+        message += f"\n--- rank {errors[0][1]}'s traceback ---\n{errors[0][0]['traceback']}"
+    return RingError(message, ranks)
 
 
 def run_rings(
@@ -587,7 +617,8 @@ def run_rings(
         jobs: each a mapping with the arguments of :func:`run_ring` for one problem (:data:`JOB_KEYS`).
         world_size: ``P``, the number of processes (ranks); each gets one shard of every job.
         timeout: the deadline in seconds for the whole launch, from the processes' start to the last result; each
-            rank's transfers time out after the same number of seconds.
+            rank's rendezvous and transfers time out after half of it (so that a rank whose peer hangs raises first,
+            naming the peer).
         inject_fault: ``(rank, kind)`` to see how a failure surfaces: that rank raises (``"raise"``), exits
             (``"exit"``) or hangs (``"hang"``) before its first step.
 
@@ -637,30 +668,19 @@ def _launch(target: Any, inputs: list, timeout: float, extra: tuple = ()) -> lis
         )
         context = mp.start_processes(
             target,
-            args=(P, str(workdir), store.port, float(timeout), *extra),
+            # each rank's waits time out at half the deadline: a rank whose peer hangs raises, naming the peer,
+            # before the launcher's deadline terminates everything
+            args=(P, str(workdir), store.port, float(timeout) / 2, *extra),
             nprocs=P,
             join=False,
             start_method="spawn",
         )
-        deadline = start + timeout
         try:
-            while not context.join(timeout=0.2, grace_period=2.0):
-                if time.perf_counter() > deadline:
-                    running = [r for r, process in enumerate(context.processes) if process.is_alive()]
-                    for process in context.processes:
-                        if process.is_alive():
-                            process.terminate()
-                    for process in context.processes:
-                        process.join(5)
-                    progress = {r: _progress(workdir, r) for r in running}
-                    raise RingError(
-                        f"rank{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} of {P} still running "
-                        f"after the deadline of {timeout:g} s (terminated); last progress: {progress}",
-                        running,
-                    )
-        except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
-            # a rank raised or died; join() has terminated the others
-            raise _failure(workdir, P, f"rank {error.error_index} of {P} failed: {error}") from None
+            _join(context.processes, workdir, start + timeout, timeout)
+        finally:
+            for name in context.error_files:  # PyTorch's own record of a raised exception (we keep ours)
+                if name and os.path.exists(name):
+                    os.unlink(name)
         results = []
         for r in range(P):
             with open(workdir / f"out{r}.pkl", "rb") as file:
@@ -669,6 +689,44 @@ def _launch(target: Any, inputs: list, timeout: float, extra: tuple = ()) -> lis
         return results
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _join(processes: list, workdir: Path, deadline: float, timeout: float, grace: float = 1.0) -> None:
+    """Wait for every process; RingError when one fails or the deadline passes (the others are terminated).
+
+    After the first failure the others get ``grace`` seconds to fail in turn and record why (a peer of a dead rank
+    fails as soon as its connection closes), then the survivors are terminated."""
+    from multiprocessing.connection import wait
+
+    P = len(processes)
+    failed_since = None
+    while True:
+        alive = [p for p in processes if p.exitcode is None]
+        failed = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0)]
+        now = time.perf_counter()
+        if failed and failed_since is None:
+            failed_since = now
+        if not alive or (failed_since is not None and now - failed_since > grace) or now > deadline:
+            break
+        wait([p.sentinel for p in alive], timeout=0.05)
+    running = [r for r, p in enumerate(processes) if p.exitcode is None]
+    for r in running:
+        processes[r].terminate()
+    for p in processes:
+        p.join(5)
+        if p.exitcode is None:  # pragma: no cover - ignored SIGTERM
+            p.kill()
+            p.join()
+    if failed:
+        died = {r: processes[r].exitcode for r in failed if not (workdir / f"error{r}.pkl").exists()}
+        raise _failure(workdir, P, died, running)
+    if running:
+        progress = {r: _progress(workdir, r) for r in running}
+        raise RingError(
+            f"rank{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} of {P} still running after the "
+            f"deadline of {timeout:g} s (terminated); last progress: {progress}",
+            running,
+        )
 
 
 def _progress(workdir: Path, rank: int) -> str:
