@@ -33,7 +33,9 @@ in two or more shards is not bitwise equal to ``flash_attention`` with any tiles
 ``(A, L)`` states (``L = logaddexp(L_1, L_2)``, ``A = exp(L_1 - L) A_1 + exp(L_2 - L) A_2``) where the tile loop
 rescales an unnormalised accumulator by ``exp(g - g_new)`` and divides once at the end, and it visits the shards in
 the rotated order ``r, r - 1, ...`` where the tile loop goes left to right; different roundings of the same sum.
-The difference is a few units in the last place (below ``1e-15`` in float64 for inputs of order 1). A row whose
+The difference is a few units in the last place: in float64, on standard normal inputs with outputs up to about 2,
+at most ``1.8e-15`` (measured for ``N`` up to 256 and ``P`` up to 8), the same size as either one's difference
+from the exact result (``flashmath.attention``). A row whose
 keys all lie in one shard (device 0 of a contiguous causal ring) is bitwise equal when ``block_k`` divides the shard
 boundaries: its only nonempty state comes from the same tile loop over the same key tiles.
 

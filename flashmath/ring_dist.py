@@ -18,9 +18,11 @@ Two ways to start it:
 
 Each process uses one thread (``torch.set_num_threads(1)``, numpy's BLAS limited to one thread), so that ``P``
 processes on a small machine do not oversubscribe its cores. The processes meet through a ``TCPStore`` at
-``127.0.0.1`` on a port the operating system picks (the store's server is the launching process; like every
-``TCPStore`` server it listens on all interfaces, on that one port, for the length of the run), and gloo's own
-connections use the loopback interface (``GLOO_SOCKET_IFNAME``). Nothing else is reached.
+``127.0.0.1`` on a port the operating system picks (no race for a free port; the store's server is the launching
+process and, like every ``TCPStore`` server of PyTorch's libuv backend, it binds that one port on all interfaces,
+for the length of the run), and gloo's own connections use the loopback interface (``GLOO_SOCKET_IFNAME``).
+Checked in a run on Linux: each rank's gloo socket listens on 127.0.0.1 and connects 127.0.0.1 to 127.0.0.1, and
+its store connection goes to 127.0.0.1. Nothing else is reached.
 
 Failures surface, never hang: every wait has a timeout (``init_process_group(timeout=...)`` and each transfer's
 ``wait(timeout=...)``), the launcher joins the processes with a deadline, and it raises :class:`RingError` naming
@@ -897,10 +899,10 @@ def context_parallel_probe(
 def _problem(args: argparse.Namespace) -> tuple:
     """The demo problem every rank builds alike from the seed: ``q (B, H, N, D)``, ``k, v (B, H_kv, N, D)``."""
     rng = np.random.default_rng(args.seed)
-    q = rng.standard_normal((args.batch, args.heads, args.n, args.dim))
-    k = rng.standard_normal((args.batch, args.kv_heads, args.n, args.dim))
-    v = rng.standard_normal((args.batch, args.kv_heads, args.n, args.dim))
-    grad_a = rng.standard_normal((args.batch, args.heads, args.n, args.dim)) if args.backward else None
+    q = rng.standard_normal((args.batch, args.heads, args.length, args.dim))
+    k = rng.standard_normal((args.batch, args.kv_heads, args.length, args.dim))
+    v = rng.standard_normal((args.batch, args.kv_heads, args.length, args.dim))
+    grad_a = rng.standard_normal((args.batch, args.heads, args.length, args.dim)) if args.backward else None
     return q, k, v, grad_a
 
 
@@ -924,11 +926,11 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
             errors[name] = float(np.abs(got - ref).max())
     P = run.world_size
     model = ring_bytes_model(
-        args.n, P, row_bytes=kv_row_bytes(args.dim, kv_heads=args.kv_heads, batch=args.batch), zigzag=args.zigzag
+        args.length, P, row_bytes=kv_row_bytes(args.dim, kv_heads=args.kv_heads, batch=args.batch), zigzag=args.zigzag
     )
     work = ring_work(run.layout, args.causal)["score_entries"]
     print(
-        f"ring attention on {P} gloo process{'es' if P > 1 else ''}: N = {args.n}, B = {args.batch}, "
+        f"ring attention on {P} gloo process{'es' if P > 1 else ''}: N = {args.length}, B = {args.batch}, "
         f"H = {args.heads}, H_kv = {args.kv_heads}, D = {args.dim}, causal = {args.causal}, zigzag = {args.zigzag}"
     )
     for name, err in errors.items():
@@ -996,7 +998,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     the time computing and waiting; returns 0 when the errors are within 1e-13 and the bytes equal the model.
     """
     parser = argparse.ArgumentParser(prog="python -m flashmath.ring_dist", description=main.__doc__)
-    parser.add_argument("--n", type=int, default=1000, help="sequence length N (default 1000)")
+    parser.add_argument("--length", type=int, default=1000, help="sequence length N (default 1000)")
     parser.add_argument("--batch", type=int, default=1, help="batch size B (default 1)")
     parser.add_argument("--heads", type=int, default=4, help="query heads H (default 4)")
     parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads H_kv, dividing H (default 2)")

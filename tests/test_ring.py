@@ -37,7 +37,7 @@ from flashmath.ring_cost import (
 
 # The ring merges normalised (A, L) states where flash_attention's tile loop rescales an unnormalised accumulator,
 # and visits the shards in rotated order: a few units in the last place apart (flashmath.ring, "Bitwise"). Measured
-# over the cases below: at most 1.6e-15 on outputs of size up to about 2.2.
+# over the cases below: at most 1.6e-15 on outputs of size up to about 2.2 (1.8e-15 with P up to 8, N up to 256).
 TOL_A = 4e-15
 
 
@@ -140,6 +140,27 @@ def test_rows_that_see_one_shard_are_bitwise():
         want = flash_attention(q, k, v, causal=True, block_q=4, block_k=bk)
         S = 32 // P
         assert np.array_equal(got[:, :S], want[:, :S])
+
+
+def test_each_computed_step_is_one_merge_with_the_package_merge(monkeypatch):
+    """The ring merges with chapter 10's function itself: once per step a device computes, never for a skipped one."""
+    import flashmath.ring as ring
+    from flashmath.splitkv import merge_states
+
+    assert ring.merge_states is merge_states
+    calls = []
+
+    def counting(*args):
+        calls.append(1)
+        return merge_states(*args)
+
+    monkeypatch.setattr(ring, "merge_states", counting)
+    rng = np.random.default_rng(9)
+    q, k, v = make(rng, 24, 24, 4, 4)
+    for zigzag in (False, True):
+        calls.clear()
+        ring_attention(q, k, v, 4, causal=True, zigzag=zigzag)
+        assert len(calls) == ring_work(ring_layout(24, 4, zigzag=zigzag), True)["steps"].sum() == (16 if zigzag else 10)
 
 
 def test_cross_attention_ring_with_more_keys_than_queries():

@@ -10,10 +10,14 @@ so nothing here can hang.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
+from helpers import ROOT
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():  # pragma: no cover
@@ -153,3 +157,15 @@ def test_pytorch_context_parallel_raises_for_causal_attention_on_a_cpu():
     assert found["raised"].startswith("NotImplementedError: Operator aten._scaled_dot_product_flash_attention_for_cpu")
     assert "does not have a sharding strategy registered" in found["raised"]
     assert found["collectives"] == {}
+
+
+def test_torchrun_runs_the_ring_from_a_terminal():
+    """README's command, `torchrun --nproc-per-node=... -m flashmath.ring_dist`, on 2 processes (torchrun's agent
+    serves the rendezvous on localhost, at a port it picks)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "-m", "flashmath.ring_dist",
+               "--causal", "--zigzag", "--backward", "--length", "50", "--dim", "8"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ring attention on 2 gloo processes: N = 50" in done.stdout
+    assert "equal: True" in done.stdout and done.stdout.rstrip().endswith("OK")
