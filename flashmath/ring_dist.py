@@ -92,8 +92,9 @@ DEFAULT_TIMEOUT = 120.0
 waits time out after half of it."""
 
 INSTALL_HINT = (
-    "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention'): "
-    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[distributed]'"
+    "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention on "
+    "several processes'): pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+    "pip install -e '.[distributed]'"
 )
 
 
@@ -951,7 +952,8 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
 
 def _torchrun_rank(args: argparse.Namespace) -> int:
     """Under torchrun: this process is one rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` from the
-    environment); rank 0 gathers the shards and prints the report."""
+    environment); rank 0 gathers the shards and prints the report. Meant for one machine: gloo uses the loopback
+    interface unless ``GLOO_SOCKET_IFNAME`` names another."""
     torch, dist = _torch()
     torch.set_num_threads(1)
     rank, P = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -975,8 +977,8 @@ def _torchrun_rank(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=1):
-            result = _run_jobs(rank, [mine], args.timeout, None, Path(tempfile.mkdtemp(prefix="flashmath-ring-")))[0]
+        with threadpool_limits(limits=1), tempfile.TemporaryDirectory(prefix="flashmath-ring-") as progress:
+            result = _run_jobs(rank, [mine], args.timeout, None, Path(progress))[0]
         wall = time.perf_counter() - start
         gathered: list | None = [None] * P if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)
