@@ -103,7 +103,7 @@ def _torch() -> Any:
     try:
         import torch
         import torch.distributed as dist
-    except ModuleNotFoundError as error:  # pragma: no cover - the tests skip without torch
+    except ModuleNotFoundError as error:
         raise ModuleNotFoundError(INSTALL_HINT) from error
     return torch, dist
 
@@ -615,6 +615,10 @@ def run_rings(
 ) -> list[RingRun]:
     """Several problems on one gloo ring of ``world_size`` processes, started once (the processes' start, a few
     seconds each for importing PyTorch, is paid once).
+
+    The processes are started with ``spawn``: each imports ``flashmath.ring_dist`` afresh (and, from a script, the
+    script itself, as Python's ``multiprocessing`` does), so call this under ``if __name__ == "__main__":`` in a
+    script; a notebook needs nothing.
 
     Args:
         jobs: each a mapping with the arguments of :func:`run_ring` for one problem (:data:`JOB_KEYS`).

@@ -336,3 +336,15 @@ def test_ring_memory_is_of_order_n_over_p():
     gather = [c["all-gather"]["peak_bytes"] for c in costs]
     assert all(a / b > 1.9 for a, b in zip(ring, ring[1:], strict=False))  # halves with each doubling of P
     assert all(a / b < 1.5 for a, b in zip(gather, gather[1:], strict=False))  # dominated by all N keys and values
+
+
+def test_the_gloo_ring_without_pytorch_says_what_to_install(monkeypatch):
+    import sys
+
+    from flashmath.ring_dist import run_ring
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now fails as if it were not installed
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+    q, k, v = make(np.random.default_rng(0), 8, 8, 4, 4)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[distributed\]'"):
+        run_ring(q, k, v, world_size=2)
