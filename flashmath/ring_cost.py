@@ -5,11 +5,13 @@ The models here are written from the sizes, independently of the runs: :mod:`fla
 models. Three ways to split one sequence of ``N`` queries and ``M`` keys over ``P`` devices, per layer:
 
 * **ring** (Ring Attention): the key/value shards travel round the ring, ``P - 1`` hops; each device receives every
-  other shard once, ``M - m_r`` key/value rows, and holds at most two shards at a time. Each transfer overlaps
-  the previous step's computation.
-* **all-gather of K and V** (Llama 3's context parallelism; what PyTorch's ``context_parallel`` does on a CPU, where
-  its default ``rotate_method`` is ``"allgather"`` and DTensor all-gathers K and V before the attention): each device
-  receives the same ``M - m_r`` rows, in one collective before the attention, and then holds all ``M``.
+  other shard once, ``M - m_r`` key/value rows, and holds at most two shards at a time. The transfer of the next
+  shard runs while the device computes with the one it holds.
+* **all-gather of K and V** (Llama 3's context parallelism; what PyTorch 2.13's ``context_parallel`` ends up doing
+  on a CPU, where it has no ring for the CPU attention kernel and DTensor all-gathers K and V before it, without the
+  causal mask, and raises ``NotImplementedError`` with it: :func:`flashmath.ring_dist.context_parallel_probe`; on
+  CUDA its default ``rotate_method`` is ``"allgather"`` too): each device receives the same ``M - m_r`` rows, in
+  one collective before the attention, and then holds all ``M``.
 * **DeepSpeed-Ulysses**: one all-to-all turns ``N / P`` tokens of all ``H`` heads into all ``N`` tokens of ``H / P``
   heads (queries, keys and values), each device computes whole heads, and a second all-to-all brings the output
   back to ``N / P`` tokens. Needs ``H`` and ``H_kv`` divisible by ``P``. Each device receives ``(P - 1) / P^2`` of
@@ -17,15 +19,17 @@ models. Three ways to split one sequence of ``N`` queries and ``M`` keys over ``
   ``(P - 1) / P`` of ``M H_kv (D + Dv)``. With ``N = M`` Ulysses receives fewer bytes than the ring exactly when
   ``P > G + 1`` (``G = H / H_kv`` query heads per key/value head; ``P > 2`` without grouping), for any ``D, Dv``.
 
-Sizes count one (batch, head) layout exactly: ``row_bytes`` is the bytes of one sequence position of the arrays
-concerned (all batch elements and heads); :func:`kv_row_bytes` computes it.
+The counts are exact, in bytes: ``row_bytes`` is the size of one sequence position of the arrays concerned, over all
+batch elements and heads (:func:`kv_row_bytes` computes it for ``K`` and ``V``).
 
 Sources: H. Liu et al., Ring Attention (arXiv:2310.01889), section 3; Llama Team, "The Llama 3 Herd of Models"
 (arXiv:2407.21783), section 3.3.2 (all-gather based context parallelism, ``2 x CP`` chunks); S. A. Jacobs et al.,
 "DeepSpeed Ulysses" (arXiv:2309.14509) and the DeepSpeed blog ``blogs/deepspeed-ulysses/README.md`` ("an aggregate
 communication volume per link of 4Nh/P"; all-to-all over heads); PyTorch 2.13,
 ``torch/distributed/tensor/experimental/_context_parallel/_attention.py`` (``_ContextParallelOptions.rotate_method =
-_RotateMethod.ALL_GATHER``; only the CUDA SDPA kernels have ring handlers).
+_RotateMethod.ALL_GATHER``; ring handlers only for the CUDA SDPA kernels) and
+``torch/distributed/tensor/_sharding_prop.py`` (an operator without a sharding strategy goes through its
+decomposition).
 """
 
 from __future__ import annotations
