@@ -385,7 +385,7 @@ def ring_backward_step(
     if step.skipped:
         return None
     (r0, r1), (c0, c1) = step.rows, step.cols
-    return attention_backward(
+    grads = attention_backward(
         q_shard[..., r0:r1, :],
         k_shard[..., c0:c1, :],
         v_shard[..., c0:c1, :],
@@ -397,6 +397,8 @@ def ring_backward_step(
         block_q=block_q,
         block_k=block_k,
     )
+    dq_part, dk_part, dv_part = grads[:3]
+    return dq_part, dk_part, dv_part
 
 
 # ----------------------------------------------------------------------------------------------------------------
