@@ -17,11 +17,12 @@ SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md
 
 def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> list[tuple[int, str, str | None, str]]:
     """(number, title, notebook path or None, 'open' cell) of each row of README.md's chapter table (or of
-    README.zh-CN.md's, ``chapter_table(README_ZH, "## 章节", "notebooks/zh")``)."""
+    README.zh-CN.md's, ``chapter_table(README_ZH, "## 章节", "notebooks/zh")``): number, title, what it shows,
+    minutes (tests/test_guides.py checks them), open."""
     section = readme[readme.index(heading) :]
     section = section[: section.index("\n## ")]
     rows = []
-    for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
+    for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
         link = re.fullmatch(rf"\[(.+)\]\(({folder}/\d\d_[a-z0-9_]+\.ipynb)\)", title)
         rows.append((int(number), link.group(1) if link else title, link.group(2) if link else None, opens))
     return rows
