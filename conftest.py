@@ -1,11 +1,13 @@
-"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton); one cell of chapter 13 needs PyTorch.
+"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton); two cells of chapter 13 need PyTorch
+(one of them Triton too).
 
 Where it is not installed, the notebook's nbval items and its browser test are skipped with the reason, and the
 summary says so once, so that README's test command passes on a fresh machine without the extra. The notebook's
 stored outputs come from a run in Triton's interpreter (``TRITON_INTERPRET=1``, set by flashmath.triton_kernel on
 a machine without a GPU). A code cell tagged ``needs-torch`` (chapter 13's comparison with PyTorch's FlexAttention,
 in both editions) is stored as it runs with PyTorch; without PyTorch it prints that it skips, so nbval skips that
-cell's item (the rest of the notebook runs and is compared).
+cell's item (the rest of the notebook runs and is compared). A cell tagged ``needs-triton`` (chapter 13's run of
+chapter 11's kernel with its variants) is treated the same way where PyTorch or Triton is missing.
 """
 
 import importlib.util
@@ -15,6 +17,7 @@ import pytest
 NEEDS_TRITON = ("11_triton.ipynb", "12_backward.ipynb")
 SKIP_REASON = "needs the triton extra"
 NEEDS_TORCH_TAG = "needs-torch"  # a cell's tag: nbval skips the cell where PyTorch is missing
+NEEDS_TRITON_TAG = "needs-triton"  # a cell's tag: nbval skips the cell where PyTorch or Triton is missing
 TORCH_SKIP_REASON = "needs PyTorch"
 collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
 
@@ -32,10 +35,15 @@ def _notebook_of(item) -> str | None:
     return getattr(notebook, "name", None)
 
 
+def _tagged(item, tag: str) -> bool:
+    """An nbval item (a notebook cell) tagged ``tag``."""
+    cell = getattr(item, "cell", None)
+    return isinstance(cell, dict) and tag in cell.get("metadata", {}).get("tags", [])
+
+
 def _needs_torch(item) -> bool:
     """An nbval item (a notebook cell) tagged ``needs-torch``."""
-    cell = getattr(item, "cell", None)
-    return isinstance(cell, dict) and NEEDS_TORCH_TAG in cell.get("metadata", {}).get("tags", [])
+    return _tagged(item, NEEDS_TORCH_TAG)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,24 +59,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
         elif "torch" in missing and _needs_torch(item):
             item.add_marker(pytest.mark.skip(reason=torch_reason))
+        elif _tagged(item, NEEDS_TRITON_TAG):  # torch or triton missing: the kernel cannot run
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     # From the skip reports, not from the collection: under pytest-xdist (addopts' -n) the workers collect, and
     # only their reports reach the process that prints the summary.
-    skipped, reason, cells, torch_reason = set(), "", [], ""
+    skipped, reason, cells, torch_reason, triton_cells = set(), "", [], "", []
     for report in terminalreporter.stats.get("skipped", []):
         text = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
         text = text.removeprefix("Skipped: ")
         if text.startswith(SKIP_REASON):
             reason = text
-            skipped.update(name for name in NEEDS_TRITON if name in report.nodeid)
+            chapters = {name for name in NEEDS_TRITON if name in report.nodeid}
+            skipped.update(chapters)
+            if not chapters:  # a cell tagged needs-triton in another chapter
+                triton_cells.append(report.nodeid)
         elif text.startswith(TORCH_SKIP_REASON):
             torch_reason = text
             cells.append(report.nodeid)
-    if skipped or cells:
+    if skipped or cells or triton_cells:
         terminalreporter.section("optional chapters skipped")
     if skipped:
         terminalreporter.write_line(f"{', '.join(sorted(skipped))}: {reason}")
+    if triton_cells:
+        terminalreporter.write_line(f"{', '.join(sorted(triton_cells))}: {reason}")
     if cells:
         terminalreporter.write_line(f"{', '.join(sorted(cells))}: {torch_reason}")

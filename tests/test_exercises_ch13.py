@@ -382,3 +382,15 @@ def window_grid_cut(q, kv, N, M, left, right):
 def test_more_forms_of_a_mistake_are_named(check, fn, name):
     report = getattr(exercises, check)(fn)
     assert not report.passed and f"looks like {name}" in str(report), report
+
+
+def test_alibi_property_cases_are_square_so_top_left_fails_only_where_named():
+    """Review 35: the masked-row property case had N != M, so a top-left ALiBi with a right -inf handling failed a
+    case named for -inf. Now every property case is square: top-left fails exactly the N != M cases, named."""
+    from flashmath.exercises import check_alibi
+
+    report = check_alibi(ALIBI["the top-left alignment when N != M"])
+    failed = [line for line in str(report).splitlines() if line.strip().startswith("FAIL")]
+    assert "PASS  property: an all -inf row (masked) stays -inf" in str(report)
+    assert len(failed) == 3 and all("N = M" not in line.split(":")[0] for line in failed)
+    assert all("top-left alignment" in line for line in failed)

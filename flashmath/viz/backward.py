@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
 from flashmath.backward import DQ_MODES, check_dq_mode
 from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.axes import index
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DPI
@@ -22,6 +24,8 @@ from flashmath.viz.style import DPI
 __all__ = ["BackwardSweepPlot", "plot_loss_curves"]
 
 PAIR_COLORS = ListedColormap(["#f2f2f2", "#9ecae1", "#d62728", "#ffffff"])  # not yet, visited, now, never (causal)
+#: the legend of the main grid, one entry per colour of PAIR_COLORS (msgids: gettext at draw time)
+PAIR_LABELS = (N_("to do"), N_("done by this kernel"), N_("current tile"), N_("never visited (causal)"))
 STATE_COLORS = ListedColormap(["#f2f2f2", "#fdae6b", "#2ca02c"])  # 0 / on chip or partial / final in HBM
 
 
@@ -47,7 +51,7 @@ class BackwardSweepPlot(LivePlot):
         causal: bool = False,
         dq_mode: str = "separate",
         step: int = 0,
-        figsize=(6.4, 4.6),
+        figsize=(6.4, 5.0),
         dpi: int = DPI,
         pyplot: bool = False,
     ):
@@ -78,19 +82,25 @@ class BackwardSweepPlot(LivePlot):
         self.pairs = ax.imshow(np.zeros((self.n_q, self.n_k)), cmap=PAIR_COLORS, vmax=3, **kw)
         self.keys = ax_k.imshow(np.zeros((1, self.n_k)), cmap=STATE_COLORS, vmax=2, **kw)
         self.queries = ax_q.imshow(np.zeros((self.n_q, 1)), cmap=STATE_COLORS, vmax=2, **kw)
-        ax.set_xlabel(_("key tile j"))
-        ax_q.set_ylabel(_("query tile i"))
-        ax_k.set_title(_("dK_j, dV_j: grey 0, orange on chip, green written"), fontsize=9, loc="left")
+        ax.set_xlabel(_("key tile j"), fontsize=10)
+        ax_q.set_ylabel(_("query tile i"), fontsize=10)
+        ax_k.set_title(_("dK_j, dV_j: grey 0, orange on chip, green written"), fontsize=10, loc="left")
         ax_q.set_xticks([])
         ax_k.set_yticks([])
-        ax_q.set_xlabel("dQ_i", fontsize=9)
+        ax_q.set_xlabel("dQ_i", fontsize=10)
         for a in (ax, ax_k, ax_q):
-            a.tick_params(labelsize=9)
+            a.tick_params(labelsize=10)
+        handles = [
+            Patch(facecolor=PAIR_COLORS(k), edgecolor="#999999", label=_(label)) for k, label in enumerate(PAIR_LABELS)
+        ]
+        self.fig.legend(
+            handles=handles, loc="outside lower center", ncols=2, fontsize=10, frameon=False, handlelength=1.2
+        )
         ax.set_xticks(range(self.n_k), [str(j + 1) for j in range(self.n_k)])
         ax_q.set_yticks(range(self.n_q), [str(i + 1) for i in range(self.n_q)])
         ax.tick_params(labelleft=False)
         ax_k.tick_params(labelbottom=False)
-        self.title = self.fig.suptitle("", fontsize=10)
+        self.title = self.fig.suptitle("", fontsize=11)
         self.live(self.pairs, self.keys, self.queries, self.title)
 
     def _update(self, step, dq_mode="separate") -> None:
@@ -153,6 +163,8 @@ def plot_loss_curves(curves: dict, *, figsize=(6.0, 3.0)):
     ax.set_ylabel(_("loss"))
     ax.legend(fontsize=8)
     ax_d.set_xlabel(_("step"))
-    ax_d.set_title(f"|loss - {labels[0]}|", fontsize=9)
+    if len(labels) > 1:  # each difference named in full: |loss(first run) - loss(other run)|
+        others = ", ".join(labels[1:])
+        ax_d.set_title(_("|loss({first})\n- loss({other})|").format(first=labels[0], other=others), fontsize=9)
     ax_d.set_yscale("symlog", linthresh=1e-8)
     return fig

@@ -118,43 +118,52 @@ def plot_mask_example(
 
 
 def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figsize=(8.0, 3.4)):
-    """Logical pages of each sequence (top rows) and where they lie in the pool of physical pages (bottom row), an
-    arrow per page. ``block_table (B, max_pages)``, ``seqlens (B,)``: as :func:`flashmath.packed.paged_attention`."""
+    """Logical pages of each sequence (top row, one group per sequence, side by side) and where they lie in the pool
+    of physical pages (bottom row), an arrow per page: the arrows run between the two rows only, so none crosses a
+    page box. ``block_table (B, max_pages)``, ``seqlens (B,)``: as :func:`flashmath.packed.paged_attention`."""
     import matplotlib.pyplot as plt
 
     table, lengths = np.asarray(block_table), np.asarray(seqlens)
     colors = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     B = len(lengths)
-    top = 2.0  # the logical rows start here; the physical pool is the row at y = 0
+    top = 2.0  # the logical row is at y = top; the physical pool is the row at y = 0
     owner = {}
+    start = 0  # the x of the group of sequence b: the groups follow each other, one empty slot between them
     for b in range(B):
-        y = top + B - 1 - b
-        for j in range(-(-int(lengths[b]) // page_size)):
+        pages = -(-int(lengths[b]) // page_size)
+        for j in range(pages):
             filled = min(page_size, int(lengths[b]) - j * page_size)
-            ax.add_patch(plt.Rectangle((j, y), filled / page_size * 0.9, 0.8, color=colors(b), alpha=0.8))
-            ax.add_patch(plt.Rectangle((j, y), 0.9, 0.8, fill=False, ec="k", lw=0.6))
-            ax.text(j + 0.45, y + 0.4, f"{j}", ha="center", va="center", fontsize=7)
-            owner[int(table[b, j])] = (b, j)
+            x = start + j
+            ax.add_patch(plt.Rectangle((x, top), filled / page_size * 0.9, 0.8, color=colors(b), alpha=0.8))
+            ax.add_patch(plt.Rectangle((x, top), 0.9, 0.8, fill=False, ec="k", lw=0.6))
+            ax.text(x + 0.45, top + 0.4, f"{j}", ha="center", va="center", fontsize=9)
+            owner[int(table[b, j])] = (b, x)
+        ax.text(
+            start + (pages - 0.1) / 2,
+            top + 0.95,
+            _("seq {b}: {tokens} tokens").format(b=b, tokens=int(lengths[b])),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            color=colors(b),
+        )
+        start += pages + 1
     for p in range(n_pages):
-        b_j = owner.get(p)
-        ax.add_patch(plt.Rectangle((p, 0), 0.9, 0.8, color=colors(b_j[0]) if b_j else "#dddddd", alpha=0.8))
-        ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=7)
-        if b_j:
-            b, j = b_j
+        b_x = owner.get(p)
+        ax.add_patch(plt.Rectangle((p, 0), 0.9, 0.8, color=colors(b_x[0]) if b_x else "#dddddd", alpha=0.8))
+        ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=9)
+        if b_x:
+            b, x = b_x
             ax.annotate(
                 "",
                 xy=(p + 0.45, 0.8),
-                xytext=(j + 0.45, top + B - 1 - b),
-                arrowprops=dict(arrowstyle="->", lw=0.7, color=colors(b), alpha=0.7),
+                xytext=(x + 0.45, top),
+                arrowprops=dict(arrowstyle="->", lw=0.8, color=colors(b), alpha=0.8),
             )
-    ax.set_xlim(-0.3, max(n_pages, table.shape[1]) + 0.2)
-    ax.set_ylim(-0.2, top + B)
-    ticks = [top + B - 1 - b + 0.4 for b in range(B)] + [0.4]
-    labels = [_("seq {b}: {tokens} tokens").format(b=b, tokens=int(lengths[b])) for b in range(B)] + [
-        _("physical pages")
-    ]
-    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xlim(-0.3, max(n_pages, start - 1) + 0.2)
+    ax.set_ylim(-0.2, top + 1.4)
+    ax.set_yticks([top + 0.4, 0.4], [_("logical pages"), _("physical pages")], fontsize=9)
     ax.set_xticks([])
     ax.set_title(
         _("logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block table").format(
@@ -176,12 +185,12 @@ def plot_gqa_heads(H: int, H_kv: int, *, figsize=(7.0, 2.2)):
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     for h in range(H):
         ax.add_patch(plt.Rectangle((h, 1.5), 0.8, 0.6, color=colors(h // G), alpha=0.8))
-        ax.text(h + 0.4, 1.8, f"q{h}", ha="center", va="center", fontsize=7, color="w")
+        ax.text(h + 0.4, 1.8, f"q{h}", ha="center", va="center", fontsize=12, color="w")
     width = H / H_kv
     for g in range(H_kv):
         x = g * width + (width - 0.8) / 2
         ax.add_patch(plt.Rectangle((x, 0), 0.8, 0.6, color=colors(g), alpha=0.8))
-        ax.text(x + 0.4, 0.3, f"kv{g}", ha="center", va="center", fontsize=7, color="w")
+        ax.text(x + 0.4, 0.3, f"kv{g}", ha="center", va="center", fontsize=12, color="w")
         for h in range(g * G, (g + 1) * G):
             ax.plot([h + 0.4, x + 0.4], [1.5, 0.6], color=colors(g), lw=0.8)
     ax.set_xlim(-0.2, H)
