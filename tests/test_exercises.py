@@ -5,7 +5,9 @@ mistake; the checker must fail it and name that mistake (and no other, except th
 solutions pass, with their property cases, is tested for every exercise in ``tests/test_exercises_registry.py``.
 """
 
+import functools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from helpers import checker_tests, named
 import flashmath as fm
 from flashmath import exercises, solutions
 from flashmath.exercises import chapter2, chapter4
+from flashmath.exercises._report import fmt
 
 
 def failures(report):
@@ -540,6 +543,7 @@ def loop_swap_normalising_in_place(y, v):
 
 LOOP_SWAP = {
     "summed in another order": lambda y, v: np.asarray(y, dtype=np.float64) @ np.asarray(v, dtype=np.float64),
+    "@ or np.dot, which multiply in their own order": lambda y, v: y @ v,
     "the loops not swapped (order n, d, m)": loops(order="ndm"),
     "keys out of order": loops(keys=lambda M: reversed(range(M))),
     "products missing or repeated": loop_swap_skipping_zero_products,
@@ -1049,6 +1053,7 @@ ALSO = {
     },
     ("check_online_normalizer", "an element read twice"): {"the empty vector not handled"},  # x[0] of nothing
     ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
+    ("check_loop_swap", "@ or np.dot, which multiply in their own order"): {"summed in another order"},
     ("check_loop_swap", "keys out of order"): {"summed in another order"},
     ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
 }
@@ -1798,3 +1803,137 @@ def test_a_closed_form_that_calls_the_pairwise_merge_is_told_so():
     assert "my_merge" in failed["one max and one sum, without calling a merge"]
     solution = {name: ok for name, ok, _ in exercises.check_merge_three(solutions.merge_three).cases}
     assert solution["one max and one sum, without calling a merge"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Issue 35 (rev-a): 2.3's merge found by behaviour, 4.1's @ in the traced case, previews where values differ
+# ----------------------------------------------------------------------------------------------------------------
+
+MERGE_FREE = "one max and one sum, without calling a merge"
+
+
+def _pairwise(g1, s1, g2, s2):  # a learner's own pairwise merge, under a name without "merge"
+    g = nan_max(g1, g2)
+    if g == -math.inf:
+        return g, 0.0
+    return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+
+def three_through_own_helper(g1, s1, g2, s2, g3, s3):
+    return _pairwise(*_pairwise(g1, s1, g2, s2), g3, s3)
+
+
+def three_reduced_over_pairs(g1, s1, g2, s2, g3, s3):
+    return functools.reduce(lambda a, b: _pairwise(*a, *b), [(g1, s1), (g2, s2), (g3, s3)])
+
+
+def three_fm_merge(g1, s1, g2, s2, g3, s3):
+    import flashmath as fm
+
+    return fm.merge(*fm.merge(g1, s1, g2, s2), g3, s3)
+
+
+def three_stub(g1, s1, g2, s2, g3, s3):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("fn", [three_through_own_helper, three_reduced_over_pairs, three_fm_merge])
+def test_a_merge_through_any_pairwise_function_is_found_by_its_arguments(fn):
+    report = exercises.check_merge_three(fn)
+    failed = {name: message for name, ok, message in report.cases if not ok}
+    assert list(failed) == [MERGE_FREE], repr(report)  # the numbers are right; the form is not
+    assert "_pairwise" in failed[MERGE_FREE] or "merge" in failed[MERGE_FREE]
+
+
+def test_a_function_that_raises_gets_no_pass_for_its_form():
+    report = exercises.check_merge_three(three_stub)
+    assert not any(ok for _, ok, _ in report.cases), repr(report)
+    assert message(report, MERGE_FREE) == "not implemented yet"
+    report = exercises.check_merge_three(lambda *a: 1 / 0)
+    assert "raised ZeroDivisionError" in message(report, MERGE_FREE)
+
+
+def three_numpy_form(g1, s1, g2, s2, g3, s3):
+    gs, ss = np.array([g1, g2, g3], dtype=np.float64), np.array([s1, s2, s3], dtype=np.float64)
+    g = np.max(gs)
+    if g == -np.inf:
+        return float(g), 0.0
+    return float(g), float(np.sum(ss * np.exp(gs - g)))
+
+
+def three_loop_form(g1, s1, g2, s2, g3, s3):
+    states = ((g1, s1), (g2, s2), (g3, s3))
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    total = 0.0
+    for g_k, s_k in states:
+        total += s_k * math.exp(g_k - g)
+    return g, total
+
+
+def three_with_a_term_helper(g1, s1, g2, s2, g3, s3):
+    def term(s, g_k, g):  # three numbers: not two states
+        return s * math.exp(g_k - g)
+
+    g = nan_max_of(g1, g2, g3)
+    if g == -math.inf:
+        return g, 0.0
+    return g, term(s1, g1, g) + term(s2, g2, g) + term(s3, g3, g)
+
+
+@pytest.mark.parametrize(
+    "fn", [solutions.merge_three, three_numpy_form, three_loop_form, three_with_a_term_helper, three_with()]
+)
+def test_every_closed_form_passes_2_3(fn):
+    report = exercises.check_merge_three(fn)
+    assert report.passed, repr(report)
+
+
+def loops_ndm_by_hand(y, v):
+    (N, M), Dv = np.shape(y), np.shape(v)[1]
+    a = np.zeros((N, Dv))
+    for n in range(N):
+        for d in range(Dv):
+            for m in range(M):
+                a[n, d] = a[n, d] + y[n, m] * v[m, d]
+    return a
+
+
+@pytest.mark.parametrize(
+    "fn", [lambda y, v: y @ v, lambda y, v: np.dot(y, v), lambda y, v: np.array([row @ v for row in y])]
+)
+def test_matmul_in_the_traced_case_is_named_as_matmul_not_as_unswapped_loops(fn):
+    report = exercises.check_loop_swap(fn)
+    text = message(report, "the order of your loops")
+    assert "@ or np.dot, which multiply in their own order" in text and "loops not swapped" not in text
+    assert named(report) <= {"@ or np.dot, which multiply in their own order", "summed in another order"}
+
+
+def test_own_loops_in_the_order_n_d_m_are_still_told_to_swap():
+    report = exercises.check_loop_swap(loops_ndm_by_hand)
+    assert len(failures(report)) == 1 and failures(report)[0].startswith("the order of your loops"), repr(report)
+    assert "the loops not swapped (order n, d, m)" in message(report, "the order of your loops")
+
+
+def test_an_order_only_failure_prints_the_largest_difference():
+    report = exercises.check_loop_swap(LOOP_SWAP["summed in another order"])
+    text = message(report, "real probabilities")
+    assert "summed in another order" in text
+    difference = float(re.search(r"largest difference ([0-9.e+-]+)", text).group(1))
+    assert 0 < difference < 1e-14  # the last bits alone
+
+
+def test_a_preview_starts_where_expected_and_got_part():
+    expected = np.arange(12.0).reshape(3, 4)
+    got = expected.copy()
+    got[2, 1] = np.nan
+    assert fmt(expected, got) == "an array of shape (3, 4), from [2, 1] on [ 9., 10., 11., ...]"
+    assert fmt(got, expected) == "an array of shape (3, 4), from [2, 1] on [nan, 10., 11., ...]"
+    got = expected.copy()
+    got[0, 2] = -1.0
+    assert fmt(expected, got).startswith("an array of shape (3, 4) starting [0., 1., 2., 3.")  # within the first 4
+    assert fmt(expected) == fmt(expected, expected)  # nothing differs: the first values
+    text = message(exercises.check_attention(ATTENTION["the global max instead of each row's max"]), "rows at very")
+    shown = re.findall(r"from \[[0-9, ]+\] on \[([^\]]*)", text)
+    assert len(shown) == 2 and shown[0] != shown[1], text

@@ -67,3 +67,22 @@ def test_each_property_case_enforces_a_sentence_of_its_prompt(exercise):
 
 def test_the_normal_form_reads_math_as_code():
     assert normalise("a row of $-\\infty$ gives `(-inf, 0)`, **not** NaN") == "a row of -inf gives (-inf, 0), not nan"
+
+
+# Exercises whose prompts name every case of their checker, not only the property cases, in the checker's words
+# (the others describe their remaining cases in their own words: "a max that jumps (by 3 and by 1000)"); and the
+# cases of other exercises that their prompts name verbatim.
+EVERY_CASE_NAMED = ("1.1", "2.1")
+CASES_NAMED = {"3.1": ["square values (M = Dv = 5, where v.T also runs), D = 5"]}
+
+
+@pytest.mark.parametrize("number", [*EVERY_CASE_NAMED, *CASES_NAMED])
+def test_the_prompt_names_these_cases_in_the_checkers_words(number):
+    (exercise,) = [e for e in FUNCTIONS if e.number == number]
+    solution = getattr(importlib.import_module(exercise.solutions), exercise.solution)
+    names = [name.removeprefix(PROPERTY_PREFIX) for name, _, _ in exercise.checker(solution).cases]
+    wanted = names if number in EVERY_CASE_NAMED else CASES_NAMED[number]
+    assert set(wanted) <= set(names), f"{number}: no such case: {set(wanted) - set(names)}"
+    text = normalise(prompt(number))
+    unnamed = [name for name in wanted if normalise(name) not in text]
+    assert not unnamed, f"{number}: cases whose words are not in the prompt: {unnamed}"

@@ -56,7 +56,18 @@ def test_the_picture_draws_every_level_with_its_size_and_bandwidth():
     assert ax_size.get_xscale() == ax_bw.get_xscale() == "log"
     bars = [patch.get_width() + patch.get_x() for patch in ax_bw.patches]
     assert bars == pytest.approx([19e12, 1.5e12, 12.8e9])  # each bar ends at its value
-    assert not fig.legends  # no marks, no legend
+    (legend,) = fig.legends  # no marks: the legend names one SM's shared memory alone
+    assert [t.get_text() for t in legend.get_texts()] == ["one SM's shared memory: 164 KiB"]
+
+
+def test_one_sms_shared_memory_is_drawn_inside_the_sram_bar():
+    # what one program (a thread block on one SM) has, against the 20 MB spread over all 108 SMs
+    fig = viz.plot_memory_hierarchy()
+    ax_size = fig.axes[0]
+    ends = sorted(patch.get_x() + patch.get_width() for patch in ax_size.patches)
+    assert GPUS["A100"].shared_bytes == 164 * 1024
+    assert ends[0] == pytest.approx(164 * 1024) and ends[1] == pytest.approx(20e6)
+    assert 5 * 8192 * 4 < GPUS["A100"].shared_per_block_bytes < 6 * 8192 * 4  # a row of 8192 float32 fits 5 times
 
 
 def test_marks_are_drawn_as_lines_and_named_in_a_legend():

@@ -31,6 +31,7 @@ from flashmath.exercises._report import (
     error_note,
     explaining,
     fmt,
+    largest_difference,
     modified,
     run,
 )
@@ -217,7 +218,7 @@ def _default_describe(names, n_out):
         k = wrong[0]
         return (
             _("expected {what}{expected}, got {got}").format(
-                what=f"{names[k]} = ", expected=fmt(want[k]), got=fmt(got[k])
+                what=f"{names[k]} = ", expected=fmt(want[k], got[k]), got=fmt(got[k], want[k])
             ),
             got[k],
             want[k],
@@ -345,7 +346,11 @@ def check_function(
             continue
         text, got, want = describe(answer, expected)
         mistake = mistake_for(i)
-        report.add(name, False, f"{text}: {mistake.message()}" if mistake else text + error_note(got, want))
+        if mistake is None:
+            report.add(name, False, text + error_note(got, want))
+        else:
+            difference = largest_difference(got, want) if mistake.show_difference else ""
+            report.add(name, False, f"{text}{difference}: {mistake.message()}")
     return report.in_order([name for name, _ in cases])
 
 

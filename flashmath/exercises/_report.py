@@ -71,12 +71,15 @@ class Mistake:
         models: wrong implementations with the exercise's signature; the learner's answer is compared with theirs.
         compare: ``compare(answer, model_answer) -> bool``, when the checker's own comparison does not fit (for
             example to compare only ``(g, s)`` of a ``(g, s, A')`` triple).
+        show_difference: when it is named, the message also gives the largest difference (a mistake of the last
+            bits, whose expected and got print alike).
     """
 
     name: str
     fix: str
     models: tuple = ()
     compare: Callable | None = None
+    show_difference: bool = False
 
     def message(self) -> str:
         return _("looks like {name}: {fix}").format(name=_(self.name), fix=_(self.fix))
@@ -203,15 +206,42 @@ def pick(mistakes, *names):
     return tuple(by_name[name] for name in names)
 
 
-def fmt(a) -> str:
-    """An array for a message: in full when it has at most 8 numbers, else its shape and its first values."""
+def fmt(a, other=None) -> str:
+    """An array for a message: in full when it has at most 8 numbers, else its shape and four of its values.
+
+    The four values are its first ones, or, when ``other`` (the array it is compared with, of the same shape) agrees
+    with it there, the four from the first position where the two differ (:func:`first_difference`), so that the
+    expected and the got previews of one message show where they part.
+    """
     a = np.asarray(a, dtype=np.float64)
     if a.ndim == 0:
         return f"{a.item():.6g}"  # 2, not numpy's "2."
     if a.size <= 8:
         return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
-    first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
-    return _("an array of shape {shape} starting {first}, ...]").format(shape=a.shape, first=first)
+    start = first_difference(a, other) if other is not None else 0
+    if start < 4:
+        first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
+        return _("an array of shape {shape} starting {first}, ...]").format(shape=a.shape, first=first)
+    values = np.array2string(a.ravel()[start : start + 4], precision=4, separator=", ")[:-1]
+    return _("an array of shape {shape}, from {at} on {values}, ...]").format(
+        shape=a.shape, at=at(np.unravel_index(start, a.shape)), values=values
+    )
+
+
+def first_difference(a, b) -> int:
+    """The first flat position where ``a`` and ``b`` (of one shape) differ by more than rounding (1e-9 relative;
+    NaN equal to NaN), else the first where their bits differ, else 0 (also for other shapes or non-numbers)."""
+    try:
+        a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return 0
+    if a.shape != b.shape:
+        return 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        apart = ~np.isclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+    if not apart.any():
+        apart = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    return int(np.argmax(apart)) if apart.any() else 0
 
 
 def same(a, b, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
@@ -254,11 +284,7 @@ def error_note(actual, expected) -> str:
         diff = np.where(finite, np.abs(actual - expected), 0.0)
     if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
         return note
-    where = np.unravel_index(np.argmax(diff), diff.shape)
-    if actual.ndim:  # one number has no index to point at, and the message already shows both
-        note += _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
-            diff=diff[where], at=at(where), expected=expected[where], got=actual[where]
-        )
+    note += largest_difference(actual, expected)
     if (
         not nan_moved.size
         and np.array_equal(np.isinf(actual), np.isinf(expected))
@@ -270,6 +296,27 @@ def error_note(actual, expected) -> str:
             "float64, such as float32 (about 1e-7 relative)? Compute in float64"
         ).format(err=err)
     return note
+
+
+def largest_difference(actual, expected) -> str:
+    """Where two arrays of one shape differ most among their finite numbers, e.g. '; largest difference 4.44e-16 at
+    [0, 3] (expected 0.12345678901234566, got 0.12345678901234522)'; empty for one number, other shapes or no
+    finite difference."""
+    try:
+        actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    except (TypeError, ValueError):
+        return ""
+    if actual.shape != expected.shape or not actual.ndim:  # one number: the message already shows both
+        return ""
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(actual - expected), 0.0)
+    if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
+        return ""
+    where = np.unravel_index(np.argmax(diff), diff.shape)
+    return _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
+        diff=diff[where], at=at(where), expected=expected[where], got=actual[where]
+    )
 
 
 def at(index) -> str:

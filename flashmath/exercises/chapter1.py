@@ -264,7 +264,11 @@ def _describe(y, expected):
     y64, e64 = np.asarray(y, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if np.isnan(y64).any() and not np.isnan(e64).any():
         hint = _(" (NaN: did exp overflow, or -inf - (-inf) happen?)")
-    return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(y)) + hint, y, expected
+    return (
+        _("expected {expected}, got {got}").format(expected=fmt(expected, y), got=fmt(y, expected)) + hint,
+        y,
+        expected,
+    )
 
 
 def _hint(exc) -> str | None:

@@ -434,7 +434,11 @@ def check_row_lse(fn) -> CheckReport:
         return values
 
     def describe(got, expected):
-        return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(got)), got, expected
+        return (
+            _("expected {expected}, got {got}").format(expected=fmt(expected, got), got=fmt(got, expected)),
+            got,
+            expected,
+        )
 
     return check_function(
         "check_row_lse",

@@ -717,12 +717,16 @@ def check_dq_kernel(fn) -> CheckReport:
     def describe(got, expected):
         got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
         if got.shape != expected.shape or got.ndim != 2:
-            return _("expected dq = {expected}, got {got}").format(expected=fmt(expected), got=fmt(got)), got, expected
+            return (
+                _("expected dq = {expected}, got {got}").format(expected=fmt(expected, got), got=fmt(got, expected)),
+                got,
+                expected,
+            )
         with np.errstate(all="ignore"):
             wrong = ~np.isclose(got, expected, rtol=DQ_RTOL, atol=DQ_RTOL).all(axis=1)
         n = int(np.argmax(wrong))  # the first row that differs
         text = _("dq[{n}] (the first row that differs): expected {expected}, got {got}").format(
-            n=n, expected=fmt(expected[n]), got=fmt(got[n])
+            n=n, expected=fmt(expected[n], got[n]), got=fmt(got[n], expected[n])
         )
         return text, got[n], expected[n]
 

@@ -528,7 +528,7 @@ def _flash_row_describe(answer, expected) -> tuple[str, object, object]:
     """What differs: ``a_n`` first; when it is right, the logsumexp (both numbers in the text, nothing to add)."""
     (a, lse), (a_ref, lse_ref) = answer, expected
     if not _same(a, a_ref, 1e-9):
-        return _("expected a_n = {expected}, got {got}").format(expected=fmt(a_ref), got=fmt(a)), a, a_ref
+        return _("expected a_n = {expected}, got {got}").format(expected=fmt(a_ref, a), got=fmt(a, a_ref)), a, a_ref
     return (
         _("a_n is right; expected lse_n = {expected:.10g}, got {got:.10g}").format(
             expected=float(lse_ref), got=float(lse)

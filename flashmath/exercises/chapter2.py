@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import os
+import sys
 import tracemalloc
 
 import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close, run
 from flashmath.exercises.chapter1 import softmax_cases
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -975,21 +978,25 @@ def check_merge_three(fn) -> CheckReport:
     report = _check_states(
         "check_merge_three", fn, cases, merge_three_reference, THREE_MISTAKES, merge_three_properties()
     )
-    calls = _merges_called(fn)
-    report.add(
-        _("one max and one sum, without calling a merge"),
-        not calls,
-        _(
-            "your function calls {names}: the exercise asks for the closed form itself, g = max(g1, g2, g3) and "
-            "s = s1 exp(g1 - g) + s2 exp(g2 - g) + s3 exp(g3 - g), written without the pairwise merge"
-        ).format(names=", ".join(calls)),
-    )
+    name = _("one max and one sum, without calling a merge")
+    first = cases[0][1]  # three parts of a vector: plain floats
+    called, ran = run(report, name, _pairwise_calls, fn, first, hint=_state_hint)  # a function that raises: FAIL
+    if ran:
+        calls = sorted(set(_merges_called(fn)) | set(called))
+        report.add(
+            name,
+            not calls,
+            _(
+                "your function calls {names}: the exercise asks for the closed form itself, g = max(g1, g2, g3) "
+                "and s = s1 exp(g1 - g) + s2 exp(g2 - g) + s3 exp(g3 - g), written without the pairwise merge"
+            ).format(names=", ".join(calls)),
+        )
     return report
 
 
 def _merges_called(fn) -> list[str]:
     """The names of the functions called ``*merge*`` that ``fn``'s code refers to (``my_merge``, ``fm.merge``,
-    ``merge_states``): the closed form of 2.3 calls none. Names only, never the learner's code run again."""
+    ``merge_states``): the closed form of 2.3 calls none."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -998,6 +1005,52 @@ def _merges_called(fn) -> list[str]:
         if hasattr(const, "co_names"):
             names |= set(const.co_names)
     return sorted(name for name in names if "merge" in name.lower())
+
+
+_NUMPY_DIR = os.path.dirname(np.__file__)
+
+
+def _number(a) -> bool:
+    return isinstance(a, int | float | np.integer | np.floating) and not isinstance(a, bool)
+
+
+def _two_states(values) -> bool:
+    """Two ``(g, s)`` states: four numbers, or two pairs of numbers."""
+    if len(values) == 4:
+        return all(_number(a) for a in values)
+    return len(values) == 2 and all(
+        isinstance(a, tuple | list) and len(a) == 2 and all(_number(e) for e in a) for a in values
+    )
+
+
+def _pairwise_calls(fn, args) -> list[str]:
+    """Run ``fn(*args)`` once and return the names of the Python functions it called with two states as their
+    arguments, ``f(g1, s1, g2, s2)`` or ``f((g1, s1), (g2, s2))``: a pairwise merge, whatever its name (``fm.merge``,
+    the learner's own helper, a lambda given to ``functools.reduce``). numpy's own functions are not counted.
+    Raises what ``fn`` raises."""
+    found: list[str] = []
+    own = getattr(fn, "__code__", None)
+
+    def profile(frame, event, _arg):
+        code = frame.f_code
+        if event != "call" or code is own or code.co_filename.startswith(_NUMPY_DIR):
+            return
+        n = code.co_argcount + code.co_kwonlyargcount
+        names = code.co_varnames[: n + bool(code.co_flags & inspect.CO_VARARGS)]
+        values = [frame.f_locals.get(name) for name in names[:n]]
+        if code.co_flags & inspect.CO_VARARGS:
+            values += list(frame.f_locals.get(names[n], ()))
+        if _two_states(values) and code.co_name not in found:
+            found.append(code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        with np.errstate(all="ignore"):
+            fn(*args)
+    finally:
+        sys.setprofile(previous)
+    return found
 
 
 def merge_three_reference(g1, s1, g2, s2, g3, s3):

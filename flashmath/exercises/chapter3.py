@@ -296,7 +296,7 @@ SHAPE_TEXT = N_("expected shape {expected} = (..., N, Dv), got {got}")
 def _describe(a, expected):
     if a.shape != expected.shape:
         return _(SHAPE_TEXT).format(expected=expected.shape, got=a.shape), a, expected
-    text = _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(a))
+    text = _("expected {expected}, got {got}").format(expected=fmt(expected, a), got=fmt(a, expected))
     if np.isnan(a).any() and not np.isnan(expected).any():
         text += _(" (NaN: 0 / 0 or inf / inf? Subtract each row's own max before exp)")
     return text, a, expected

@@ -132,6 +132,13 @@ def products(log) -> list | None:
     return pairs
 
 
+def _matmul_products(y, v) -> list:
+    """The products ``((n, m), (m, d))`` in the order ``@`` computes them on arrays of :class:`Traced` numbers."""
+    y_t, v_t, log = traced(np.asarray(y, dtype=np.float64), np.asarray(v, dtype=np.float64))
+    y_t @ v_t
+    return products(log) or []
+
+
 def _ndm(y, v):
     """``Y V`` summed in the order of the keys (float64), as a learner's loop sums it; zeros when there is no key."""
     from flashmath.attention import matmul_ndm
@@ -156,8 +163,17 @@ MISTAKES = (
             "..., M-1 (code indices), one multiply and one add each; @, np.dot and np.einsum (BLAS or SIMD "
             "kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round differently"
         ),
+        show_difference=True,
     ),
     NOT_SWAPPED,
+    Mistake(
+        N_("@ or np.dot, which multiply in their own order"),
+        N_(
+            "on the traced arrays @ and np.dot took the products output element by output element (all keys "
+            "for d = 0, then for d = 1), and on arrays of floats they add in their own order too (the other failed "
+            "cases): write the three loops, the key loop m outside the d loop"
+        ),
+    ),
     Mistake(
         N_("keys out of order"),
         N_(
@@ -216,9 +232,10 @@ MISTAKES = (
     Mistake(N_("a wrong shape"), N_("A = Y V has shape (N, Dv)")),
     LOWER_PRECISION,
 )
-OTHER_ORDER, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
+OTHER_ORDER, MATMUL, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
     MISTAKES,
     "summed in another order",
+    "@ or np.dot, which multiply in their own order",
     "the inputs converted before the loops",
     "the result transposed",
     "a wrong shape",
@@ -397,6 +414,8 @@ def check_loop_swap(fn) -> CheckReport:
         with np.errstate(all="ignore"):
             return matmul_ndm(y, v)
 
+    seen_traced: dict = {}  # the traced case's order problem, and whether @ computes its products in that order
+
     def call(fn, args):
         if args[2:] != ("traced",):
             return fn(*args)
@@ -407,7 +426,8 @@ def check_loop_swap(fn) -> CheckReport:
         if before != [id(e) for arr in (y_in, v_in) for e in arr.flat]:
             return PropertyFailure(INPUT_MODIFIED.message(), out)
         N, M = y.shape
-        order = order_problem(products(list(log)), N, M, v.shape[1])
+        pairs = products(list(log))
+        order = order_problem(pairs, N, M, v.shape[1])
         if order is None:
             return out
         a, expected = _form(out), matmul_ndm(y, v)
@@ -416,9 +436,10 @@ def check_loop_swap(fn) -> CheckReport:
         values = (
             _("the right numbers,")
             if _exact(a, expected)
-            else _("expected {expected}, got {got}; and").format(expected=fmt(expected), got=fmt(a))
+            else _("expected {expected}, got {got}; and").format(expected=fmt(expected, a), got=fmt(a, expected))
         )
         seen = _("but the order of your loops could not be seen") if order is CONVERTED else _("in the wrong order")
+        seen_traced.update(values=values, seen=seen, like_matmul=pairs == _matmul_products(y, v))
         return PropertyFailure(_("{values} {seen}: {why}").format(values=values, seen=seen, why=order.message()), out)
 
     def describe(a, expected):
@@ -426,7 +447,11 @@ def check_loop_swap(fn) -> CheckReport:
         if a.shape == expected.shape and not _exact(a, expected):
             if np.array_equal(a, expected[::-1]) or (a.shape == expected.T.shape and np.array_equal(a, expected.T)):
                 hint = f": {TRANSPOSED.message()}"
-        return _("expected {expected}, got {got}").format(expected=fmt(expected), got=fmt(a)) + hint, a, expected
+        return (
+            _("expected {expected}, got {got}").format(expected=fmt(expected, a), got=fmt(a, expected)) + hint,
+            a,
+            expected,
+        )
 
     def shape_mistake(a, expected):
         return TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
@@ -449,6 +474,7 @@ def check_loop_swap(fn) -> CheckReport:
         hint=_index_hint,
         diagnosis=lambda args, answers: _LoopDiagnosis(args, answers, reference, len(loop_swap_properties())),
     )
+    _name_matmul(report, seen_traced)
     # "looks like a wrong shape", in the selected language (the message of _cases's shape check ends with it)
     wrong_shape = _("looks like {name}: {fix}").split("{name}")[0] + _(WRONG_SHAPE.name)
     for j, (name, ok, message) in enumerate(report.cases):  # name the transposed result
@@ -460,6 +486,22 @@ def check_loop_swap(fn) -> CheckReport:
             if shapes and shapes[-1] == str(expected.T.shape) and expected.T.shape != expected.shape:
                 report.cases[j] = (name, False, f"{text}: {shape_mistake(expected.T, expected).message()}")
     return report
+
+
+def _name_matmul(report: CheckReport, seen_traced: dict) -> None:
+    """Name @ (or np.dot) in the traced case when it explains the whole run: the traced products came in the order
+    @ takes on arrays of objects (n, d, m, as the loops not swapped would), and every other case that failed was
+    summed in another order, as @ sums floats (a learner's own n, d, m loops fail the traced case alone)."""
+    traced_name = _(TRACED_CASE)
+    others = [message for name, ok, message in report.cases if not ok and name != traced_name]
+    if not seen_traced.get("like_matmul") or not others or not all(OTHER_ORDER.message() in m for m in others):
+        return
+    for j, (name, ok, _message) in enumerate(report.cases):
+        if name == traced_name and not ok:
+            text = _("{values} {seen}: {why}").format(
+                values=seen_traced["values"], seen=seen_traced["seen"], why=MATMUL.message()
+            )
+            report.cases[j] = (name, False, text)
 
 
 def _within_rounding(a, expected, y, v) -> bool:

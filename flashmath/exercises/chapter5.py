@@ -440,7 +440,11 @@ def _describe_triple(triple, expected):
         )
     if a.shape != a_ref.shape:
         return _("expected A' of shape {expected}, got {got}").format(expected=a_ref.shape, got=a.shape), a, a_ref
-    return _("expected {what}{expected}, got {got}").format(what="A' = ", expected=fmt(a_ref), got=fmt(a)), a, a_ref
+    return (
+        _("expected {what}{expected}, got {got}").format(what="A' = ", expected=fmt(a_ref, a), got=fmt(a, a_ref)),
+        a,
+        a_ref,
+    )
 
 
 def _check_steps(title, fn, cases, reference, mistakes, properties):
@@ -531,7 +535,9 @@ def _fold(report, name, step, x, v, expected, block=1):
         report.add(
             name,
             False,
-            _("after all keys expected A = {expected}, got {got}").format(expected=fmt(expected), got=fmt(state[2]))
+            _("after all keys expected A = {expected}, got {got}").format(
+                expected=fmt(expected, state[2]), got=fmt(state[2], expected)
+            )
             + f"{error_note(state[2], expected)}{earlier}",
         )
 

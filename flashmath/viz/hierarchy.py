@@ -11,6 +11,7 @@ from flashmath.i18n import gettext as _
 __all__ = ["plot_memory_hierarchy", "si_bytes"]
 
 LEVEL_COLORS = {"SRAM": "#ff7f0e", "HBM": "#2ca02c", "DRAM": "#17becf"}  # fastest to slowest
+SHARED_COLOR = "#a04f00"  # one SM's shared memory, drawn inside the SRAM bar
 MARK_STYLES = ("--", ":", "-.")
 PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
@@ -34,12 +35,14 @@ def plot_memory_hierarchy(hierarchy: MemoryHierarchy = FIGURE_1, *, marks=None, 
     """The levels of ``hierarchy`` as bars on two log scales: how much each holds, and how fast it is read.
 
     The fastest level is on top; each bar carries its value, the size of the slowest one marked as a lower bound
-    where the source gives one ("> 1 TB"). A static pyplot figure.
+    where the source gives one ("> 1 TB"). Inside the SRAM bar, a darker part marks the shared memory of one SM
+    (``hierarchy.gpu.shared_bytes``): all of the on-chip SRAM is spread over the SMs, and a program (a thread
+    block) runs on one of them. A static pyplot figure.
 
     Args:
         hierarchy: a :class:`flashmath.hardware.MemoryHierarchy` (default: FlashAttention's Figure 1, an A100).
         marks: optional ``{label: bytes}``: arrays to compare with the sizes, drawn as vertical lines on the size
-            panel and named in a legend below (at most three).
+            panel and named in the legend below, after one SM's shared memory (at most three).
 
     Returns:
         matplotlib Figure.
@@ -105,6 +108,19 @@ def plot_memory_hierarchy(hierarchy: MemoryHierarchy = FIGURE_1, *, marks=None, 
     ax_size.set_ylim(-0.6, len(levels) - 0.4)
 
     handles = []
+    if "SRAM" in (level.name for level in levels):  # one SM's shared memory: what one program (thread block) has
+        row = rows[[level.name for level in levels].index("SRAM")]
+        shared = hierarchy.gpu.shared_bytes
+        handles.append(
+            ax_size.barh(
+                row,
+                shared - 1e3,
+                left=1e3,
+                color=SHARED_COLOR,
+                height=0.6,
+                label=_("one SM's shared memory: {kib} KiB").format(kib=shared // 1024),
+            )
+        )
     for (label, value), style in zip(marks.items(), MARK_STYLES, strict=False):
         handles.append(ax_size.axvline(value, color="k", ls=style, lw=1.2, label=f"{label}: {si_bytes(value)}"))
     if handles:

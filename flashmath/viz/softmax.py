@@ -34,8 +34,9 @@ def dtype_name(dtype) -> str:
 class OnlineSoftmaxPlot(LivePlot):
     """The online normalizer after step ``i``: three panels over the steps ``i = 1..N``.
 
-    The inputs ``x_i`` with the running max ``g_i``; the rescale factor ``exp(g_{i-1} - g_i)`` (red where the max
-    jumped); the running sum ``s_i`` against the true denominator ``s_N``. ``update(step=i)``, ``0 <= i <= N``
+    The inputs ``x_i`` with the running max ``g_i``; the rescale factor ``exp(g_{i-1} - g_i)`` (grey where it is 1,
+    red where the max jumped and it is below 1, with a key); the running sum ``s_i`` against the true denominator
+    ``s_N``. ``update(step=i)``, ``0 <= i <= N``
     (0 = nothing read yet).
 
     Args:
@@ -72,7 +73,7 @@ class OnlineSoftmaxPlot(LivePlot):
     def _build(self) -> None:
         N = len(self.trace)
         steps = np.arange(1, N + 1)
-        self.ax_x, self.ax_r, self.ax_s = self.fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1.5])
+        self.ax_x, self.ax_r, self.ax_s = self.fig.subplots(3, 1, sharex=True, height_ratios=[2, 1.2, 1.5])
         ax_x, ax_r, ax_s = self.ax_x, self.ax_r, self.ax_s
 
         self.x_bars = ax_x.bar(steps, finite_or_nan(self.x), color=UNSEEN, width=0.7)
@@ -94,8 +95,20 @@ class OnlineSoftmaxPlot(LivePlot):
 
         self.r_bars = ax_r.bar(steps, np.zeros(N), color=HOLD, width=0.7)
         ax_r.axhline(1, color="k", lw=0.5, ls=":")
-        ax_r.set_ylim(0, 1.15)
-        ax_r.set_ylabel(r"$e^{g_{i-1}-g_i}$")
+        ax_r.set_ylim(0, 1.65)  # room above the bars for the key
+        ax_r.set_yticks([0, 1])
+        ax_r.set_ylabel(_("rescale\nfactor"))
+        ax_r.legend(
+            handles=[
+                Patch(color=HOLD, label=_("factor 1: the max held")),
+                Patch(color=JUMP, label=_("factor < 1: the max jumped")),
+            ],
+            loc="upper left",
+            ncol=2,
+            fontsize=8,
+            frameon=False,
+            borderaxespad=0.2,
+        )
 
         d = self.trace.denominator
         if np.isfinite(d):
@@ -198,7 +211,7 @@ class OverflowPlot(LivePlot):
         ax_y.set_xlabel(_("element i"))
         ax_y.legend(
             handles=[
-                Patch(color=HOLD, label=_("direct softmax (a bar where finite and > 0)")),
+                Patch(color=HOLD, label=_("direct softmax (a grey bar; none where NaN or 0)")),
                 Patch(color=SEEN, label=_("safe softmax")),
                 Line2D([], [], color=JUMP, ls="", marker="v", ms=7, label=_("direct gives NaN (inf / inf)")),
                 Line2D(
