@@ -52,12 +52,47 @@ float16 tile, as FlashAttention-2 does); every tile dimension at least 16 (``B_r
 inputs and 8 for float32, ``min_dot_size``); block sizes are powers of two (``tl.arange``); atomic adds go to a
 float32 buffer.
 
+Chapter 13's variants: grouped-query heads (``enable_gqa``) and learnable sinks (``learnable_sink``) are handled by
+the wrapper around the same three kernels, which stay as chapter 12 prints them:
+
+* grouped-query heads: ``q`` is viewed as ``(..., H_kv, G, N, D)`` and ``k``, ``v`` as ``(..., H_kv, 1, M, D)``,
+  broadcast over the ``G`` query heads of their group; each program differentiates one query head, and ``dK``,
+  ``dV`` are summed over the group afterwards. flash-attention's CUDA backward does the same
+  (``csrc/flash_attn/flash_api.cpp``, ``mha_bwd``: ``dk_expanded``, ``dv_expanded`` with one head per query head,
+  then ``at::sum_out`` over ``num_heads / num_heads_k``); here the broadcast ``k``, ``v`` are copied ``G`` times
+  too (the kernels read ``K + b * sk_b``, one key/value head per program), memory a GPU kernel would not spend.
+* a learnable sink is one more column of the softmax with no value. The forward's logsumexp ``L_n`` already
+  includes it, so ``Y_ij = exp(X_ij - L_i)`` are the right probabilities, ``D_n = rowsum(dA * A)`` is unchanged
+  and so is ``dX_ij = Y_ij * (dY_ij - D_i)``: the kernels run as they are. The sink's own score gradient is
+  ``P_sink,n (0 - D_n)`` (its ``dY`` is 0: no value), and the sink gets the sum over every row that shares it
+  (the rows of its query head, over the batch):
+
+      d sink = - sum_n P_sink,n D_n,      P_sink,n = exp(sink - L_n)
+
+  computed in PyTorch after ``_bwd_delta``, from the ``(B, N)`` arrays ``L`` and ``D`` (an elementwise product
+  and one sum per head: no tiles, no atomics, deterministic). flash-attention computes the same sum in a separate
+  pass after the main backward kernel: ``flash_attn/cute/flash_bwd_postprocess.py`` (``dsink_row_term``: one
+  row's ``-exp(sink - lse) * dpsum``, ``dpsum`` its ``D``; ``DSinkReduceKernel``: one thread block per query head
+  sums it over the rows and the batch, or the dQ postprocess kernel folds it in), added to the CuTe backward by
+  Dao-AILab/flash-attention#2706 (#2752, still open, brings the sink to the SM80/SM120 *forward*). With a finite sink
+  ``L_n >= sink`` is never ``-inf``; a row with no key has ``L_n = sink``, ``P_sink,n = 1`` and ``A = 0``, so
+  ``D_n = 0``: it adds nothing. A ``-inf`` sink is no sink (``P_sink = 0``; the kernels' gradients are bitwise
+  those without one); a NaN sink makes its head's gradients NaN (but for the ``dQ`` rows of rows with no key,
+  which have no pair to differentiate through: 0, as always).
+
+FlashAttention-4's lazy rescaling (``rescale_threshold``, chapter 7) is forward-only: it changes which reference
+``m_i`` the forward keeps while it sums, not ``L = m_i + log(l_i)``, and the backward recomputes ``Y`` from ``L``
+alone, so it neither needs nor takes the threshold.
+
 Requires the ``triton`` extra, like :mod:`flashmath.triton_kernel` (importing this module imports that one, which
 switches Triton to its interpreter on a machine without a CUDA GPU). ``import flashmath`` never imports it.
 
 Sources: T. Dao, "FlashAttention-2" (2023), section 3.1 and Algorithm 2 (``D = rowsum(dO * O)``, atomic ``dQ``);
 T. Dao et al., "FlashAttention" (2022), appendix B.2 (the softmax Jacobian, the recomputation); Triton's tutorial
-``06-fused-attention.py`` (``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``).
+``06-fused-attention.py`` (``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``); the sink's gradient:
+flash-attention ``flash_attn/cute/flash_bwd_postprocess.py`` (commit 01afd16) and PR #2706; the reference formula
+it is tested against: GPT-OSS's ``sdpa`` (``openai/gpt-oss``, ``gpt_oss/torch/model.py``: the sink column
+concatenated to the scores, softmax, the column dropped before ``P V``).
 """
 
 from __future__ import annotations
@@ -66,8 +101,11 @@ import inspect
 import math
 import sys
 
+import numpy as np
+
 from flashmath._checks import size
 from flashmath.backward import DQ_MODES, check_dq_mode
+from flashmath.inputs import check_sink
 from flashmath.tiling import check_kernel_block
 from flashmath.triton_setup import (
     DEFAULT_BLOCK_M,
@@ -308,36 +346,57 @@ def triton_attention_backward(
     dq_mode="separate",
     num_warps=4,
     num_stages=1,
+    enable_gqa=False,
+    learnable_sink=None,
 ):
-    """Gradients of attention with respect to ``q``, ``k``, ``v`` by the Triton backward kernels.
+    """Gradients of attention with respect to ``q``, ``k``, ``v`` (and the sink) by the Triton backward kernels.
 
     Args:
         q ``(..., N, D)``, k ``(..., M, D)``, v ``(..., M, Dv)``: the forward's inputs, numpy arrays or PyTorch
-            tensors (float16, bfloat16 on a GPU, float32; ``D``, ``Dv`` at most 128); scale, causal, mask: exactly
-            as given to the forward (:func:`flashmath.triton_kernel.triton_flash_attention`).
-        a ``(..., N, Dv)``, lse ``(..., N)``: the forward's output and float32 logsumexp (``return_lse=True``).
+            tensors (float16, bfloat16 on a GPU, float32; ``D``, ``Dv`` at most 128); scale, causal, mask,
+            enable_gqa, learnable_sink: exactly as given to the forward
+            (:func:`flashmath.triton_kernel.triton_flash_attention`).
+        a ``(..., N, Dv)``, lse ``(..., N)``: the forward's output and float32 logsumexp (``return_lse=True``; with
+            a sink, the logsumexp that includes it). With ``enable_gqa`` these have the query heads ``H``.
         grad_a: ``dA``, the gradient of the loss with respect to ``a``, ``(..., N, Dv)``.
         block_q, block_k: ``B_r``, ``B_c``, powers of two from 16 to 256 (default 64).
         dq_mode: ``"separate"`` (a second kernel, query tiles outside: deterministic) or ``"atomic"`` (atomic adds
             from the dK/dV kernel into a float32 buffer: one sweep, not bitwise reproducible on a GPU).
         num_warps, num_stages: as for the forward (ignored by the interpreter).
+        enable_gqa: ``k``, ``v`` with ``H_kv`` heads read by groups of ``G = H / H_kv`` query heads; ``dK``, ``dV``
+            summed over each group (see the module docstring).
+        learnable_sink: the sink logits given to the forward (``(H,)``, or ``(B, H)``, or a scalar: as
+            :func:`flashmath.inputs.check_sink`), or None. The forward's ``rescale_threshold`` is not an argument:
+            the backward recomputes ``Y`` from ``L`` alone, whatever reference the forward kept.
 
     Returns:
         ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (summed over broadcast dimensions) and
-        the inputs' promoted dtype: numpy arrays for numpy inputs, tensors on the inputs' device for tensors.
+        the inputs' promoted dtype: numpy arrays for numpy inputs, tensors on the inputs' device for tensors. With a
+        ``learnable_sink``, ``(grad_q, grad_k, grad_v, grad_sink)`` (as :func:`flashmath.attention_backward`):
+        ``grad_sink = -sum_n P_sink,n D_n`` summed over the rows and the leading dimensions that share each sink,
+        with the shape of ``learnable_sink``; in its dtype for a floating-point tensor (as flash-attention's
+        ``dsink``), else float32; a tensor where the inputs are tensors, else a numpy array.
 
     Raises:
         as :func:`flashmath.triton_kernel.triton_flash_attention`; ValueError for ``a``, ``lse`` or ``grad_a`` of
         other shapes than ``(..., N, Dv)``, ``(..., N)``, ``(..., N, Dv)``, a ``dq_mode`` other than those of
-        :data:`DQ_MODES`, or a scale that float32 cannot hold.
+        :data:`DQ_MODES`, or a scale that float32 cannot hold; TypeError for an ``enable_gqa`` that is not a bool.
 
-    Sources: Dao (2023), Algorithm 2; see the module docstring.
+    Sources: Dao (2023), Algorithm 2; the sink's gradient: flash-attention's ``flash_bwd_postprocess.py``; see the
+    module docstring.
     """
     require_triton()
     dq_mode = check_dq_mode(dq_mode)
     block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
     block_n = check_kernel_block(block_k, "block_k", DEFAULT_BLOCK_N)
+    if not isinstance(enable_gqa, (bool, np.bool_)):
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
+    shapes = [tuple(x.shape) for x in (q, k, v)]  # as given: the gradients take them
+    if enable_gqa:  # q as (..., H_kv, G, N, D), k and v as (..., H_kv, 1, M, D): views, as the forward's wrapper
+        from flashmath.triton_kernel import _grouped_views  # (that module imports this one)
+
+        q, k, v, mask, _ = _grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     tiny, huge = FLOAT32_SCALES
     if abs(inp.scale) > huge or 0 < abs(inp.scale) < tiny:
@@ -346,13 +405,23 @@ def triton_attention_backward(
             f"{tiny:.1e} and {huge:.1e} in magnitude, got {inp.scale}"
         )
     batch, N, M, D, Dv = inp.batch_shape, inp.N, inp.M, inp.D, inp.Dv
-    rows = batch + (N,)
+    # the leading dimensions as the caller sees them: (..., H) with grouped heads, not (..., H_kv, G)
+    heads = batch[:-2] + (batch[-2] * batch[-1],) if enable_gqa else batch
+    rows = heads + (N,)
     for arr, name, shape in ((a, "a", rows + (Dv,)), (lse, "lse", rows), (grad_a, "grad_a", rows + (Dv,))):
         if tuple(arr.shape) != shape:
             raise ValueError(
                 f"{name} must have shape (..., N{', Dv' if name != 'lse' else ''}) = {shape} "
                 f"(from q, k, v), got {tuple(arr.shape)}"
             )
+    sink = None
+    if learnable_sink is not None:  # one logit per query head, (B,) in the programs' order (float64, checked)
+        given = learnable_sink
+        if isinstance(given, torch.Tensor):
+            given = given.detach().float().cpu().numpy()
+        checked = check_sink(given, heads)
+        assert checked is not None
+        sink = checked.reshape(math.prod(heads))
     device = kernel_device(q, k, v, tensors)
     q_t, k_t, v_t = (as_tensor(x, device) for x in (q, k, v))
     dtype = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
@@ -362,7 +431,8 @@ def triton_attention_backward(
             "on a CPU use float16 or float32 inputs, bfloat16 runs compiled on a GPU"
         )
     B = math.prod(batch)
-    # (B, N, D), (B, M, D), (B, M, Dv), (B, N, Dv), (B, N), contiguous in the last dimension
+    # (B, N, D), (B, M, D), (B, M, Dv), (B, N, Dv), (B, N), contiguous in the last dimension (grouped heads: k and v
+    # copied once per query head of their group)
     q_b, k_b, v_b = (
         x.to(dtype).expand(*batch, *x.shape[-2:]).reshape(B, *x.shape[-2:]).contiguous() for x in (q_t, k_t, v_t)
     )
@@ -371,7 +441,7 @@ def triton_attention_backward(
     dq = torch.zeros((B, N, D), dtype=dtype, device=device)
     dk = torch.zeros((B, M, D), dtype=dtype, device=device)
     dv = torch.zeros((B, M, Dv), dtype=dtype, device=device)
-    delta = torch.empty((B, N), dtype=torch.float32, device=device)
+    delta = torch.zeros((B, N), dtype=torch.float32, device=device)  # stays 0 with no key (M = 0: A = 0)
     if mask is not None:
         keep, keep_strides = _keep_tensor(mask, batch, N, M, device)
     else:
@@ -428,11 +498,34 @@ def triton_attention_backward(
                     q_b, k_b, v_b, da_b, lse_b, delta, keep, dq, *strides, *sizes, **consts
                 )
     grads = [
-        _unbroadcast(g.reshape(*batch, *g.shape[-2:]), tuple(x.shape)) for g, x in ((dq, q_t), (dk, k_t), (dv, v_t))
+        _unbroadcast(g.reshape(*batch, *g.shape[-2:]), tuple(x.shape)).reshape(shape)
+        for g, x, shape in ((dq, q_t, shapes[0]), (dk, k_t, shapes[1]), (dv, v_t, shapes[2]))
     ]
+    if sink is not None:
+        grads.append(_sink_gradient(sink, lse_b, delta, heads, learnable_sink, device))
     if not any(tensors):
         grads = [g.cpu().numpy() for g in grads]
     return tuple(grads)
+
+
+def _sink_gradient(sink, lse, delta, heads, given, device):
+    """``d sink = -sum_n P_sink,n D_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink of each program ``(B,)``
+    (float64, checked) and the float32 ``L``, ``D`` ``(B, N)``; summed over the rows, then over the leading
+    dimensions ``heads`` that share a sink of the shape ``given`` has, in its dtype for a floating-point tensor."""
+    sink_col = torch.from_numpy(sink.astype(np.float32)).to(device)[:, None]  # (B, 1), as the forward kernel's
+    # P_sink,n = exp(sink - L_n): the sink column's probability (0 for a -inf sink: no sink, whatever L_n)
+    p_sink = torch.where(
+        sink_col == float("-inf"), 0.0, torch.exp(sink_col - torch.where(lse == float("-inf"), 0.0, lse))
+    )
+    # d sink = -sum_n P_sink,n D_n, over the rows of each (batch, head) element
+    grad = -(p_sink * delta).sum(dim=1).reshape(heads)
+    shape = given_shape = tuple(given.shape) if hasattr(given, "shape") else tuple(np.shape(given))
+    while len(shape) > grad.dim() and shape[0] == 1:  # as check_sink: leading axes of size 1 dropped
+        shape = shape[1:]
+    grad = _unbroadcast(grad, shape).reshape(given_shape)  # summed over the leading dimensions that share a sink
+    if isinstance(given, torch.Tensor) and given.is_floating_point():
+        return grad.to(device=given.device, dtype=given.dtype)
+    return grad
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -288,15 +288,19 @@ def triton_flash_attention(
             and sources: :mod:`flashmath.variants`): ``k``, ``v`` with ``H_kv`` heads read by groups of query heads
             (the kernel reads kv head ``b // G``, nothing repeated), FlashAttention's ``window_size`` (key tiles
             outside every row's window are not visited), ``c tanh(x / c)`` on the scaled score. Compile-time
-            switches (``WINDOW``, ``SOFTCAP``); forward only (the backward kernels do not take them yet).
+            switches (``WINDOW``, ``SOFTCAP``). ``enable_gqa`` is differentiable (the backward sums ``dK``, ``dV``
+            over each group: :mod:`flashmath.triton_backward`); ``window`` and ``softcap`` are forward only (the
+            backward kernels do not take them yet).
         learnable_sink: attention sinks (chapter 13), one logit per query head ``(H,)`` (numpy array, tensor or
             list; also ``(B, H)`` or a scalar), as :func:`flashmath.flash.flash_attention`'s: each program starts its
             rows at ``(m_i, l_i, acc) = (sink, 1, 0)`` (compile-time switch ``HAS_SINK``; the sink in float32). The
             logsumexp includes the sink; a row with no key gives 0 and logsumexp = the sink; ``-inf`` is no sink.
-            Forward only.
+            Differentiable: a sink tensor that requires grad gets ``d sink = -sum_n exp(sink - L_n) D_n``
+            (chapter 12's ``D``; :mod:`flashmath.triton_backward`).
         rescale_threshold: FlashAttention-4's lazy rescaling, log2 units (:func:`flashmath.flash.flash_attention`):
             a row keeps its old ``m_i`` unless the tile's max exceeds it by more than ``rescale_threshold ln 2``
             (compile-time switch ``LAZY``); 0: the eager update. The result is the same to float32 rounding.
+            Forward only: the backward recomputes the weights from the logsumexp, which does not depend on it.
 
     Returns:
         ``A (..., N, Dv)`` in the input dtype and, if ``return_lse``, the logsumexp ``(..., N)`` in float32: numpy
@@ -316,8 +320,8 @@ def triton_flash_attention(
             ``order`` other than ``"fa2"``. The shape and mask checks are those of
             :func:`flashmath.attention.prepare_attention_inputs`, with the same messages; the sink's those of
             :func:`flashmath.inputs.check_sink`, the threshold's :func:`flashmath.flash.check_rescale_threshold`.
-        NotImplementedError: ``learnable_sink``, or a variant, with tensors that require grad (the backward
-            kernels do not take them).
+        NotImplementedError: ``window`` or ``softcap`` with tensors that require grad (the backward kernels do not
+            take them).
 
     Sources: Dao (2023), Algorithm 1; see the module docstring.
     """
@@ -332,14 +336,15 @@ def triton_flash_attention(
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     enable_gqa = bool(enable_gqa)
     threshold = check_rescale_threshold(rescale_threshold)
-    variant = enable_gqa or window is not None or softcap is not None or learnable_sink is not None
-    if variant and torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v, learnable_sink)
+    )
+    if needs_grad and (window is not None or softcap is not None):
         raise NotImplementedError(
-            "enable_gqa, window, softcap and learnable_sink are forward-only in the Triton kernels: the backward "
-            "kernels do not take them yet (flashmath.flash_attention computes them in numpy, "
-            "flashmath.attention_backward the sink's gradient)"
+            "window and softcap are forward-only in the Triton kernels: the backward kernels do not take them yet "
+            "(flashmath.flash_attention computes them in numpy)"
         )
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+    if needs_grad:
         return differentiable_attention(
             q,
             k,
@@ -353,6 +358,8 @@ def triton_flash_attention(
             dq_mode=dq_mode,
             num_warps=num_warps,
             num_stages=num_stages,
+            enable_gqa=enable_gqa,
+            learnable_sink=learnable_sink,
             rescale_threshold=threshold,
         )
     block_m = check_kernel_block(block_q, "block_q", DEFAULT_BLOCK_M)
@@ -508,16 +515,19 @@ if available():
         """``A = attention(q, k, v)`` by the forward kernel, with the backward kernels as its gradient.
 
         ``forward`` saves ``q``, ``k``, ``v``, the output and the logsumexp (``N`` numbers per head, never the
-        ``N x M`` probabilities); ``backward`` recomputes ``Y`` tile by tile. Use :func:`differentiable_attention`
+        ``N x M`` probabilities); ``backward`` recomputes ``Y`` tile by tile. A learnable sink (None, a tensor or
+        an array) gets its gradient when it is a tensor that requires grad. Use :func:`differentiable_attention`
         (or :func:`flashmath.triton_kernel.triton_flash_attention` on tensors that require grad) rather than
         ``apply``.
         """
 
         @staticmethod
-        def forward(ctx, q, k, v, mask, options):
-            a, lse = triton_flash_attention(q, k, v, mask=mask, return_lse=True, **options["forward"])
+        def forward(ctx, q, k, v, sink, mask, options):
+            a, lse = triton_flash_attention(
+                q, k, v, mask=mask, learnable_sink=sink, return_lse=True, **options["forward"]
+            )
             ctx.save_for_backward(q, k, v, a, lse)
-            ctx.mask, ctx.options = mask, options
+            ctx.sink, ctx.mask, ctx.options = sink, mask, options
             ctx.mark_non_differentiable(lse)
             return a, lse
 
@@ -525,8 +535,12 @@ if available():
         def backward(ctx, grad_a, grad_lse):
             q, k, v, a, lse = ctx.saved_tensors
             grad_a = torch.zeros_like(a) if grad_a is None else grad_a.contiguous()
-            dq, dk, dv = triton_attention_backward(q, k, v, a, lse, grad_a, mask=ctx.mask, **ctx.options["backward"])
-            return dq, dk, dv, None, None
+            grads = triton_attention_backward(
+                q, k, v, a, lse, grad_a, mask=ctx.mask, learnable_sink=ctx.sink, **ctx.options["backward"]
+            )
+            dq, dk, dv = grads[:3]
+            dsink = grads[3] if ctx.sink is not None and ctx.needs_input_grad[3] else None
+            return dq, dk, dv, dsink, None, None
 
 
 def differentiable_attention(
@@ -543,13 +557,17 @@ def differentiable_attention(
     dq_mode="separate",
     num_warps=4,
     num_stages=2,
+    enable_gqa=False,
+    learnable_sink=None,
     rescale_threshold=0.0,
 ):
     """:func:`flashmath.triton_kernel.triton_flash_attention` on PyTorch tensors, differentiable.
 
     Arguments and results as the forward's (tensors only); ``dq_mode`` as :func:`triton_attention_backward`.
     ``.backward()`` on the output (or ``torch.autograd.grad``) runs the backward kernels. The logsumexp, if
-    returned, is not differentiable.
+    returned, is not differentiable. ``enable_gqa`` and ``learnable_sink`` go to both passes (a sink tensor that
+    requires grad gets ``d sink``); ``rescale_threshold`` only to the forward: the backward recomputes ``Y`` from
+    the logsumexp, which is the same whatever reference the lazy forward kept.
 
     Raises:
         TypeError: ``q``, ``k`` or ``v`` is not a tensor; otherwise as the forward and the backward.
@@ -561,12 +579,12 @@ def differentiable_attention(
             f"got {', '.join(type(x).__name__ for x in (q, k, v))}; use torch.from_numpy(x)"
         )
     dq_mode = check_dq_mode(dq_mode)
-    shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal)
+    shared = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal, enable_gqa=enable_gqa)
     options = {
         "forward": dict(shared, num_warps=num_warps, num_stages=num_stages, rescale_threshold=rescale_threshold),
         "backward": dict(shared, dq_mode=dq_mode, num_warps=num_warps, num_stages=1),
     }
-    a, lse = FlashAttentionFunction.apply(q, k, v, mask, options)
+    a, lse = FlashAttentionFunction.apply(q, k, v, learnable_sink, mask, options)
     return (a, lse) if return_lse else a
 
 

@@ -460,9 +460,9 @@ def test_kernel_sink_errors():
         triton_flash_attention(q, q, q, learnable_sink=[1.0, 2.0])
     with pytest.raises(TypeError, match="learnable_sink must be real numbers"):
         triton_flash_attention(q, q, q, learnable_sink=["a"] * 4)
-    t = torch.from_numpy(q).requires_grad_()
-    with pytest.raises(NotImplementedError, match="learnable_sink are forward-only"):
-        triton_flash_attention(t, t, t, learnable_sink=SINKS)
+    t = torch.from_numpy(q).requires_grad_()  # differentiable with a sink (tests/test_triton_backward.py), not with
+    with pytest.raises(NotImplementedError, match="window and softcap are forward-only"):  # a softcap or window
+        triton_flash_attention(t, t, t, learnable_sink=SINKS, softcap=2.0)
 
 
 @needs_triton
