@@ -14,11 +14,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 if HAVE_TRITON:
+    from flashmath import triton_kernel  # noqa: F401, I001  (first: without a GPU it switches Triton to its interpreter)
     import torch
     import triton
     import triton.language as tl
-
-    from flashmath import triton_kernel  # noqa: F401  (first: without a GPU it switches Triton to its interpreter)
 
     @triton.jit
     def learner_dq_kernel(Q, K, V, dA, LSE, Delta, Keep, dQ, N, M, D, scale,
