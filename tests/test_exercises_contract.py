@@ -67,3 +67,15 @@ def test_each_property_case_enforces_a_sentence_of_its_prompt(exercise):
 
 def test_the_normal_form_reads_math_as_code():
     assert normalise("a row of $-\\infty$ gives `(-inf, 0)`, **not** NaN") == "a row of -inf gives (-inf, 0), not nan"
+
+
+def test_the_merge_prompt_states_its_inputs_unchanged_case():
+    """Issue 35 (review rev-c): 10.1's checker adds the case "the two states given are left unchanged" once the stub
+    is replaced; the prompt states it, in the case's words."""
+    from flashmath import solutions
+    from flashmath.exercises import check_merge_states
+
+    report = check_merge_states(solutions.merge_states)
+    names = [name for name, _, _ in report.cases]
+    assert "the two states given are left unchanged" in names
+    assert normalise("the two states given are left unchanged") in normalise(prompt("10.1"))

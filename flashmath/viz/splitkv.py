@@ -81,7 +81,7 @@ class SplitKVPlot(LivePlot):
         ax_x.set_ylabel(_("score $x_m$"))
         ax_x.set_xlabel(_("key m"))
 
-        self.tree_levels = None  # the levels the tree axis shows: set by _update, to the trace's own
+        self.tree_levels: int | None = None  # the levels the tree axis shows: set by _update, to the trace's own
         self._tree_axis(self.max_levels)
         ax_t.tick_params(axis="x", labelbottom=False, length=0)
         for side in ("top", "right", "bottom"):
