@@ -67,7 +67,7 @@ class GPU:
         register_bytes: the register file of one SM (64K 32-bit registers = 256 KiB on each GPU here).
         shared_bytes: the largest shared-memory carve-out of one SM.
         shared_per_block_bytes: the most shared memory one thread block may use.
-        max_registers_per_thread: 255 on each GPU here (more spill to local memory).
+        max_registers_per_thread: 255 on each GPU here (more are spilled to local memory).
     """
 
     name: str

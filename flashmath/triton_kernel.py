@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import sys
 
 import numpy as np
@@ -605,15 +606,59 @@ RULES = (
 """The update rules, in loop order, that both :mod:`flashmath.flash` and the kernel write above their code."""
 
 
-def kernel_source() -> str:
-    """The source of the Triton kernel ``_fa2_forward`` (read from this file: works without Triton installed)."""
+VARIANT_FLAGS = ("WINDOW", "SOFTCAP", "HAS_SINK", "LAZY")
+"""The kernel's switches for chapter 13's variants (sliding window, softcap, sink) and chapter 7's lazy rescaling,
+which ``kernel_source(core=True)`` leaves out."""
+
+_CORE_SIGNATURE_LINE = (
+    "    G=1,  # chapter 13: query heads per kv head (its other variants and chapter 7's lazy rescaling: not listed)"
+)
+
+
+def kernel_source(core: bool = False) -> str:
+    """The source of the Triton kernel ``_fa2_forward`` (read from this file: works without Triton installed).
+
+    Args:
+        core: leave out what chapter 11 does not teach: each ``if WINDOW:``, ``if SOFTCAP:``, ``if HAS_SINK:`` and
+            ``if LAZY:`` block (:data:`VARIANT_FLAGS`, all off in chapter 11) with the comment lines just above it,
+            and the signature's parameters for them (one line, ``G=1``, stays: ``kv = b // G`` reads it). Every
+            other line is the kernel's own, in order.
+
+    Raises:
+        LookupError: ``core`` and the kernel's signature no longer has the lines this expects.
+    """
     text = inspect.getsource(sys.modules[__name__])
     start = text.index("    @triton.jit\n    def _fa2_forward(")
     end = text.index("\n\n\n", start)
-    lines = text[start:end].splitlines()
     # one level less indented, as if at module level; without the formatter's marker that keeps the signature's
     # groups of arguments on their lines
-    return "\n".join(line[4:].removesuffix("  # fmt: skip") for line in lines)
+    lines = [line[4:].removesuffix("  # fmt: skip") for line in text[start:end].splitlines()]
+    return "\n".join(_core_lines(lines) if core else lines)
+
+
+def _core_lines(lines: list[str]) -> list[str]:
+    """``lines`` of the kernel without the variants' blocks and parameters (see :func:`kernel_source`)."""
+    try:
+        first = next(k for k, line in enumerate(lines) if line.startswith("    G=1,"))
+        close = lines.index("):", first)
+    except (StopIteration, ValueError):
+        raise LookupError("the kernel's signature changed: kernel_source(core=True) expects a 'G=1,' line") from None
+    out, k = [*lines[:first], _CORE_SIGNATURE_LINE], close
+    flags = "|".join(VARIANT_FLAGS)
+    while k < len(lines):
+        line = lines[k]
+        block = re.match(rf"( *)if ({flags}):", line)
+        if not block:
+            out.append(line)
+            k += 1
+            continue
+        indent = len(block.group(1))
+        while out and out[-1].strip().startswith("#") and len(out[-1]) - len(out[-1].lstrip()) == indent:
+            out.pop()  # the block's own comment, just above it
+        k += 1
+        while k < len(lines) and (not lines[k].strip() or len(lines[k]) - len(lines[k].lstrip()) > indent):
+            k += 1
+    return out
 
 
 def line_for_line() -> list[tuple[str, list[str], list[str]]]:

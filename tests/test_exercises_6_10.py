@@ -321,7 +321,8 @@ MERGE = {
             (np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2) / (np.exp(l1) + np.exp(l2))[:, None]
         )
     ),
-    "an empty part's output read (0 * NaN)": merge_with(
+    "an empty part's output read (0 * NaN)": lambda a1, l1, a2, l2: merge_reading_empty_outputs(a1, l1, a2, l2),
+    "an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))": merge_with(
         lambda a1, l1, a2, l2, L: np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2
     ),
     "not a pair": lambda *args: solutions.merge_states(*args)[0],
@@ -361,8 +362,62 @@ def merge_in_place(a1, l1, a2, l2):
     return a1, lse
 
 
+def merge_reading_empty_outputs(a1, l1, a2, l2):
+    """10.1 as a reviewer wrote it (issue 35): the shares measured against 0 where both parts are empty, but an empty
+    part's output multiplied by its weight 0, not selected away: NaN where that output holds NaN or inf."""
+    lse = np.logaddexp(l1, l2)
+    ref = np.where(np.isneginf(lse), 0.0, lse)
+    with np.errstate(invalid="ignore"):
+        return np.exp(l1 - ref)[:, None] * a1 + np.exp(l2 - ref)[:, None] * a2, lse
+
+
+def merge_with_exp_of_lse(a1, l1, a2, l2):
+    """10.1 as a reviewer wrote it (issue 35): e^{L_p} with no common reference, L = log(e^{L_1} + e^{L_2}). Where
+    both parts are empty it divides 0 by 0, even with outputs of 0."""
+    with np.errstate(all="ignore"):
+        total = np.exp(l1) + np.exp(l2)
+        return (np.exp(l1)[:, None] * a1 + np.exp(l2)[:, None] * a2) / total[:, None], np.log(total)
+
+
+def test_a_zero_over_zero_is_not_named_as_an_output_read():
+    """Issue 35 (review rev-c): e^{L} computed directly fails "both ranges empty in every row", whose outputs are
+    zeros, by 0 / 0; the mistake that reads an empty part's output (0 * NaN) must not be named for it. The whole run
+    is e^{L_p} without a common reference, whose message names 0 / 0."""
+    report = exercises.check_merge_states(merge_with_exp_of_lse)
+    assert named(report) == {"e^{L_p} without a common reference"}, report
+    (both_empty,) = [msg for name, ok, msg in report.cases if name == "property: both ranges empty in every row"]
+    assert "0 / 0" in both_empty and "output read" not in both_empty
+
+
+def test_an_output_read_is_named_only_where_it_explains_the_failure():
+    """Issue 35 (review rev-c): the guarded shares times an empty part's NaN or inf fail the three cases whose empty
+    part holds NaN or inf, and pass "both ranges empty in every row"; the unguarded shares fail that one too, by
+    -inf - (-inf), which the second mistake's message states."""
+    guarded = exercises.check_merge_states(merge_reading_empty_outputs)
+    assert named(guarded) == {"an empty part's output read (0 * NaN)"}, guarded
+    assert [name for name, ok, _ in guarded.cases if not ok] == [
+        "an empty range (L = -inf) whose output holds NaN",
+        "the first range empty, its output +inf",
+        "both ranges empty (row 0), then one (row 1)",
+    ]
+    unguarded = exercises.check_merge_states(
+        MERGE["an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))"]
+    )
+    assert named(unguarded) == {"an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))"}, unguarded
+    (both_empty,) = [msg for name, ok, msg in unguarded.cases if name == "property: both ranges empty in every row"]
+    assert "-inf + inf" in both_empty
+
+
 MERGE_MORE = {
     "an empty part's output read (0 * NaN)": [
+        merge_with(
+            lambda a1, l1, a2, l2, L: (
+                np.exp(l1 - np.where(np.isneginf(L), 0.0, L))[:, None] * a1
+                + np.where(np.isneginf(l2)[:, None], 0, np.exp(l2 - L)[:, None] * a2)
+            )
+        )
+    ],
+    "an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))": [
         merge_with(
             lambda a1, l1, a2, l2, L: (
                 np.exp(l1 - L)[:, None] * a1 + np.where(np.isneginf(l2)[:, None], 0, np.exp(l2 - L)[:, None] * a2)

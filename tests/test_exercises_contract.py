@@ -86,3 +86,15 @@ def test_the_prompt_names_these_cases_in_the_checkers_words(number):
     text = normalise(prompt(number))
     unnamed = [name for name in wanted if normalise(name) not in text]
     assert not unnamed, f"{number}: cases whose words are not in the prompt: {unnamed}"
+
+
+def test_the_merge_prompt_states_its_inputs_unchanged_case():
+    """Issue 35 (review rev-c): 10.1's checker adds the case "the two states given are left unchanged" once the stub
+    is replaced; the prompt states it, in the case's words."""
+    from flashmath import solutions
+    from flashmath.exercises import check_merge_states
+
+    report = check_merge_states(solutions.merge_states)
+    names = [name for name, _, _ in report.cases]
+    assert "the two states given are left unchanged" in names
+    assert normalise("the two states given are left unchanged") in normalise(prompt("10.1"))

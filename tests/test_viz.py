@@ -202,6 +202,30 @@ def test_split_kv_title_says_how_many_keys_the_ranges_really_hold():
     }
 
 
+def test_split_kv_tree_shows_only_its_own_levels_and_its_leaf_labels_clear_the_edges():
+    """Issue 35 (review rev-c): 3 ranges merge in 2 levels, so the tree shows 3 rows, not the 5 of 16 ranges (no empty
+    "merge 3" and "merge 4" rows); no leaf label touches an edge, at the notebook's size."""
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((1, 3)), rng.standard_normal((46, 3)), rng.standard_normal((46, 2))
+    traces = {p: fm.split_kv_trace(q, k, v, p) for p in (3, 16)}
+    plot = viz.SplitKVPlot(traces, (q @ k.T)[0], dpi=80)
+    for p, rows in ((16, 5), (3, 3), (16, 5)):
+        plot.update(splits=p)
+        plot.rgb()
+        labels = [t.get_text() for t in plot.ax_t.get_yticklabels()]
+        assert labels == ["ranges"] + [f"merge {j}" for j in range(1, rows)], (p, labels)
+        assert plot.ax_t.get_ylim()[0] < rows  # no room for a row below the root
+    renderer = plot.fig.canvas.get_renderer()
+    to_pixels = plot.ax_t.transData.transform
+    points = np.concatenate([np.linspace(a, b, 200) for a, b in map(np.asarray, plot.edges.get_segments())])
+    pixels = to_pixels(points)
+    leaves = [t for t in plot.nodes if t.get_visible()][:16]
+    for label in leaves:
+        box = label.get_window_extent(renderer)
+        inside = (pixels[:, 0] > box.x0) & (pixels[:, 0] < box.x1) & (pixels[:, 1] > box.y0) & (pixels[:, 1] < box.y1)
+        assert not inside.any(), label.get_text()
+
+
 def test_scale_figure_entropy_legend_is_above_its_axes():
     sweep = fm.scale_sweep([1, 4, 16, 64], rng=np.random.default_rng(0), n_queries=20, n_keys=16)
     fig = viz.plot_scale_step(sweep, 2)

@@ -110,3 +110,23 @@ def test_line_for_line_pairs_every_rule_from_both_sources():
         assert numpy_lines and triton_lines, rule
         assert all("tl." not in line for line in numpy_lines) and any("tl." in line for line in triton_lines)
     assert kernel_source().startswith("@triton.jit\ndef _fa2_forward(")
+
+
+def test_the_core_listing_keeps_every_line_the_chapter_pairs_and_drops_the_variants():
+    """Issue 35 (review rev-c): chapter 11 prints ``kernel_source(core=True)``, the kernel without chapter 13's and
+    chapter 7's branches. It must still hold every kernel line that ``line_for_line`` sets beside the numpy loop,
+    none of the variants' switches, and otherwise only the kernel's own lines, in order."""
+    import re
+
+    from flashmath.triton_kernel import VARIANT_FLAGS
+
+    full, core = kernel_source().splitlines(), kernel_source(core=True).splitlines()
+    assert len(core) < len(full) - 25
+    for _rule, _numpy_lines, triton_lines in line_for_line():
+        for line in triton_lines:
+            assert any(line.strip() == c.split("  #")[0].strip() for c in core), line
+    assert not [line for line in core if any(flag in line for flag in VARIANT_FLAGS)]
+    assert not [line for line in core if re.search(r"\b(Sink|thr|cap|left|right)\b", line.split("  #")[0])]
+    rest = iter(full)  # a subsequence of the full listing, but for the one signature line that replaces five
+    assert all(any(line == f for f in rest) for line in core if not line.startswith("    G=1,"))
+    assert "for c0 in range(lo, hi, BLOCK_N):" in "\n".join(core)

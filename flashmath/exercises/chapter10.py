@@ -77,6 +77,29 @@ def _weights(l1, l2, lse):
     return np.exp(l1 - lse)[..., None], np.exp(l2 - lse)[..., None]
 
 
+def _weighted_empty_parts(weights):
+    """The merges that multiply an empty part's output by its weight, in both parts or in one (the other selected
+    away), the weights from ``weights(l1, l2, L)``."""
+    return (
+        _merge_model(lambda a1, l1, a2, l2, L: weights(l1, l2, L)[0] * a1 + weights(l1, l2, L)[1] * a2),
+        _merge_model(
+            lambda a1, l1, a2, l2, L: (
+                weights(l1, l2, L)[0] * a1 + np.where(l2[..., None] == -np.inf, 0, weights(l1, l2, L)[1] * a2)
+            )
+        ),
+        _merge_model(
+            lambda a1, l1, a2, l2, L: (
+                weights(l1, l2, L)[1] * a2 + np.where(l1[..., None] == -np.inf, 0, weights(l1, l2, L)[0] * a1)
+            )
+        ),
+    )
+
+
+def _guarded_weights(l1, l2, lse):
+    """The shares e^{L_p - L}, with L measured against 0 where it is -inf: 0, not NaN, where both parts are empty."""
+    return _weights(l1, l2, np.where(np.isneginf(lse), 0.0, lse))
+
+
 MERGE_STATES_MISTAKES = (
     Mistake(
         N_("merged without rescaling"),
@@ -131,19 +154,20 @@ MERGE_STATES_MISTAKES = (
             "a part with L = -inf has no keys and contributes nothing, whatever its output holds (NaN or inf: 0 * "
             "inf is NaN too): select it away with np.where instead of multiplying by its weight 0"
         ),
-        (
-            _merge_model(lambda a1, l1, a2, l2, L: _weights(l1, l2, L)[0] * a1 + _weights(l1, l2, L)[1] * a2),
-            _merge_model(
-                lambda a1, l1, a2, l2, L: (
-                    _weights(l1, l2, L)[0] * a1 + np.where(l2[..., None] == -np.inf, 0, _weights(l1, l2, L)[1] * a2)
-                )
-            ),
-            _merge_model(
-                lambda a1, l1, a2, l2, L: (
-                    _weights(l1, l2, L)[1] * a2 + np.where(l1[..., None] == -np.inf, 0, _weights(l1, l2, L)[0] * a1)
-                )
-            ),
+        # the weights measured against 0 where both parts are empty (no -inf - (-inf)), so that each model's only
+        # NaN is an empty part's output times its weight 0: a row whose NaN comes from 0 / 0 or -inf - (-inf) is
+        # another mistake's (the next one; e^{L_p} without a common reference; both parts empty)
+        _weighted_empty_parts(_guarded_weights),
+    ),
+    Mistake(
+        N_("an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))"),
+        N_(
+            "a part with L = -inf has no keys: select it away with np.where instead of multiplying its output by its "
+            "weight. Its weight e^{L_p - L} is 0 when the other part has keys, and 0 * NaN (or 0 * inf) is NaN; when "
+            "both parts are empty L = -inf too, and e^{-inf + inf} is NaN whatever the outputs hold: such a row gets "
+            "A = 0 and L = -inf"
         ),
+        _weighted_empty_parts(_weights),
     ),
     Mistake(
         N_("e^{L_p} without a common reference"),
@@ -157,6 +181,13 @@ MERGE_STATES_MISTAKES = (
                 lambda a1, l1, a2, l2, L: (
                     (np.exp(l1)[..., None] * a1 + np.exp(l2)[..., None] * a2) / (np.exp(l1) + np.exp(l2))[..., None]
                 )
+            ),
+            # the same with L = log(e^{L_1} + e^{L_2}): inf at 1000, -inf at -1000, and 0 / 0 where both are empty
+            _merge_model(
+                lambda a1, l1, a2, l2, L: (
+                    (np.exp(l1)[..., None] * a1 + np.exp(l2)[..., None] * a2) / (np.exp(l1) + np.exp(l2))[..., None]
+                ),
+                lse_of=lambda l1, l2: np.log(np.exp(l1) + np.exp(l2)),
             ),
             _merge_model(
                 lambda a1, l1, a2, l2, L: (

@@ -39,8 +39,8 @@ class KernelMemoryPlot(LivePlot):
     against the most one thread block may use on an A100 and an H100, and bytes in registers (score tile,
     accumulator, row states, all float32; the same whatever ``num_warps``) against one SM's register file. Right:
     32-bit registers per thread, the register part divided over ``num_warps x 32`` threads, against the limit of
-    255 per thread (more spill to local memory, off chip). The counts are the tiles alone (a real kernel also needs
-    registers for addresses and loop counters), so they are lower bounds.
+    255 per thread (more are spilled to local memory, off chip). The counts are the tiles alone (a real kernel
+    also needs registers for addresses and loop counters), so they are lower bounds.
 
     Args:
         D: head dimension (``Dv = D``). dtype: the inputs' dtype in memory (``"float16"``).
@@ -116,7 +116,9 @@ class KernelMemoryPlot(LivePlot):
         self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=9, va="center") for row in (0, 1)]
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
-        ax_thread.text(0.35, 255 * 1.1, _("255 per thread:\nmore spill\noff chip"), color=JUMP, fontsize=8, va="bottom")
+        ax_thread.text(
+            0.35, 255 * 1.1, _("255 per thread:\nmore: spilled\noff chip"), color=JUMP, fontsize=8, va="bottom"
+        )
         ax_thread.set_yscale("log")
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)

@@ -81,10 +81,8 @@ class SplitKVPlot(LivePlot):
         ax_x.set_ylabel(_("score $x_m$"))
         ax_x.set_xlabel(_("key m"))
 
-        ax_t.set_ylim(self.max_levels - 0.4, -0.6)
-        ax_t.set_yticks(
-            range(self.max_levels), [_("ranges")] + [_("merge {k}").format(k=k) for k in range(1, self.max_levels)]
-        )
+        self.tree_levels: int | None = None  # the levels the tree axis shows: set by _update, to the trace's own
+        self._tree_axis(self.max_levels)
         ax_t.tick_params(axis="x", labelbottom=False, length=0)
         for side in ("top", "right", "bottom"):
             ax_t.spines[side].set_visible(False)
@@ -92,7 +90,18 @@ class SplitKVPlot(LivePlot):
         ax_t.add_collection(self.edges)
         self.node_dots = ax_t.plot([], [], "o", color="0.3", ms=4)[0]
         self.nodes = [
-            ax_t.text(0, 0, "", ha="center", va="bottom", fontsize=8, visible=False) for _node in range(self.max_nodes)
+            # on a white ground: the edges from a node's children pass close by its label
+            ax_t.text(
+                0,
+                0,
+                "",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                visible=False,
+                bbox=dict(facecolor="white", edgecolor="none", pad=0.6),
+            )
+            for _node in range(self.max_nodes)
         ]
         ax_t.set_title(_("each node: the logsumexp L of the keys below it"), fontsize=8, loc="right")
 
@@ -129,11 +138,23 @@ class SplitKVPlot(LivePlot):
             self.title,
         )
 
+    def _tree_axis(self, levels: int) -> bool:
+        """Show ``levels`` rows in the tree axis (leaves on top, no empty merge rows below the root); True when that
+        changed the axis."""
+        if levels == self.tree_levels:
+            return False
+        self.tree_levels = levels
+        self.ax_t.set_ylim(levels - 0.4, -0.6)
+        self.ax_t.set_yticks(range(levels), [_("ranges")] + [_("merge {k}").format(k=k) for k in range(1, levels)])
+        return True
+
     def _update(self, splits) -> None:
         splits = integer(splits, "splits")
         if splits not in self.traces:
             raise ValueError(f"splits must be one of {list(self.traces)}, got {splits}")
         trace = self.traces[splits]
+        if self._tree_axis(len(trace.levels)):
+            self.redraw_background(key=len(trace.levels), changed=[self.ax_t.yaxis])
         for p, (c0, c1) in enumerate(trace.ranges):
             for bar in self.x_bars.patches[c0:c1]:
                 bar.set_facecolor(RANGE_COLORS[p % 2])
@@ -149,14 +170,18 @@ class SplitKVPlot(LivePlot):
             spans.append(above)
         k, segments, points = 0, [], []
         for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
-            crowded = len(level) > 6  # labels closer than about 7 keys: alternate them above and below the dots
-            for i, ((_part, lse), (c0, c1)) in enumerate(zip(level, level_spans, strict=False)):
+            crowded = len(level) > 6  # labels closer than about 7 keys: the value alone, without "L="
+            # each label sits above its dot, where no edge runs (the edges to the children leave a node
+            # diagonally); a node carried down unmerged has a vertical edge above it: its label goes to the right
+            carried = set(spans[depth - 1]) if depth else set()
+            for (_part, lse), (c0, c1) in zip(level, level_spans, strict=False):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
                 points.append((x, depth))
-                under = crowded and i % 2 == 1
-                node.set_position((x, depth + 0.14 if under else depth - 0.12))
-                node.set_verticalalignment("top" if under else "bottom")
+                beside = (c0, c1) in carried
+                node.set_position((x + 0.5, depth - 0.12) if beside else (x, depth - 0.12))
+                node.set_horizontalalignment("left" if beside else "center")
+                node.set_verticalalignment("bottom")
                 lse = float(np.ravel(lse)[0])
                 value = f"{lse:.2f}" if np.isfinite(lse) else f"{lse}"
                 node.set_text(value if crowded else f"L={value}")
