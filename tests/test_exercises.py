@@ -8,6 +8,7 @@ solutions pass, with their property cases, is tested for every exercise in ``tes
 import functools
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -606,7 +607,7 @@ def a_updates(old):
         f"divided by s_{{{old}}} instead of s_m": block_with(
             lambda a, sp, r, e, V, s, *_: (a * sp * r + e @ V) / sp if sp else a * r + e @ V / s
         ),
-        f"s_m used where s_{{{old}}} belongs": block_with(lambda a, sp, r, e, V, s, *_: a * s * r / s + e @ V / s),
+        f"the factor s_{{{old}}} / s_m missing": block_with(lambda a, sp, r, e, V, s, *_: a * s * r / s + e @ V / s),
         "the correction inverted": block_with(
             lambda a, sp, r, e, V, s, *_: a * s / (sp * r) + e @ V / s if sp else e @ V / s
         ),
@@ -727,8 +728,16 @@ BLOCK_STEP["the weighted value rows summed over the wrong axis"] = block_rows_su
 BLOCK_STEP["the max of one key of the block only"] = block_with(g_of=lambda g_prev, x: nan_max_of(g_prev, x[0]))
 for steps in (ONE_LOOP_STEP, BLOCK_STEP):
     wrap = to_step if steps is ONE_LOOP_STEP else (lambda fn: fn)
-    steps["Python's max dropping NaN"] = wrap(block_with(g_of=lambda g_prev, x: max(g_prev, *x)))
+    steps["a max that drops NaN"] = wrap(block_with(g_of=lambda g_prev, x: max(g_prev, *x)))
 BLOCK_STEP["not a triple"] = lambda *args: solutions.block_step(*args)[:2]
+
+
+def _block_nan_skipped(*args):
+    return block_nan_skipped(*args)  # defined below, with the review's other learner attempts
+
+
+BLOCK_STEP["a NaN score skipped (np.nanmax, np.nansum)"] = _block_nan_skipped
+ONE_LOOP_STEP["a NaN score skipped (np.nanmax, np.nansum)"] = to_step(_block_nan_skipped)
 
 
 def block_step_algorithm_1(g_prev, s_prev, a_prev, x_block, v_block):
@@ -1937,3 +1946,53 @@ def test_a_preview_starts_where_expected_and_got_part():
     text = message(exercises.check_attention(ATTENTION["the global max instead of each row's max"]), "rows at very")
     shown = re.findall(r"from \[[0-9, ]+\] on \[([^\]]*)", text)
     assert len(shown) == 2 and shown[0] != shown[1], text
+
+
+def block_nan_skipped(g_prev, s_prev, a_prev, x_block, v_block):
+    """A learner who "handles" NaN: np.nanmax for the max, np.nansum for the sum, np.nan_to_num on the weights."""
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = max(g_prev, float(np.nanmax(x)))
+        r, e = np.exp(g_prev - g), np.exp(x - g)
+        s = s_prev * r + np.nansum(e)
+        return g, s, (np.asarray(a_prev) * s_prev * r + np.nan_to_num(e) @ V) / s
+
+
+def block_nanmax_only(g_prev, s_prev, a_prev, x_block, v_block):
+    """np.nanmax for the max, the rest right: the sum still propagates the NaN, the max does not."""
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    g = max(g_prev, float(np.nanmax(x)))
+    r, e = np.exp(g_prev - g), np.exp(x - g)
+    s = s_prev * r + e.sum()
+    return g, s, (np.asarray(a_prev) * s_prev * r + e @ V) / s
+
+
+def step_factor_dropped(g_prev, s_prev, a_prev, x_m, v_m):
+    """The old output rescaled by exp(g_{m-1} - g_m) alone, the factor s_{m-1} / s_m dropped."""
+    g = np.maximum(g_prev, x_m)
+    r, e = np.exp(g_prev - g), np.exp(x_m - g)
+    s = s_prev * r + e
+    return g, s, np.asarray(a_prev) * r + e * np.asarray(v_m) / s
+
+
+@pytest.mark.parametrize(
+    "checker, fn, mistake",
+    [
+        ("check_block_step", block_nan_skipped, "a NaN score skipped (np.nanmax, np.nansum)"),
+        ("check_block_step", block_nanmax_only, "a max that drops NaN"),
+        ("check_one_loop_step", to_step(block_nan_skipped), "a NaN score skipped (np.nanmax, np.nansum)"),
+        ("check_one_loop_step", step_factor_dropped, "the factor s_{m-1} / s_m missing"),
+    ],
+)
+def test_the_nan_handling_and_the_dropped_factor_get_their_own_names(checker, fn, mistake):
+    """Review 35 (rev-b): np.nanmax with np.nansum failed the NaN property under "the block taken as one key" (its
+    last key alone matched by chance); np.nanmax alone was called Python's max; a dropped s_{m-1} / s_m was called
+    s_m used where s_{m-1} belongs. Each is now named for what it is, and only the NaN case fails."""
+    report = getattr(exercises, checker)(fn)
+    assert not report.passed, report
+    assert named(report) == {mistake}, report
+    if "NaN" in mistake:
+        assert [name for name, ok, _ in report.cases if not ok] == [
+            next(name for name, _, _ in report.cases if "NaN" in name)
+        ], report

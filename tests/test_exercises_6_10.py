@@ -1112,13 +1112,14 @@ def test_the_package_the_chapters_code_and_equivalent_forms_pass(checker, what, 
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# The prediction cells of chapters 6, 7, 8 and 10: whole-number answers exact, the common wrong answers explained
+# The prediction cells of chapters 6, 7, 8, 9 and 10: whole-number answers exact, the common wrong answers explained
 # ------------------------------------------------------------------------------------------------------------------
 
 PREDICTIONS = {  # chapter: (the words of its prediction cell, the answer the cell computes)
     6: ("how many passes over Q", 12.0),
     7: ("divisions per score in the fa1 order", 1.0),
     8: ("skipped tiles of an 8 x 8 grid", 28),
+    9: ("fa2's largest float16 error is nearest", 0),
     10: ("merge levels for 6 ranges", 3),
 }
 
@@ -1168,3 +1169,14 @@ def test_each_prediction_names_the_misconceptions_of_its_common_wrong_answers(ch
 @pytest.mark.parametrize("chapter, near", [(6, 11.5), (6, 11), (7, 0.98), (8, 27), (8, 29), (10, 2.9)])
 def test_a_whole_number_answer_is_exact(chapter, near, capsys):
     assert "not quite" in said(capsys, near, PREDICTIONS[chapter][1], **prediction_call(chapter))
+
+
+def test_the_logsumexp_without_the_shift_names_the_overflow_and_the_underflow():
+    """Review 35 (rev-b): log(e^g s) fails on the large maxima (e^800 = inf) and on the maxima near -1000, where e^g
+    underflows to 0; the message names both ends, so it is fair on each failing case."""
+    report = exercises.check_finish(FINISH["the logsumexp without the shift"])
+    failing = {name: message for name, ok, message in report.cases if not ok}
+    assert set(failing) == {"large maxima (g = 800: e^g overflows float64)", "property: maxima near -1000"}, failing
+    for message in failing.values():
+        assert "looks like the logsumexp without the shift" in message
+        assert "overflows to inf once g > 709.8" in message and "underflows to 0 once g < -745.2" in message

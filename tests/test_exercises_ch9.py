@@ -148,3 +148,19 @@ def test_not_implemented_bad_returns_and_modified_inputs_are_failures_not_except
     assert all(message == "not implemented yet" for _, message in failures(check_flash_test_ratio(not_done)))
     assert all("expected one number" in message for _, message in failures(check_flash_test_ratio(two_numbers)))
     assert all("the input modified in place" in message for _, message in failures(check_flash_test_ratio(modifies)))
+
+
+def test_the_softmax_without_its_max_is_explained_by_what_happens_in_each_dtype():
+    """Review 35 (rev-b): a softmax without its max, exponentiated in the input dtype, overflows float16 only where a
+    score passes 11.1; in bfloat16 (largest number 3.39e38 = e^88.7) and on float16's small scores the ratio is
+    finite, and the message names rounding there, not an overflow to NaN."""
+    report = check_flash_test_ratio(learner("no max"))
+    said = dict(failures(report))
+    bf16 = said["bfloat16 inputs, out = flash_attention (fa1, 8 x 8 tiles)"]
+    assert "no e^x overflows here" in bf16 and "88.7" in bf16 and "3.3895e+38" in bf16, bf16
+    assert "65504" not in bf16 and "NaN" not in bf16
+    small = said["property: values all below 0"]
+    assert "no e^x overflows here" in small and "11.1" in small and "NaN" not in small, small
+    for name in ("property: float16 scores near 20", "float16 inputs, out = flash_attention (fa2, 16 x 16 tiles)"):
+        assert "overflows float16 once x > 11.1" in said[name] and "inf / inf is NaN" in said[name], said[name]
+    assert all("without subtracting their max" in message for message in said.values())

@@ -201,8 +201,14 @@ def _a_mistakes(model, rule, old="m-1"):
             ),
         ),
         Mistake(
-            text(N_("s_m used where {s_old} belongs")),
-            text(N_("the correction is {correction}, with the old sum on top: keep {s_old} before updating s")),
+            text(N_("the factor {s_old} / s_m missing")),
+            text(
+                N_(
+                    "the correction is {correction}: {a_old} is an average over the old total weight {s_old}, "
+                    "which becomes a share of the new total s_m (if s was updated before this line, s_m / s_m "
+                    "cancels: keep {s_old} before updating s)"
+                )
+            ),
             (model(lambda a, sp, r, e, V, s, *_: a * r + e @ V / s),),
         ),
         Mistake(
@@ -372,17 +378,43 @@ def _with_state(make):
     return model
 
 
+def _nan_skipped(model):
+    """The step with every NaN score skipped, its key left out (a learner's ``np.nanmax`` with ``np.nansum``, or
+    ``np.nan_to_num`` on the weights)."""
+
+    def skipped(g_prev, s_prev, a_prev, x_block, v_block):
+        x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
+        V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
+        keep = ~np.isnan(x)
+        return _block_model(_right_update)(g_prev, s_prev, a_prev, x[keep], V[keep])
+
+    if model is _block_model:
+        return skipped
+    return lambda g_prev, s_prev, a_prev, x_m, v_m: skipped(g_prev, s_prev, a_prev, [x_m], [v_m])
+
+
 def _guard_mistakes(model, old="m-1"):
-    """Python's max (compared on the whole triple). (A key of -inf from the empty state, whose missing guard gives
+    """A max that drops NaN (Python's max, np.nanmax), and a NaN key skipped altogether (np.nanmax with np.nansum);
+    both compared on ``(g, s)``. (A key of -inf from the empty state, whose missing guard gives
     exp(-inf - (-inf)) = NaN, is not a case of chapter 5: masked keys come in chapter 8.)"""
     return (
         Mistake(
-            N_("Python's max dropping NaN"),
+            N_("a max that drops NaN"),
             N_(
-                "Python's max(2.0, nan) returns 2.0 (every comparison with NaN is False): test with math.isnan, or "
-                "use np.maximum / np.max, which propagate NaN"
+                "Python's max(2.0, nan) returns 2.0 (every comparison with NaN is False), and np.nanmax and np.fmax "
+                "skip NaN on purpose: use np.max or np.maximum, which propagate NaN (or test with math.isnan)"
             ),
             (model(_right_update, python_max=True),),
+            same_state,
+        ),
+        Mistake(
+            N_("a NaN score skipped (np.nanmax, np.nansum)"),
+            N_(
+                "np.nanmax and np.nansum (or np.nan_to_num) leave a key whose score is NaN out, as if it were not "
+                "there; the exercise asks that NaN in a key's score gives NaN out, as in chapter 2, so that a bug "
+                "upstream shows: use np.max or np.maximum and np.sum, which propagate NaN"
+            ),
+            (_nan_skipped(model),),
             same_state,
         ),
     )

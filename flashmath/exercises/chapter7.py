@@ -283,7 +283,10 @@ FINISH_MISTAKES = (
     ),
     Mistake(
         N_("the logsumexp without the shift"),
-        N_("log(e^g s) overflows once g > 709 (e^g is inf in float64): keep the shift, L = g + log(s)"),
+        N_(
+            "e^g leaves float64's range at both ends: it overflows to inf once g > 709.8 (log(e^g s) = inf) and "
+            "underflows to 0 once g < -745.2 (log(e^g s) = log 0 = -inf): keep the shift, L = g + log(s)"
+        ),
         (_finish_model(lse_of=lambda g, s, u: np.log(np.exp(g) * s)),),
     ),
     Mistake(

@@ -86,6 +86,29 @@ def _naive_variant(q, k, v, *, scale=True, axis=-1, shift=True):
     return round_to(probs @ v32, dtype)
 
 
+def _unshifted_message(q, k, v) -> str:
+    """What a softmax without its max, exponentiated in the input dtype, does on these inputs: overflow to inf
+    (then inf / inf = NaN) when a score passes the log of the dtype's largest number, else only more rounding."""
+    dtype = q.dtype
+    largest = float(ml_dtypes.finfo(dtype).max)  # float16 65504 = e^11.09, bfloat16 3.39e38 = e^88.72
+    q32, k32 = (arr.astype(np.float32) for arr in (q, k))
+    with np.errstate(all="ignore"):
+        scores = np.asarray(round_to(q32 @ k32.T / np.float32(math.sqrt(q.shape[-1])), dtype)).astype(dtype)
+        overflows = not bool(np.all(np.isfinite(np.exp(scores))))
+    if overflows:
+        return _(
+            "your naive softmax seems to exponentiate the scores in {dtype} without subtracting their max: e^x "
+            "overflows {dtype} once x > {limit:.1f} ({dtype}'s largest number is {largest:.5g}), and inf / inf is "
+            "NaN. A framework's softmax subtracts the row max and computes in float32"
+        ).format(dtype=dtype.name, limit=math.log(largest), largest=largest)
+    return _(
+        "your naive softmax seems to exponentiate the scores in {dtype} without subtracting their max: no e^x "
+        "overflows here (the scores stay below {limit:.1f}, the log of {dtype}'s largest number {largest:.5g}), but "
+        "e^x, their sum and the quotient are each rounded to {dtype}: rounding errors that the framework's naive "
+        "attention does not make. A framework's softmax subtracts the row max and computes in float32"
+    ).format(dtype=dtype.name, limit=math.log(largest), largest=largest)
+
+
 def _naive_rounded_to(q, k, v, dtype):
     """The framework's naive attention (computed in float32) with X, Y and A rounded to ``dtype`` instead of the
     inputs' dtype (a learner's hard-coded float16 or bfloat16)."""
@@ -215,11 +238,7 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
             ),
             (
                 max_abs_error(out, ref) / max_abs_error(_naive_variant(q, k, v, shift=False), ref),
-                _(
-                    "your naive softmax seems to exponentiate the scores in {dtype} without subtracting their max: "
-                    "e^x overflows {dtype} (float16's largest number is 65504, e^{{11.1}}), and inf / inf is NaN. A "
-                    "framework's softmax subtracts the row max and computes in float32"
-                ).format(dtype=dtype),
+                _unshifted_message(q, k, v),
             ),
             (
                 max_abs_error(out, ref) / max_abs_error(_naive_rounded_to(q, k, v, other), ref),

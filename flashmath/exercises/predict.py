@@ -292,6 +292,24 @@ QUESTIONS: dict[str, Question] = {
             ),
         },
     ),
+    "P9": Question(
+        why=N_(
+            "fa2 computes in float32 and rounds only its output, as the floor does: its float32 additions, in "
+            "whatever order, err by about 2^-24, far below float16's 2^-11, so its largest error is the floor's; "
+            "naive attention rounds X and Y to float16 as well."
+        ),
+        misconceptions={
+            1: N_(
+                "1 would mean that adding tile by tile costs as much as naive attention's roundings of X and Y; "
+                "but fa2's tiles add in float32, whose errors (about 2^-24) vanish under float16's 2^-11: only its "
+                "last rounding shows."
+            ),
+            2: N_(
+                "2 is the most FlashAttention's rule allows, not where fa2 lands: the numpy model rounds only its "
+                "output, like the floor."
+            ),
+        },
+    ),
     "P10": Question(
         why=N_("6 ranges -> 3 -> 2 -> 1: three levels (the odd one is carried up once)."),
         misconceptions={
