@@ -25,9 +25,10 @@ Conventions kept by every attention function of the package (this docstring is t
   enters the tile's ``P V`` product (``tl.dot``) with weight 0 for the rows that mask it, and ``0 x NaN`` is NaN, so
   a NaN or inf in its ``v`` row makes those rows NaN (its ``k`` row stays absent: the score is selected away). A
   key that every row of the tile masks (key padding, the keys past a causal or window tile, the keys past ``M``) is
-  not even loaded, and is absent in the kernels too (as in FlashAttention-2, which fills the rows of ``V`` past
-  ``seqlen_k`` with zeros; FlashAttention-3 and -4 load whole tiles by TMA, so a NaN in a padding slot of ``V``
-  reaches their output: flash-attention issues #1745 and #2374). Finite values are exact either way.
+  not even loaded, and is absent in the kernels too (FlashAttention-2 does the same only for the tiles it skips
+  and the keys past ``seqlen_k``, whose rows of ``V`` it fills with zeros; FlashAttention-3 and -4 load whole
+  tiles by TMA, so a NaN in a padding slot of ``V`` reaches their output: flash-attention issues #1745 and #2374).
+  Finite values are exact either way.
   NaN in a row of ``q`` or in an attended row of ``k`` or ``v`` makes the output rows that see it NaN; nothing is
   ever silently turned into 0 except what is masked.
 * A learnable sink (``learnable_sink``, chapter 13; flash-attention's name, GPT-OSS's per-head ``sinks``) is one

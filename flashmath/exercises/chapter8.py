@@ -204,7 +204,8 @@ MASKED_MISTAKES = (
         N_("values zeroed only for keys that every row masks"),
         N_(
             "a key that some rows of the tile attend and others mask enters P V with weight 0 for the rows that "
-            "mask it, and 0 * NaN is NaN: that is the GPU kernels' exception (chapter 8's box), not the rule. Select "
+            "mask it, and 0 * NaN and 0 * inf are NaN: that is the GPU kernels' exception (chapter 8's box), not the "
+            "rule. Select "
             "each masked pair away: np.where(keep[:, :, None], P[:, :, None] * V[None], 0).sum(axis=1)"
         ),
         (_masked_model(term=lambda p, keep, V: p @ np.where(keep.any(axis=0)[:, None], V, 0.0)),),
@@ -212,7 +213,8 @@ MASKED_MISTAKES = (
     Mistake(
         N_("masked terms multiplied by 0 (0 * NaN)"),
         N_(
-            "a masked key's weight is 0, but 0 * NaN is NaN: select masked terms away with np.where instead of "
+            "a masked key's weight is 0, but 0 * NaN and 0 * inf are NaN: select masked terms away with np.where "
+            "instead of "
             "multiplying P by the mask"
         ),
         (_masked_model(), _masked_model(term=lambda p, keep, V: p @ V)),
