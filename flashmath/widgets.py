@@ -428,11 +428,11 @@ def kernel_memory_explorer(
 
 
 def course_map_explorer(*, chapter: int = 0):
-    """Chapter 14: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
-    chapters 0-14 (no Play button: each chapter's sentence is there to be read).
+    """Chapter 15: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
+    chapters 0-15 (no Play button: each chapter's sentence is there to be read).
 
     Raises:
-        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-15. TypeError: not an integer.
     """
     from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 

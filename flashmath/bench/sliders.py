@@ -193,7 +193,7 @@ def course_cases() -> list[Case]:
             lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block),
         ),
         Case(
-            "14_recap",
+            "15_recap",
             "course_map_explorer",
             lambda: widgets.course_map_explorer(chapter=0),
             lambda chapter: CourseMapPlot(chapter=chapter),

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 14 (the recap).
+"""Checkers for the exercises of chapter 15 (the recap).
 
 Like every checker of :mod:`flashmath.exercises`, each one runs the learner's answer on cases where the classic
 mistakes make a difference, never raises, and returns a :class:`flashmath.exercises.CheckReport`; a wrong answer
@@ -6,9 +6,9 @@ is compared with the answers of the known mistakes, and the first that matches i
 run through the one harness, :func:`~flashmath.exercises._cases.check_function` (the quiz as one case per question,
 :func:`~flashmath.exercises._cases.check_quiz`).
 
-* :func:`check_recap_quiz` (14.1): the closing self-test, one question per big step of the course
+* :func:`check_recap_quiz` (15.1): the closing self-test, one question per big step of the course
   (:func:`print_recap_quiz` prints it).
-* :func:`check_flash_row` (14.2): FlashAttention-2 for one query row, from memory; its mistakes are
+* :func:`check_flash_row` (15.2): FlashAttention-2 for one query row, from memory; its mistakes are
   :data:`FLASH_ROW_MISTAKES`.
 
 Solutions: :mod:`flashmath.solutions_triton`.
@@ -40,7 +40,7 @@ def _same(a, b, rtol: float) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# 14.1: the recap quiz
+# 15.1: the recap quiz
 # ------------------------------------------------------------------------------------------------------------------
 
 # (question, {letter: choice}, right letter, {wrong letter: why not})
@@ -156,9 +156,9 @@ def _recap_parse(answers, number):
     )
 
 
-@exercise("14.1", solution="recap_quiz", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
+@exercise("15.1", solution="recap_quiz", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
 def check_recap_quiz(answers) -> CheckReport:
-    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 14.1), one case per
+    """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 15.1), one case per
     question through the harness (:func:`~flashmath.exercises._cases.check_function`); a wrong letter is answered
     with why that choice is wrong, naming the chapter to revisit."""
     return check_quiz(
@@ -176,7 +176,7 @@ def check_recap_quiz(answers) -> CheckReport:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# 14.2: FlashAttention-2 for one query row
+# 15.2: FlashAttention-2 for one query row
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -600,11 +600,11 @@ class _Both(Mistake):
         return _("{first}; and {second}").format(first=super().message(), second=self.second.message())
 
 
-@exercise("14.2", FLASH_ROW_MISTAKES, solution="flash_row", solutions="flashmath.solutions_triton", property_cases=2)
+@exercise("15.2", FLASH_ROW_MISTAKES, solution="flash_row", solutions="flashmath.solutions_triton", property_cases=2)
 def check_flash_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K, V, B_c) -> (a_n, lse_n)``: attention of one query row ``q_n (D,)`` over keys
     ``K (M, D)`` and values ``V (M, Dv)``, computed as FlashAttention-2 does, key tiles of ``B_c`` at a time with a
-    running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 14.2).
+    running max, sum and unnormalised accumulator, one division at the end; ``lse_n = g + log(s)`` (exercise 15.2).
 
     Through the harness (:func:`~flashmath.exercises._cases.check_function`): the property battery on every case
     (the arrays given unchanged, ``a_n`` of shape ``(Dv,)`` and a float result), the property cases (a single key;
