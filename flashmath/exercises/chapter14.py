@@ -261,13 +261,25 @@ def check_ring_step(fn) -> CheckReport:
     q1, k1, v1 = rng.standard_normal((1, 3)), rng.standard_normal((1, 3)), rng.standard_normal((1, 5))
     properties = property_cases(
         [
-            (_("one row and one key"), (np.array([[0.5, -1.0, 2.0, 0.0, 1.0]]), np.array([0.2]), q1, k1, v1,
-                                        np.ones((1, 1), dtype=bool))),
-            (_("keys and values of other widths (D = 3, Dv = 5)"),
-             (np.zeros((2, 5)), np.full(2, -np.inf), rng.standard_normal((2, 3)), rng.standard_normal((4, 3)),
-              rng.standard_normal((4, 5)), np.ones((2, 4), dtype=bool))),
-            (_("one row that sees no key of the shard"), (np.array([[1.0, 2.0, 3.0, 4.0, 5.0]]), np.array([0.7]),
-                                                        q1, k1, v1, np.zeros((1, 1), dtype=bool))),
+            (
+                _("one row and one key"),
+                (np.array([[0.5, -1.0, 2.0, 0.0, 1.0]]), np.array([0.2]), q1, k1, v1, np.ones((1, 1), dtype=bool)),
+            ),
+            (
+                _("keys and values of other widths (D = 3, Dv = 5)"),
+                (
+                    np.zeros((2, 5)),
+                    np.full(2, -np.inf),
+                    rng.standard_normal((2, 3)),
+                    rng.standard_normal((4, 3)),
+                    rng.standard_normal((4, 5)),
+                    np.ones((2, 4), dtype=bool),
+                ),
+            ),
+            (
+                _("one row that sees no key of the shard"),
+                (np.array([[1.0, 2.0, 3.0, 4.0, 5.0]]), np.array([0.7]), q1, k1, v1, np.zeros((1, 1), dtype=bool)),
+            ),
         ]
     )
     report = check_function(
@@ -365,8 +377,10 @@ def check_step_bytes(fn) -> CheckReport:
     forward ring (exercise 14.3), against :func:`flashmath.ring_cost.ring_bytes_model` (0 after the last step).
     Named mistakes: :data:`STEP_BYTES_MISTAKES`."""
     cases = [
-        (_("M = {M}, P = {P}, step {t}, device {r}{zz}").format(M=M, P=P, t=t, r=r, zz=_(", zig-zag") if z else ""),
-         (M, P, t, r, b, z))
+        (
+            _("M = {M}, P = {P}, step {t}, device {r}{zz}").format(M=M, P=P, t=t, r=r, zz=_(", zig-zag") if z else ""),
+            (M, P, t, r, b, z),
+        )
         for M, P, t, r, b, z in (
             (16, 4, 0, 1, 64, False),
             (16, 4, 2, 1, 64, False),
@@ -384,8 +398,10 @@ def check_step_bytes(fn) -> CheckReport:
         [
             (_("one device: P = 1 sends nothing"), (8, 1, 0, 0, 64, False)),
             (_("the last step sends nothing"), (12, 3, 2, 1, 64, True)),
-            (_("numpy integers: every size given as np.int64"),
-             (np.int64(10), np.int64(4), np.int64(1), np.int64(2), np.int64(32), False)),
+            (
+                _("numpy integers: every size given as np.int64"),
+                (np.int64(10), np.int64(4), np.int64(1), np.int64(2), np.int64(32), False),
+            ),
         ]
     )
     return check_function(

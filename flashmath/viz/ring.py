@@ -94,9 +94,7 @@ class RingPlot(LivePlot):
         self.ax_err = self.fig.add_subplot(grid[1, 1])
 
         ax = self.ax_pairs
-        self.pairs = ax.imshow(
-            np.ones((layout.N, layout.M, 3)), interpolation="nearest", origin="upper", aspect="auto"
-        )
+        self.pairs = ax.imshow(np.ones((layout.N, layout.M, 3)), interpolation="nearest", origin="upper", aspect="auto")
         ax.set_xlabel(_("key position m"))
         ax.set_ylabel(_("query position n"))
         ax.set_title(_("(query, key) pairs: merged now (full), before (pale)"), fontsize=9)
@@ -131,7 +129,9 @@ class RingPlot(LivePlot):
             mid = (self.centres[r] + self.centres[(r + 1) % P]) / 2
             out = mid / max(float(np.hypot(*mid)), 1e-9)
             where = mid + 0.38 * out if P > 2 else mid + np.array([0.55 if r == 0 else -0.55, 0.0])
-            self.sending.append(ax.text(*where, "", ha="center", va="center", fontsize=8.5, color=HOLD))
+            self.sending.append(
+                ax.text(float(where[0]), float(where[1]), "", ha="center", va="center", fontsize=8.5, color=HOLD)
+            )
 
         ax = self.ax_err
         self.bars = ax.bar(range(P), np.full(P, FLOOR), color=[_color(r) for r in range(P)], width=0.6, bottom=FLOOR)
@@ -242,9 +242,9 @@ def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int 
     axes[0].set_yticks(range(num_devices), [_("device {r}").format(r=r) for r in range(num_devices)])
     axes[0].invert_yaxis()
     fig.suptitle(
-        _(
-            "causal ring, N = {N}, P = {P}: each step lasts as long as its busiest device; grey: a device waits"
-        ).format(N=N, P=num_devices),
+        _("causal ring, N = {N}, P = {P}: each step lasts as long as its busiest device; grey: a device waits").format(
+            N=N, P=num_devices
+        ),
         fontsize=10,
     )
     return fig
