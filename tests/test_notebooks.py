@@ -22,9 +22,7 @@ def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> l
     section = readme[readme.index(heading) :]
     section = section[: section.index("\n## ")]
     rows = []
-    for number, title, opens in re.findall(
-        r"^\| (\d+) \| ([^|]+?) \|[^|]*\|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE
-    ):
+    for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
         link = re.fullmatch(rf"\[(.+)\]\(({folder}/\d\d_[a-z0-9_]+\.ipynb)\)", title)
         rows.append((int(number), link.group(1) if link else title, link.group(2) if link else None, opens))
     return rows
