@@ -1,5 +1,6 @@
-"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton); two cells of chapter 13 need PyTorch
-(one of them Triton too).
+"""Chapters 11 and 12 need the optional ``triton`` extra (PyTorch and Triton); chapter 14 and two cells of chapter 13
+need PyTorch (chapter 14: the ``distributed`` extra, or the triton extra, which installs PyTorch too; one cell of
+chapter 13 needs Triton too).
 
 Where it is not installed, the notebook's nbval items and its browser test are skipped with the reason, and the
 summary says so once, so that README's test command passes on a fresh machine without the extra. The notebook's
@@ -7,7 +8,8 @@ stored outputs come from a run in Triton's interpreter (``TRITON_INTERPRET=1``, 
 a machine without a GPU). A code cell tagged ``needs-torch`` (chapter 13's comparison with PyTorch's FlexAttention,
 in both editions) is stored as it runs with PyTorch; without PyTorch it prints that it skips, so nbval skips that
 cell's item (the rest of the notebook runs and is compared). A cell tagged ``needs-triton`` (chapter 13's run of
-chapter 11's kernel with its variants) is treated the same way where PyTorch or Triton is missing.
+chapter 11's kernel with its variants) is treated the same way where PyTorch or Triton is missing. Chapter 14
+(``NEEDS_TORCH``) is skipped whole where PyTorch is missing, as chapters 11 and 12 are without the triton extra.
 """
 
 import importlib.util
@@ -15,6 +17,7 @@ import importlib.util
 import pytest
 
 NEEDS_TRITON = ("11_triton.ipynb", "12_backward.ipynb")
+NEEDS_TORCH = ("14_ring_attention.ipynb",)
 SKIP_REASON = "needs the triton extra"
 NEEDS_TORCH_TAG = "needs-torch"  # a cell's tag: nbval skips the cell where PyTorch is missing
 NEEDS_TRITON_TAG = "needs-triton"  # a cell's tag: nbval skips the cell where PyTorch or Triton is missing
@@ -57,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _notebook_of(item) in NEEDS_TRITON:
             item.add_marker(pytest.mark.skip(reason=reason))
-        elif "torch" in missing and _needs_torch(item):
+        elif "torch" in missing and (_needs_torch(item) or _notebook_of(item) in NEEDS_TORCH):
             item.add_marker(pytest.mark.skip(reason=torch_reason))
         elif _tagged(item, NEEDS_TRITON_TAG):  # torch or triton missing: the kernel cannot run
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -61,6 +61,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flashmath._checks import size
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.ring import (
     RingLayout,
     group_rows,
@@ -73,6 +75,8 @@ from flashmath.ring import (
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DistributedExtraNotInstalled",
+    "INSTALL_COMMANDS",
     "JOB_KEYS",
     "context_parallel_probe",
     "context_parallel_worker",
@@ -80,6 +84,7 @@ __all__ = [
     "RingRun",
     "loopback_interface",
     "main",
+    "require_torch",
     "rank_ring_backward",
     "rank_ring_forward",
     "ring_worker",
@@ -90,6 +95,13 @@ __all__ = [
 DEFAULT_TIMEOUT = 120.0
 """Seconds a launch may take, start of the processes included (the deadline of :func:`run_rings`); each rank's
 waits time out after half of it."""
+
+INSTALL_COMMANDS = (
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+    'pip install -e ".[distributed]"',
+)
+"""The distributed extra from the course's folder, in its activated environment: PyTorch's CPU build first, then the
+extra (README, "Ring attention on several processes")."""
 
 INSTALL_HINT = (
     "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention on "
@@ -106,6 +118,40 @@ def _torch() -> Any:
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(INSTALL_HINT) from error
     return torch, dist
+
+
+class DistributedExtraNotInstalled(ModuleNotFoundError):
+    """PyTorch is missing. In a notebook it shows as its message alone, without a traceback (IPython prints what
+    ``_render_traceback_`` returns), and, being an error, it stops *Run All* at that cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines()
+
+
+#: The chapters that check PyTorch in their first cell (``require_torch("Chapter 14")``), marked for the catalog.
+CHAPTER_NAMES = (N_("This chapter"), N_("Chapter 14"))
+
+
+def require_torch(chapter: str = "This chapter") -> None:
+    """Stop with the install commands unless PyTorch is installed (the first code cell of chapter 14).
+
+    Prints one line when it is, in the selected language (:mod:`flashmath.i18n`). Raises:
+        DistributedExtraNotInstalled: (a ModuleNotFoundError) with the commands that install the distributed extra.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        print(_("{chapter} needs PyTorch (the distributed extra): it is installed.").format(chapter=_(chapter)))
+        return
+    commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
+    raise DistributedExtraNotInstalled(
+        f"{chapter} needs PyTorch, the distributed extra (the triton extra installs it too).\n"
+        "Install it in a terminal, in the course's folder, with its environment activated:\n"
+        f"{commands}\n"
+        "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
+        "Run All stops here. The stored outputs below were made with PyTorch: to read them, File > Reload Notebook\n"
+        "from Disk (if it was saved since: git restore the notebook's file)."
+    ) from None
 
 
 class RingError(RuntimeError):

@@ -291,6 +291,38 @@ def page_gather(pages, block_table, b, t):
     return pages[physical, t % page_size]  # its row inside the page
 
 
+def zigzag_pair(P, r):
+    """Chapter 14: the two chunks of 2P that device r holds under zig-zag sharding, the smaller first."""
+    return r, 2 * P - 1 - r  # one early chunk and its mirror from the end
+
+
+def ring_merge_step(a, lse, q, k, v, keep):
+    """Chapter 14: one ring step of one device: attention over the held shard alone, merged into (a, lse)."""
+    x = q @ k.T / math.sqrt(q.shape[-1])  # (n, m) scores over the held keys only
+    x = np.where(keep, x, -np.inf)  # a hidden key is absent
+    g = x.max(axis=1)
+    g_ref = np.where(g == -np.inf, 0.0, g)  # a row that sees no key: measured against 0, never -inf - (-inf)
+    p = np.exp(x - g_ref[:, None])
+    s = p.sum(axis=1)
+    a_s = np.where(s[:, None] > 0, (p @ v) / np.where(s > 0, s, 1.0)[:, None], 0.0)  # A_s, 0 for such a row
+    lse_s = np.where(s > 0, g_ref + np.log(np.where(s > 0, s, 1.0)), -np.inf)  # L_s = g + log s, -inf: no key
+    # chapter 10's merge: (A, L) and (A_s, L_s) of disjoint key ranges
+    return merge_states(a, lse, a_s, lse_s)
+
+
+def ring_step_bytes(M, P, t, r, row_bytes, zigzag):
+    """Chapter 14: bytes device r sends after step t of the forward ring: the K, V shard it held."""
+    if t >= P - 1:
+        return 0  # after the last step every device has seen every shard
+    s = (r - t) % P  # the shard device r holds at step t
+
+    def rows(c, pieces):  # rows of piece c of M rows cut into `pieces` nearly equal pieces
+        return (c + 1) * M // pieces - c * M // pieces
+
+    shard_rows = rows(s, 2 * P) + rows(2 * P - 1 - s, 2 * P) if zigzag else rows(s, P)
+    return shard_rows * row_bytes
+
+
 def show(name: str | None = None) -> None:
     """Print the source of the solution called ``name`` (one that an exercise's declaration names in this module);
     without a name, the list of names.

@@ -1,4 +1,4 @@
-"""Solutions to the exercises of chapters 11, 12 and 14, kept apart from the notebooks.
+"""Solutions to the exercises of chapters 11, 12 and 15, kept apart from the notebooks.
 
 Try the exercise first. In a notebook: ``from flashmath import solutions_triton``, then
 ``solutions_triton.show("row_lse")``. The Triton solution needs the ``triton`` extra (PyTorch and Triton); the
@@ -116,11 +116,11 @@ where_it_lives = {
 """Chapter 11 (11.2)."""
 
 recap_quiz = {1: "b", 2: "b", 3: "a", 4: "b", 5: "b", 6: "a", 7: "c"}
-"""Chapter 14 (14.1)."""
+"""Chapter 15 (15.1)."""
 
 
 def flash_row(q_n, K, V, B_c):
-    """Chapter 14 (14.2): FlashAttention-2 for one query row; returns ``(a_n, lse_n)``."""
+    """Chapter 15 (15.2): FlashAttention-2 for one query row; returns ``(a_n, lse_n)``."""
     q_n, K, V = (np.asarray(a, dtype=np.float64) for a in (q_n, K, V))
     g, s, acc = -math.inf, 0.0, np.zeros(V.shape[1])  # g = -inf, s = 0, acc = s A' = 0
     for c0 in range(0, len(K), B_c):

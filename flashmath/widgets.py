@@ -52,6 +52,7 @@ __all__ = [
     "ops_explorer",
     "backward_sweep_player",
     "mask_explorer",
+    "ring_player",
 ]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
@@ -428,11 +429,11 @@ def kernel_memory_explorer(
 
 
 def course_map_explorer(*, chapter: int = 0):
-    """Chapter 14: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
-    chapters 0-14 (no Play button: each chapter's sentence is there to be read).
+    """Chapter 15: the course on one page (:class:`flashmath.viz.recap.CourseMapPlot`) with a slider over the
+    chapters 0-15 (no Play button: each chapter's sentence is there to be read).
 
     Raises:
-        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-15. TypeError: not an integer.
     """
     from flashmath.viz.recap import CHAPTERS, CourseMapPlot
 
@@ -548,3 +549,37 @@ def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: in
     slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description="param", continuous_update=True)
     tile = widgets.SelectionSlider(options=blocks, value=block, description=_("tile"), continuous_update=True)
     return live_widget(plot, kind=kinds, param=slider, block=tile)
+
+
+def ring_player(
+    q,
+    k,
+    v,
+    num_devices: int,
+    *,
+    causal: bool = False,
+    zigzag: bool = False,
+    value: int = 0,
+    interval: int = 600,
+):
+    """Chapter 14: a ring of ``num_devices`` simulated devices, step by step (:class:`flashmath.viz.ring.RingPlot`).
+
+    Args:
+        q ``(..., N, D)``, k ``(..., M, D)``, v ``(..., M, Dv)``, num_devices, causal, zigzag: as
+            :func:`flashmath.ring.ring_trace` (computed once, here; at least 2 devices).
+        value: the step shown first. interval: milliseconds between Play frames (a ring has few steps: each frame
+            stays long enough to be read).
+
+    Returns:
+        :func:`live_widget` with a ``step`` slider over ``0 .. P - 1`` and a Play button.
+
+    Raises:
+        ValueError / TypeError: as :func:`flashmath.ring.ring_trace`; fewer than 2 devices; ``value`` out of range.
+    """
+    from flashmath.ring import ring_trace
+    from flashmath.viz.ring import RingPlot
+
+    P = size(num_devices, "num_devices", 2)
+    slider = step_slider(P - 1, value=value, name="num_devices - 1", what="the step shown first")
+    trace = ring_trace(q, k, v, P, causal=causal, zigzag=zigzag)
+    return live_widget(RingPlot(trace, step=value), interval=interval, step=slider)

@@ -1,4 +1,4 @@
-"""The checkers of chapters 11 and 14 (flashmath.exercises.chapter11 and chapter14): each named mistake is caught by
+"""The checkers of chapters 11 and 15 (flashmath.exercises.chapter11 and chapter15): each named mistake is caught by
 its name, and nothing a learner writes makes a checker raise.
 
 The wrong answers here are written independently of the checker's own models: a numpy emulation of a streamed
@@ -13,7 +13,7 @@ import pytest
 from helpers import checker_tests
 
 from flashmath import exercises
-from flashmath.exercises import chapter11, chapter14
+from flashmath.exercises import chapter11, chapter15
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HAVE_TRITON = HAVE_TORCH and importlib.util.find_spec("triton") is not None
@@ -242,19 +242,19 @@ def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
 
 
 def test_recap_quiz():
-    right = {number: question[2] for number, question in chapter14.RECAP_QUESTIONS.items()}
-    assert chapter14.check_recap_quiz(right).passed
-    assert chapter14.check_recap_quiz({str(n): f"({a.upper()})" for n, a in right.items()}).passed  # "(B)" and "1" work
-    report = chapter14.check_recap_quiz({**right, 1: "a", 7: "z", 3: ...})
+    right = {number: question[2] for number, question in chapter15.RECAP_QUESTIONS.items()}
+    assert chapter15.check_recap_quiz(right).passed
+    assert chapter15.check_recap_quiz({str(n): f"({a.upper()})" for n, a in right.items()}).passed  # "(B)" and "1" work
+    report = chapter15.check_recap_quiz({**right, 1: "a", 7: "z", 3: ...})
     text = messages(report)
     assert "only s_N" in text and "'z' is not one of" in text and "no answer yet" in text
     assert sum(not ok for _, ok, _ in report.cases) == 3
 
 
 def test_print_recap_quiz(capsys):
-    chapter14.print_recap_quiz()
+    chapter15.print_recap_quiz()
     out = capsys.readouterr().out
-    assert all(f"{n}. " in out for n in chapter14.RECAP_QUESTIONS) and "(c)" in out
+    assert all(f"{n}. " in out for n in chapter15.RECAP_QUESTIONS) and "(c)" in out
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -309,18 +309,18 @@ def test_flash_row_a_shape_error_is_explained():
         x = K.T @ q_n  # (D, M) @ (D,): the inner sizes differ
         return x, 0.0
 
-    text = messages(chapter14.check_flash_row(transposed))
+    text = messages(chapter15.check_flash_row(transposed))
     assert "raised ValueError" in text and ".T" in text, text
 
 
 def test_flash_row_logsumexp_without_g_is_named_where_a_n_is_right():
-    report = chapter14.check_flash_row(learner_flash_row(lse_g=False))
+    report = chapter15.check_flash_row(learner_flash_row(lse_g=False))
     assert not report.passed and "a_n is right; expected lse_n" in messages(report)
     assert "looks like g left out of the logsumexp" in messages(report)
 
 
 def test_flash_row_a_second_mistake_in_the_logsumexp_does_not_hide_the_first():
-    report = chapter14.check_flash_row(learner_flash_row(divide=False, lse_g=False))
+    report = chapter15.check_flash_row(learner_flash_row(divide=False, lse_g=False))
     text = messages(report)
     assert "looks like acc not divided by s at the end" in text and "looks like g left out" in text, report
 
@@ -332,7 +332,7 @@ def test_flash_row_inputs_changed_in_place_are_named():
         q_n /= math.sqrt(len(q_n))  # a learner's "fold the scale into q"
         return right(q_n * math.sqrt(len(q_n)), K, V, B_c)
 
-    report = chapter14.check_flash_row(scales_q_in_place)
+    report = chapter15.check_flash_row(scales_q_in_place)
     assert not report.passed and "looks like the input modified in place" in messages(report), report
 
 
@@ -342,7 +342,7 @@ def test_flash_row_nan_must_propagate():
     def nan_to_zero(q_n, K, V, B_c):  # "clean" the inputs first: a NaN value silently becomes 0
         return right(q_n, K, np.nan_to_num(V), B_c)
 
-    report = chapter14.check_flash_row(nan_to_zero)
+    report = chapter15.check_flash_row(nan_to_zero)
     assert [name for name, ok, _ in report.cases if not ok] == [
         "property: NaN propagates: NaN in one value, V[6, 0], gives NaN in a_n[0] alone"
     ], report
@@ -350,7 +350,7 @@ def test_flash_row_nan_must_propagate():
 
 def test_flash_row_a_logsumexp_that_is_not_one_number_is_explained():
     right = learner_flash_row()
-    report = chapter14.check_flash_row(lambda q_n, K, V, B_c: (right(q_n, K, V, B_c)[0], np.zeros(2)))
+    report = chapter15.check_flash_row(lambda q_n, K, V, B_c: (right(q_n, K, V, B_c)[0], np.zeros(2)))
     assert "lse_n must be one number (a float), got ndarray of shape (2,)" in messages(report)
 
 
@@ -383,7 +383,7 @@ def torch_float64_row(q_n, K, V, B_c):
 
 
 def the_packages_attention_row(q_n, K, V, B_c):
-    """fm.attention on a one-row query: the package's reference, as chapter 14's own code calls it."""
+    """fm.attention on a one-row query: the package's reference, as chapter 15's own code calls it."""
     import flashmath as fm
 
     a, lse = fm.attention(q_n[None, :], K, V, return_lse=True)
@@ -441,7 +441,7 @@ def converted_row(*, every_tile=False, reciprocal=False, nansum=False, terms_old
 
 
 def test_flash_row_a_division_at_every_tile_is_counted_after_np_asarray():
-    report = chapter14.check_flash_row(converted_row(every_tile=True))
+    report = chapter15.check_flash_row(converted_row(every_tile=True))
     failed = [name for name, ok, _ in report.cases if not ok]
     assert failed == ["one division at the end (the divisions of arrays computed from V are counted: at most one)"]
     assert "looks like the output divided at every tile" in messages(report), report
@@ -459,12 +459,12 @@ def test_flash_row_a_division_at_every_tile_is_counted_after_np_asarray():
     ],
 )
 def test_flash_row_correct_solutions_written_differently_pass(fn):
-    report = chapter14.check_flash_row(fn)
+    report = chapter15.check_flash_row(fn)
     assert report.passed, report
 
 
 def test_flash_row_a_division_at_every_tile_is_counted():
-    report = chapter14.check_flash_row(algorithm_1_row)
+    report = chapter15.check_flash_row(algorithm_1_row)
     failed = [(name, message) for name, ok, message in report.cases if not ok]
     assert len(failed) == 1 and failed[0][0].startswith("one division at the end"), report
     assert "4 divisions of arrays computed from V, over 4 key tiles" in failed[0][1], report
@@ -473,14 +473,14 @@ def test_flash_row_a_division_at_every_tile_is_counted():
 def test_flash_row_solution_passes_and_bad_answers_are_reported():
     from flashmath import solutions_triton
 
-    assert chapter14.check_flash_row(solutions_triton.flash_row).passed
-    assert chapter14.check_flash_row(learner_flash_row()).passed
-    assert "expected a pair" in messages(chapter14.check_flash_row(lambda q, K, V, B: 3.0))
-    assert "shape" in messages(chapter14.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
+    assert chapter15.check_flash_row(solutions_triton.flash_row).passed
+    assert chapter15.check_flash_row(learner_flash_row()).passed
+    assert "expected a pair" in messages(chapter15.check_flash_row(lambda q, K, V, B: 3.0))
+    assert "shape" in messages(chapter15.check_flash_row(lambda q, K, V, B: (np.zeros(2), 0.0)))
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Every mistake of chapters 11 and 14's catalogues, made by a learner-style wrong solution and named
+# Every mistake of chapters 11 and 15's catalogues, made by a learner-style wrong solution and named
 # ------------------------------------------------------------------------------------------------------------------
 
 WRONG = {

@@ -12,7 +12,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ZH_NOTEBOOKS = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))  # the Chinese edition, tests/test_zh_edition.py
 README = (ROOT / "README.md").read_text()
 README_ZH = (ROOT / "README.zh-CN.md").read_text()
-SYLLABUS_CHAPTERS = 15  # chapters 0-14 of the syllabus, each a row of README.md's chapter table
+SYLLABUS_CHAPTERS = 16  # chapters 0-15 of the syllabus, each a row of README.md's chapter table
 
 
 def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> list[tuple[int, str, str | None, str]]:
@@ -22,7 +22,8 @@ def chapter_table(readme=README, heading="## Chapters", folder="notebooks") -> l
     section = readme[readme.index(heading) :]
     section = section[: section.index("\n## ")]
     rows = []
-    for number, title, opens in re.findall(r"^\| (\d+) \| ([^|]+?) \|[^|]*\|[^|]*\| ([^|]+?) \|$", section, re.MULTILINE):
+    row = re.compile(r"^\| (\d+) \| ([^|]+?) \|[^|]*\|[^|]*\| ([^|]+?) \|$", re.MULTILINE)
+    for number, title, opens in row.findall(section):
         link = re.fullmatch(rf"\[(.+)\]\(({folder}/\d\d_[a-z0-9_]+\.ipynb)\)", title)
         rows.append((int(number), link.group(1) if link else title, link.group(2) if link else None, opens))
     return rows
@@ -125,7 +126,7 @@ def test_readme_zh_lists_every_chapter_and_links_the_chinese_ones():
 
 
 def test_readme_says_which_chapters_the_chinese_edition_has():
-    # README.md's language line: "(the Chinese edition: chapters 0-14, in `notebooks/zh/`)" ("... so far" while
+    # README.md's language line: "(the Chinese edition: chapters 0-15, in `notebooks/zh/`)" ("... so far" while
     # chapters are missing); it said "0-5 so far" long after all 15 were translated (issue 31)
     line = next(line for line in README.splitlines() if "(README.zh-CN.md)" in line)
     match = re.search(r"the Chinese edition: chapters (\d+)-(\d+)( so far)?, in `notebooks/zh/`", line)

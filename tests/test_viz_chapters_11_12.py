@@ -1,4 +1,4 @@
-"""The figures of chapters 11 and 14 (flashmath.viz.kernel, flashmath.viz.recap) and the kernel listing.
+"""The figures of chapters 11 and 15 (flashmath.viz.kernel, flashmath.viz.recap) and the kernel listing.
 
 Each widget is built as the notebooks build it (``widgets.live_widget`` with the chapter's controls); every move of
 every control must change the picture. None of this needs Triton.
@@ -71,23 +71,23 @@ def test_kernel_memory_plot_refuses_states_outside_the_controls(state, match):
 def test_course_map_explorer_redraws_for_every_chapter():
     ui = widgets.course_map_explorer(chapter=0)
     slider = control(ui, "chapter")
-    assert (slider.min, slider.max) == (0, 14)
-    for chapter in [*range(1, 15), 0]:
+    assert (slider.min, slider.max) == (0, 15)
+    for chapter in [*range(1, 16), 0]:
         move(ui, slider, chapter)
     with pytest.raises(ValueError, match="chapter"):
-        widgets.course_map_explorer(chapter=15)
+        widgets.course_map_explorer(chapter=16)
 
 
 def test_course_map_says_the_one_idea_and_marks_its_chapters():
-    plot = CourseMapPlot(chapter=14)
+    plot = CourseMapPlot(chapter=15)
     assert "Intermediate results may change meaning" in plot.detail.get_text()
-    assert [n for n, c in enumerate(CHAPTERS) if c.intermediate] == [2, 5, 6, 7, 10, 11, 12]
+    assert [n for n, c in enumerate(CHAPTERS) if c.intermediate] == [2, 5, 6, 7, 10, 11, 12, 14]
     plot.update(chapter=3)
     assert plot.detail.get_text().startswith("No intermediate result changes meaning")
     pictures = {figure_signature(plot.update(chapter=c)) for c in (2, 5, 7)}
     assert len(pictures) == 3
     with pytest.raises(ValueError, match="chapter"):
-        plot.update(chapter=15)
+        plot.update(chapter=16)
 
 
 def test_course_map_titles_are_the_syllabus_titles():

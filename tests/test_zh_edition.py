@@ -152,7 +152,7 @@ def test_sync_follows_the_english_chapter_and_keeps_the_chinese(tmp_path, monkey
     their positions (the Markdown one in English, flagged until translated), a changed code cell is copied and its
     outputs cleared, a removed cell is removed; the Chinese Markdown, the other outputs and the language cell's id
     stay; a second sync changes nothing, and so does a sync of an unchanged chapter."""
-    name = "14_recap.ipynb"
+    name = "15_recap.ipynb"
     (tmp_path / "zh").mkdir()
     monkeypatch.setattr(zh_notebook, "EN_DIR", tmp_path)
     en = nbformat.read(ROOT / "notebooks" / name, as_version=4)
@@ -492,6 +492,7 @@ KV cache dtype SRAM HBM DRAM SM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch
 Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi np Dv
 dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB TB PB warp warps
+rank gloo distributed all gather Ulysses
 """.split()
 )
 

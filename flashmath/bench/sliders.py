@@ -58,14 +58,17 @@ def course_cases() -> list[Case]:
     from flashmath.data import load_heads
     from flashmath.opcount import op_count_table
     from flashmath.precision import precision_study
+    from flashmath.ring import ring_trace
     from flashmath.traffic import tile_traffic_table
     from flashmath.variants import mask_example
     from flashmath.viz.backward import BackwardSweepPlot
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
+    from flashmath.viz.ring import RingPlot
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
     heads = load_heads()
+    ring_q = np.random.default_rng(14).standard_normal((32, 8))  # chapter 14's ring: N = 32, D = 8
     layer, head, n = heads.demo_rows[0]
     x = heads.score_row(layer, head, n)
     tokens = heads.tokens
@@ -193,7 +196,13 @@ def course_cases() -> list[Case]:
             lambda kind, param, block: viz.MaskExplorerPlot(mask_example, kind=kind, param=param, block=block),
         ),
         Case(
-            "14_recap",
+            "14_ring_attention",
+            "ring_player",
+            lambda: widgets.ring_player(ring_q, ring_q, ring_q, 4, causal=True, zigzag=True),
+            lambda step: RingPlot(ring_trace(ring_q, ring_q, ring_q, 4, causal=True, zigzag=True), step=step),
+        ),
+        Case(
+            "15_recap",
             "course_map_explorer",
             lambda: widgets.course_map_explorer(chapter=0),
             lambda chapter: CourseMapPlot(chapter=chapter),

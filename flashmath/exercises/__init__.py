@@ -12,7 +12,7 @@ learner's code, never raises), ``Diagnosis`` (names the mistake whose model give
 cases) and ``same``; ``flashmath.exercises._cases.check_function`` runs a whole list of cases through them, after
 the property battery (``_cases.PROPERTIES``: the inputs unchanged, the result's form, the edge inputs).
 
-One module per chapter, ``chapter0`` ... ``chapter14`` (``_tiles`` holds what chapters 6-12's checkers share), and
+One module per chapter, ``chapter0`` ... ``chapter15`` (``_tiles`` holds what chapters 6-12's checkers share), and
 :mod:`~flashmath.exercises.predict` for the 'predict, then check' questions. Each checker is declared once, beside
 its definition, with ``@exercise(number, mistakes, solution=...)`` (:mod:`flashmath.exercises._registry`): this
 package exports every declared checker and derives :data:`EXERCISES` and :data:`MISTAKES` from the declarations.
@@ -40,12 +40,13 @@ from flashmath.exercises import (  # noqa: F401
     chapter12,
     chapter13,
     chapter14,
+    chapter15,
 )
 from flashmath.exercises._registry import Exercise, declared
 from flashmath.exercises._report import CheckReport, Mistake
 from flashmath.exercises.chapter2 import OnePassVector
 from flashmath.exercises.chapter4 import Traced
-from flashmath.exercises.chapter14 import print_recap_quiz
+from flashmath.exercises.chapter15 import print_recap_quiz
 from flashmath.exercises.predict import check_prediction
 
 #: Every exercise of the course, in the course's order: one :class:`~flashmath.exercises._registry.Exercise` per

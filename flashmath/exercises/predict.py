@@ -326,6 +326,24 @@ QUESTIONS: dict[str, Question] = {
             4: N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
         },
     ),
+    "P14": Question(
+        why=N_(
+            "Device 0 holds the first quarter of the queries: the shards of devices 1, 2 and 3 hold only later keys, "
+            "so 3 of its 4 steps are skipped; device 3 skips none."
+        ),
+        misconceptions={
+            0: N_(
+                "0 is the non-causal ring, where every device computes every step; with the causal mask device 0's "
+                "queries see none of the later shards."
+            ),
+            4: N_(
+                "The own shard (step 0) is never skipped: its diagonal block is half visible, computed with the "
+                "causal mask inside it."
+            ),
+            1: N_("1 skipped step is device 2's count; device 0, the first, skips the most: every later shard."),
+            2: N_("2 is device 1's count (shards 2 and 3 come after its queries); device 0 skips shards 1, 2 and 3."),
+        },
+    ),
 }
 
 #: Every ``why`` and every misconception sentence of :data:`QUESTIONS` (the catalog's tests read them).

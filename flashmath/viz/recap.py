@@ -1,6 +1,6 @@
-"""Chapter 14: the course on one page.
+"""Chapter 15: the course on one page.
 
-:class:`CourseMapPlot` draws the fifteen chapters as a path, each with the formula it adds; the chapters whose
+:class:`CourseMapPlot` draws the sixteen chapters as a path, each with the formula it adds; the chapters whose
 intermediate result means something else than the final one (the one idea of the course) are outlined, and a
 step highlights one chapter and says, below the map, what its intermediate result is and when it becomes right.
 The chapter list is :data:`CHAPTERS` (the syllabus's order and titles).
@@ -83,28 +83,22 @@ CHAPTERS = (
         N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
     ),
     Chapter(N_("One loop, many attentions"), N_("score_mod, mask_mod per tile")),
+    Chapter(
+        N_("Across devices: ring attention"),
+        N_(r"merge $(A, L)$ of key shards round a ring"),
+        N_(
+            "a device's (A, L) after t ring steps is attention over the key shards it has seen; after P steps it is "
+            "exact"
+        ),
+    ),
     Chapter(N_("Recap"), N_("the final result is right")),
 )
 """The chapters in the syllabus's order (``shared/COURSE.md``)."""
 
-# (column, row) of each chapter's box: a path that reads left to right, back, and right again
-GRID = {
-    0: (0, 0),
-    1: (1, 0),
-    2: (2, 0),
-    3: (3, 0),
-    4: (4, 0),
-    5: (4, 1),
-    6: (3, 1),
-    7: (2, 1),
-    8: (1, 1),
-    9: (0, 1),
-    10: (0, 2),
-    11: (1, 2),
-    12: (2, 2),
-    13: (3, 2),
-    14: (4, 2),
-}
+# (column, row) of each chapter's box: a path of four boxes a row that reads left to right, back, and so on
+COLUMNS = 4
+GRID = {n: (n % COLUMNS if (n // COLUMNS) % 2 == 0 else COLUMNS - 1 - n % COLUMNS, n // COLUMNS) for n in range(16)}
+ROWS = max(row for _column, row in GRID.values()) + 1
 BOX_W, BOX_H = 1.9, 0.9
 IDEA = "#ff7f0e"  # the outline of a chapter whose intermediate result changes meaning
 
@@ -116,7 +110,7 @@ def _position(chapter: int) -> tuple[float, float]:
 
 
 class CourseMapPlot(LivePlot):
-    """The course on one page: ``update(chapter=k)`` highlights chapter ``k`` (0-14) and explains it below.
+    """The course on one page: ``update(chapter=k)`` highlights chapter ``k`` (0-15) and explains it below.
 
     Boxes hold each chapter's number, title and formula; orange outlines mark the chapters that keep an
     intermediate result with another meaning than the final one (online softmax's ``s_i``, the one-loop ``A'_m``,
@@ -124,20 +118,20 @@ class CourseMapPlot(LivePlot):
     backward's ``dQ``).
 
     Raises:
-        ValueError: ``chapter`` outside 0-14. TypeError: not an integer.
+        ValueError: ``chapter`` outside 0-15. TypeError: not an integer.
     """
 
-    def __init__(self, *, chapter: int = 14, figsize=(12.5, 7.0), dpi: int = DPI, pyplot: bool = False):
+    def __init__(self, *, chapter: int = 15, figsize=(12.5, 8.6), dpi: int = DPI, pyplot: bool = False):
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, chapter=chapter)
 
     def __len__(self) -> int:
-        return len(CHAPTERS) - 1  # steps 0..14
+        return len(CHAPTERS) - 1  # steps 0..15
 
     def _build(self) -> None:
         self.fig.set_layout_engine("none")  # boxes at fixed places: no layout to compute
         ax = self.fig.add_axes((0, 0.16, 1, 0.84))
-        ax.set_xlim(-0.15, 4 * 2.1 + BOX_W + 0.15)
-        ax.set_ylim(-2 * 1.55 - 0.2, BOX_H + 0.25)
+        ax.set_xlim(-0.15, (COLUMNS - 1) * 2.1 + BOX_W + 0.15)
+        ax.set_ylim(-(ROWS - 1) * 1.55 - 0.2, BOX_H + 0.25)
         ax.axis("off")
         for number, chapter in enumerate(CHAPTERS):
             x, y = _position(number)

@@ -1,0 +1,250 @@
+"""Chapter 14: ring attention, step by step (:class:`RingPlot`), the timeline of a gloo run and the causal balance.
+
+:class:`RingPlot` draws a :class:`flashmath.ring.RingTrace` (computed once by :func:`flashmath.ring.ring_trace`):
+the ``N x M`` grid of (query, key) pairs coloured by the device that merges them and the step at which it does,
+the ring of devices with the key/value shard each holds and the bytes it passes on, and each device's running
+state measured against its final one. :func:`plot_ring_timeline` draws the recorded timeline of a
+:class:`flashmath.ring_dist.RingRun` (compute and transfers of every rank at every step), and
+:func:`plot_ring_balance` the causal work of each device at each step, from the schedule alone, for the contiguous
+and the zig-zag layouts. Nothing here computes attention.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.patches import Circle, FancyArrowPatch
+
+from flashmath.i18n import gettext as _
+from flashmath.viz.axes import index
+from flashmath.viz.live import LivePlot
+from flashmath.viz.style import DPI, HOLD, UNSEEN
+
+__all__ = ["DEVICE_COLORS", "RingPlot", "pair_steps", "plot_ring_balance", "plot_ring_timeline"]
+
+DEVICE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+MASKED = "#e6e6e6"  # pairs no device ever merges (the causal mask)
+FLOOR = 1e-17  # the log axis of the running error: an error of exactly 0 is drawn here
+
+
+def _color(device: int) -> str:
+    return DEVICE_COLORS[device % len(DEVICE_COLORS)]
+
+
+def pair_steps(trace) -> tuple[np.ndarray, np.ndarray]:
+    """For each (query, key) pair of the sequence: the step at which its device merges it (``-1``: never, a pair the
+    causal mask hides) and that device, two ``(N, M)`` int arrays, from the trace's plan of every step."""
+    layout = trace.layout
+    step_of = np.full((layout.N, layout.M), -1, dtype=np.int64)
+    device_of = np.full((layout.N, layout.M), -1, dtype=np.int64)
+    for row in trace.frames:
+        for frame in row:
+            st = frame.step
+            if st.skipped:
+                continue
+            q_pos = layout.q_positions(st.device)[st.rows[0] : st.rows[1]]
+            k_pos = layout.kv_positions(st.shard)[st.cols[0] : st.cols[1]]
+            seen = np.ones((len(q_pos), len(k_pos)), dtype=bool)
+            if trace.causal:
+                seen = k_pos[None, :] <= q_pos[:, None]
+            rows, cols = np.nonzero(seen)
+            step_of[q_pos[rows], k_pos[cols]] = st.step
+            device_of[q_pos[rows], k_pos[cols]] = st.device
+    return step_of, device_of
+
+
+class RingPlot(LivePlot):
+    """One ring, step by step: ``update(step=t)`` for ``t = 0 .. P - 1``.
+
+    Left: the ``N x M`` (query, key) pairs of the sequence; a pair takes the colour of the device that owns its
+    query, full where the device merges it at step ``t``, pale where it did earlier, white where it has not yet,
+    grey where the causal mask hides it for good. Top right: the ring; each device shows the key/value shard it
+    holds at step ``t`` and the arrow to the next device the bytes it sends after the step. Bottom right: each
+    device's running output against its final one, ``max |A_r - A_r(final)|`` (log scale; 0 drawn at the bottom):
+    not the answer until the device has merged every shard it sees.
+
+    Args:
+        trace: from :func:`flashmath.ring.ring_trace` (at least 2 devices).
+        step: the step shown first. figsize: inches. dpi: dots per inch. pyplot: see :class:`LivePlot`.
+
+    Raises:
+        ValueError: a trace of one device; ``step`` outside ``0 .. P - 1``. TypeError: ``step`` not an integer.
+    """
+
+    def __init__(self, trace, *, step: int = 0, figsize=(10.0, 5.4), dpi: int = DPI, pyplot: bool = False):
+        self.trace = trace
+        self.P = trace.layout.num_devices
+        if self.P < 2:
+            raise ValueError("RingPlot draws a ring of at least 2 devices")
+        self.step_of, self.device_of = pair_steps(trace)
+        final = [trace.frames[-1][r].a for r in range(self.P)]
+        # max |A_r(t) - A_r(final)| of every device after every step
+        self.errors = np.array(
+            [[float(np.abs(trace.frames[t][r].a - final[r]).max()) for r in range(self.P)] for t in range(self.P)]
+        )
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
+
+    def __len__(self) -> int:
+        return self.P
+
+    def _build(self) -> None:
+        layout, P = self.trace.layout, self.P
+        grid = self.fig.add_gridspec(2, 2, width_ratios=[1.0, 1.15], height_ratios=[1.35, 1.0])
+        self.ax_pairs = self.fig.add_subplot(grid[:, 0])
+        self.ax_ring = self.fig.add_subplot(grid[0, 1])
+        self.ax_err = self.fig.add_subplot(grid[1, 1])
+
+        ax = self.ax_pairs
+        self.pairs = ax.imshow(np.ones((layout.N, layout.M, 3)), interpolation="nearest", origin="upper", aspect="auto")
+        ax.set_xlabel(_("key position m"))
+        ax.set_ylabel(_("query position n"))
+        ax.set_title(_("(query, key) pairs: merged now (full), before (pale)"), fontsize=9)
+
+        ax = self.ax_ring
+        ax.set_xlim(-1.75, 1.75)
+        ax.set_ylim(-1.45, 1.45)
+        ax.set_aspect("equal")
+        ax.axis("off")
+        angles = np.pi / 2 - 2 * np.pi * np.arange(P) / P  # device 0 at the top, clockwise
+        self.centres = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+        radius = 0.27 if P <= 4 else 0.2
+        self.holding, self.sending = [], []
+        for r in range(P):
+            x, y = self.centres[r]
+            ax.add_patch(Circle((x, y), radius, facecolor=_color(r), alpha=0.25, edgecolor=_color(r), lw=1.5))
+            ax.text(x, y + 0.06, _("device {r}").format(r=r), ha="center", va="center", fontsize=9, fontweight="bold")
+            self.holding.append(ax.text(x, y - 0.1, "", ha="center", va="center", fontsize=9))
+            nx, ny = self.centres[(r + 1) % P]
+            ax.add_patch(
+                FancyArrowPatch(
+                    (x, y),
+                    (nx, ny),
+                    connectionstyle="arc3,rad=-0.25",
+                    arrowstyle="-|>",
+                    mutation_scale=12,
+                    color=HOLD,
+                    shrinkA=radius * 72 * 1.2,
+                    shrinkB=radius * 72 * 1.2,
+                )
+            )
+            mid = (self.centres[r] + self.centres[(r + 1) % P]) / 2
+            out = mid / max(float(np.hypot(*mid)), 1e-9)
+            where = mid + 0.38 * out if P > 2 else mid + np.array([0.55 if r == 0 else -0.55, 0.0])
+            self.sending.append(
+                ax.text(float(where[0]), float(where[1]), "", ha="center", va="center", fontsize=8.5, color=HOLD)
+            )
+
+        ax = self.ax_err
+        self.bars = ax.bar(range(P), np.full(P, FLOOR), color=[_color(r) for r in range(P)], width=0.6, bottom=FLOOR)
+        ax.set_yscale("log")
+        top = max(float(self.errors.max()), 1.0) * 10
+        ax.set_ylim(FLOOR, top)
+        ax.set_xticks(range(P), [_("device {r}").format(r=r) for r in range(P)], fontsize=8.5)
+        ax.set_ylabel(_("max |A - final A|"), fontsize=9)
+        self.bar_labels = [ax.text(r, FLOOR * 3, "", ha="center", va="bottom", fontsize=8.5) for r in range(P)]
+        ax.set_title(_("each device's running output against its final one"), fontsize=9)
+        self.title = self.fig.suptitle("", fontsize=10.5)
+        self.live(self.pairs, *self.holding, *self.sending, self.bars, *self.bar_labels, self.title)
+
+    def _update(self, step) -> None:
+        t = index(step, "step", self.P)
+        layout, P = self.trace.layout, self.P
+        rgb = np.ones((layout.N, layout.M, 3))
+        rgb[self.step_of < 0] = np.array([int(MASKED[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+        for r in range(P):
+            colour = np.array([int(_color(r)[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+            mine = self.device_of == r
+            rgb[mine & (self.step_of == t)] = colour
+            rgb[mine & (self.step_of >= 0) & (self.step_of < t)] = 0.3 * colour + 0.7
+        self.pairs.set_data(rgb)
+        frames = self.trace.frames[t]
+        for r in range(P):
+            frame = frames[r]
+            held = _("holds K, V of {s}").format(s=frame.step.shard)
+            if frame.step.skipped:
+                held += "\n" + _("(skipped)")
+            self.holding[r].set_text(held)
+            sent = frame.sent_bytes
+            self.sending[r].set_text(_("{b} bytes").format(b=sent) if t < P - 1 else "")
+            error = self.errors[t, r]
+            self.bars.patches[r].set_height(max(error, FLOOR) - FLOOR)
+            self.bar_labels[r].set_text("0" if error == 0 else f"{error:.0e}")
+            self.bar_labels[r].set_y(max(error, FLOOR) * 1.5)
+        self.title.set_text(
+            _("step {t} of {P} (t = 0 .. P - 1): device r holds the key/value shard of device (r - t) mod P").format(
+                t=t, P=P
+            )
+        )
+
+
+def plot_ring_timeline(run, *, figsize=(9.0, 3.2), dpi: int = DPI):
+    """The recorded timeline of a gloo ring (:class:`flashmath.ring_dist.RingRun`): for each rank, its computation at
+    each step (thick bars) and the transfer of the next shard, posted before the computation and waited for after
+    it (thin bars): where the two overlap, the transfer cost no time.
+
+    Returns:
+        the matplotlib Figure (made through pyplot: Jupyter's inline backend shows it).
+    """
+    import matplotlib.pyplot as plt
+
+    timeline = np.asarray(run.timeline) * 1e3  # (P, P, 4) [t, r]: posted, started, computed, arrived; in ms
+    P = timeline.shape[1]
+    fig, ax = plt.subplots(figsize=figsize, dpi=dpi, layout="constrained")
+    for t in range(P):
+        for r in range(P):
+            posted, started, computed, arrived = timeline[t, r]
+            ax.barh(r - 0.12, computed - started, left=started, height=0.42, color=_color(t), edgecolor="k", lw=0.5)
+            ax.text((started + computed) / 2, r - 0.12, f"{t}", ha="center", va="center", fontsize=8)
+            if t < P - 1:
+                ax.barh(r + 0.27, arrived - posted, left=posted, height=0.14, color=HOLD)
+    ax.set_yticks(range(P), [_("rank {r}").format(r=r) for r in range(P)])
+    ax.invert_yaxis()
+    ax.set_xlabel(_("milliseconds since the first transfer was posted"))
+    ax.set_title(
+        _("thick: compute of step t (its number); thin grey: the transfer of the next shard, in flight"), fontsize=9
+    )
+    return fig
+
+
+def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int = DPI):
+    """The causal ring's work per device and step, from the schedule alone (:func:`flashmath.ring.ring_schedule`):
+    contiguous shards (left) against zig-zag (right). A step lasts as long as its busiest device (each waits for
+    the next shard); a bar is a device's score entries at that step, the grey rest of the step its idle time.
+
+    Returns:
+        the matplotlib Figure (made through pyplot).
+    """
+    import matplotlib.pyplot as plt
+
+    from flashmath.ring import ring_layout, ring_schedule
+
+    fig, axes = plt.subplots(1, 2, figsize=figsize, dpi=dpi, layout="constrained", sharex=True, sharey=True)
+    for ax, zigzag in zip(axes, (False, True), strict=True):
+        layout = ring_layout(N, num_devices, zigzag=zigzag)
+        schedule = ring_schedule(layout, causal=True)
+        work = np.array([[st.score_entries for st in row] for row in schedule], dtype=float)  # [t, r]
+        lengths = work.max(axis=1)
+        starts = np.concatenate([[0.0], np.cumsum(lengths)[:-1]])
+        for t in range(num_devices):
+            for r in range(num_devices):
+                ax.barh(r, lengths[t], left=starts[t], height=0.6, color=UNSEEN, alpha=0.5)
+                if work[t, r]:
+                    ax.barh(r, work[t, r], left=starts[t], height=0.6, color=_color(r), edgecolor="k", lw=0.4)
+            ax.axvline(starts[t], color="k", lw=0.6, ls=":")
+        busy = work.sum() / (lengths.sum() * num_devices)
+        name = _("zig-zag") if zigzag else _("contiguous")
+        ax.set_title(
+            _("{name}: {total:,.0f} score entries of time, devices busy {busy:.0%}").format(
+                name=name, total=lengths.sum(), busy=busy
+            ),
+            fontsize=9,
+        )
+        ax.set_xlabel(_("time, in score entries (steps separated by dotted lines)"))
+    axes[0].set_yticks(range(num_devices), [_("device {r}").format(r=r) for r in range(num_devices)])
+    axes[0].invert_yaxis()
+    fig.suptitle(
+        _("causal ring, N = {N}, P = {P}: each step lasts as long as its busiest device; grey: a device waits").format(
+            N=N, P=num_devices
+        ),
+        fontsize=10,
+    )
+    return fig

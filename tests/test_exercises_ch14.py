@@ -1,0 +1,195 @@
+"""Chapter 14's checkers (ring attention): several right answers pass, and each classic mistake, written as a learner
+would, is caught and named."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import checker_tests
+
+import flashmath as fm
+from flashmath import exercises, solutions
+from flashmath.ring import zigzag_chunks
+from flashmath.ring_cost import ring_bytes_model, shard_rows
+from flashmath.splitkv import merge_states
+
+# ---- 14.1 ----------------------------------------------------------------------------------------------------------
+
+ZIGZAG = {
+    "the second chunk off by one (2P - r)": lambda P, r: (r, 2 * P - r),
+    "the second half in order (P + r)": lambda P, r: (r, P + r),
+    "the mirror among P chunks (P - 1 - r)": lambda P, r: tuple(sorted((r, P - 1 - r))),
+    "the larger chunk first": lambda P, r: (2 * P - 1 - r, r),
+}
+
+ZIGZAG_RIGHT = [
+    solutions.zigzag_pair,
+    zigzag_chunks,  # the package's own
+    lambda P, r: [r, 2 * P - 1 - r],  # a list
+    lambda P, r: np.array([r, 2 * P - 1 - r]),  # an array
+    lambda P, r: tuple(c for c in range(2 * P) if c in (r, 2 * P - 1 - r)),  # searched
+    lambda P, r: (float(r), float(2 * P - 1 - r)),  # floats that are whole numbers
+]
+
+
+@pytest.mark.parametrize("fn", ZIGZAG_RIGHT)
+def test_zigzag_right_answers_pass(fn):
+    report = exercises.check_zigzag_chunks(fn)
+    assert report.passed, report
+
+
+# ---- 14.2 ----------------------------------------------------------------------------------------------------------
+
+
+def step_attention(q, k, v, keep, *, scale=None, mask=True, guard=True):
+    """A learner's step: the attention of q over k, v alone (no package), with switches for the mistakes."""
+    D = q.shape[-1]
+    x = q @ k.T / (math.sqrt(D) if scale is None else scale)
+    if mask:
+        x = np.where(keep, x, -np.inf)
+    g = x.max(axis=1, keepdims=True)
+    if guard:
+        g = np.where(np.isinf(g), 0.0, g)
+    e = np.exp(x - g)
+    s = e.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = (e @ v) / s
+        lse = (g + np.log(s))[:, 0]
+    if guard:
+        a = np.where(s > 0, a, 0.0)
+    return a, lse
+
+
+def right_merge(a, lse, a_s, lse_s):
+    new = np.logaddexp(lse, lse_s)
+    ref = np.where(np.isneginf(new), 0.0, new)
+    w = np.where(np.isneginf(lse), 0.0, np.exp(lse - ref))[:, None]
+    w_s = np.where(np.isneginf(lse_s), 0.0, np.exp(lse_s - ref))[:, None]
+    return np.where(w > 0, w * a, 0.0) + np.where(w_s > 0, w_s * a_s, 0.0), new
+
+
+def learner_step(a, lse, q, k, v, keep, **wrong):
+    return right_merge(a, lse, *step_attention(q, k, v, keep, **wrong))
+
+
+def package_step(a, lse, q, k, v, keep):
+    a_s, lse_s = fm.attention(q, k, v, mask=keep, return_lse=True)
+    return merge_states(a, lse, a_s, lse_s)
+
+
+def ring_forward_step_itself(a, lse, q, k, v, keep):
+    """The package's ring step on a block, with the mask as one row at a time (any right form passes)."""
+    a_new, lse_new = a.copy(), lse.copy()
+    for n in range(q.shape[0]):
+        cols = np.flatnonzero(keep[n])
+        if cols.size:
+            a_s, l_s = fm.flash_attention(q[n : n + 1], k[cols], v[cols], return_lse=True, block_k=2)
+            a_new[n : n + 1], lse_new[n : n + 1] = merge_states(a[n : n + 1], lse[n : n + 1], a_s, l_s)
+    return a_new, lse_new
+
+
+def step_without_rescaling(a, lse, q, k, v, keep):
+    a_s, lse_s = step_attention(q, k, v, keep)
+    return a + a_s, np.logaddexp(lse, lse_s)
+
+
+def step_replacing(a, lse, q, k, v, keep):
+    a_s, lse_s = step_attention(q, k, v, keep)
+    seen = ~np.isneginf(lse_s)
+    return np.where(seen[:, None], a_s, a), np.where(seen, lse_s, lse)
+
+
+def step_max_lse(a, lse, q, k, v, keep):
+    a_s, lse_s = step_attention(q, k, v, keep)
+    new = np.maximum(lse, lse_s)
+    ref = np.where(np.isneginf(new), 0.0, new)
+    w = np.where(np.isneginf(lse), 0.0, np.exp(lse - ref))[:, None]
+    w_s = np.where(np.isneginf(lse_s), 0.0, np.exp(lse_s - ref))[:, None]
+    return np.where(w > 0, w * a, 0.0) + np.where(w_s > 0, w_s * a_s, 0.0), new
+
+
+def step_plain_exp(a, lse, q, k, v, keep):
+    a_s, lse_s = step_attention(q, k, v, keep)
+    e, e_s = np.exp(lse), np.exp(lse_s)
+    return (e[:, None] * a + e_s[:, None] * a_s) / (e + e_s)[:, None], np.log(e + e_s)
+
+
+RING_STEP = {
+    "merged without rescaling": step_without_rescaling,
+    "the step's output replaces the running one": step_replacing,
+    "the logsumexp as the max of the two": step_max_lse,
+    "e^L without a reference point": step_plain_exp,
+    "the scale 1/sqrt(D) forgotten": lambda a, lse, q, k, v, keep: learner_step(a, lse, q, k, v, keep, scale=1.0),
+    "the mask ignored": lambda a, lse, q, k, v, keep: learner_step(a, lse, q, k, v, keep, mask=False),
+    "a row that sees no key: -inf - (-inf)": lambda a, lse, q, k, v, keep: learner_step(
+        a, lse, q, k, v, keep, guard=False
+    ),
+}
+
+RING_STEP_RIGHT = [solutions.ring_merge_step, learner_step, package_step, ring_forward_step_itself]
+
+
+@pytest.mark.parametrize("fn", RING_STEP_RIGHT)
+def test_ring_step_right_answers_pass(fn):
+    report = exercises.check_ring_step(fn)
+    assert report.passed, report
+
+
+def test_ring_step_that_overwrites_the_state_is_caught():
+    def in_place(a, lse, q, k, v, keep):
+        out = learner_step(a, lse, q, k, v, keep)
+        a[...], lse[...] = out
+        return a, lse
+
+    report = exercises.check_ring_step(in_place)
+    assert not report.passed and "left unchanged" in repr(report), report
+
+
+# ---- 14.3 ----------------------------------------------------------------------------------------------------------
+
+
+def rows_of(M, P, s, zigzag):
+    return int(shard_rows(M, P, zigzag=zigzag)[s])
+
+
+STEP_BYTES = {
+    "the device's own shard at every step": lambda M, P, t, r, b, z: 0 if t >= P - 1 else rows_of(M, P, r, z) * b,
+    "the ring turned the wrong way ((r + t) mod P)": lambda M, P, t, r, b, z: (
+        0 if t >= P - 1 else rows_of(M, P, (r + t) % P, z) * b
+    ),
+    "the shard received, not the one sent ((r - t - 1) mod P)": lambda M, P, t, r, b, z: (
+        0 if t >= P - 1 else rows_of(M, P, (r - t - 1) % P, z) * b
+    ),
+    "something sent after the last step": lambda M, P, t, r, b, z: rows_of(M, P, (r - t) % P, z) * b,
+    "M / P rows for every shard": lambda M, P, t, r, b, z: 0 if t >= P - 1 else M // P * b,
+    "contiguous shards under zig-zag": lambda M, P, t, r, b, z: (
+        0 if t >= P - 1 else rows_of(M, P, (r - t) % P, False) * b
+    ),
+}
+
+STEP_BYTES_RIGHT = [
+    solutions.ring_step_bytes,
+    lambda M, P, t, r, b, z: 0 if t == P - 1 else int(ring_bytes_model(M, P, row_bytes=b, zigzag=z)[t, r]),
+    lambda M, P, t, r, b, z: 0 if t + 1 >= P else float(rows_of(M, P, (r - t) % P, z) * b),  # a float count
+    lambda M, P, t, r, b, z: np.int64(0 if t >= P - 1 else rows_of(M, P, (r - t + P) % P, z) * b),
+]
+
+
+@pytest.mark.parametrize("fn", STEP_BYTES_RIGHT)
+def test_step_bytes_right_answers_pass(fn):
+    report = exercises.check_step_bytes(fn)
+    assert report.passed, report
+
+
+WRONG = {
+    "check_zigzag_chunks": ZIGZAG,
+    "check_ring_step": RING_STEP,
+    "check_step_bytes": STEP_BYTES,
+}
+
+test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)
+
+
+def test_the_solutions_can_be_shown():
+    for name in ("zigzag_pair", "ring_merge_step", "ring_step_bytes"):
+        assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")

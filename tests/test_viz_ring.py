@@ -1,0 +1,75 @@
+"""Chapter 14's figures (flashmath.viz.ring) and its widget (widgets.ring_player): a move redraws the picture, the
+pictures draw the trace they are given, and bad states are refused."""
+
+import io
+from contextlib import redirect_stdout
+
+import matplotlib
+import numpy as np
+import pytest
+
+from flashmath import widgets
+from flashmath.ring import ring_trace
+from flashmath.viz import figure_signature
+from flashmath.viz.ring import RingPlot, pair_steps, plot_ring_balance, plot_ring_timeline
+
+matplotlib.use("Agg")
+
+rng = np.random.default_rng(14)
+q, k, v = (rng.standard_normal((16, 4)) for _ in range(3))
+
+
+def test_ring_player_redraws_for_every_step_and_plays():
+    ui = widgets.ring_player(q, k, v, 4, causal=True, zigzag=True)
+    slider = ui.kwargs_widgets[0]
+    assert (slider.min, slider.max, slider.value) == (0, 3, 0)
+    play = ui.children[0].children[0]
+    assert type(play).__name__ == "Play" and play.max == 3
+    for step in (1, 2, 3, 0):
+        before = ui.image.value
+        with redirect_stdout(io.StringIO()):
+            slider.value = step
+        assert ui.image.value != before, f"step {step} left the picture unchanged"
+        assert ui.result.state == {"step": step}
+
+
+def test_ring_player_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="num_devices"):
+        widgets.ring_player(q, k, v, 1)
+    with pytest.raises(ValueError, match="value"):
+        widgets.ring_player(q, k, v, 4, value=4)
+    with pytest.raises(ValueError, match="N = M"):
+        widgets.ring_player(q[:8], k, v, 4, causal=True)
+
+
+def test_ring_plot_colours_each_pair_by_its_step_and_device():
+    trace = ring_trace(q, k, v, 4, causal=True, zigzag=True)
+    steps, devices = pair_steps(trace)
+    n, m = np.indices(steps.shape)
+    assert ((steps >= 0) == (m <= n)).all()  # every visible pair merged once, the masked ones never
+    for r in range(4):
+        assert set(np.unique(n[devices == r])) == set(trace.layout.q_positions(r).tolist())
+    plot = RingPlot(trace, step=0)
+    pictures = {figure_signature(plot.update(step=t).fig) for t in range(4)}
+    assert len(pictures) == 4
+    assert plot.holding[1].get_text().startswith("holds K, V of 2")  # step 3: the shard of (1 - 3) mod 4
+    assert plot.errors[-1].max() == 0  # the last step is the final state
+    with pytest.raises(ValueError, match="step"):
+        plot.update(step=4)
+    with pytest.raises(ValueError, match="at least 2"):
+        RingPlot(ring_trace(q, k, v, 1))
+
+
+def test_balance_and_timeline_figures():
+    import matplotlib.pyplot as plt
+
+    fig = plot_ring_balance(32, 4)
+    assert "busy 62%" in fig.axes[0].get_title() and "busy 100%" in fig.axes[1].get_title()
+    plt.close(fig)
+
+    class Run:  # a RingRun's timeline: [step, rank] -> posted, started, computed, arrived
+        timeline = np.array([[[0, 0.001, 0.004, 0.005], [0, 0.001, 0.002, 0.005]], [[0.005] * 4, [0.005] * 4]])
+
+    fig = plot_ring_timeline(Run())
+    assert len(fig.axes[0].patches) == 2 * 2 + 2  # a compute bar per rank and step, a transfer bar per rank
+    plt.close(fig)
