@@ -126,6 +126,7 @@ from flashmath.triton_setup import (
 
 __all__ = [
     "DQ_MODES",
+    "grouped_views",
     "triton_attention_backward",
     "backward_kernel_source",
     "BACKWARD_RULES",
@@ -394,9 +395,7 @@ def triton_attention_backward(
     tensors = [isinstance(x, torch.Tensor) for x in (q, k, v)]
     shapes = [tuple(x.shape) for x in (q, k, v)]  # as given: the gradients take them
     if enable_gqa:  # q as (..., H_kv, G, N, D), k and v as (..., H_kv, 1, M, D): views, as the forward's wrapper
-        from flashmath.triton_kernel import _grouped_views  # (that module imports this one)
-
-        q, k, v, mask, _ = _grouped_views(q, k, v, mask)
+        q, k, v, mask, _ = grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     tiny, huge = FLOAT32_SCALES
     if abs(inp.scale) > huge or 0 < abs(inp.scale) < tiny:
@@ -622,3 +621,29 @@ def backward_schedule(
             hi = min(M, r0 + block_q + offset) if causal else M
             steps += [("dq", i, c0 // block_k) for c0 in range(0, hi, block_k)]
     return steps
+
+
+def grouped_views(q, k, v, mask):
+    """Grouped-query heads for the kernels (forward and backward): ``q`` viewed as ``(..., H_kv, G, N, D)``, ``k``
+    and ``v`` as ``(..., H_kv, 1, M, D)`` and the mask likewise (as :func:`flashmath.variants.group_heads`, on tensors
+    too, nothing copied), and ``G``. ValueError as that function."""
+    shapes = [tuple(x.shape) for x in (q, k, v)]
+    if min(len(sh) for sh in shapes) < 3:
+        raise ValueError(f"enable_gqa needs a heads axis: q, k, v must be (..., H, L, D), got shapes {shapes}")
+    H, H_kv = shapes[0][-3], shapes[1][-3]
+    if shapes[2][-3] != H_kv or H_kv == 0 or H % H_kv:
+        raise ValueError(
+            f"enable_gqa: the query heads H = {H} must be a multiple of the key/value heads (k has "
+            f"{H_kv}, v has {shapes[2][-3]}); query head h reads kv head h // (H / H_kv)"
+        )
+    G = H // H_kv
+    q = q.reshape(*shapes[0][:-3], H_kv, G, *shapes[0][-2:])
+    k, v = k[..., None, :, :], v[..., None, :, :]
+    if mask is not None and len(mask.shape) >= 3:
+        if mask.shape[-3] == H:
+            mask = mask.reshape(*mask.shape[:-3], H_kv, G, *mask.shape[-2:])
+        elif mask.shape[-3] == 1:
+            mask = mask[..., None, :, :]
+        else:
+            raise ValueError(f"mask of shape {tuple(mask.shape)}: its head axis must be 1 or H = {H} with enable_gqa")
+    return q, k, v, mask, G

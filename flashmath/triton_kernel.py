@@ -100,7 +100,7 @@ from flashmath.flash import check_rescale_threshold
 from flashmath.inputs import check_sink
 from flashmath.rowstate import LN2
 from flashmath.tiling import check_kernel_block
-from flashmath.triton_backward import triton_attention_backward
+from flashmath.triton_backward import grouped_views, triton_attention_backward
 from flashmath.triton_setup import (  # re-exported: chapter 11 and the tests use them through this module
     DEFAULT_BLOCK_M,
     DEFAULT_BLOCK_N,
@@ -371,7 +371,7 @@ def triton_flash_attention(
     cap = make_variant(0, 0, (), softcap=softcap).softcap
     G = 1
     if enable_gqa:
-        q, k, v, mask, G = _grouped_views(q, k, v, mask)
+        q, k, v, mask, G = grouped_views(q, k, v, mask)
     inp = check_kernel_inputs(q, k, v, scale=scale, causal=causal, mask=mask)
     sink = None
     if learnable_sink is not None:  # one logit per query head: checked against (..., H), viewed as the programs' batch
@@ -478,32 +478,6 @@ def triton_flash_attention(
         a_np, lse_np = a.cpu().numpy(), lse.cpu().numpy()
         return (a_np, lse_np) if return_lse else a_np
     return (a, lse) if return_lse else a
-
-
-def _grouped_views(q, k, v, mask):
-    """Grouped-query heads for the kernel: ``q`` viewed as ``(..., H_kv, G, N, D)``, ``k``, ``v`` as ``(..., H_kv, 1,
-    M, D)`` and the mask likewise (as :func:`flashmath.variants.group_heads`, on tensors too, nothing copied), and
-    ``G``. ValueError as that function."""
-    shapes = [tuple(x.shape) for x in (q, k, v)]
-    if min(len(sh) for sh in shapes) < 3:
-        raise ValueError(f"enable_gqa needs a heads axis: q, k, v must be (..., H, L, D), got shapes {shapes}")
-    H, H_kv = shapes[0][-3], shapes[1][-3]
-    if shapes[2][-3] != H_kv or H_kv == 0 or H % H_kv:
-        raise ValueError(
-            f"enable_gqa: the query heads H = {H} must be a multiple of the key/value heads (k has "
-            f"{H_kv}, v has {shapes[2][-3]}); query head h reads kv head h // (H / H_kv)"
-        )
-    G = H // H_kv
-    q = q.reshape(*shapes[0][:-3], H_kv, G, *shapes[0][-2:])
-    k, v = k[..., None, :, :], v[..., None, :, :]
-    if mask is not None and len(mask.shape) >= 3:
-        if mask.shape[-3] == H:
-            mask = mask.reshape(*mask.shape[:-3], H_kv, G, *mask.shape[-2:])
-        elif mask.shape[-3] == 1:
-            mask = mask[..., None, :, :]
-        else:
-            raise ValueError(f"mask of shape {tuple(mask.shape)}: its head axis must be 1 or H = {H} with enable_gqa")
-    return q, k, v, mask, G
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -151,12 +151,20 @@ def test_arguments_are_checked_before_any_process_starts():
 
 def test_pytorch_context_parallel_raises_for_causal_attention_on_a_cpu():
     """PyTorch 2.13's own context parallelism has no CPU ring: with is_causal=True DTensor finds no sharding for the
-    CPU attention kernel. (Without the mask it all-gathers K and V; that case takes about a minute, so it is checked
-    in the chapter's record, not here: flashmath.ring_dist.context_parallel_probe.)"""
+    CPU attention kernel. (Without the mask it all-gathers K and V: the next test.)"""
     found = context_parallel_probe(2, causal=(True,), timeout=DEADLINE)[True]
     assert found["raised"].startswith("NotImplementedError: Operator aten._scaled_dot_product_flash_attention_for_cpu")
     assert "does not have a sharding strategy registered" in found["raised"]
     assert found["collectives"] == {}
+
+
+def test_pytorch_context_parallel_all_gathers_k_and_v_without_a_mask_on_a_cpu():
+    """Without the mask it runs, with no ring: two all-gathers (K and V whole on every process), the output equal to
+    one-process SDPA. About a minute (DTensor searches many placements), which is why chapter 14 runs it only on
+    request (RUN_PLAIN_PROBE) and states this test's result."""
+    found = context_parallel_probe(2, causal=(False,), timeout=300)[False]
+    assert found["raised"] is None and found["max_error"] < 1e-13
+    assert found["collectives"] == {"c10d_functional.all_gather_into_tensor": 2}
 
 
 def test_torchrun_runs_the_ring_from_a_terminal():
