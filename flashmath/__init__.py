@@ -29,7 +29,7 @@ from flashmath.attention import (
 )
 from flashmath.backward import attention_backward
 from flashmath.counting import FlashTrace, counted_attention, flash_trace
-from flashmath.flash import flash_attention, rescale_trace
+from flashmath.flash import flash_attention, reference_trace, rescale_trace
 from flashmath.i18n import set_language, tr
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
@@ -103,6 +103,7 @@ __all__ = [
     "merge",
     "merge_states",
     "naive_attention",
+    "reference_trace",
     "rescale_trace",
     "rounded_p_attention",
     "one_loop_attention",

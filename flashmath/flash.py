@@ -51,7 +51,7 @@ from flashmath._checks import float_dtype, thread_count
 from flashmath.flash_parallel import run_query_tiles
 from flashmath.inputs import AttentionInputs, compute_operands
 from flashmath.memory import Memory, PlainMemory
-from flashmath.rowstate import finish, initial_state, lazy_reference, logsumexp_of, max_or_zero, weighted_values
+from flashmath.rowstate import LN2, finish, initial_state, lazy_reference, logsumexp_of, max_or_zero, weighted_values
 from flashmath.tiling import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, ORDERS, check_tiling, tile_keep, tile_scores_for, tiles
 from flashmath.variants import variant_inputs
 
@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_BLOCK_K",
     "DEFAULT_BLOCK_Q",
     "ORDERS",
+    "ReferenceTrace",
     "RescaleTrace",
     "check_rescale_threshold",
     "fa1_loop",
@@ -68,6 +69,7 @@ __all__ = [
     "fa2_tile_step",
     "fa2_write",
     "flash_attention",
+    "reference_trace",
     "rescale_trace",
     "tile_arrays",
     "tile_result",
@@ -638,6 +640,92 @@ def rescale_trace(
     lazy, eager = counts[threshold], counts[0.0]
     assert lazy is not None and eager is not None
     return RescaleTrace(threshold, lazy[0], lazy[1], eager[0], *output)
+
+
+@dataclass(frozen=True)
+class ReferenceTrace:
+    """Per key tile step, the reference point each row's state is measured against with FlashAttention-4's lazy
+    rescaling, and the row's true running max (:func:`reference_trace`; chapter 7's slider draws it).
+
+    Attributes:
+        threshold: ``rescale_threshold``, log2 units.
+        cols: ``(T_c, 2)`` the key range ``[c0, c1)`` of each key tile.
+        reference: ``(..., N, T_c)`` the reference ``g`` kept after key tile ``j`` (natural units, as the scores;
+            ``-inf`` while the row has seen no key).
+        row_max: ``(..., N, T_c)`` the true running max after key tile ``j``: the eager update's ``g``.
+        rescaled: ``(..., N, T_c)`` bool: key tile ``j`` moved the row's reference (``acc`` and ``s`` rescaled).
+
+    ``row_max - reference`` is at most ``threshold ln 2`` after every step, so every weight ``exp(x - g)`` summed
+    so far is at most ``2^lag`` (:meth:`lag`), the largest of them exactly ``2^lag``.
+    """
+
+    threshold: float
+    cols: np.ndarray
+    reference: np.ndarray
+    row_max: np.ndarray
+    rescaled: np.ndarray
+
+    def lag(self) -> np.ndarray:
+        """``(row_max - reference) log2(e)``: how far, in log2 units, the kept reference is below the true max
+        (0 where the row has seen no key)."""
+        with np.errstate(invalid="ignore"):
+            lag = (self.row_max - self.reference) / LN2
+        return np.where(np.isfinite(self.reference), lag, 0.0)
+
+
+def reference_trace(
+    q: ArrayLike, k: ArrayLike, v: ArrayLike, *, rescale_threshold: float = 8.0, **kwargs: Any
+) -> ReferenceTrace:
+    """Run :func:`flash_attention`'s fa2 loop twice, lazily with ``rescale_threshold`` and eagerly, and record
+    after every key tile step each row's kept reference, its true running max and whether it was rescaled
+    (:class:`ReferenceTrace`). The loop is the package's own (:func:`fa2_loop`), run sequentially.
+
+    Args:
+        q, k, v: as :func:`flash_attention`. rescale_threshold: log2 units.
+        kwargs: ``block_q``, ``block_k``, ``scale``, ``causal``, ``mask`` and the variants of chapter 13
+            (``enable_gqa``, ``window``, ``softcap``, ``alibi_slopes``, ``score_mod``, ``mask_mod``,
+            ``learnable_sink``), as :func:`flash_attention`.
+
+    Raises:
+        TypeError: an unknown keyword. Otherwise as :func:`flash_attention`.
+    """
+    options = dict(
+        block_q=None, block_k=None, scale=None, causal=False, mask=None, enable_gqa=False, window=None,
+        softcap=None, alibi_slopes=None, score_mod=None, mask_mod=None, learnable_sink=None,
+    )  # fmt: skip
+    unknown = set(kwargs) - set(options)
+    if unknown:
+        raise TypeError(f"reference_trace got unknown keyword arguments {sorted(unknown)}")
+    options.update(kwargs)
+    block_q, block_k = check_tiling(options.pop("block_q"), options.pop("block_k"), "fa2")
+    threshold = check_rescale_threshold(rescale_threshold)
+    heads, inp = variant_inputs(q, k, v, **options)  # type: ignore[arg-type]
+    cols = tiles(inp.M, block_k)
+    rows = inp.batch_shape + (inp.N,)
+    recorded = {}
+    for t in (threshold, 0.0):
+        memory = PlainMemory(tile_arrays(inp, "fa2"))
+        done = (np.zeros(rows, np.int64), np.zeros(rows, np.int64))
+        g_steps = np.full(rows + (len(cols),), -np.inf)
+        done_steps = np.zeros(rows + (len(cols),), np.int64)
+        g_now, _ = initial_state(rows, np.dtype(np.float64), inp.sink)
+        for _i, j, skipped, (r0, r1), g_tile, _s, _acc in fa2_loop(
+            memory, inp, block_q, block_k, rescale_threshold=t, rescales=done
+        ):
+            if not skipped:
+                g_now[..., r0:r1] = g_tile
+            g_steps[..., r0:r1, j] = g_now[..., r0:r1]
+            done_steps[..., r0:r1, j] = done[0][..., r0:r1]
+        recorded[t] = (g_steps, np.diff(done_steps, axis=-1, prepend=0) > 0)
+    shape = heads.original_batch(inp.batch_shape) + (inp.N, len(cols))
+    (reference, rescaled), (row_max, _) = recorded[threshold], recorded[0.0]
+    return ReferenceTrace(
+        threshold,
+        np.array(cols, dtype=np.int64).reshape(-1, 2),
+        reference.reshape(shape),
+        row_max.reshape(shape),
+        rescaled.reshape(shape),
+    )
 
 
 def trace_steps(memory: Memory, inp: AttentionInputs, order: str, block_q: int, block_k: int) -> Iterator[tuple]:

@@ -29,6 +29,8 @@ implementation", with a float32 reference where this course uses float64).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,8 @@ from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import compute_operands, prepare_attention_inputs
 from flashmath.rowstate import weighted_values
+
+LOG2E = 1 / math.log(2.0)  # log2(e): exp(y) = 2^(y log2 e)
 
 __all__ = [
     "DTYPES",
@@ -185,6 +189,7 @@ def rounded_p_attention(
     scale: float | None = None,
     causal: bool = False,
     mask: ArrayLike | None = None,
+    exp2: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Attention with the rounding of a real kernel: the weights ``P`` rounded to the input dtype before ``P V``.
 
@@ -206,6 +211,9 @@ def rounded_p_attention(
     Args:
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``, floating point (float16, bfloat16, float32,
             float64). scale, causal, mask: as :func:`flashmath.attention.attention`.
+        exp2: None (default): ``P = exp(X - g)`` by ``np.exp``. Else a function computing ``2**y`` elementwise,
+            used as ``P = exp2((X - g) log2 e)`` in the compute dtype, as FlashAttention-4 computes its weights;
+            e.g. :func:`flashmath.polyexp.exp2_poly` (chapter 9), whose result is float32.
 
     Returns:
         ``A (..., N, Dv)`` in the promoted input dtype. A fully masked row gives 0; NaN in a row's inputs gives
@@ -229,7 +237,10 @@ def rounded_p_attention(
         g = x.max(axis=-1, keepdims=True)  # (..., N, 1)
         g_ref = np.where(g == -np.inf, 0, g)  # a row with no key: measure against 0, never -inf - (-inf)
         # P = exp(X - g) in the compute dtype; s sums the unrounded weights
-        p = np.exp(x - g_ref)  # (..., N, M)
+        if exp2 is None:
+            p = np.exp(x - g_ref)  # (..., N, M)
+        else:  # 2^((X - g) log2 e), FlashAttention-4's form (with exp2_poly: its polynomial on the FMA units)
+            p = np.asarray(exp2((x - g_ref) * compute.type(LOG2E))).astype(compute)
         s = p.sum(axis=-1, keepdims=True)  # (..., N, 1)
         # U = round(P) V: the weights rounded to the operand dtype, the product accumulated in the compute dtype
         u = weighted_values(p.astype(stored).astype(compute), v_c, inp.keep)  # (..., N, Dv)

@@ -53,6 +53,7 @@ __all__ = [
     "backward_sweep_player",
     "mask_explorer",
     "ring_player",
+    "rescale_explorer",
 ]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
@@ -583,3 +584,38 @@ def ring_player(
     slider = step_slider(P - 1, value=value, name="num_devices - 1", what="the step shown first")
     trace = ring_trace(q, k, v, P, causal=causal, zigzag=zigzag)
     return live_widget(RingPlot(trace, step=value), interval=interval, step=slider)
+
+
+def rescale_explorer(q, k, v, *, row: int, thresholds=(0, 0.5, 1, 2, 4, 8), threshold: float = 2, block_k: int = 1):
+    """Chapter 7: slide FlashAttention-4's rescale threshold ``t`` (log2 units); see one row's kept reference
+    against its true running max, key tile by key tile, and where ``acc`` and ``s`` are rescaled
+    (:class:`flashmath.viz.rescale.LazyRescalePlot`, traces from :func:`flashmath.flash.reference_trace`).
+
+    Args:
+        q, k, v: ``(N, D)``, ``(M, D)``, ``(M, Dv)``: one head. row: the query row shown (0-based).
+        thresholds: the slider's positions (log2 units, each ``>= 0``). threshold: the one shown first.
+        block_k: the key tile size ``B_c`` (1: a step per key).
+
+    Returns:
+        :func:`live_widget` with a threshold selection slider.
+
+    Raises:
+        ValueError: ``q`` not 2-D, ``row`` outside ``0..N-1``, ``threshold`` not in ``thresholds``, or as
+        :func:`flashmath.flash.reference_trace`.
+    """
+    from flashmath.flash import reference_trace
+    from flashmath.viz.rescale import LazyRescalePlot
+
+    inp = prepare_attention_inputs(q, k, v, scale=None, causal=False, mask=None)
+    if inp.q.ndim != 2:
+        raise ValueError(f"q must be 2-D (one head, (N, D)), got shape {inp.q.shape}")
+    row = index(row, "row", inp.N)
+    scores = scores_of(inp)[row]  # the row's scores, for the grey dots
+    options = [float(t) for t in thresholds]
+    traces = {t: reference_trace(q, k, v, rescale_threshold=t, block_q=inp.N, block_k=block_k) for t in options}
+    plot = LazyRescalePlot(scores, traces, row=row, threshold=threshold)  # checks the threshold
+    labels = [(f"{t:g}", t) for t in options]
+    return live_widget(
+        plot,
+        threshold=widgets.SelectionSlider(options=labels, value=float(threshold), description="t"),
+    )

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from flashmath.attention import attention
 from flashmath.counting import counted_attention, flash_trace
-from flashmath.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, fa2_tile_step, flash_attention, rescale_trace
+from flashmath.flash import (
+    DEFAULT_BLOCK_K,
+    DEFAULT_BLOCK_Q,
+    fa2_tile_step,
+    flash_attention,
+    reference_trace,
+    rescale_trace,
+)
 from flashmath.masks import causal_mask
 
 # The conventions every variant keeps (fully masked rows, no keys, NaN, dtypes, inputs untouched, the errors of
@@ -451,3 +458,36 @@ def test_rescale_threshold_zero_is_taken_by_fa1_and_rescale_trace_checks_its_arg
     for kwargs in ({"order": "fa2"}, {"return_lse": True}, {"blocks": 3}):
         with pytest.raises(TypeError, match="rescale_trace"):
             rescale_trace(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 2.0, 8.0])
+@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"learnable_sink": np.array([1.5, -0.5])}])
+def test_reference_trace_records_the_kept_reference_and_its_rescales(threshold, kwargs):
+    rng = np.random.default_rng(11)
+    q, k, v = (3 * rng.standard_normal((2, 9, 4)), rng.standard_normal((2, 11, 4)), rng.standard_normal((2, 11, 3)))
+    trace = reference_trace(q, k, v, rescale_threshold=threshold, block_q=4, block_k=3, **kwargs)
+    counts = rescale_trace(q, k, v, rescale_threshold=threshold, block_q=4, block_k=3, **kwargs)
+    assert trace.reference.shape == trace.row_max.shape == trace.rescaled.shape == (2, 9, 4)
+    assert trace.cols.tolist() == [[0, 3], [3, 6], [6, 9], [9, 11]]
+    assert np.array_equal(trace.rescaled.sum(axis=-1), counts.done)  # the same rescales as the loop counts
+    lag = trace.lag()
+    assert np.all(lag >= 0) and np.all(lag <= threshold + 1e-12)  # every weight at most 2^t
+    # the true running max: the max of the scores (and the sink) seen so far, whatever the threshold
+    x = np.where(
+        np.tril(np.ones((9, 11), bool), 2) if kwargs.get("causal") else True, q @ k.swapaxes(-1, -2) / 2, -np.inf
+    )
+    if "learnable_sink" in kwargs:
+        x = np.concatenate([np.broadcast_to(kwargs["learnable_sink"][:, None, None], (2, 9, 1)), x], axis=-1)
+    ends = [c1 + ("learnable_sink" in kwargs) for _, c1 in trace.cols]
+    expected = np.stack([x[..., :end].max(axis=-1) for end in ends], axis=-1)
+    assert_close(trace.row_max, expected, tol=1e-12)
+    if threshold == 0:
+        assert np.array_equal(trace.reference, trace.row_max)
+
+
+def test_reference_trace_rejects_unknown_keywords():
+    q = np.ones((3, 2))
+    with pytest.raises(TypeError, match="unknown keyword"):
+        reference_trace(q, q, q, order="fa1")
+    with pytest.raises(ValueError, match="rescale_threshold"):
+        reference_trace(q, q, q, rescale_threshold=-1)

@@ -532,3 +532,25 @@ def test_blas_description_names_the_kernel_openblas_chose():
         env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
         assert out.startswith("OpenBLAS ") and f", {kernel} kernel, " in out, out
+
+
+def test_rounded_p_attention_with_exp2_is_the_same_attention():
+    from flashmath.polyexp import exp2_poly
+
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 7, 8)) for _ in range(3))
+    q16, k16, v16 = (fm.round_to(a, "float16") for a in (q, k, v))
+    exact = fm.rounded_p_attention(q16, k16, v16)
+    # 2^((X - g) log2 e) by np.exp2 is exp(X - g) to float32 rounding; the polynomial to 8.8e-5 relative
+    np.testing.assert_allclose(fm.rounded_p_attention(q16, k16, v16, exp2=np.exp2), exact, rtol=2e-3, atol=2e-3)
+    poly = fm.rounded_p_attention(q16, k16, v16, exp2=exp2_poly)
+    assert poly.dtype == np.float16
+    reference = fm.attention(q16, k16, v16)
+    assert fm.max_abs_error(poly, reference) <= 2 * fm.max_abs_error(fm.naive_attention(q16, k16, v16), reference)
+    keep = np.tril(np.ones((7, 7), bool))  # masks and a float64 run go through as without exp2
+    np.testing.assert_allclose(
+        fm.rounded_p_attention(q, k, v, mask=keep, exp2=np.exp2),
+        fm.attention(q, k, v, mask=keep),
+        rtol=1e-12,
+        atol=1e-12,
+    )

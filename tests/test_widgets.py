@@ -493,3 +493,30 @@ def test_mask_explorer_checks_its_arguments_first():
     ):
         with pytest.raises(error):
             widgets.mask_explorer(**kwargs)
+
+
+def test_rescale_explorer_redraws_for_every_threshold():
+    from flashmath.data import load_heads
+
+    heads = load_heads()
+    layer, head, n = heads.demo_rows[0]
+    q, k, v = (a[layer, head].astype(np.float64) for a in (heads.q, heads.k, heads.v))
+    ui = widgets.rescale_explorer(q, k, v, row=n, threshold=2)
+    slider = control(ui, "t")
+    assert [value for _, value in slider.options] == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0] and slider.value == 2.0
+    seen = {rendered(ui)}
+    for t in (0.0, 8.0, 1.0):
+        seen.add(move(ui, slider, t))
+    assert len(seen) == 4  # every threshold its own picture: the kept reference and its rescales move
+    plot = plot_of(ui)
+    assert plot.rescaled[0.0].sum() == 10 and plot.rescaled[2.0].sum() == 1  # the chapter's row, key by key
+
+
+def test_rescale_explorer_checks_its_arguments_first():
+    q = np.random.default_rng(0).standard_normal((6, 4))
+    with pytest.raises(ValueError, match="threshold must be one of"):
+        widgets.rescale_explorer(q, q, q, row=0, threshold=3)
+    with pytest.raises(ValueError, match="row must be in 0..5"):
+        widgets.rescale_explorer(q, q, q, row=6)
+    with pytest.raises(ValueError, match="q must be 2-D"):
+        widgets.rescale_explorer(q[None], q[None], q[None], row=0)

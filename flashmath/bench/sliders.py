@@ -39,6 +39,7 @@ TARGET_MAX_MS = 250.0
 PLAY_MAX_MS = 250
 PLAY_MIN_RATIO = 1.5
 PRECISION_BLOCKS = (1, 2, 4, 8, 16, 32, 46)  # the tile sizes of chapter 9's study (46 = the whole head)
+RESCALE_T = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)  # chapter 7's thresholds (widgets.rescale_explorer's default)
 
 
 @dataclass
@@ -64,6 +65,7 @@ def course_cases() -> list[Case]:
     from flashmath.viz.backward import BackwardSweepPlot
     from flashmath.viz.kernel import KernelMemoryPlot
     from flashmath.viz.recap import CourseMapPlot
+    from flashmath.viz.rescale import LazyRescalePlot
     from flashmath.viz.ring import RingPlot
     from flashmath.viz.traffic import OpsPerScorePlot, TileTrafficPlot
 
@@ -95,6 +97,10 @@ def course_cases() -> list[Case]:
     def ops_table():  # chapter 7's operation counts, on the notebook's random 64 x 32 inputs
         ops_q, ops_k, ops_v = np.random.default_rng(7).standard_normal((3, 64, 32))
         return op_count_table(ops_q, ops_k, ops_v, blocks=(4, 8, 16, 32, 64))
+
+    @functools.cache
+    def rescale_traces():  # chapter 7's lazy rescaling of row n, key by key, at the slider's thresholds
+        return {t: fm.reference_trace(q, k, v, rescale_threshold=t, block_q=len(q), block_k=1) for t in RESCALE_T}
 
     @functools.cache
     def study():  # chapter 9's study of every real head, computed once and only when its widget is measured
@@ -154,6 +160,14 @@ def course_cases() -> list[Case]:
             "ops_explorer",
             lambda: widgets.ops_explorer(ops_table(), block=8),
             lambda block: OpsPerScorePlot(ops_table(), block=block),
+        ),
+        Case(
+            "07_flashattention2",
+            "rescale_explorer",
+            lambda: widgets.rescale_explorer(q, k, v, row=n, threshold=2),
+            lambda threshold: LazyRescalePlot(
+                (q @ k.T / np.sqrt(q.shape[1]))[n], rescale_traces(), row=n, threshold=threshold
+            ),
         ),
         Case(
             "08_masking",

@@ -27,7 +27,9 @@ from flashmath.viz.attention import (
 from flashmath.viz.frames import animate_steps, offline_jshtml, strip
 from flashmath.viz.hierarchy import plot_memory_hierarchy
 from flashmath.viz.live import LivePlot, Picture, figure_signature
+from flashmath.viz.polyexp import plot_exp2_poly_error
 from flashmath.viz.precision import PrecisionPlot, plot_accumulator_growth, plot_precision_study
+from flashmath.viz.rescale import LazyRescalePlot, plot_lazy_rescale
 from flashmath.viz.softmax import OnlineSoftmaxPlot, OverflowPlot, plot_online_softmax_step, plot_overflow
 from flashmath.viz.splitkv import SplitKVPlot
 from flashmath.viz.style import DPI, HOLD, JUMP, PIXEL_RATIO, SEEN, UNSEEN
@@ -43,6 +45,7 @@ __all__ = [
     "PIXEL_RATIO",
     "SEEN",
     "UNSEEN",
+    "LazyRescalePlot",
     "LivePlot",
     "LoopSwapPlot",
     "MaskExplorerPlot",
@@ -59,10 +62,12 @@ __all__ = [
     "animate_steps",
     "offline_jshtml",
     "figure_signature",
+    "plot_exp2_poly_error",
     "plot_gqa_heads",
     "plot_mask_example",
     "plot_paged_cache",
     "plot_accumulator_growth",
+    "plot_lazy_rescale",
     "plot_loop_swap_step",
     "plot_masks",
     "plot_memory_hierarchy",
