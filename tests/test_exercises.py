@@ -1137,6 +1137,73 @@ def test_float32_answers_report_the_largest_difference_and_a_float32_hint():
         assert "largest difference" in text and "float32" in text
 
 
+def test_a_float32_accumulator_gets_a_sane_relative_figure():
+    """Review rev2-a (4.1): the relative figure divided by an expected 0 ("agree to 5.6e+291 relative")."""
+
+    def float32_accumulator(y, v):  # the learner's attempt: the loops right, the accumulator float32
+        out = np.zeros((y.shape[0], v.shape[1]), np.float32)
+        for n in range(y.shape[0]):
+            for m in range(y.shape[1]):
+                for d in range(v.shape[1]):
+                    out[n, d] = out[n, d] + y[n, m] * v[m, d]
+        return out
+
+    report = exercises.check_loop_swap(float32_accumulator)
+    text = message(report, "order-sensitive sums of 64 terms")
+    assert "float32" in text
+    figures = [float(f) for _, ok, t in report.cases if not ok for f in re.findall(r"agree to (\S+) relative", t)]
+    assert figures and max(figures) < 1e-5, figures  # float32 rounding: about 1e-7, never 1e+291
+    assert exercises.check_loop_swap(solutions.loop_swap).passed
+
+
+def test_the_float32_hint_when_every_expected_value_is_0():
+    from flashmath.exercises._report import error_note
+
+    text = error_note(np.array([1e-9, -2e-9]), np.zeros(2))
+    assert "every expected value is 0" in text and "2.0e-09" in text and "relative" not in text.split(")")[-1]
+
+
+def test_the_max_not_subtracted_names_underflow_where_exp_underflows():
+    """Review rev2-a (1.1): a softmax without the max, guarded against a zero sum, was told on [-1000, -1001]
+    that exp overflows; there every exp underflows to 0."""
+
+    def naive_guarded(x):  # the learner's attempt
+        x = np.asarray(x)
+        out = np.float16 if x.dtype == np.float16 else np.float64
+        e = np.exp(x.astype(np.float64))
+        s = e.sum()
+        if not s > 0:
+            return np.zeros(x.shape, out)
+        return (e / s).astype(out)
+
+    report = exercises.check_safe_softmax(naive_guarded)
+    below = message(report, "property: values far below 0")
+    assert "the max not subtracted" in below and "underflows to 0" in below and "overflows to inf" not in below
+    large = message(report, "values of 1e4")
+    assert "the max not subtracted" in large and "overflows to inf" in large and "underflows" not in large
+    plain = message(exercises.check_safe_softmax(naive), "property: values far below 0")
+    assert "underflows to 0" in plain and "0 / 0 is NaN" in plain
+    for right in (solutions.safe_softmax, fm.safe_softmax):
+        assert exercises.check_safe_softmax(right).passed
+
+
+def test_the_batched_hint_only_for_batched_input():
+    """Review rev2-a (3.1): `p @ v.T` raising on plain 2-D input was asked "k.T on a batched array?"."""
+
+    def v_transposed(q, k, v):  # the learner's attempt
+        x = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True) @ v.T
+
+    report = exercises.check_attention(v_transposed)
+    plain = message(report, "N != M")
+    assert "raised ValueError" in plain and "k.T on a batched array" not in plain and "not transposed" in plain
+    batched = message(report, "batch and heads")
+    assert "k.T on a batched array" in batched and "V transposed" in batched
+    assert "looks like V transposed" in message(report, "square values")
+    assert exercises.check_attention(solutions.attention).passed
+
+
 def test_an_unnamed_wrong_update_gets_the_largest_difference():
     report = exercises.check_one_loop_step(
         to_step(block_with(lambda a, sp, r, e, V, s, *_: a * sp * r / s + e @ V / s + 0.01))

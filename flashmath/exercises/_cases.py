@@ -315,7 +315,7 @@ def check_function(
     def mistake_for(i: int) -> Mistake | None:
         return named.for_case(i) if getattr(named, "per_case", False) else whole_run.get(i)
 
-    for i, ((name, _args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
+    for i, ((name, args), (ok, answer)) in enumerate(zip(cases, answers, strict=False)):
         if not ok:
             continue
         if (problem := problems[i]) is not None:
@@ -336,9 +336,9 @@ def check_function(
             # of the checker's own may say which it is
             if WRONG_SHAPE.message() in form_text:
                 mistake = mistake_for(i)
-                form_text = f"{form_text}; {mistake.message()}" if mistake else form_text
+                form_text = f"{form_text}; {mistake.message(args)}" if mistake else form_text
             elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := mistake_for(i)):
-                form_text = form_text.replace(BOOL_OUT.message(), mistake.message())
+                form_text = form_text.replace(BOOL_OUT.message(), mistake.message(args))
             report.add(name, False, form_text)
             continue
         if compare(answer, expected):
@@ -350,7 +350,7 @@ def check_function(
             report.add(name, False, text + error_note(got, want))
         else:
             difference = largest_difference(got, want) if mistake.show_difference else ""
-            report.add(name, False, f"{text}{difference}: {mistake.message()}")
+            report.add(name, False, f"{text}{difference}: {mistake.message(args)}")
     return report.in_order([name for name, _ in cases])
 
 
@@ -368,7 +368,7 @@ class Said(Mistake):
     def __init__(self, text: str):
         super().__init__(text, "")
 
-    def message(self) -> str:
+    def message(self, args: tuple | None = None) -> str:
         return _(self.name)  # a module-level Said(N_(...)) is translated here; a text built at run time is itself
 
 

@@ -13,6 +13,7 @@ not the others says nothing about the learner's code, so the report then names t
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ class Mistake:
             example to compare only ``(g, s)`` of a ``(g, s, A')`` triple).
         show_difference: when it is named, the message also gives the largest difference (a mistake of the last
             bits, whose expected and got print alike).
+        cause: ``cause(*args) -> str | None``, when one mistake fails different cases for different reasons: the
+            explanation for the case with these arguments (already translated), which replaces ``fix`` there.
     """
 
     name: str
@@ -80,9 +83,12 @@ class Mistake:
     models: tuple = ()
     compare: Callable | None = None
     show_difference: bool = False
+    cause: Callable | None = None
 
-    def message(self) -> str:
-        return _("looks like {name}: {fix}").format(name=_(self.name), fix=_(self.fix))
+    def message(self, args: tuple | None = None) -> str:
+        """The message, for the case with arguments ``args`` when given (see ``cause``)."""
+        fix = quiet(self.cause, *args) if self.cause is not None and args is not None else None
+        return _("looks like {name}: {fix}").format(name=_(self.name), fix=fix or _(self.fix))
 
 
 PROPERTY_PREFIX = "property: "  # how _cases.property_cases names a property case
@@ -182,7 +188,8 @@ def explaining(diagnosis, failing) -> dict[int, Mistake]:
 def run(report: CheckReport, name: str, fn, *args, hint=None):
     """Call ``fn(*args)``; return ``(result, True)``, or record a failure and return ``(None, False)``.
 
-    ``hint(exc) -> str | None`` may add what the exception probably means.
+    ``hint(exc) -> str | None`` may add what the exception probably means; a hint with a second parameter is
+    called ``hint(exc, args)``, for a text that depends on the inputs (a batched-array hint only for batched input).
     """
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -191,13 +198,21 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
     except NotImplementedError:
         report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
-        extra = hint(exc) if hint is not None else None
+        extra = None if hint is None else hint(exc, args) if _takes_args(hint) else hint(exc)
         report.add(
             name,
             False,
             _("raised {error}: {text}").format(error=type(exc).__name__, text=exc) + (f" ({extra})" if extra else ""),
         )
     return None, False
+
+
+def _takes_args(hint) -> bool:
+    """True when ``hint`` has a second parameter, for the arguments of the call that raised."""
+    try:
+        return len(inspect.signature(hint).parameters) > 1
+    except (TypeError, ValueError):
+        return False
 
 
 def pick(mistakes, *names):
@@ -266,7 +281,9 @@ def close(a: float, b: float) -> bool:
 def error_note(actual, expected) -> str:
     """Where two arrays of one shape differ most, e.g. '; largest difference 2.1e-08 at [0, 3] (...)'.
 
-    When they agree to 1e-3 relative (they print alike) it adds a hint: was part of it computed in float32?
+    When they agree to 1e-3 relative (they print alike) it adds a hint: was part of it computed in float32? Its
+    figure is the largest difference over the largest expected magnitude (an entry expected to be 0 has no relative
+    error of its own).
     Empty when the shapes differ or nothing finite differs.
     """
     actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
@@ -290,11 +307,19 @@ def error_note(actual, expected) -> str:
         and np.array_equal(np.isinf(actual), np.isinf(expected))
         and np.allclose(actual[finite], expected[finite], rtol=1e-3, atol=1e-6)
     ):  # rounding alone: NaN and inf where expected, and every finite number close (a NaN hidden is not float32)
-        err = np.max(diff[finite] / np.maximum(np.abs(expected[finite]), 1e-300))
-        note += _(
-            ": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
-            "float64, such as float32 (about 1e-7 relative)? Compute in float64"
-        ).format(err=err)
+        # relative to the largest expected magnitude: an entry expected to be 0 (a sum that cancels) has no
+        # relative error of its own, and dividing by it would print a meaningless 1e+291
+        scale = np.max(np.abs(expected[finite]))
+        if scale > 0:
+            note += _(
+                ": they agree to {err:.1e} relative. Was part of it computed in a lower precision than "
+                "float64, such as float32 (about 1e-7 relative)? Compute in float64"
+            ).format(err=diff.max() / scale)
+        else:
+            note += _(
+                ": every expected value is 0 and they differ by {err:.1e}. Was part of it computed in a lower "
+                "precision than float64, such as float32? Compute in float64"
+            ).format(err=diff.max())
     return note
 
 

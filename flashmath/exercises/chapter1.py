@@ -135,6 +135,25 @@ def _any_masked_zeros(x):
     return safe_softmax(x)
 
 
+def _not_subtracted_cause(x) -> str | None:
+    """Why a softmax without the max fails on ``x`` when it is not overflow: far below 0 every exp(x) underflows to
+    0 (in the dtype the answer is computed in, float32 for float16), so the sum is 0 and 0 / 0 is NaN."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f" or not x.size or not np.isfinite(x).all():
+        return None
+    with np.errstate(under="ignore"):
+        underflows = bool(np.all(np.exp(x.astype(compute_dtype(x.dtype))) == 0))
+    return (
+        _(
+            "far below 0 every exp(x) of this vector underflows to 0 (below -17.33 in float16, "
+            "-103.97 in float32, -745.13 in float64), so the sum is 0 and 0 / 0 is NaN (or a guard's zeros). "
+            "Subtract the max first: exp(x - max(x)) / sum(exp(x - max(x))), whose largest term is exp(0) = 1"
+        )
+        if underflows
+        else None
+    )
+
+
 NOT_SUBTRACTED = Mistake(
     N_("the max not subtracted"),
     N_(
@@ -149,6 +168,7 @@ NOT_SUBTRACTED = Mistake(
         lambda x: _softmax_like(x, lambda w: 0, finish=_zero_sum_guard),
         lambda x: _softmax_like(x, lambda w: 0, in_dtype=True, finish=_zero_sum_guard),
     ),
+    cause=_not_subtracted_cause,
 )
 
 # In the order the whole-run rule tries them (the first whose model gives the learner's answer on every failing case

@@ -596,8 +596,8 @@ class _Both(Mistake):
         super().__init__(first.name, first.fix)
         object.__setattr__(self, "second", second)
 
-    def message(self) -> str:
-        return _("{first}; and {second}").format(first=super().message(), second=self.second.message())
+    def message(self, args: tuple | None = None) -> str:
+        return _("{first}; and {second}").format(first=super().message(args), second=self.second.message(args))
 
 
 @exercise("15.2", FLASH_ROW_MISTAKES, solution="flash_row", solutions="flashmath.solutions_triton", property_cases=2)

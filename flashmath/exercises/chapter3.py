@@ -265,13 +265,20 @@ def attention_properties():
     )
 
 
-def _hint(exc) -> str | None:
+def _hint(exc, args=()) -> str | None:
+    """What an exception of the learner's code probably means; ``args`` are the case's ``(q, k, v)``: the hint on
+    ``k.T`` only applies to batched input (more than 2 axes), where ``k.T`` reverses the batch axes too."""
     text = str(exc)
     if "einstein" in text or "subscripts" in text:
         return _("{name}? {fix}").format(name=_(EINSUM_2D.name), fix=_(EINSUM_2D.fix))
     if "matmul" in text:
-        return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(
-            name=_(K_T.name), fix=_(K_T.fix)
+        if any(np.ndim(a) > 2 for a in args):
+            return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(
+                name=_(K_T.name), fix=_(K_T.fix)
+            )
+        return _(
+            "the shapes of the two products? X = Q K^T is q @ k.T, (N, D) @ (D, M); A = Y V is y @ v, (N, M) @ "
+            "(M, Dv), with V as given, not transposed"
         )
     if "broadcast" in text:
         return _("{name}? {fix}").format(name=_(KEEPDIMS.name), fix=_(KEEPDIMS.fix))
