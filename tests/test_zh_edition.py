@@ -494,6 +494,8 @@ float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul Q
 dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB TB PB warp warps
 """.split()
 )
+# chapter 13's attention sinks: the term kept as GPT-OSS's parameter names it, the model's and the method's names
+KEPT_IN_ENGLISH |= {"sink", "sinks", "GPT", "OSS", "StreamingLLM"}
 
 
 # An output with a picture, a widget or HTML (chapters 2 and 6's animations): its text/plain is a placeholder
