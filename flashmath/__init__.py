@@ -64,7 +64,7 @@ from flashmath.traffic import (
     gpt2_medium_traffic,
     sram_sweep,
 )
-from flashmath.variants import BlockMask, block_mask, document_mask_mod, prefix_lm_mask_mod
+from flashmath.variants import BlockMask, block_mask, document_mask_mod, prefix_lm_mask_mod, streaming_mask_mod
 
 __version__ = "0.1.0"
 
@@ -125,6 +125,7 @@ __all__ = [
     "split_kv_attention",
     "split_kv_trace",
     "sram_sweep",
+    "streaming_mask_mod",
     "standard_attention",
     "two_loop_attention",
     "tr",

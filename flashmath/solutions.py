@@ -323,6 +323,18 @@ def ring_step_bytes(M, P, t, r, row_bytes, zigzag):
     return shard_rows * row_bytes
 
 
+def sink_row(x, v, sink):
+    """Chapter 13: one row of attention with a learnable sink, chapter 2's loop started at the sink."""
+    # the sink is a score already seen, with no value: (g, s, acc) = (sink, exp(sink - sink), 0)
+    g, s, acc = sink, 1.0, np.zeros(v.shape[1])
+    for x_m, v_m in zip(x, v, strict=True):
+        g_new = max(g, x_m)  # never -inf: the sink is finite, so no guard is needed
+        alpha, p = np.exp(g - g_new), np.exp(x_m - g_new)  # a masked key: exp(-inf) = 0
+        # s_m = s_{m-1} exp(g_{m-1} - g_m) + exp(x_m - g_m), and acc likewise with exp(x_m - g_m) v_m
+        s, acc, g = s * alpha + p, acc * alpha + p * v_m, g_new
+    return acc / s, g + np.log(s)  # A = acc / s, L = g + log(s)
+
+
 def show(name: str | None = None) -> None:
     """Print the source of the solution called ``name`` (one that an exercise's declaration names in this module);
     without a name, the list of names.

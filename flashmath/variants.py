@@ -71,6 +71,7 @@ __all__ = [
     "mask_example",
     "packed_documents",
     "prefix_lm_mask_mod",
+    "streaming_mask_mod",
     "strided_mask_mod",
     "variant_inputs",
 ]
@@ -137,6 +138,31 @@ def prefix_lm_mask_mod(prefix: int) -> MaskMod:
 
     def mask_mod(b: Any, h: Any, q_idx: np.ndarray, kv_idx: np.ndarray) -> np.ndarray:
         return (kv_idx < prefix) | (kv_idx <= q_idx)
+
+    return mask_mod
+
+
+def streaming_mask_mod(sink_tokens: int, window: int) -> MaskMod:
+    """A ``mask_mod`` for StreamingLLM's attention (N = M): every query sees the first ``sink_tokens`` keys (the
+    *sink tokens*) and the last ``window`` keys up to its own position, causal throughout: ``kv_idx <= q_idx`` and
+    (``kv_idx < sink_tokens`` or ``q_idx - kv_idx < window``). An *or* of two masks, which a window's band (an
+    *and*) cannot say: a ``mask_mod`` can.
+
+    Source: G. Xiao et al., "Efficient Streaming Language Models with Attention Sinks" (2023, arXiv:2309.17453);
+    its reference code keeps the first ``start_size = 4`` tokens and the last ``recent_size`` of the KV cache
+    (``mit-han-lab/streaming-llm``, ``streaming_llm/kv_cache.py``, ``StartRecentKVCache``). Not to be confused
+    with a *learnable* sink (``learnable_sink``, GPT-OSS), a logit with no key and no value, which is no mask.
+
+    Raises:
+        TypeError: not integers. ValueError: ``sink_tokens < 0`` or ``window < 1``.
+    """
+    sink_tokens, window = integer(sink_tokens, "sink_tokens"), integer(window, "window")
+    if sink_tokens < 0 or window < 1:
+        raise ValueError(f"sink_tokens must be >= 0 and window >= 1, got {sink_tokens} and {window}")
+
+    def mask_mod(b: Any, h: Any, q_idx: np.ndarray, kv_idx: np.ndarray) -> np.ndarray:
+        # causal, and (a sink token or one of the last `window` keys)
+        return (kv_idx <= q_idx) & ((kv_idx < sink_tokens) | (q_idx - kv_idx < window))
 
     return mask_mod
 
@@ -564,8 +590,21 @@ def packed_documents(cu_seqlens_q: ArrayLike, cu_seqlens_k: ArrayLike | None, N:
     return doc_q, cu_q[:-1], np.diff(cu_q), doc_k, cu_k[:-1], np.diff(cu_k)
 
 
-MASK_KINDS = ("causal", "window", "document", "prefix-LM", "ALiBi", "softcap", "custom")
+MASK_KINDS = (
+    "causal",
+    "window",
+    "sink tokens + window",
+    "document",
+    "prefix-LM",
+    "ALiBi",
+    "softcap",
+    "learnable sink",
+    "custom",
+)
 """The kinds :func:`mask_example` knows (the mask explorer's choices)."""
+
+STREAMING_SINK_TOKENS = 4
+"""The sink tokens of the mask explorer's ``"sink tokens + window"``: StreamingLLM's default ``start_size``."""
 
 
 def strided_mask_mod(stride: int) -> MaskMod:
@@ -585,9 +624,10 @@ class MaskExample:
 
     Attributes:
         kind, param, block: the choice (``param``: window size, documents, prefix, ALiBi slope exponent, softcap,
-            custom stride). keep: ``(N, N)`` bool, True = attend. change: ``(N, N)`` float, the element-wise change
-            of the scores (ALiBi's bias ``-slope |n - m|``; softcap's ``c tanh(x / c) - x`` on sample scores), zero
-            elsewhere. blocks: the :class:`BlockMask`. note: one line saying what the mask is.
+            learnable sink, custom stride). keep: ``(N, N)`` bool, True = attend. change: ``(N, N)`` float, the
+            element-wise change of the scores (ALiBi's bias ``-slope |n - m|``; softcap's ``c tanh(x / c) - x`` on
+            sample scores; a learnable sink's ``log(1 - P_sink,n)``, on the log-probabilities), zero elsewhere.
+            blocks: the :class:`BlockMask`. note: one line saying what the mask is.
     """
 
     kind: str
@@ -601,12 +641,20 @@ class MaskExample:
 
 def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: MaskMod | None = None) -> MaskExample:
     """The keep grid, score change and block mask of one kind of mask on an ``N x N`` grid (causal throughout,
-    except ``"window"``, a causal sliding window of the last ``param`` keys, and ``"prefix-LM"``).
+    except ``"window"``, a causal sliding window of the last ``param`` keys, ``"sink tokens + window"``, the same
+    window plus StreamingLLM's first :data:`STREAMING_SINK_TOKENS` keys (:func:`streaming_mask_mod`), and
+    ``"prefix-LM"``).
+
+    ``"learnable sink"`` is not a mask: a sink logit has no key and no value, so it keeps the causal mask's scores
+    and tiles; its change is drawn on the probabilities instead: every kept probability of row ``n`` is multiplied
+    by ``1 - P_sink,n = 1 / (1 + exp(sink - L_n))`` (``L_n`` the row's logsumexp without the sink, on sample
+    scores), and ``change`` holds its log, the same along the row.
 
     Args:
-        kind: one of :data:`MASK_KINDS`. param: its parameter (``>= 1``): the window's keys, the number of equal
-            documents, the prefix length, ALiBi's slope ``2^-param``, the softcap ``c = param / 4``, or the custom
-            mask's argument. block: the tile size (square tiles). N: the grid. mask_mod: for ``"custom"``, a function
+        kind: one of :data:`MASK_KINDS`. param: its parameter (``>= 1``): the window's keys (also with sink
+            tokens), the number of equal documents, the prefix length, ALiBi's slope ``2^-param``, the softcap
+            ``c = param / 4``, the learnable sink's logit ``param / 4``, or the custom mask's argument. block: the
+            tile size (square tiles). N: the grid. mask_mod: for ``"custom"``, a function
             ``param -> mask_mod`` (default :func:`strided_mask_mod`).
 
     Raises:
@@ -625,6 +673,11 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
     elif kind == "window":
         causal, window = False, param
         note = _("sliding window: the last {param} keys (window=({before}, 0))").format(param=param, before=param - 1)
+    elif kind == "sink tokens + window":
+        causal, mod = False, streaming_mask_mod(STREAMING_SINK_TOKENS, param)
+        note = _("StreamingLLM: the first {sinks} keys (sink tokens) and the last {param} keys").format(
+            sinks=STREAMING_SINK_TOKENS, param=param
+        )
     elif kind == "document":
         cu = np.linspace(0, N, min(param, N) + 1).astype(np.intp)
         note = _("{documents} documents packed, causal inside each").format(documents=len(cu) - 1)
@@ -639,6 +692,15 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
         x = np.random.default_rng(0).standard_normal((N, N)) * 3  # sample scaled scores
         change = cap * np.tanh(x / cap) - x
         note = _("softcap c = {cap:g}: c tanh(x / c) - x on sample scores (same tiles as causal)").format(cap=cap)
+    elif kind == "learnable sink":
+        sink = param / 4
+        x = np.where(m <= n, np.random.default_rng(0).standard_normal((N, N)), -np.inf)  # sample causal scores
+        row_lse = np.logaddexp.reduce(x, axis=1, keepdims=True)  # (N, 1), L_n without the sink
+        # every kept probability of row n times 1 - P_sink,n = 1 / (1 + exp(sink - L_n)): its log, the same all along
+        change = np.broadcast_to(-np.logaddexp(0.0, sink - row_lse), (N, N))
+        note = _("learnable sink {sink:g}: no mask, same tiles as causal; colour: log(1 - P_sink) of each row").format(
+            sink=sink
+        )
     else:
         mod = (mask_mod or strided_mask_mod)(param)
         note = _("custom mask_mod (param = {param})").format(param=param)

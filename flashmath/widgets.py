@@ -516,8 +516,9 @@ def backward_sweep_player(
 
 
 def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: int = 64, mask_mod=None):
-    """Choose a mask (causal, window, document, prefix-LM, ALiBi, softcap, custom) and its parameter: the scores it
-    keeps, each tile classified empty / partial / full, and the work saved (chapter 13).
+    """Choose a mask (causal, window, sink tokens + window, document, prefix-LM, ALiBi, softcap, learnable sink,
+    custom) and its parameter: the scores it keeps, each tile classified empty / partial / full, and the work saved
+    (chapter 13). A learnable sink is no mask: it keeps the causal tiles and changes each row's probabilities.
 
     Args:
         kind: one of :data:`flashmath.variants.MASK_KINDS`. param: the kind's parameter (1..N; see

@@ -207,6 +207,72 @@ PAGE = {
     "the tokens counted from 1": lambda pages, table, b, t: pages[table[b, (t - 1) // 4], (t - 1) % 4],
 }
 
+
+def sink_forgotten(x, v, sink):
+    # chapter 2's loop, copied as it was: (-inf, 0, 0), the sink never used
+    g, s, acc = -np.inf, 0.0, np.zeros(v.shape[1])
+    for x_m, v_m in zip(x, v, strict=True):
+        g_new = max(g, x_m)
+        if g_new == -np.inf:
+            continue
+        alpha, p = np.exp(g - g_new), np.exp(x_m - g_new)
+        s, acc, g = s * alpha + p, acc * alpha + p * v_m, g_new
+    if s == 0:
+        return acc, -np.inf
+    return acc / s, g + np.log(s)
+
+
+def sink_not_in_the_sum(x, v, sink):
+    # "the sink has no value, so it adds nothing": it only takes part in the max
+    g = max(sink, np.max(x, initial=-np.inf))
+    p = np.exp(x - g)
+    s = p.sum()
+    return p @ v / s, g + np.log(s)
+
+
+def sink_in_the_numerator(x, v, sink):
+    # the sink column kept in P V, with a value of 1
+    combined = np.append(x, sink)
+    lse = np.logaddexp.reduce(combined)
+    y = np.exp(combined - lse)
+    return y[:-1] @ v + y[-1], lse
+
+
+def sink_against_zero(x, v, sink):
+    # no max at all for the sink: exp(sink) overflows for a large sink
+    s = np.exp(sink) + np.exp(x).sum()
+    return np.exp(x) @ v / s, np.log(s)
+
+
+def sink_nan_when_masked(x, v, sink):
+    # the keys' logsumexp first, then the sink: x - max(x) is -inf - (-inf) = NaN for an all -inf row
+    m = np.max(x, initial=-np.inf)
+    lse = np.logaddexp(m + np.log(np.exp(x - m).sum()), sink)
+    return np.exp(x - lse) @ v, lse
+
+
+def sink_after_the_loop(x, v, sink):
+    # the sink added in the epilogue, as the kernel under review in sgl-kernel-npu #216
+    g, s, acc = -np.inf, 0.0, np.zeros(v.shape[1])
+    for x_m, v_m in zip(x, v, strict=True):
+        g_new = max(g, x_m)
+        if g_new == -np.inf:
+            continue
+        alpha, p = np.exp(g - g_new), np.exp(x_m - g_new)
+        s, acc, g = s * alpha + p, acc * alpha + p * v_m, g_new
+    s = s + np.exp(sink - g)
+    return acc / s, g + np.log(s)
+
+
+SINK = {
+    "the sink lost: attention without it": sink_forgotten,
+    "the sink's own term left out of s": sink_not_in_the_sum,
+    "the sink added to the numerator too": sink_in_the_numerator,
+    "the sink left out of the max": sink_against_zero,
+    "NaN for a row with no key": sink_nan_when_masked,
+    "the sink added after the loop, outside the max and the rescaling": sink_after_the_loop,
+}
+
 WRONG = {
     "check_window_mask": WINDOW,
     "check_document_mask": DOCUMENT,
@@ -214,6 +280,7 @@ WRONG = {
     "check_alibi": ALIBI,
     "check_tile_kind": TILE_KIND,
     "check_page_gather": PAGE,
+    "check_sink_row": SINK,
 }
 
 
@@ -221,7 +288,7 @@ test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a
 
 
 def test_the_solutions_can_be_shown():
-    for name in ("window_mask", "document_mask", "softcap", "alibi", "tile_kind", "page_gather"):
+    for name in ("window_mask", "document_mask", "softcap", "alibi", "tile_kind", "page_gather", "sink_row"):
         assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")
 
 
@@ -297,6 +364,32 @@ def kind_from_block_mask(r0, r1, c0, c1, N, M):
     return 0 if keep is False else 2 if keep is None else 1
 
 
+def sink_row_from_the_package(x, v, sink):
+    # the tiled loop itself: scores x as a query against the rows of an identity, masked keys through the mask
+    M = len(x)
+    keep = x > -np.inf
+    q = np.zeros((1, max(M, 1)))
+    q[0, :M] = np.where(keep, x, 0)
+    a, lse = fm.flash_attention(
+        q, np.eye(M, q.shape[1]), v, scale=1.0, mask=keep[None], learnable_sink=sink, return_lse=True, block_k=2
+    )
+    return a[0], lse[0]
+
+
+def sink_row_closed_form(x, v, sink):
+    lse = np.logaddexp.reduce(np.append(x, sink))  # log(exp(sink) + sum_m exp(x_m))
+    return np.exp(x - lse) @ v, lse
+
+
+def sink_row_normalised(x, v, sink):
+    # FlashAttention-1's form: the normalised output and the logsumexp, both started at the sink
+    a, lse = np.zeros(v.shape[1]), sink
+    for x_m, v_m in zip(x, v, strict=True):
+        new = np.logaddexp(lse, x_m)
+        a, lse = a * np.exp(lse - new) + np.exp(x_m - new) * v_m, new
+    return a, lse
+
+
 RIGHT = [
     ("check_window_mask", solutions.window_mask),
     ("check_window_mask", window_from_the_package),
@@ -316,6 +409,10 @@ RIGHT = [
     ("check_tile_kind", solutions.tile_kind),
     ("check_tile_kind", kind_from_the_mask),
     ("check_tile_kind", kind_from_block_mask),
+    ("check_sink_row", solutions.sink_row),
+    ("check_sink_row", sink_row_from_the_package),
+    ("check_sink_row", sink_row_closed_form),
+    ("check_sink_row", sink_row_normalised),
     ("check_page_gather", solutions.page_gather),
     ("check_page_gather", lambda pages, table, b, t: pages[table[b][divmod(t, pages.shape[1])[0]]][t % len(pages[0])]),
 ]

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from flashmath.attention import attention
 from flashmath.flash import flash_attention
 from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
-from flashmath.variants import alibi_slopes_for, block_mask, document_mask_mod, prefix_lm_mask_mod
+from flashmath.variants import (
+    alibi_slopes_for,
+    block_mask,
+    document_mask_mod,
+    mask_example,
+    prefix_lm_mask_mod,
+    streaming_mask_mod,
+)
 
 TOL32 = 2e-5
 
@@ -209,6 +216,41 @@ def test_prefix_lm_and_document_mask_mods():
     docs = np.array([0] * 5 + [1] * 3 + [2] * 4)
     got = flash_attention(q, k, v, mask_mod=document_mask_mod(docs), causal=True, block_q=4, block_k=4)
     assert_close(got, direct(q, k, v, keep=(docs[:, None] == docs[None, :]) & (m <= n)), 1e-12)
+
+
+def test_streaming_mask_mod_keeps_the_sink_tokens_and_the_window():
+    """StreamingLLM's mask (chapter 13): causal, and the first S keys or the last W; the sink tokens add the first key
+    tile of every query tile the window does not reach (at 4096 with 128 x 128 tiles: 27, all partial)."""
+    rng = np.random.default_rng(36)
+    q, k, v = make(rng, 19, 19, 4, 3)
+    n, m = np.arange(19)[:, None], np.arange(19)[None, :]
+    for S, W in ((4, 6), (0, 3), (2, 1), (5, 40)):
+        got = flash_attention(q, k, v, mask_mod=streaming_mask_mod(S, W), block_q=4, block_k=5)
+        assert_close(got, direct(q, k, v, keep=(m <= n) & ((m < S) | (n - m < W))), 1e-12)
+    window = block_mask(4096, 4096, window=(511, 0)).counts
+    sinks = block_mask(4096, 4096, mask_mod=streaming_mask_mod(4, 512)).counts
+    assert sinks == {"empty": window["empty"] - 27, "partial": window["partial"] + 27, "full": window["full"]}
+    with pytest.raises(ValueError):
+        streaming_mask_mod(-1, 4)
+    with pytest.raises(ValueError):
+        streaming_mask_mod(4, 0)
+
+
+def test_the_mask_explorer_s_sink_kinds():
+    """ "sink tokens + window" keeps the first 4 keys and the window; "learnable sink" is no mask (the causal tiles)
+    and colours row n by log(1 - P_sink,n), the factor of every probability of that row."""
+    ex = mask_example("sink tokens + window", 6, 8, N=32)
+    n, m = np.arange(32)[:, None], np.arange(32)[None, :]
+    np.testing.assert_array_equal(ex.keep, (m <= n) & ((m < 4) | (n - m < 6)))
+    sink = mask_example("learnable sink", 8, 8, N=32)  # a sink logit of 8 / 4 = 2
+    causal = mask_example("causal", 8, 8, N=32)
+    np.testing.assert_array_equal(sink.keep, causal.keep)
+    np.testing.assert_array_equal(sink.blocks.kinds, causal.blocks.kinds)
+    x = np.where(m <= n, np.random.default_rng(0).standard_normal((32, 32)), -np.inf)  # its sample scores
+    y = np.exp(x - np.logaddexp.reduce(np.append(x, np.full((32, 1), 2.0), axis=1), axis=1, keepdims=True))
+    with np.errstate(invalid="ignore"):  # 0 / 0 at the masked pairs, which are not compared
+        shrink = y / np.exp(x - np.logaddexp.reduce(x, axis=1, keepdims=True))  # Y with the sink / Y without it
+    np.testing.assert_allclose(sink.change[sink.keep], np.log(shrink)[sink.keep], atol=1e-12)
 
 
 def test_masked_key_stays_absent_with_softcap_and_alibi():

@@ -495,6 +495,8 @@ dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB 
 rank gloo distributed all gather Ulysses
 """.split()
 )
+# chapter 13's attention sinks: the term kept as GPT-OSS's parameter names it, the model's and the method's names
+KEPT_IN_ENGLISH |= {"sink", "sinks", "GPT", "OSS", "StreamingLLM"}
 
 
 # An output with a picture, a widget or HTML (chapters 2 and 6's animations): its text/plain is a placeholder

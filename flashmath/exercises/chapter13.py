@@ -1,5 +1,6 @@
 """Chapter 13 exercises: a window ``mask_mod``, a document ``mask_mod``, softcap and ALiBi ``score_mod``s, a tile
-classified, a key gathered from a paged cache. Each checker names the classic mistakes of its exercise.
+classified, a key gathered from a paged cache, one row of attention with a learnable sink. Each checker names the
+classic mistakes of its exercise.
 
 The learner's functions receive index *arrays*, as the package's ``mask_mod`` and ``score_mod`` do
 (:mod:`flashmath.variants`): ``q_idx`` of shape ``(N, 1)`` and ``kv_idx`` of shape ``(1, M)``, so one call answers
@@ -9,7 +10,8 @@ Each checker runs its property cases first (the battery of :mod:`~flashmath.exer
 states, in the prompt's words: for the window, one element, ``None`` for an unbounded side and a window wider than the
 sequence; for the document mask, one token and ids that are not ``0, 1, 2 ...``; for softcap, one score and
 ``+-inf`` capped at ``+-cap``; for ALiBi, one score and a masked ``-inf`` kept; for the tile kind, tiles of one
-element and numpy integer bounds; for the page gather, pages of one token. NaN, float16 and integer scores are not
+element and numpy integer bounds; for the page gather, pages of one token; for the sink row, one key, an empty row,
+an all ``-inf`` row and a sink far above every score. NaN, float16 and integer scores are not
 this chapter's subject and are not tested. A raised exception is explained where a learner's numpy slip explains it
 (``and`` on arrays, ``math.tanh`` on an array, ``None`` in arithmetic: :func:`_array_hint`).
 """
@@ -32,6 +34,7 @@ __all__ = [
     "check_alibi",
     "check_tile_kind",
     "check_page_gather",
+    "check_sink_row",
     "EMPTY",
     "PARTIAL",
     "FULL",
@@ -927,4 +930,187 @@ def check_page_gather(fn) -> CheckReport:
         names=(_("the key"),),
         properties=properties,
         hint=_page_hint,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# 13.7 one row of attention with a learnable sink: chapter 2's loop started at the sink
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def sink_row_reference(x, v, sink):
+    """``(a, L)`` for one query row with a learnable sink, by the package's GPT-OSS formula
+    (:func:`flashmath.attention.attention` with ``learnable_sink``): scores ``x`` as the dot products of a query
+    with the rows of an identity (a masked key, ``-inf``, through the mask)."""
+    from flashmath.attention import attention
+
+    x = np.asarray(x, dtype=np.float64)
+    M = x.shape[0]
+    keep = x > -np.inf
+    q = np.zeros((1, max(M, 1)))  # (1, D), D >= 1 even without a key
+    q[0, :M] = np.where(keep, x, 0.0)
+    a, lse = attention(q, np.eye(M, q.shape[1]), v, scale=1.0, mask=keep[None, :], learnable_sink=sink, return_lse=True)
+    return a[0], lse[0]
+
+
+def _sink_loop(g0, s0, acc0, *, after=False, guard=True, finish_guard=False):
+    """A learner's loop over one row: chapter 2's update of ``(g, s, acc)`` from the state ``(g0, s0(sink),
+    acc0(sink, Dv))``; ``after`` adds ``exp(sink - g)`` to ``s`` once the keys are done (``"both"``: to every
+    component of ``acc`` too); ``guard`` skips keys while the max is still -inf; ``finish_guard`` gives 0 where
+    ``s = 0``."""
+
+    def model(x, v, sink):
+        with np.errstate(all="ignore"):
+            g, s = float(g0(sink)), float(s0(sink))
+            acc = np.array(acc0(sink, v.shape[1]), dtype=np.float64)
+            for x_m, v_m in zip(np.asarray(x, dtype=np.float64), v, strict=True):
+                g_new = max(g, x_m)
+                if guard and g_new == -np.inf:
+                    continue
+                alpha, p = np.exp(g - g_new), np.exp(x_m - g_new)
+                s, acc, g = s * alpha + p, acc * alpha + p * v_m, g_new
+            if after:
+                term = np.exp(sink - g)
+                s = s + term
+                if after == "both":
+                    acc = acc + term
+            a = np.zeros_like(acc) if finish_guard and s == 0 else acc / s
+            return a, g + np.log(s)
+
+    return model
+
+
+def _nan_if_empty(nan_output: bool, nan_lse: bool):
+    """The right row, but NaN (output, logsumexp or both) for a row with no key or every key masked."""
+
+    def model(x, v, sink):
+        a, lse = sink_row_reference(x, v, sink)
+        if np.any(np.asarray(x) > -np.inf):
+            return a, lse
+        return (np.full_like(a, np.nan) if nan_output else a), (np.nan if nan_lse else lse)
+
+    return model
+
+
+def _zeros(sink, Dv):
+    return np.zeros(Dv)
+
+
+SINK_MISTAKES = (
+    # first: the models of the others that give NaN for a row with no key fail other cases too
+    Mistake(
+        N_("NaN for a row with no key"),
+        N_(
+            "a row with no key, or every key masked, still sees its sink: its state stays (sink, 1, 0), so the "
+            "output is 0 / 1 = 0 and the logsumexp sink + log(1) = sink"
+        ),
+        (_nan_if_empty(True, True), _nan_if_empty(False, True), _nan_if_empty(True, False)),
+    ),
+    Mistake(
+        N_("the sink lost: attention without it"),
+        N_(
+            "the result is attention without a sink: the sink is a score already seen, so the state starts at (g, "
+            "s, acc) = (sink, 1, 0); started at g = -inf, the first rescale exp(-inf - x_1) = 0 erases an s of 1"
+        ),
+        (
+            _sink_loop(lambda sink: -np.inf, lambda sink: 1.0, _zeros),
+            _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros),
+            _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, finish_guard=True),
+        ),
+    ),
+    Mistake(
+        N_("the sink's own term left out of s"),
+        N_(
+            "the sink counts once in the denominator: s starts at exp(sink - sink) = 1, not 0 (with s = 0 the sink "
+            "only moves the reference point, and a row with no key divides 0 by 0)"
+        ),
+        (_sink_loop(lambda sink: sink, lambda sink: 0.0, _zeros),),
+    ),
+    Mistake(
+        N_("the sink added to the numerator too"),
+        N_(
+            "a sink has no value: it adds exp(sink - g) to the denominator s only, and the accumulator starts at 0 "
+            "(GPT-OSS drops the sink's column before multiplying by V)"
+        ),
+        (
+            _sink_loop(lambda sink: sink, lambda sink: 1.0, lambda sink, Dv: np.ones(Dv)),
+            _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after="both"),
+        ),
+    ),
+    # before the next: its models fail this one's case the same way, and more
+    Mistake(
+        N_("the sink left out of the max"),
+        N_(
+            "the sink is the first score of the row, so the running max starts at it: g = sink, s = exp(sink - sink) "
+            "= 1. Measured against 0 instead, exp(sink - 0) overflows to inf for a sink far above every score"
+        ),
+        (_sink_loop(lambda sink: 0.0, lambda sink: np.exp(sink), _zeros),),
+    ),
+    Mistake(
+        N_("the sink added after the loop, outside the max and the rescaling"),
+        N_(
+            "the sink must take part in the running max and in every rescale: start from (g, s) = (sink, 1). Added "
+            "at the end as exp(sink - g), it overflows to inf for a sink far above every score, and a row with no "
+            "key gives -inf + inf = NaN (flash-attention PR #2752's review found both)"
+        ),
+        (
+            _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after=True),
+            _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after=True, guard=False),
+        ),
+    ),
+)
+
+
+def _sink_hint(exc) -> str | None:
+    text = str(exc)
+    if "zero-size" in text or "empty" in text:
+        return _(
+            "an empty row has no max of its own: start from the state (g, s, acc) = (sink, 1, 0), which is already "
+            "the state of a row with no key, and update it key by key"
+        )
+    return _array_hint(exc)
+
+
+def _sink_case(x, sink, Dv=2, seed=0):
+    x = np.asarray(x, dtype=np.float64)
+    v = np.random.default_rng(seed).standard_normal((x.shape[0], Dv))
+    return x, v, float(sink)
+
+
+@exercise("13.7", SINK_MISTAKES, solution="sink_row", property_cases=4)
+def check_sink_row(fn) -> CheckReport:
+    """Check ``fn(x, v, sink) -> (a, L)``: one query row of attention with a learnable sink, the scores ``x (M,)``
+    (``-inf`` for a masked key, ``M = 0`` allowed), the values ``v (M, Dv)`` and the sink logit (a finite float);
+    ``a (Dv,)`` the output and ``L`` the logsumexp over the keys and the sink. The property cases: one key, an empty
+    row, an all ``-inf`` row, a sink far above every score (1000, where ``exp(sink)`` overflows float64). Named
+    mistakes: :data:`SINK_MISTAKES`."""
+    cases = [
+        (_("a sink below every score"), _sink_case([1.0, 2.0, 0.5], -1.0, seed=1)),
+        (_("a sink between the scores"), _sink_case([-1.0, 3.0, 0.0, 1.5], 1.0, seed=2)),
+        (_("a sink above every score"), _sink_case([0.0, 0.5, -1.0], 2.5, Dv=3, seed=3)),
+        (_("a max that grows along the row"), _sink_case([-2.0, 0.0, 1.0, 4.0], 0.5, seed=4)),
+        (_("a masked key first, [-inf, 1, 2]"), _sink_case([-np.inf, 1.0, 2.0], 0.0, seed=5)),
+    ]
+    properties = property_cases(
+        [
+            (_("one element: one key"), _sink_case([0.7], 0.3, seed=6)),
+            (_("an empty row (no key): output 0, logsumexp = the sink"), _sink_case([], 0.5, seed=7)),
+            (
+                _("an all -inf row (every key masked): output 0, logsumexp = the sink"),
+                _sink_case([-np.inf, -np.inf], -0.5, seed=8),
+            ),
+            (_("a sink far above every score (sink = 1000)"), _sink_case([0.0, 0.5, -1.0], 1000.0, seed=9)),
+        ]
+    )
+    return check_function(
+        "check_sink_row",
+        fn,
+        cases,
+        sink_row_reference,
+        SINK_MISTAKES,
+        n_out=2,
+        names=(_("the output a"), _("the logsumexp L")),
+        properties=properties,
+        hint=_sink_hint,
+        not_answer=Said(N_("return two things: the output row a (Dv,) and the logsumexp L")),
     )
