@@ -99,7 +99,9 @@ class MaskExplorerPlot(LivePlot):
         self.title.set_text(
             ex.note
             + "\n"
-            + _("{empty} skipped, {partial} partial, {full} full; {computed:.0%} computed, {masked:.0%} masked").format(
+            + _(
+                "{empty} skipped, {partial} partial, {full} full; {computed:.0%} computed, {masked:.0%} with mask work"
+            ).format(
                 empty=counts["empty"],
                 partial=counts["partial"],
                 full=counts["full"],
