@@ -3,7 +3,7 @@
 On Blackwell GPUs the tensor cores multiply so fast that the exponentials of the softmax, computed by the few
 special-function units (MUFU, the PTX instruction ``ex2.approx``), become the bottleneck. FlashAttention-4 computes
 part of its ``exp2`` on the far more numerous FMA units instead (``ex2_emulation`` in ``flash_attn/cute/utils.py``
-of Dao-AILab/flash-attention, commit 009739f):
+of Dao-AILab/flash-attention, commit 0251105; the softmax calls its two-value twin ``ex2_emulation_2``):
 
 1. clamp ``x`` to at least -127;
 2. split it into ``n = floor(x)`` and ``f = x - n`` in ``[0, 1)``: adding ``1.5 * 2**23`` with rounding towards
@@ -77,7 +77,7 @@ def exp2_poly(x: ArrayLike, degree: int = 3) -> np.ndarray:
         ValueError: a degree without coefficients, or an ``x`` above 127.
 
     Source: Dao-AILab/flash-attention, ``flash_attn/cute/utils.py`` (``POLY_EX2``, ``add_round_down``,
-    ``combine_int_frac_ex2``, ``ex2_emulation``), commit 009739f.
+    ``combine_int_frac_ex2``, ``ex2_emulation``, ``ex2_emulation_2``), commit 0251105.
     """
     if degree not in POLY_EX2:
         raise ValueError(
@@ -114,12 +114,17 @@ class Exp2PolyError:
             the same 16-bit number as the exact ``2**x`` does.
         max_ulps_after_rounding: per dtype name, the largest distance between the two rounded results, in units in
             the last place of the 16-bit type.
+        points_after_rounding: per dtype name, how many inputs the two fields above count: those where ``2**x`` is
+            a normal number of the type (``x >= -14`` for float16, ``x >= -126`` for bfloat16, whose smallest normal
+            number is float32's); below that, float16's subnormal numbers have fewer significant bits and the
+            comparison would measure them, not the polynomial.
     """
 
     degree: int
     max_rel_error: float
     same_after_rounding: dict[str, float]
     max_ulps_after_rounding: dict[str, float]
+    points_after_rounding: dict[str, int]
 
 
 MANTISSA_BITS = {"float16": 10, "bfloat16": 7}  # stored fraction bits (IEEE binary16; bfloat16)
@@ -144,7 +149,7 @@ def exp2_poly_error(x: ArrayLike, degree: int = 3) -> Exp2PolyError:
         :class:`Exp2PolyError`.
 
     Raises:
-        ValueError: as :func:`exp2_poly`, or when no input is left.
+        ValueError: as :func:`exp2_poly`, or when no input is left (for float16: none with ``x >= -14``).
     """
     x32 = np.asarray(x, dtype=np.float32).ravel()
     x32 = x32[np.isfinite(x32) & (x32 >= -126) & (x32 <= 127)]
@@ -153,12 +158,16 @@ def exp2_poly_error(x: ArrayLike, degree: int = 3) -> Exp2PolyError:
     approx = exp2_poly(x32, degree)
     exact = np.exp2(x32.astype(np.float64))
     rel = float(np.max(np.abs(approx.astype(np.float64) - exact) / exact))
-    same, ulps = {}, {}
+    same, ulps, points = {}, {}, {}
     for name in ("float16", "bfloat16"):
-        # float16's range ends at 2**-24: compare only where both results are normal numbers of the type
+        # compare only where the exact result is a normal number of the type: float16's normal range ends at
+        # 2**-14 (x >= -14), bfloat16's at float32's 2**-126
         tiny = float(np.finfo(np.float16).tiny) if name == "float16" else float(np.finfo(np.float32).tiny)
         keep = exact >= tiny
+        if not keep.any():
+            raise ValueError(f"no input x with 2**x a normal {name} number (x >= {int(np.log2(tiny))})")
         rounded_approx, rounded_exact = round_to(approx[keep], name), round_to(exact[keep], name)
         same[name] = float(np.mean(rounded_approx.astype(np.float64) == rounded_exact.astype(np.float64)))
         ulps[name] = float(np.max(_ulps(rounded_approx, rounded_exact, MANTISSA_BITS[name])))
-    return Exp2PolyError(degree, rel, same, ulps)
+        points[name] = int(np.count_nonzero(keep))
+    return Exp2PolyError(degree, rel, same, ulps, points)

@@ -53,3 +53,12 @@ def test_bad_input_is_refused_and_the_input_kept():
         exp2_poly(np.array([128.0]))
     with pytest.raises(ValueError, match="no input"):
         exp2_poly_error(np.array([np.nan, -300.0]))
+
+
+def test_the_16_bit_shares_count_only_normal_results():
+    """float16's share is measured where 2**x is a normal float16 (x >= -14); bfloat16's over float32's range."""
+    x = np.linspace(-126, 0, 126_001)  # steps of 1e-3
+    err = exp2_poly_error(x, 3)
+    assert err.points_after_rounding == {"float16": 14_001, "bfloat16": 126_001}
+    with pytest.raises(ValueError, match="normal float16"):
+        exp2_poly_error(np.linspace(-30, -20, 11), 3)
