@@ -116,6 +116,26 @@ def test_tile_step_counts_every_case_whatever_the_answer():
         assert in_place and not report.passed, report
 
 
+@pytest.mark.parametrize("checker, solution", [("check_numerator_step", "numerator_step"), ("check_finish", "finish")])
+def test_numerator_step_and_finish_count_every_case_whatever_the_answer(checker, solution):
+    """Issue 35 (reviews rev2-b, rev3-b): the stub of 7.1 and 7.2 lists the case "the state given (g, s, U) is left
+    unchanged" too, as 6.1's does, so the count of cases does not grow once the function runs."""
+
+    def not_yet(*args):
+        raise NotImplementedError
+
+    def broken(*args):
+        raise ValueError("a learner's bug")
+
+    check = getattr(exercises, checker)
+    right = check(getattr(solutions, solution))
+    assert right.passed
+    for fn in (not_yet, broken):
+        report = check(fn)
+        assert [name for name, _, _ in report.cases] == [name for name, _, _ in right.cases], report
+        assert ("the state given (g, s, U) is left unchanged", False) in [(n, ok) for n, ok, _ in report.cases]
+
+
 def numerator_step(rescale=True, divide=False, invert=False, s_rescaled=True, base=np.exp):
     def step(g, s, u, x_tile, v_tile):
         g_new = np.maximum(g, x_tile.max(axis=1))

@@ -225,7 +225,7 @@ def check_numerator_step(fn) -> CheckReport:
         properties=tile_properties("(g, s, U)"),
         call=score_tile_copied,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[2][1])
+    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[2][1], always=True)
     return report
 
 
@@ -388,5 +388,5 @@ def check_finish(fn) -> CheckReport:
         hint=shape_hint,
         properties=properties,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[1][1])
+    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[1][1], always=True)
     return report

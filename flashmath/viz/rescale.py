@@ -37,7 +37,7 @@ class LazyRescalePlot(LivePlot):
     """One row's state, key tile by key tile, in log2 units (scores times ``log2 e``, FlashAttention-4's units).
 
     Grey dots: the row's scores at the step of their key tile. Black steps: the true running max (the eager
-    update's reference). Blue steps: the reference kept with threshold ``t``; dashed: ``t`` above it, the most the
+    update's reference). Blue steps: the reference ``r`` kept with threshold ``t``; dashed: ``r + t``, the most the
     true max may run ahead before the next rescale. Red triangles: the steps that rescale ``acc`` and ``s``.
 
     Args:
@@ -82,14 +82,21 @@ class LazyRescalePlot(LivePlot):
         finite = np.isfinite(self.scores)
         ax.plot(key_step[finite], self.scores[finite], "o", ms=4, color=UNSEEN, label=_("scores x log2(e)"))
         ax.plot(*_stairs(self.row_max), drawstyle="steps-post", color="black", lw=1.5, label=_("true running max"))
-        (self.ref_line,) = ax.plot([], [], drawstyle="steps-post", color=SEEN, lw=2.5, label=_("kept reference g"))
-        (self.top_line,) = ax.plot([], [], drawstyle="steps-post", color=SEEN, lw=1.2, ls="--", label=_("g + t"))
+        (self.ref_line,) = ax.plot([], [], drawstyle="steps-post", color=SEEN, lw=2.5, label=_("kept reference r"))
+        (self.top_line,) = ax.plot([], [], drawstyle="steps-post", color=SEEN, lw=1.2, ls="--", label=_("r + t"))
         (self.marks,) = ax.plot([], [], "v", ms=9, color=JUMP, label=_("rescale of acc and s"))
         finite_refs = np.concatenate([r[np.isfinite(r)] for r in self.reference.values()])
         low = min(float(self.scores[finite].min()), float(finite_refs.min()))
         high = max(float(self.row_max[np.isfinite(self.row_max)].max()), float(finite_refs.max()))
-        # room for g + t up to t = 4 above the lowest reference (a larger t's dashed line may leave the axes)
-        top = max(high, float(finite_refs.min()) + min(max(self.thresholds), 4.0))
+        # room for every step of r + t, for each t up to 4 (a larger t's dashed line may leave the axes)
+        top = max(
+            [high]
+            + [
+                float(ref[np.isfinite(ref)].max()) + t
+                for t, ref in self.reference.items()
+                if t <= 4.0 and np.isfinite(ref).any()
+            ]
+        )
         ax.set_ylim(low - 0.3, top + 0.4)
         ax.set_xlim(0.5, len(steps) + 0.5)
         ax.set_xlabel(_("key tile step j (B_c = {block_k})").format(block_k=int(self.cols[0, 1] - self.cols[0, 0])))
