@@ -396,5 +396,7 @@ def check_merge_states(fn) -> CheckReport:
         hint=shape_hint,
         properties=properties,
     )
-    inputs_unchanged(report, fn, _("the two states given are left unchanged"), cases[0][1], which=(0, 1, 2, 3))
+    inputs_unchanged(
+        report, fn, _("the two states given are left unchanged"), cases[0][1], which=(0, 1, 2, 3), always=True
+    )
     return report

@@ -293,7 +293,7 @@ def check_ring_step(fn) -> CheckReport:
         hint=shape_hint,
         properties=properties,
     )
-    inputs_unchanged(report, fn, _("the running state given is left unchanged"), cases[1][1], which=(0, 1))
+    inputs_unchanged(report, fn, _("the running state given is left unchanged"), cases[1][1], which=(0, 1), always=True)
     return report
 
 

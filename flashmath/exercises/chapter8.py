@@ -390,5 +390,5 @@ def check_masked_tile_step(fn) -> CheckReport:
         properties=_masked_properties(keep),
         call=score_tile_copied,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[3][1])
+    inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[3][1], always=True)
     return report
