@@ -544,7 +544,7 @@ def loop_swap_normalising_in_place(y, v):
 
 LOOP_SWAP = {
     "summed in another order": lambda y, v: np.asarray(y, dtype=np.float64) @ np.asarray(v, dtype=np.float64),
-    "@ or np.dot, which multiply in their own order": lambda y, v: y @ v,
+    "@, np.dot, np.sum or math.fsum over the keys (order n, d, m)": lambda y, v: y @ v,
     "the loops not swapped (order n, d, m)": loops(order="ndm"),
     "keys out of order": loops(keys=lambda M: reversed(range(M))),
     "products missing or repeated": loop_swap_skipping_zero_products,
@@ -1062,7 +1062,7 @@ ALSO = {
     },
     ("check_online_normalizer", "an element read twice"): {"the empty vector not handled"},  # x[0] of nothing
     ("check_loop_swap", "summed in another order"): {"the inputs converted before the loops"},
-    ("check_loop_swap", "@ or np.dot, which multiply in their own order"): {"summed in another order"},
+    ("check_loop_swap", "@, np.dot, np.sum or math.fsum over the keys (order n, d, m)"): {"summed in another order"},
     ("check_loop_swap", "keys out of order"): {"summed in another order"},
     ("check_loop_swap", "a key skipped (off by one)"): {"products missing or repeated"},
 }
@@ -1070,6 +1070,68 @@ ALSO = {
 test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(
     WRONG, ALSO
 )
+
+
+def test_a_plus_inf_row_message_points_at_the_plus_inf_entry():
+    # rev3-a: [0, 1, 0] for [1, inf, 2] was told "got 0 at [0]", an entry allowed to be 0
+    def one_hot_inf(x):
+        x = np.asarray(x)
+        return (x == np.inf).astype(np.float64) if np.isposinf(x).any() else solutions.safe_softmax(x)
+
+    report = exercises.check_safe_softmax(one_hot_inf)
+    assert failures(report) == ["property: a row holding +inf gives NaN"]
+    text = message(report, "property: a row holding +inf")
+    assert "expected NaN at the +inf entries [1] (the others NaN or 0)" in text
+    assert "got 1 at [1] where nan was expected" in text and "at [0]" not in text, text
+
+    def nonzero_beside_inf(x):  # NaN at the +inf entry, but 0.5 where NaN or 0 is allowed
+        x = np.asarray(x)
+        if np.isposinf(x).any():
+            return np.where(np.isposinf(x), np.nan, 0.5)
+        return solutions.safe_softmax(x)
+
+    text = message(exercises.check_safe_softmax(nonzero_beside_inf), "property: a row holding +inf")
+    assert "largest difference 0.5 at [0] (expected 0, got 0.5)" in text, text
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda x: np.full(np.shape(x), np.nan),  # the max is +inf: NaN everywhere
+        lambda x: np.where(np.isposinf(x), np.nan, 0.0),  # the logaddexp form
+        lambda x: np.where(np.asarray(x) == 1.0, 0.0, np.nan),  # NaN or 0 at the finite entries
+    ],
+)
+def test_every_allowed_plus_inf_row_passes(form):
+    def fn(x):
+        x = np.asarray(x)
+        return form(x) if np.isposinf(x).any() else solutions.safe_softmax(x)
+
+    assert exercises.check_safe_softmax(fn).passed
+
+
+def test_nan_in_gives_nan_in_every_entry():
+    # rev3-a: [0, nan, 0] for [1, nan, 2] passed, yet the rule says NaN out, never 0; the prompt now says every entry
+    def nan_only_where_nan(x):
+        x = np.asarray(x)
+        return np.where(np.isnan(x), np.nan, 0.0) if np.isnan(x).any() else solutions.safe_softmax(x)
+
+    report = exercises.check_safe_softmax(nan_only_where_nan)
+    assert failures(report) == ["property: NaN in gives NaN out"]
+    assert "got 0 at [0] where nan was expected" in message(report, "property: NaN in gives NaN out")
+
+
+def test_a_masked_row_without_the_max_subtracted_is_hinted_0_over_0():
+    # rev3-a: exp(-inf) / sum gives 0/0, neither an overflow nor -inf - (-inf)
+    def naive_but_dtype(x):
+        x = np.asarray(x)
+        w = x.astype(np.promote_types(x.dtype, np.float32))
+        with np.errstate(all="ignore"):
+            e = np.exp(w)
+            return (e / e.sum()).astype(out_dtype(x))
+
+    text = message(exercises.check_safe_softmax(naive_but_dtype), "property: a row masked entirely")
+    assert "or 0/0 (every term 0)?" in text, text
 
 
 def test_a_plus_inf_row_turned_into_zeros_is_named():
@@ -1982,8 +2044,67 @@ def loops_ndm_by_hand(y, v):
 def test_matmul_in_the_traced_case_is_named_as_matmul_not_as_unswapped_loops(fn):
     report = exercises.check_loop_swap(fn)
     text = message(report, "the order of your loops")
-    assert "@ or np.dot, which multiply in their own order" in text and "loops not swapped" not in text
-    assert named(report) <= {"@ or np.dot, which multiply in their own order", "summed in another order"}
+    assert "@, np.dot, np.sum or math.fsum over the keys (order n, d, m)" in text and "loops not swapped" not in text
+    assert named(report) <= {"@, np.dot, np.sum or math.fsum over the keys (order n, d, m)", "summed in another order"}
+
+
+def loops_ndm_np_sum(y, v):
+    N, Dv = np.shape(y)[0], np.shape(v)[1]
+    a = np.zeros((N, Dv))
+    for n in range(N):
+        for d in range(Dv):
+            a[n, d] = np.sum(y[n, :] * v[:, d])  # numpy's pairwise sum over the keys
+    return a
+
+
+def loops_ndm_fsum(y, v):
+    (N, M), Dv = np.shape(y), np.shape(v)[1]
+    a = np.zeros((N, Dv))
+    for n in range(N):
+        for d in range(Dv):
+            a[n, d] = math.fsum(y[n, m] * v[m, d] for m in range(M))  # an exact sum over the keys
+    return a
+
+
+@pytest.mark.parametrize("fn", [loops_ndm_np_sum, loops_ndm_fsum])
+def test_np_sum_or_fsum_over_the_keys_in_the_order_n_d_m_is_named_as_such_not_as_matmul(fn):
+    # rev3-a: these were told "@ or np.dot", which the learner never wrote
+    report = exercises.check_loop_swap(fn)
+    text = message(report, "the order of your loops")
+    assert NEW_MATMUL in text and "np.sum or math.fsum of y[n, :] * v[:, d]" in text, text
+    assert "loops not swapped" not in text
+    others = [msg for name, ok, msg in report.cases if not ok and not name.startswith("the order of your loops")]
+    assert others and all("summed in another order" in msg and "np.sum (pairwise)" in msg for msg in others)
+    assert named(report) <= {NEW_MATMUL, "summed in another order"}
+
+
+def test_inputs_converted_then_multiplied_read_as_one_sentence():
+    # rev3-a: "expected ..., got ...; and but the order of your loops could not be seen"
+    report = exercises.check_loop_swap(lambda y, v: np.asarray(y, float) @ np.asarray(v, float))
+    text = message(report, "the order of your loops")
+    assert "and but" not in text and "; and;" not in text
+    assert "the inputs converted before the loops" in text
+    assert text.startswith("the right numbers, but the order") or "; and the order of your loops could not be" in text
+    report = exercises.check_loop_swap(loop_swap_converted)  # n, m, d loops on floats: the right numbers
+    assert message(report, "the order of your loops").startswith("the right numbers, but the order of your loops")
+
+
+def loops_ndm_reversed_by_hand(y, v):
+    (N, M), Dv = np.shape(y), np.shape(v)[1]
+    a = np.zeros((N, Dv))
+    for n in range(N):
+        for d in range(Dv):
+            for m in reversed(range(M)):
+                a[n, d] = a[n, d] + y[n, m] * v[m, d]
+    return a
+
+
+def test_wrong_numbers_in_the_wrong_order_read_as_one_sentence():
+    text = message(exercises.check_loop_swap(loops_ndm_reversed_by_hand), "the order of your loops")
+    assert text.startswith("expected ") and "; and in the wrong order: " in text, text
+
+
+NEW_MATMUL = "@, np.dot, np.sum or math.fsum over the keys (order n, d, m)"
 
 
 def test_own_loops_in_the_order_n_d_m_are_still_told_to_swap():

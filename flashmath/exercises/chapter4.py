@@ -161,17 +161,20 @@ MISTAKES = (
         N_(
             "a sum matches bit for bit only when it adds the terms of each A[n, d] strictly in the order m = 0, 1, "
             "..., M-1 (code indices), one multiply and one add each; @, np.dot and np.einsum (BLAS or SIMD "
-            "kernels: blocks, fused multiply-adds), math.fsum and a reversed loop round differently"
+            "kernels: blocks, fused multiply-adds), np.sum (pairwise), math.fsum and a reversed loop round "
+            "differently"
         ),
         show_difference=True,
     ),
     NOT_SWAPPED,
     Mistake(
-        N_("@ or np.dot, which multiply in their own order"),
+        N_("@, np.dot, np.sum or math.fsum over the keys (order n, d, m)"),
         N_(
-            "on the traced arrays @ and np.dot took the products output element by output element (all keys "
-            "for d = 0, then for d = 1), and on arrays of floats they add in their own order too (the other failed "
-            "cases): write the three loops, the key loop m outside the d loop"
+            "on the traced arrays the products came output element by output element (all keys for d = 0, then "
+            "for d = 1), as @ and np.dot take them, and as np.sum or math.fsum of y[n, :] * v[:, d] do; on arrays "
+            "of floats these also add in their own order (the other failed cases: BLAS blocks, np.sum's pairwise "
+            "sums, math.fsum's exact sum): write the three loops, the key loop m outside the d loop, adding one "
+            "term at a time"
         ),
     ),
     Mistake(
@@ -235,7 +238,7 @@ MISTAKES = (
 OTHER_ORDER, MATMUL, CONVERTED, TRANSPOSED, WRONG_SHAPE, PAIRED, MISSING, OUT_OF_ORDER = pick(
     MISTAKES,
     "summed in another order",
-    "@ or np.dot, which multiply in their own order",
+    "@, np.dot, np.sum or math.fsum over the keys (order n, d, m)",
     "the inputs converted before the loops",
     "the result transposed",
     "a wrong shape",
@@ -433,12 +436,20 @@ def check_loop_swap(fn) -> CheckReport:
         a, expected = _form(out), matmul_ndm(y, v)
         if a is not None and a.shape != expected.shape:
             return out  # the shape speaks first
+        right = _exact(a, expected)
         values = (
             _("the right numbers,")
-            if _exact(a, expected)
-            else _("expected {expected}, got {got}; and").format(expected=fmt(expected, a), got=fmt(a, expected))
+            if right
+            else _("expected {expected}, got {got};").format(expected=fmt(expected, a), got=fmt(a, expected))
         )
-        seen = _("but the order of your loops could not be seen") if order is CONVERTED else _("in the wrong order")
+        if order is CONVERTED:  # "the right numbers, but ..." or "expected ..., got ...; and ..."
+            seen = (
+                _("but the order of your loops could not be seen")
+                if right
+                else _("and the order of your loops could not be seen")
+            )
+        else:
+            seen = _("in the wrong order") if right else _("and in the wrong order")
         seen_traced.update(values=values, seen=seen, like_matmul=pairs == _matmul_products(y, v))
         return PropertyFailure(_("{values} {seen}: {why}").format(values=values, seen=seen, why=order.message()), out)
 
@@ -489,9 +500,11 @@ def check_loop_swap(fn) -> CheckReport:
 
 
 def _name_matmul(report: CheckReport, seen_traced: dict) -> None:
-    """Name @ (or np.dot) in the traced case when it explains the whole run: the traced products came in the order
-    @ takes on arrays of objects (n, d, m, as the loops not swapped would), and every other case that failed was
-    summed in another order, as @ sums floats (a learner's own n, d, m loops fail the traced case alone)."""
+    """Name @, np.dot, np.sum or math.fsum over the keys in the traced case when that explains the whole run: the
+    traced products came in the order @ takes on arrays of objects (n, d, m, as the loops not swapped would, and as
+    ``np.sum(y[n, :] * v[:, d])`` or ``math.fsum`` per element do), and every other case that failed was summed in
+    another order, as BLAS, np.sum's pairwise sums and math.fsum's exact sums add floats (a learner's own n, d, m
+    loops, adding one term at a time, fail the traced case alone)."""
     traced_name = _(TRACED_CASE)
     others = [message for name, ok, message in report.cases if not ok and name != traced_name]
     if not seen_traced.get("like_matmul") or not others or not all(OTHER_ORDER.message() in m for m in others):
