@@ -14,12 +14,19 @@ and no device ever holds more than two key/value shards (the one it computes wit
 **Causal masking** (``causal=True``, self-attention: ``N = M``, query ``n`` sees keys ``m <= n``). Under the plain
 (contiguous) sharding, device ``r`` holds rows ``[r S, (r + 1) S)``: the shards of devices ``s < r`` are entirely
 visible, its own is visible below the diagonal, and those of ``s > r`` not at all, so device ``r`` skips ``P - 1 - r``
-of its ``P`` steps. Device 0 computes one step, device ``P - 1`` all ``P``: a ``P``-fold imbalance, and the ring
-waits for its slowest device. **Zig-zag sharding** cuts the sequence into ``2P`` chunks and gives device ``r``
-chunks ``r`` and ``2P - 1 - r`` (one early, one late). Then every step is half a block of work: for a shard of
-``s < r`` all of the device's queries see the shard's first chunk only; for ``s > r`` only the device's second
-chunk sees anything, and it sees the whole shard; the own shard is causal. Every device computes the same number
-of score entries (:func:`ring_work`).
+of its ``P`` steps. Device 0 computes one step, device ``P - 1`` all ``P``, and the ring waits for its slowest
+device. How unequal the work is depends on how the diagonal block (the own shard, causal inside) is counted: a kernel
+that skips the masked tiles (FlashAttention-2, section 3.1.1, "causal masking"; ring-flash-attention calls its kernel
+with ``causal=True`` at step 0) computes about half of it, its ``S (S + 1) / 2`` visible pairs, so device ``r`` does
+about ``r + 1/2`` blocks' work and the last device about ``2 P - 1`` times the first (``(2 P - 1) S + 1`` to ``S + 1``
+exactly); a kernel that computes the diagonal block whole does ``r + 1`` blocks, ``P`` times. :func:`ring_work`
+counts both: ``visible_pairs`` (the model of the work, a tile-skipping kernel's count up to the tiles that straddle
+the diagonal) and ``score_entries`` (every block whole). **Zig-zag sharding** cuts the sequence into ``2P`` chunks
+and gives device ``r`` chunks ``r`` and ``2P - 1 - r`` (one early, one late). Then every step is about half a block
+of work: for a shard of ``s < r`` all of the device's queries see the shard's first chunk only; for ``s > r`` only
+the device's second chunk sees anything, and it sees the whole shard; the own shard is causal, half a block of
+visible pairs plus its diagonal (``n (n + 1) / 2`` for ``n`` rows). Every device computes the same work
+(:func:`ring_work`).
 
 **The backward ring** (:func:`ring_attention_backward`): each device keeps ``Q_r``, its output ``A_r``, logsumexp
 ``L_r`` and ``dA_r``; the key/value shards travel as in the forward, and beside each travel its gradients ``dK_s``,
@@ -33,11 +40,12 @@ in two or more shards is not bitwise equal to ``flash_attention`` with any tiles
 ``(A, L)`` states (``L = logaddexp(L_1, L_2)``, ``A = exp(L_1 - L) A_1 + exp(L_2 - L) A_2``) where the tile loop
 rescales an unnormalised accumulator by ``exp(g - g_new)`` and divides once at the end, and it visits the shards in
 the rotated order ``r, r - 1, ...`` where the tile loop goes left to right; different roundings of the same sum.
-The difference is a few units in the last place: in float64, on standard normal inputs with outputs up to about 2,
-at most ``1.8e-15`` (measured for ``N`` up to 256 and ``P`` up to 8), the same size as either one's difference
-from the exact result (``flashmath.attention``). A row whose
-keys all lie in one shard (device 0 of a contiguous causal ring) is bitwise equal when ``block_k`` divides the shard
-boundaries: its only nonempty state comes from the same tile loop over the same key tiles.
+The difference is a few units in the last place of the row's largest output (an output near 0 may differ in
+many of its own last places): in float64, on standard normal inputs with outputs up to about 2, at most ``1.8e-15``
+(measured for ``N`` up to 256 and ``P`` up to 8), the same size as either one's difference from the exact result
+(``flashmath.attention``). A row whose keys all lie in one shard (device 0 of a contiguous causal ring) is bitwise
+equal when ``block_k`` divides the shard boundaries: its only nonempty state comes from the same tile loop over the
+same key tiles.
 
 Conventions (scale, dtypes, fully masked rows) are those of :mod:`flashmath.inputs`; grouped-query heads as
 :func:`flashmath.flash_attention`'s ``enable_gqa`` (a key/value shard carries ``H_kv`` heads, not ``H``).
@@ -205,7 +213,8 @@ class RingStep(NamedTuple):
     ``rows`` (local query rows of ``r``) and ``cols`` (local rows of shard ``s``) are ranges ``[start, stop)``;
     the step computes attention of those queries over those keys, with the causal mask inside the block when
     ``causal`` (the own shard: same positions on both sides), else every pair. ``rows == (0, 0)``: skipped (no query
-    of ``r`` sees any key of ``s``).
+    of ``r`` sees any key of ``s``). Its work: :attr:`visible_pairs` for a kernel that skips masked tiles,
+    :attr:`score_entries` for one that computes the block whole (they differ only on the causal diagonal block).
     """
 
     step: int
@@ -221,12 +230,13 @@ class RingStep(NamedTuple):
 
     @property
     def score_entries(self) -> int:
-        """Scores the step computes per (batch, head) element: ``rows x cols`` (0 when skipped)."""
+        """Scores of the step's block per (batch, head) element, the block whole: ``rows x cols`` (0 when skipped)."""
         return 0 if self.skipped else (self.rows[1] - self.rows[0]) * (self.cols[1] - self.cols[0])
 
     @property
     def visible_pairs(self) -> int:
-        """(query, key) pairs that attend, per (batch, head) element: ``n (n + 1) / 2`` for a causal block of ``n``."""
+        """(query, key) pairs that attend, per (batch, head) element: ``n (n + 1) / 2`` for a causal block of ``n``,
+        else ``score_entries``; the work of a kernel that skips the masked tiles, up to the diagonal's tiles."""
         n = self.rows[1] - self.rows[0]
         return n * (n + 1) // 2 if self.causal and not self.skipped else self.score_entries
 
@@ -298,10 +308,14 @@ def ring_work(layout: RingLayout, causal: bool = False) -> dict[str, np.ndarray]
     """The work of each device, summed over the steps, per (batch, head) element.
 
     Returns:
-        ``{"steps": computed steps, "score_entries": scores computed, "visible_pairs": pairs that attend}``, each an
-        int array ``(P,)`` indexed by device. Causal and contiguous, ``score_entries`` grows as ``r + 1`` (device
-        ``P - 1`` does ``P`` times the work of device 0); under zig-zag it is the same for every device (when ``2 P``
-        divides ``N``; otherwise within a few rows).
+        ``{"steps": computed steps, "score_entries": scores computed with every step's block whole (the causal
+        diagonal block too, ``n x n``), "visible_pairs": the (query, key) pairs that attend}``, each an int array
+        ``(P,)`` indexed by device. ``visible_pairs`` is the work of a causal kernel that skips masked tiles, as
+        FlashAttention's does (up to the tiles that straddle the diagonal): the diagonal block costs its
+        ``n (n + 1) / 2`` visible pairs, about half. Causal and contiguous with shards of ``S`` rows, device ``r``
+        attends ``r S^2 + S (S + 1) / 2`` pairs, so the last device works ``((2 P - 1) S + 1) / (S + 1)`` times as
+        long as the first, about ``2 P - 1`` (``score_entries`` grows as ``(r + 1) S^2``: ``P`` times); under
+        zig-zag both are the same for every device (when ``2 P`` divides ``N``; otherwise within a few rows).
     """
     work = {name: np.zeros(layout.num_devices, dtype=np.int64) for name in ("steps", "score_entries", "visible_pairs")}
     for row in ring_schedule(layout, causal):

@@ -14,7 +14,9 @@ models. Three ways to split one sequence of ``N`` queries and ``M`` keys over ``
   one collective before the attention, and then holds all ``M``.
 * **DeepSpeed-Ulysses**: one all-to-all turns ``N / P`` tokens of all ``H`` heads into all ``N`` tokens of ``H / P``
   heads (queries, keys and values), each device computes whole heads, and a second all-to-all brings the output
-  back to ``N / P`` tokens. Needs ``H`` and ``H_kv`` divisible by ``P``. Each device receives ``(P - 1) / P^2`` of
+  back to ``N / P`` tokens. Needs ``H`` and ``H_kv`` divisible by ``P`` (this module's model), unless it repeats
+  key/value heads: verl repeats them up to ``P`` when ``P`` is a multiple of ``H_kv``, at more bytes, and still
+  needs ``H`` divisible by ``P`` (verl PR #850, issue #1226). Each device receives ``(P - 1) / P^2`` of
   ``N (H D + H_kv (D + Dv) + H Dv)`` elements: volume per device falls as ``1 / P``, where the ring's stays
   ``(P - 1) / P`` of ``M H_kv (D + Dv)``. With ``N = M`` Ulysses receives fewer bytes than the ring exactly when
   ``P > G + 1`` (``G = H / H_kv`` query heads per key/value head; ``P > 2`` without grouping), for any ``D, Dv``.
@@ -198,16 +200,25 @@ def context_parallel_costs(
     Dv: int | None = None,
     batch: int = 1,
     itemsize: int = 8,
+    ulysses_keeps_inputs: bool = True,
 ) -> dict[str, dict]:
     """The three methods side by side for self-attention (``M = N``), per device, forward of one layer.
+
+    Args:
+        ulysses_keeps_inputs: charge Ulysses, during the attention, for its own ``n_r`` tokens of ``Q``, ``K``, ``V``
+            of every head (the sequence-sharded inputs of its first all-to-all, kept beside the head-sharded
+            copies); False counts the head-sharded arrays alone. An assumption that decides the memory verdict:
+            with it the ring holds the least, without it Ulysses does (its ``K, V`` are ``N`` rows of ``H_kv / P``
+            heads, half the ring's two shards).
 
     Returns:
         ``{method: {"received_bytes", "peak_bytes", "feasible", "overlapped"}}`` for each of :data:`METHODS`:
         the most bytes any device receives; the most bytes any device holds during the attention (queries, output
         and logsumexp of its rows, and the keys and values it has: two shards for the ring, all ``N`` rows after the
-        all-gather, ``N`` rows of its ``H / P`` heads for Ulysses); whether it can run (Ulysses: ``H`` and ``H_kv``
-        divisible by ``P``); whether the transfers overlap the attention's computation (the ring's do, step by
-        step; the all-gather and the all-to-alls come before and after it). Ulysses' bytes are None when not
+        all-gather, ``N`` rows of its ``H / P`` heads for Ulysses, with its own inputs unless
+        ``ulysses_keeps_inputs=False``); whether it can run (Ulysses without repeating key/value heads: ``H`` and
+        ``H_kv`` divisible by ``P``); whether the transfers overlap the attention's computation (the ring's do, step
+        by step; the all-gather and the all-to-alls come before and after it). Ulysses' bytes are None when not
         feasible.
     """
     P = size(num_devices, "num_devices", 1)
@@ -222,7 +233,8 @@ def context_parallel_costs(
     uly_ok = uly is not None
     # Ulysses during the attention: all N tokens of H / P heads of Q, A, L and of H_kv / P heads of K, V, beside the
     # device's own n_r tokens of every head (which the layer keeps)
-    uly_peak = (N * (q_row + state_row + kv_row) // P + int(n.max()) * (q_row + kv_row)) if uly_ok else None
+    kept = int(n.max()) * (q_row + kv_row) if ulysses_keeps_inputs else 0
+    uly_peak = (N * (q_row + state_row + kv_row) // P + kept) if uly_ok else None
     return {
         "ring": {
             "received_bytes": int(ring_received.max()),
@@ -255,6 +267,7 @@ def context_parallel_table(
     devices: tuple = (2, 4, 8, 16),
     batch: int = 1,
     itemsize: int = 8,
+    ulysses_keeps_inputs: bool = True,
 ) -> list[dict]:
     """When each method wins: one row per ``P`` in ``devices``.
 
@@ -263,11 +276,22 @@ def context_parallel_table(
         heads), "fewest_bytes" (the feasible methods that receive the fewest, a tuple: the ring and the all-gather
         always tie), "least_memory" (likewise, by peak bytes)}]``. With ``N = M`` and ``G = H / H_kv``, Ulysses
         receives fewer bytes than the ring exactly when ``P > G + 1`` (module docstring); the ring and Ulysses hold
-        ``O(N / P)``, the all-gather ``O(N)`` of keys and values.
+        ``O(N / P)``, the all-gather ``O(N)`` of keys and values. ``ulysses_keeps_inputs``: as
+        :func:`context_parallel_costs` (it decides "least_memory" between the ring and Ulysses).
     """
     table = []
     for P in devices:
-        costs = context_parallel_costs(N, P, heads=heads, kv_heads=kv_heads, D=D, Dv=Dv, batch=batch, itemsize=itemsize)
+        costs = context_parallel_costs(
+            N,
+            P,
+            heads=heads,
+            kv_heads=kv_heads,
+            D=D,
+            Dv=Dv,
+            batch=batch,
+            itemsize=itemsize,
+            ulysses_keeps_inputs=ulysses_keeps_inputs,
+        )
         feasible = {m: c for m, c in costs.items() if c["feasible"]}
         fewest = min(c["received_bytes"] for c in feasible.values())
         least = min(c["peak_bytes"] for c in feasible.values())

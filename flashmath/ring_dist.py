@@ -962,7 +962,7 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
     from flashmath.backward import attention_backward
     from flashmath.flash import flash_attention
     from flashmath.ring import ring_work
-    from flashmath.ring_cost import kv_row_bytes, ring_bytes_model
+    from flashmath.ring_cost import kv_row_bytes, ring_backward_bytes_model, ring_bytes_model
 
     gqa = args.heads != args.kv_heads
     want, want_lse = flash_attention(q, k, v, causal=args.causal, enable_gqa=gqa, return_lse=True)
@@ -976,10 +976,10 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
         for name, got, ref in zip(("dq", "dk", "dv"), run.grads, (gq, gk, gv), strict=True):
             errors[name] = float(np.abs(got - ref).max())
     P = run.world_size
-    model = ring_bytes_model(
-        args.length, P, row_bytes=kv_row_bytes(args.dim, kv_heads=args.kv_heads, batch=args.batch), zigzag=args.zigzag
-    )
-    work = ring_work(run.layout, args.causal)["score_entries"]
+    row = kv_row_bytes(args.dim, kv_heads=args.kv_heads, batch=args.batch)
+    model = ring_bytes_model(args.length, P, row_bytes=row, zigzag=args.zigzag)
+    bytes_ok = np.array_equal(run.sent_bytes, model)
+    work = ring_work(run.layout, args.causal)
     print(
         f"ring attention on {P} gloo process{'es' if P > 1 else ''}: N = {args.length}, B = {args.batch}, "
         f"H = {args.heads}, H_kv = {args.kv_heads}, D = {args.dim}, causal = {args.causal}, zigzag = {args.zigzag}"
@@ -987,15 +987,26 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
     for name, err in errors.items():
         print(f"  max |{name} - one process| = {err:.1e}")
     print(
-        f"  bytes sent per rank (all steps): {run.sent_bytes.sum(axis=0).tolist()}; model: "
-        f"{model.sum(axis=0).tolist()}; equal: {np.array_equal(run.sent_bytes, model)}"
+        f"  forward bytes sent per rank (all steps): {run.sent_bytes.sum(axis=0).tolist()}; model: "
+        f"{model.sum(axis=0).tolist()}; equal: {bytes_ok}"
     )
-    print(f"  score entries per rank: {work.tolist()}")
+    if run.backward_sent_bytes is not None:
+        back = ring_backward_bytes_model(args.length, P, row_bytes=row, zigzag=args.zigzag)
+        back_ok = np.array_equal(run.backward_sent_bytes, back)
+        bytes_ok = bytes_ok and back_ok
+        print(
+            f"  backward bytes sent per rank (K, V and dK, dV): {run.backward_sent_bytes.sum(axis=0).tolist()}; "
+            f"model: {back.sum(axis=0).tolist()}; equal: {back_ok}"
+        )
+    print(
+        f"  pairs that attend per rank (a tile-skipping kernel's work): {work['visible_pairs'].tolist()}; score "
+        f"entries with every block whole: {work['score_entries'].tolist()}"
+    )
     print(
         f"  compute s per rank: {np.round(run.compute_s.sum(axis=0), 4).tolist()}; "
         f"waiting s: {np.round(run.wait_s.sum(axis=0), 4).tolist()}"
     )
-    ok = max(errors.values()) <= 1e-13 and np.array_equal(run.sent_bytes, model)
+    ok = max(errors.values()) <= 1e-13 and bytes_ok
     print("  OK" if ok else "  MISMATCH")
     return 0 if ok else 1
 

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests
+from helpers import checker_tests, named
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -135,6 +135,32 @@ def test_ring_step_right_answers_pass(fn):
     assert report.passed, report
 
 
+def step_unguarded(a, lse, q, k, v, keep):
+    """The natural code with no guard anywhere: a row that sees no key gets NaN in A and L."""
+    x = np.where(keep, q @ k.T / math.sqrt(q.shape[1]), -np.inf)
+    g = x.max(axis=1, keepdims=True)
+    e = np.exp(x - g)
+    s = e.sum(axis=1, keepdims=True)
+    a_s, lse_s = e @ v / s, (g + np.log(s))[:, 0]
+    new = np.logaddexp(lse, lse_s)
+    return np.exp(lse - new)[:, None] * a + np.exp(lse_s - new)[:, None] * a_s, new
+
+
+def step_merge_unguarded(a, lse, q, k, v, keep):
+    """The package's step, the merge written out without a guard: NaN where both states are empty."""
+    a_s, lse_s = fm.attention(q, k, v, mask=keep, return_lse=True)
+    new = np.logaddexp(lse, lse_s)
+    return np.exp(lse - new)[:, None] * a + np.exp(lse_s - new)[:, None] * a_s, new
+
+
+@pytest.mark.parametrize("fn", [step_unguarded, step_merge_unguarded])
+def test_ring_step_nan_of_an_unguarded_row_is_named(fn):
+    with np.errstate(all="ignore"):
+        report = exercises.check_ring_step(fn)
+    assert not report.passed
+    assert named(report) == {"a row that sees no key: -inf - (-inf)"}, report
+
+
 def test_ring_step_that_overwrites_the_state_is_caught():
     def in_place(a, lse, q, k, v, keep):
         out = learner_step(a, lse, q, k, v, keep)
@@ -165,7 +191,19 @@ STEP_BYTES = {
     "contiguous shards under zig-zag": lambda M, P, t, r, b, z: (
         0 if t >= P - 1 else rows_of(M, P, (r - t) % P, False) * b
     ),
+    "np.array_split's sizes (the larger shards first)": lambda M, P, t, r, b, z: (
+        0 if t >= P - 1 else array_split_rows(M, P, (r - t) % P, z) * b
+    ),
 }
+
+
+def array_split_rows(M, P, s, zigzag):
+    """A learner's shard sizes from np.array_split (the first pieces one row larger), chunks of 2P under zig-zag."""
+    if not zigzag:
+        return len(np.array_split(np.arange(M), P)[s])
+    chunks = np.array_split(np.arange(M), 2 * P)
+    return len(chunks[s]) + len(chunks[2 * P - 1 - s])
+
 
 STEP_BYTES_RIGHT = [
     solutions.ring_step_bytes,

@@ -188,12 +188,19 @@ def test_causal_steps_skipped_and_zigzag_balances_the_work(P):
     # contiguous: device r computes r + 1 blocks of S x S and skips the P - 1 - r shards after its own
     assert plain["steps"].tolist() == list(range(1, P + 1))
     assert plain["score_entries"].tolist() == [(r + 1) * S * S for r in range(P)]
-    assert plain["score_entries"][-1] == P * plain["score_entries"][0]  # the P-fold imbalance
+    assert plain["score_entries"][-1] == P * plain["score_entries"][0]  # the diagonal block whole: P-fold
+    # a kernel that skips masked tiles: r blocks and the diagonal's S (S + 1) / 2 pairs, about 2P - 1 fold
+    assert plain["visible_pairs"].tolist() == [r * S * S + S * (S + 1) // 2 for r in range(P)]
+    ratio = plain["visible_pairs"][-1] / plain["visible_pairs"][0]
+    assert ratio == pytest.approx(((2 * P - 1) * S + 1) / (S + 1)) and 2 * P - 1 - 1 < ratio < 2 * P - 1
     # zig-zag: every device computes every step, the same work in all
     assert zz["steps"].tolist() == [P] * P
     assert len(set(zz["score_entries"].tolist())) == 1 and len(set(zz["visible_pairs"].tolist())) == 1
     c = N // (2 * P)  # chunk size: own step (2c)^2 causal block, the others 2 c^2 each
     assert zz["score_entries"][0] == 4 * c * c + (P - 1) * 2 * c * c
+    # counted as a tile-skipping kernel does, every step is about half a block: the own step 2c (2c + 1) / 2 pairs
+    steps = np.array([[st.visible_pairs for st in row] for row in ring_schedule(ring_layout(N, P, zigzag=True), True)])
+    assert (steps[0] == c * (2 * c + 1)).all() and (steps[1:] == 2 * c * c).all()
     # both count every attended pair once
     assert plain["visible_pairs"].sum() == zz["visible_pairs"].sum() == N * (N + 1) // 2
     assert ring_work(ring_layout(N, P), False)["score_entries"].tolist() == [S * N] * P

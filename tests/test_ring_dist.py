@@ -177,3 +177,6 @@ def test_torchrun_runs_the_ring_from_a_terminal():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ring attention on 2 gloo processes: N = 50" in done.stdout
     assert "equal: True" in done.stdout and done.stdout.rstrip().endswith("OK")
+    # the forward's bytes and, with --backward, the backward's, each against its model
+    assert "forward bytes sent per rank" in done.stdout and "backward bytes sent per rank" in done.stdout
+    assert "equal: False" not in done.stdout

@@ -142,6 +142,9 @@ def _merge(a1, l1, a2, l2, *, how="logaddexp"):
     """Chapter 10's merge of two states, with mistakes as switches."""
     a1, l1, a2, l2 = (np.asarray(t, dtype=np.float64) for t in (a1, l1, a2, l2))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if how == "plain":  # the merge written out, no guard: e^{-inf - (-inf)} is NaN when both are empty
+            L = np.logaddexp(l1, l2)
+            return np.exp(l1 - L)[:, None] * a1 + np.exp(l2 - L)[:, None] * a2, L
         if how == "max":
             L = np.maximum(l1, l2)
         elif how == "exp":  # e^L without a reference point
@@ -196,6 +199,22 @@ RING_STEP_MISTAKES = (
         N_("the sums add: L_new = np.logaddexp(L, L_s), which is more than the larger one"),
         (_step_model("max"),),
     ),
+    # before "e^L without a reference point": on a run whose only failing case is the row with no key yet and none
+    # in the shard, both models give NaN there, and the unguarded -inf - (-inf) is the cause the code shows
+    Mistake(
+        N_("a row that sees no key: -inf - (-inf)"),
+        N_(
+            "a row whose keep is False for every key of the shard gets no contribution from this step: its "
+            "(A_s, L_s) is (0, -inf) (its max is -inf, and x - max is -inf - (-inf) = NaN: guard it), and the merge "
+            "leaves its running state as it was (where both L and L_s are -inf, e^{L - L_new} is NaN too: guard "
+            "it), never NaN"
+        ),
+        (
+            _step_model(guard=False),  # the step unguarded, the merge guarded
+            _step_model(merge="plain", guard=False),  # both unguarded: NaN in A and L
+            _step_model(merge="plain"),  # the step guarded (or the package's), the merge unguarded
+        ),
+    ),
     Mistake(
         N_("e^L without a reference point"),
         N_(
@@ -213,14 +232,6 @@ RING_STEP_MISTAKES = (
         N_("the mask ignored"),
         N_("a key where keep is False is absent for that row: set its score to -inf before the softmax"),
         (_step_model(use_mask=False),),
-    ),
-    Mistake(
-        N_("a row that sees no key: -inf - (-inf)"),
-        N_(
-            "a row whose keep is False for every key of the shard gets no contribution from this step: its "
-            "(A_s, L_s) is (0, -inf), and the merge leaves its running state as it was, never NaN"
-        ),
-        (_step_model(guard=False),),
     ),
 )
 
@@ -320,12 +331,20 @@ def _step_bytes_reference(M, P, t, r, row_bytes, zigzag):
     return int(ring_bytes_model(M, P, row_bytes=row_bytes, zigzag=bool(zigzag))[t, r])
 
 
-def _bytes_model(shard, *, last=True, zigzag_read=True):
+def _split_rows(M, pieces, c):
+    """Rows of piece ``c`` of ``M`` as ``np.array_split`` cuts them: the first ``M mod pieces`` get one more."""
+    return M // pieces + (c < M % pieces)
+
+
+def _bytes_model(shard, *, last=True, zigzag_read=True, sizes="floor"):
     def model(M, P, t, r, row_bytes, zigzag):
         M, P, t, r, row_bytes = (int(x) for x in (M, P, t, r, row_bytes))
         if last and t >= P - 1:
             return 0
         s = shard(P, t, r)
+        if sizes == "array_split":
+            pieces = (s, 2 * P - 1 - s) if zigzag and zigzag_read else (s,)
+            return sum(_split_rows(M, len(pieces) * P, c) for c in pieces) * row_bytes
         return _rows(M, P, s, bool(zigzag) and zigzag_read) * row_bytes
 
     return model
@@ -362,6 +381,14 @@ STEP_BYTES_MISTAKES = (
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) // int(P) * int(row_bytes),
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) / int(P) * int(row_bytes),
         ),
+    ),
+    Mistake(
+        N_("np.array_split's sizes (the larger shards first)"),
+        N_(
+            "np.array_split gives the extra rows to the first pieces; the ring's shards take "
+            "floor((s + 1) M / P) - floor(s M / P) rows (chunks of 2P under zig-zag), which puts them elsewhere"
+        ),
+        (_bytes_model(lambda P, t, r: (r - t) % P, sizes="array_split"),),
     ),
     Mistake(
         N_("contiguous shards under zig-zag"),

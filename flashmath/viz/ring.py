@@ -128,7 +128,7 @@ class RingPlot(LivePlot):
             )
             mid = (self.centres[r] + self.centres[(r + 1) % P]) / 2
             out = mid / max(float(np.hypot(*mid)), 1e-9)
-            where = mid + 0.38 * out if P > 2 else mid + np.array([0.55 if r == 0 else -0.55, 0.0])
+            where = mid + 0.7 * out if P > 2 else mid + np.array([0.55 if r == 0 else -0.55, 0.0])
             self.sending.append(
                 ax.text(float(where[0]), float(where[1]), "", ha="center", va="center", fontsize=8.5, color=HOLD)
             )
@@ -208,7 +208,9 @@ def plot_ring_timeline(run, *, figsize=(9.0, 3.2), dpi: int = DPI):
 def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int = DPI):
     """The causal ring's work per device and step, from the schedule alone (:func:`flashmath.ring.ring_schedule`):
     contiguous shards (left) against zig-zag (right). A step lasts as long as its busiest device (each waits for
-    the next shard); a bar is a device's score entries at that step, the grey rest of the step its idle time.
+    the next shard); a bar is a device's work at that step, the grey rest of the step its idle time. The work is
+    the step's (query, key) pairs that attend (:attr:`flashmath.ring.RingStep.visible_pairs`): what a causal kernel
+    that skips masked tiles computes, so the causal diagonal block costs about half a block.
 
     Returns:
         the matplotlib Figure (made through pyplot).
@@ -221,7 +223,7 @@ def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int 
     for ax, zigzag in zip(axes, (False, True), strict=True):
         layout = ring_layout(N, num_devices, zigzag=zigzag)
         schedule = ring_schedule(layout, causal=True)
-        work = np.array([[st.score_entries for st in row] for row in schedule], dtype=float)  # [t, r]
+        work = np.array([[st.visible_pairs for st in row] for row in schedule], dtype=float)  # [t, r]
         lengths = work.max(axis=1)
         starts = np.concatenate([[0.0], np.cumsum(lengths)[:-1]])
         for t in range(num_devices):
@@ -233,12 +235,12 @@ def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int 
         busy = work.sum() / (lengths.sum() * num_devices)
         name = _("zig-zag") if zigzag else _("contiguous")
         ax.set_title(
-            _("{name}: {total:,.0f} score entries of time, devices busy {busy:.0%}").format(
+            _("{name}: {total:,.0f} pairs of time, devices busy {busy:.1%}").format(
                 name=name, total=lengths.sum(), busy=busy
             ),
             fontsize=9,
         )
-        ax.set_xlabel(_("time, in score entries (steps separated by dotted lines)"))
+        ax.set_xlabel(_("time, in attending pairs (steps separated by dotted lines)"))
     axes[0].set_yticks(range(num_devices), [_("device {r}").format(r=r) for r in range(num_devices)])
     axes[0].invert_yaxis()
     fig.suptitle(
