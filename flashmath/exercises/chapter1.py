@@ -160,9 +160,15 @@ def _any_masked_zeros(x):
 
 
 def _not_subtracted_cause(x) -> str | None:
-    """Why a softmax without the max fails on ``x`` when it is not overflow: far below 0 every exp(x) underflows to
-    0 (in the dtype the answer is computed in, float32 for float16), so the sum is 0 and 0 / 0 is NaN."""
+    """Why a softmax without the max fails on ``x`` when it is not overflow: on a fully masked row every exp(-inf)
+    is 0; far below 0 every exp(x) underflows to 0 (in the dtype the answer is computed in, float32 for float16);
+    either way the sum is 0 and 0 / 0 is NaN."""
     x = np.asarray(x)
+    if x.dtype.kind == "f" and x.size and np.all(x == -np.inf):  # a fully masked row: nothing overflows here
+        return _(
+            "on a fully masked row every exp(-inf) is 0, so the sum is 0 and 0 / 0 is NaN; subtracting the max "
+            "alone does not fix that row (-inf - (-inf) is NaN too): test for a max of -inf and return zeros"
+        )
     if x.dtype.kind != "f" or not x.size or not np.isfinite(x).all():
         return None
     with np.errstate(under="ignore"):
