@@ -90,17 +90,9 @@ class SplitKVPlot(LivePlot):
         ax_t.add_collection(self.edges)
         self.node_dots = ax_t.plot([], [], "o", color="0.3", ms=4)[0]
         self.nodes = [
-            # on a white ground: the edges from a node's children pass close by its label
-            ax_t.text(
-                0,
-                0,
-                "",
-                ha="center",
-                va="bottom",
-                fontsize=8,
-                visible=False,
-                bbox=dict(facecolor="white", edgecolor="none", pad=0.6),
-            )
+            # the tree is drawn with elbows (a child's edge drops straight down to a bar halfway between the
+            # levels, and the parent's stub rises straight up from it): no edge runs level with a dot or above a leaf
+            ax_t.annotate("", (0, 0), xytext=(5, 0), textcoords="offset points", va="center", fontsize=8, visible=False)
             for _node in range(self.max_nodes)
         ]
         ax_t.set_title(_("each node: the logsumexp L of the keys below it"), fontsize=8, loc="right")
@@ -171,27 +163,30 @@ class SplitKVPlot(LivePlot):
         k, segments, points = 0, [], []
         for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
             crowded = len(level) > 6  # labels closer than about 7 keys: the value alone, without "L="
-            # each label sits above its dot, where no edge runs (the edges to the children leave a node
-            # diagonally); a node carried down unmerged has a vertical edge above it: its label goes to the right
-            carried = set(spans[depth - 1]) if depth else set()
             for (_part, lse), (c0, c1) in zip(level, level_spans, strict=False):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
                 points.append((x, depth))
-                beside = (c0, c1) in carried
-                node.set_position((x + 0.5, depth - 0.12) if beside else (x, depth - 0.12))
-                node.set_horizontalalignment("left" if beside else "center")
-                node.set_verticalalignment("bottom")
+                # a leaf's label sits above it (no edge there); a merged node's beside it, to the right unless it
+                # is near the right edge
+                left = depth > 0 and x > 0.9 * self.M
+                node.xy = (x, depth)
+                node.set_position((-5 if left else 5, 0) if depth else (0, 6))
+                node.set_horizontalalignment("right" if left else "left" if depth else "center")
                 lse = float(np.ravel(lse)[0])
                 value = f"{lse:.2f}" if np.isfinite(lse) else f"{lse}"
                 node.set_text(value if crowded else f"L={value}")
                 node.set_visible(True)
                 k += 1
                 if depth:
-                    children = spans[depth - 1]
-                    for c_span in children:
-                        if c_span[0] >= c0 and c_span[1] <= c1:
-                            segments.append([((c_span[0] + c_span[1]) / 2 + 0.5, depth - 1), (x, depth)])
+                    children = [
+                        (c_span[0] + c_span[1]) / 2 + 0.5
+                        for c_span in spans[depth - 1]
+                        if c_span[0] >= c0 and c_span[1] <= c1
+                    ]
+                    bar = depth - 0.5
+                    segments += [[(cx, depth - 1), (cx, bar)] for cx in children]
+                    segments += [[(min(children), bar), (max(children), bar)], [(x, bar), (x, depth)]]
         for node in self.nodes[k:]:
             node.set_visible(False)
         self.edges.set_segments(segments)

@@ -66,6 +66,10 @@ class MaskExplorerPlot(LivePlot):
             np.ma.masked_all((N, N)), cmap="viridis", vmin=-2, vmax=0.3, extent=extent, interpolation="nearest"
         )
         self.ax_scores.set_facecolor("white")
+        # the colours' scale: the same for every kind (beyond it, the end colours)
+        colorbar = self.fig.colorbar(self.scores_image, ax=self.ax_scores, shrink=0.8, pad=0.03, extend="both")
+        colorbar.set_label(_("change of the score"), fontsize=8)
+        colorbar.ax.tick_params(labelsize=8)
         self.tiles_image = self.ax_tiles.imshow(
             blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent, interpolation="nearest"
         )
