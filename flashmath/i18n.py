@@ -45,12 +45,15 @@ __all__ = [
     "LOCALE_DIR",
     "Filled",
     "Text",
+    "aside",
     "display_width",
     "extract_notebook",
     "get_language",
     "gettext",
     "gettext_noop",
+    "joined",
     "set_language",
+    "then",
     "tr",
 ]
 
@@ -121,6 +124,22 @@ def gettext(message: str) -> str:
 def gettext_noop(message: str) -> str:
     """``message`` unchanged: marks a string for extraction whose translation happens later, where it is shown."""
     return message
+
+
+def joined(text: str, detail: str) -> str:
+    """``text`` and what explains it, ``"{text}: {detail}"`` in English; the separator is the language's own (Chinese
+    ends the first sentence with a full-width full stop, no space)."""
+    return gettext("{text}: {detail}").format(text=text, detail=detail)
+
+
+def then(sentence: str, more: str) -> str:
+    """Two sentences one after the other: a space between them in English, none in Chinese."""
+    return gettext("{sentence} {more}").format(sentence=sentence, more=more)
+
+
+def aside(text: str, note: str) -> str:
+    """``text`` with a note in parentheses: ``"{text} ({note})"``, full-width parentheses in Chinese."""
+    return gettext("{text} ({note})").format(text=text, note=note)
 
 
 def display_width(text: str) -> int:

@@ -37,6 +37,7 @@ from flashmath.exercises._report import (
 )
 from flashmath.i18n import gettext as _  # the learner-facing text (flashmath.i18n)
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import joined
 
 #: The property battery, in the order a checker runs it (the first two on every case, the rest as edge cases).
 PROPERTIES = (
@@ -168,20 +169,17 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
         if g_arr.size == 0 and w_arr.size == 0 and not isinstance(g, np.ndarray):
             continue  # a list [] is the empty result, whatever the reference's empty shape
         if g_arr.shape != w_arr.shape:
-            return (
-                label
-                + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape)
-                + f": {WRONG_SHAPE.message()}"
+            return joined(
+                label + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape),
+                WRONG_SHAPE.message(),
             )
         if w_arr.dtype.kind == "b" and g_arr.dtype.kind != "b":
-            return (
-                label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype) + f": {BOOL_OUT.message()}"
+            return joined(
+                label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype), BOOL_OUT.message()
             )
         if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
-            return (
-                label
-                + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype)
-                + f": {INTEGER_OUT.message()}"
+            return joined(
+                label + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype), INTEGER_OUT.message()
             )
         if (
             isinstance(w, np.ndarray)
@@ -190,10 +188,9 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
             and isinstance(g, np.ndarray)
             and g.dtype != w.dtype
         ):
-            return (
-                label
-                + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype)
-                + f": {DTYPE_OUT.message()}"
+            return joined(
+                label + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype),
+                DTYPE_OUT.message(),
             )
     return None
 
@@ -328,7 +325,9 @@ def check_function(
             report.add(
                 name,
                 False,
-                _("expected ({form})").format(form=form) + (f": {not_answer.message()}" if not_answer else ""),
+                joined(_("expected ({form})").format(form=form), not_answer.message())
+                if not_answer
+                else _("expected ({form})").format(form=form),
             )
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
@@ -336,7 +335,7 @@ def check_function(
             # of the checker's own may say which it is
             if WRONG_SHAPE.message() in form_text:
                 mistake = mistake_for(i)
-                form_text = f"{form_text}; {mistake.message(args)}" if mistake else form_text
+                form_text = joined(form_text, mistake.message(args)) if mistake else form_text
             elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := mistake_for(i)):
                 form_text = form_text.replace(BOOL_OUT.message(), mistake.message(args))
             report.add(name, False, form_text)
@@ -350,7 +349,7 @@ def check_function(
             report.add(name, False, text + error_note(got, want))
         else:
             difference = largest_difference(got, want) if mistake.show_difference else ""
-            report.add(name, False, f"{text}{difference}: {mistake.message(args)}")
+            report.add(name, False, joined(f"{text}{difference}", mistake.message(args)))
     return report.in_order([name for name, _ in cases])
 
 

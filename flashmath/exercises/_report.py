@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flashmath.i18n import aside
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
@@ -202,7 +203,9 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
         report.add(
             name,
             False,
-            _("raised {error}: {text}").format(error=type(exc).__name__, text=exc) + (f" ({extra})" if extra else ""),
+            aside(_("raised {error}: {text}").format(error=type(exc).__name__, text=exc), extra)
+            if extra
+            else _("raised {error}: {text}").format(error=type(exc).__name__, text=exc),
         )
     return None, False
 

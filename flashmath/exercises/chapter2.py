@@ -16,6 +16,7 @@ from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close, 
 from flashmath.exercises.chapter1 import softmax_cases
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import joined
 from flashmath.softmax import merge, online_normalizer
 
 
@@ -363,7 +364,7 @@ def _call_one_pass(fn, args):
             used = _("used {used:.0f} kB for {n} elements (a copy of x takes {copy:.0f} kB or more)").format(
                 used=peak / 1000, n=len(x), copy=8 * len(x) / 1000
             )
-            return PropertyFailure(f"{used}: {BUFFERED.message()}", out)
+            return PropertyFailure(joined(used, BUFFERED.message()), out)
     else:
         out = fn(vec)
     if vec.reads > len(x) or vec.passes > 1:
@@ -372,7 +373,7 @@ def _call_one_pass(fn, args):
         )
         if _pair(out) is not None and not same_state(out, online_normalizer(np.asarray(x, dtype=np.float64))):
             return out  # a wrong state: the mistake models say more than the count
-        return PropertyFailure(f"{count}: {(TWO_PASSES if vec.passes > 1 else READ_TWICE).message()}", out)
+        return PropertyFailure(joined(count, (TWO_PASSES if vec.passes > 1 else READ_TWICE).message()), out)
     return out
 
 
@@ -450,7 +451,7 @@ def _state_message(state, expected, mistake: Mistake | None) -> str:
     message = _("expected (g, s) = ({g_ref:.6g}, {s_ref:.6g}), got ({g:.6g}, {s:.6g})").format(
         g_ref=g_ref, s_ref=s_ref, g=g, s=s
     )
-    return message + (f": {mistake.message()}" if mistake is not None else "")
+    return joined(message, mistake.message()) if mistake is not None else message
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt, pick
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import joined
 
 
 def variant(q, k, v, *, scale=lambda D, M, Dv, q: 1 / np.sqrt(D), shift="row", norm=-1, after=1.0):
@@ -340,6 +341,6 @@ def check_attention(fn) -> CheckReport:
         # the shape message, ours or _cases's (in English), ends with the shape got, before the colon
         shape_text = (_(SHAPE_TEXT).split("{")[0], "expected shape")
         if not ok and message.startswith(shape_text) and message.split(":")[0].endswith(f"{y_shape}"):
-            looks_like = ": " + _("looks like {name}: {fix}").split("{")[0]
-            report.cases[j] = (name, False, message.split(looks_like)[0] + f": {Y_RETURNED.message()}")
+            looks_like = joined("", _("looks like {name}: {fix}").split("{")[0])
+            report.cases[j] = (name, False, joined(message.split(looks_like)[0], Y_RETURNED.message()))
     return report

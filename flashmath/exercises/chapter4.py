@@ -30,6 +30,7 @@ from flashmath.exercises._report import (
 )
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import joined
 from flashmath.softmax import safe_softmax
 
 
@@ -454,15 +455,11 @@ def check_loop_swap(fn) -> CheckReport:
         return PropertyFailure(_("{values} {seen}: {why}").format(values=values, seen=seen, why=order.message()), out)
 
     def describe(a, expected):
-        hint = ""
+        text = _("expected {expected}, got {got}").format(expected=fmt(expected, a), got=fmt(a, expected))
         if a.shape == expected.shape and not _exact(a, expected):
             if np.array_equal(a, expected[::-1]) or (a.shape == expected.T.shape and np.array_equal(a, expected.T)):
-                hint = f": {TRANSPOSED.message()}"
-        return (
-            _("expected {expected}, got {got}").format(expected=fmt(expected, a), got=fmt(a, expected)) + hint,
-            a,
-            expected,
-        )
+                text = joined(text, TRANSPOSED.message())
+        return text, a, expected
 
     def shape_mistake(a, expected):
         return TRANSPOSED if a.shape == expected.T.shape else WRONG_SHAPE
@@ -492,10 +489,10 @@ def check_loop_swap(fn) -> CheckReport:
         if not ok and wrong_shape in message:
             args = dict(cases + loop_swap_properties())[name]
             expected = reference(*args)
-            text = message.split(": " + wrong_shape)[0]
+            text = message.split(joined("", wrong_shape))[0]
             shapes = re.findall(r"\(\d+(?:, \d+)*,?\)", text)  # the expected shape, then the shape got
             if shapes and shapes[-1] == str(expected.T.shape) and expected.T.shape != expected.shape:
-                report.cases[j] = (name, False, f"{text}: {shape_mistake(expected.T, expected).message()}")
+                report.cases[j] = (name, False, joined(text, shape_mistake(expected.T, expected).message()))
     return report
 
 

@@ -17,7 +17,7 @@ from flashmath.exercises._report import (
     run,
 )
 from flashmath.exercises._report import same as same_array
-from flashmath.i18n import Filled
+from flashmath.i18n import Filled, joined
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.softmax import merge
@@ -557,7 +557,7 @@ def _fold(report, name, step, x, v, expected, block=1):
             report.add(
                 name,
                 False,
-                _("expected a triple (g, s, A') after key {m}").format(m=start + 1) + f": {NOT_A_TRIPLE.message()}",
+                joined(_("expected a triple (g, s, A') after key {m}").format(m=start + 1), NOT_A_TRIPLE.message()),
             )
             return
     earlier = _(" (the cases above say what went wrong)") if not report.passed and report.cases else ""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import then
 
 PLACEHOLDER_MESSAGE = N_(
     "No prediction yet: write your number in place of the ... above, then run this cell again "
@@ -82,13 +83,12 @@ def check_prediction(
             (text for wrong, text in (misconceptions or {}).items() if _matches(raw, float(wrong), tolerance)), ""
         )
     )
-    print(
-        _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
-            guess=guess, note=note, answer=answer, verdict=verdict
-        )
-        + (f" {_(misconception)}" if misconception else "")
-        + (f" {_(why)}" if why else "")
+    text = _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
+        guess=guess, note=note, answer=answer, verdict=verdict
     )
+    for more in (misconception, why):
+        text = then(text, _(more)) if more else text
+    print(text)
 
 
 def _matches(guess: float, answer: float, tolerance: float) -> bool:
