@@ -28,6 +28,7 @@ from flashmath.attention import loop_swap_trace, one_loop_trace, scores_of
 from flashmath.backward import DQ_MODES
 from flashmath.counting import flash_trace
 from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.inputs import prepare_attention_inputs
 from flashmath.softmax import as_float_array, online_softmax_trace
 from flashmath.splitkv import split_kv_trace
@@ -57,6 +58,23 @@ __all__ = [
 ]
 
 PLAY_INTERVAL = 200  # milliseconds between Play frames (see the module docstring)
+
+
+#: The choices that widgets show translated (``(label, value)`` options: the value stays the English name the
+#: package takes): chapter 12's ways of accumulating dQ, chapter 13's mask kinds. Marked here for the catalog.
+CHOICE_LABELS = (
+    N_("separate"),
+    N_("atomic"),
+    N_("causal"),
+    N_("window"),
+    N_("sink tokens + window"),
+    N_("document"),
+    N_("prefix-LM"),
+    N_("ALiBi"),
+    N_("softcap"),
+    N_("learnable sink"),
+    N_("custom"),
+)
 
 
 def step_slider(
@@ -125,7 +143,7 @@ def live_widget(plot, *, interval: int | None = None, **controls):
             max=frames if by_index else first.max,
             step=1,
             interval=interval,
-            description="Play",
+            description=_("Play"),
         )
         widgets.jslink((play, "value"), (first, "index" if by_index else "value"))
         first = widgets.HBox([play, first])
@@ -511,7 +529,7 @@ def backward_sweep_player(
     from flashmath.viz.backward import BackwardSweepPlot
 
     plot = BackwardSweepPlot(N, M, block_q=block_q, block_k=block_k, causal=causal, dq_mode=dq_mode, step=value)
-    mode = widgets.ToggleButtons(options=list(DQ_MODES), value=dq_mode, description="dQ")
+    mode = widgets.ToggleButtons(options=[(_(m), m) for m in DQ_MODES], value=dq_mode, description="dQ")
     return live_widget(plot, interval=interval, step=step_slider(len(plot) - 1, value=value), dq_mode=mode)
 
 
@@ -547,8 +565,8 @@ def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: in
         return cache[key]
 
     plot = viz.MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N)
-    kinds = widgets.Dropdown(options=list(MASK_KINDS), value=kind, description=_("mask"))
-    slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description="param", continuous_update=True)
+    kinds = widgets.Dropdown(options=[(_(k), k) for k in MASK_KINDS], value=kind, description=_("mask"))
+    slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description=_("param"), continuous_update=True)
     tile = widgets.SelectionSlider(options=blocks, value=block, description=_("tile"), continuous_update=True)
     return live_widget(plot, kind=kinds, param=slider, block=tile)
 

@@ -14,6 +14,8 @@ from matplotlib import animation
 from PIL import Image
 
 from flashmath._checks import integer, size
+from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.live import LivePlot, Picture
 
 __all__ = ["animate_steps", "offline_jshtml", "strip"]
@@ -79,6 +81,31 @@ _PLAYER_ICONS = {
     "fa-plus": _icon("M7 2h2v5h5v2H9v5H7V9H2V7h5z"),
 }
 
+#: The words of matplotlib's player (its buttons' ``title`` and ``aria-label``, the repetition modes), translated where
+#: the player is made: the Chinese edition's animations have Chinese controls.
+_PLAYER_WORDS = (
+    N_("Decrease speed"),
+    N_("First frame"),
+    N_("Previous frame"),
+    N_("Play backwards"),
+    N_("Pause"),
+    N_("Play"),
+    N_("Next frame"),
+    N_("Last frame"),
+    N_("Increase speed"),
+    N_("Repetition mode"),
+)
+_PLAYER_MODES = (N_("Once"), N_("Loop"), N_("Reflect"))
+
+
+def _translate_player(html: str) -> str:
+    for word in _PLAYER_WORDS:
+        html = html.replace(f'title="{word}" aria-label="{word}"', f'title="{_(word)}" aria-label="{_(word)}"')
+    for mode in _PLAYER_MODES:
+        html = re.sub(rf'(<label for="_anim_radio\d_\w+">){mode}</label>', rf"\g<1>{_(mode)}</label>", html)
+    return html
+
+
 # matplotlib's player: an <img> without a src, and a script that fills it with the first of its embedded frames
 _PLAYER_IMG = re.compile(r'<img id="(_anim_img\w+)">')
 _PLAYER_START = "setTimeout(function() {"
@@ -90,6 +117,7 @@ def offline_jshtml(anim: animation.Animation, **kwargs) -> str:
 
     Changes to matplotlib's player:
 
+    - its words (buttons' titles, the repetition modes) are in the selected language (:mod:`flashmath.i18n`);
     - its buttons are drawn as inline SVG (``_PLAYER_ICONS``): no stylesheet or font fetched from the web
       (matplotlib's player takes its icons from Font Awesome on a CDN) and no character the fonts may lack;
     - its picture's ``<img>`` holds the first frame and its size in the HTML itself, where matplotlib's script sets
@@ -125,7 +153,8 @@ def offline_jshtml(anim: animation.Animation, **kwargs) -> str:
     html = html[: first.start()] + html[first.end() :]
     read_back = '\n        frames[0] = document.getElementById(img_id).getAttribute("src");'
     html = html.replace(_PLAYER_START, _PLAYER_START + read_back)
-    return _PLAYER_IMG.sub(lambda m: f'<img id="{m.group(1)}" src="{src}"{size_attrs}>', html)
+    html = _PLAYER_IMG.sub(lambda m: f'<img id="{m.group(1)}" src="{src}"{size_attrs}>', html)
+    return _translate_player(html)
 
 
 def strip(plot: LivePlot, states, *, columns: int | None = None) -> Picture:
