@@ -37,7 +37,7 @@ LANGUAGE = "zh_CN"
 LANGUAGE_CELL = (
     "import flashmath\n\n"
     'flashmath.set_language("zh_CN")  '
-    "# 中文版：此后代码打印的文字、检查器的判语、图中文字和控件标签都用中文"
+    "# 中文版：此后代码打印的文字、检查器的反馈（提示信息）、图中文字和控件标签都用中文"
 )
 SEPARATOR = "%%"
 #: The first line of a Markdown cell that ``sync`` copied from English: translate the text below it, then delete it.
