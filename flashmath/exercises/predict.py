@@ -145,8 +145,8 @@ QUESTIONS: dict[str, Question] = {
         why=N_("Each step raises the max by 1, so every factor is exp(-1) = 1/e."),
         misconceptions={
             math.e: N_(
-                "That is exp(g_i - g_{i-1}), the factor inverted: it converts the old sum to the new max, "
-                "which is larger, so it is below 1."
+                "That is exp(g_i - g_{i-1}), the inverse of the rescale factor. The factor is exp(g_{i-1} - g_i): "
+                "it converts the old sum to the new, larger max, so it is below 1."
             ),
             1: N_("The factor is 1 only when the max holds; here every element raises it."),
             -1: N_("-1 is the exponent g_{i-1} - g_i; the factor is its exponential, exp(-1) = 1/e."),
