@@ -2,9 +2,10 @@
 
 The Chinese edition's figures need Chinese glyphs on every platform, and the full font is 19 MB (a .ttc of five
 languages). This script keeps only the characters of the Chinese catalogs (every ``msgstr`` of
-``flashmath/locale/*/LC_MESSAGES/flashmath.po``, where the figure titles and labels are translated too) plus the
-Chinese punctuation, with fontTools' subsetter, and renames the family (``flashmath.fonts.FAMILY``) so that it never
-clashes with a full Noto font installed on the system. The font is under the SIL Open Font License 1.1
+``flashmath/locale/*/LC_MESSAGES/flashmath.po``, where the figure titles and labels are translated too), the Chinese
+punctuation and the Latin letters, digits and symbols of figure text (``LATIN``), with fontTools' subsetter, and
+renames the family (``flashmath.fonts.FAMILY``) so that it never clashes with a full Noto font installed on the
+system. The font is under the SIL Open Font License 1.1
 (``flashmath/fonts/OFL.txt``; Noto CJK's only reserved font name is "Source", which the subset does not use).
 
 Run it after changing a catalog (CONTRIBUTING.md, "Translations")::
@@ -38,6 +39,11 @@ SOURCES = (
 SOURCE_FAMILY = "Noto Sans CJK SC"
 # Always kept, whether or not a catalog uses them today: Chinese punctuation and the full-width forms.
 PUNCTUATION = "，。、：；！？（）“”‘’《》【】—…·～"
+# Also kept: printable ASCII and the symbols a figure's text outside its $...$ math may hold (numbers on the axes,
+# the minus sign, arrows). A text with $...$ is laid out by mathtext, which takes the text outside the math from the
+# text's first family alone (no fallback, matplotlib issue #29173): in the Chinese edition that family is this font,
+# so it must draw the Latin letters and digits between the Chinese words too.
+LATIN = "".join(chr(c) for c in range(0x20, 0x7F)) + "\u00a0°±²³·×÷–—‘’“”…′″→←↑↓−≈≠≤≥∞√∝⌊⌋‖"
 
 
 def catalog_text(locale_dir: Path = LOCALE) -> str:
@@ -52,9 +58,9 @@ def catalog_text(locale_dir: Path = LOCALE) -> str:
 
 
 def characters(locale_dir: Path = LOCALE) -> list[int]:
-    """The code points the subset must hold: those of the catalogs and the punctuation that are not ASCII (DejaVu
-    Sans, the first family, draws ASCII)."""
-    return sorted({ord(c) for c in catalog_text(locale_dir) + PUNCTUATION if ord(c) > 0x7F})
+    """The code points the subset must hold: those of the catalogs, the punctuation and ``LATIN`` (the subset
+    keeps those the source font has; DejaVu Sans, the fallback family, draws the others in plain text)."""
+    return sorted({ord(c) for c in catalog_text(locale_dir) + PUNCTUATION + LATIN if not c.isspace() or c == " "})
 
 
 def load_source(path: Path) -> TTFont:

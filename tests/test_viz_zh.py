@@ -1,13 +1,16 @@
 """Every figure and widget of the course, drawn in Chinese: no missing glyph, and Chinese where it speaks.
 
 The Chinese edition selects its language after importing flashmath, so figures translate their titles, labels and
-legends where they draw them. A text that mixes Chinese with ``$...$`` is drawn by mathtext, which has no fallback
-to the Chinese font (tofu boxes, "Glyph ... missing" warnings): each figure here is drawn with warnings as errors,
-through every state its controls offer (the titles change with the state), and no text of it may hold both. A
-widget's states are checked against the fonts' character maps, its last state by a real draw.
+legends where they draw them. A text with ``$...$`` is drawn by mathtext: the math in mathtext's fonts, the text
+around it in the text's first family alone (the Chinese subset, which holds Latin letters and digits too), with no
+fallback to a second family. So Chinese may stand next to ``$...$`` math but never inside it, and the text outside
+the math must be in the subset itself (else a dummy glyph and a logged "does not have a glyph"). Each figure here is
+drawn with warnings (and that log) as errors, through every state its controls offer (the titles change with the
+state). A widget's states are checked against the fonts' character maps, its last state by a real draw.
 """
 
 import io
+import logging
 import re
 import warnings
 from contextlib import redirect_stdout
@@ -29,12 +32,28 @@ CJK = re.compile("[\u4e00-\u9fff]")
 
 
 @pytest.fixture
-def chinese():
+def chinese(caplog):
     i18n.set_language("zh_CN")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="matplotlib.mathtext"):
         warnings.simplefilter("error")  # matplotlib's "Glyph ... missing from font(s)" is a UserWarning
         yield
+        # mathtext logs (does not warn) "Font ... does not have a glyph for ..., substituting with a dummy symbol"
+        dummies = [r.getMessage() for r in caplog.records if "does not have a glyph" in r.getMessage()]
+        assert not dummies, dummies
     i18n.set_language("en")
+
+
+MATH = re.compile(r"(?<!\\)\$(?:[^$\\]|\\.)*\$")
+
+
+def outside_math(text):
+    """The part of ``text`` that mathtext draws as plain text (everything outside its ``$...$``)."""
+    return MATH.sub("", text) if text.count("$") - text.count(r"\$") >= 2 else text
+
+
+def chinese_in_math(drawn):
+    """The texts that put Chinese inside ``$...$``, where mathtext's fonts have none (tofu)."""
+    return [t for t in drawn if any(CJK.search(m) for m in MATH.findall(t))]
 
 
 def texts(fig):
@@ -47,17 +66,20 @@ def texts(fig):
 def uncovered(fig):
     """The characters of the figure's texts that no font of their fallback list has (matplotlib's own lookup,
     ``font_manager._find_fonts_by_props``): what a draw would warn about as "Glyph ... missing" and show as tofu.
-    Mathtext (``$...$``) is left out: it uses its own fonts, and Chinese never goes in it (checked below)."""
+    The math (``$...$``) is left out: it uses mathtext's own fonts, and Chinese never goes in it (checked below); the
+    text around it is checked against the first family alone, the only one mathtext takes it from."""
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
     from matplotlib.text import Text
 
     missing = set()
     for t in fig.findobj(Text):
-        shown = re.sub(r"\$[^$]*\$", "", t.get_text()) if t.get_visible() else ""
+        shown = outside_math(t.get_text()) if t.get_visible() else ""
         if not shown.strip():
             continue
         paths = tuple(font_manager.fontManager._find_fonts_by_props(t.get_fontproperties()))
+        if shown != t.get_text():  # mathtext: the text outside the math comes from the first family alone
+            paths = paths[:1]
         if paths not in _CHARMAPS:
             _CHARMAPS[paths] = set().union(*(FT2Font(str(p)).get_charmap() for p in paths))
         missing |= {ch for ch in shown if not ch.isspace() and ord(ch) not in _CHARMAPS[paths]}
@@ -71,8 +93,8 @@ def check_figure(fig, speaks=True):
     fig.savefig(io.BytesIO(), format="png")  # the draw: a missing glyph warns (an error here)
     drawn = texts(fig)
     assert not speaks or any(CJK.search(t) for t in drawn), f"no Chinese in the figure: {drawn}"
-    mixed = [t for t in drawn if "$" in t and CJK.search(t)]
-    assert not mixed, f"Chinese inside mathtext draws tofu: {mixed}"
+    mixed = chinese_in_math(drawn)
+    assert not mixed, f"Chinese inside $...$ draws tofu: {mixed}"
 
 
 def rng_qkv(N=6, M=9, D=4, seed=0):
@@ -132,8 +154,8 @@ def test_a_widget_draws_chinese_in_every_state(name, chinese):
             for value in options(control):
                 control.value = value
                 assert not uncovered(plot.fig), (control.description, value, uncovered(plot.fig))
-                mixed = [t for t in texts(plot.fig) if "$" in t and CJK.search(t)]
-                assert not mixed, f"Chinese inside mathtext draws tofu: {mixed}"
+                mixed = chinese_in_math(texts(plot.fig))
+                assert not mixed, f"Chinese inside $...$ draws tofu: {mixed}"
         check_figure(plot.fig)
 
 
@@ -200,3 +222,23 @@ def test_the_character_map_check_finds_a_glyph_that_no_font_has(chinese):
     assert uncovered(fig) == {"龘"}
     with pytest.raises(UserWarning, match="missing from font"):
         fig.savefig(io.BytesIO(), format="png")
+
+
+def test_math_beside_chinese_is_drawn_as_in_english(chinese, caplog):
+    """Chinese next to ``$...$`` draws its glyphs from the subset (no dummy, no warning), and the math itself is the
+    English edition's mathtext, pixel for pixel."""
+    import matplotlib.pyplot as plt
+
+    def pixels(text):
+        fig = plt.figure(figsize=(2, 0.5), dpi=80)
+        fig.text(0.05, 0.3, text)
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba()).copy()
+
+    mixed = pixels("块大小 $B_r = B_c$")
+    math_zh = pixels("$B_r = B_c$")
+    i18n.set_language("en")
+    math_en = pixels("$B_r = B_c$")
+    i18n.set_language("zh_CN")
+    assert (mixed != 255).any() and np.array_equal(math_zh, math_en)
+    assert not [r for r in caplog.records if "does not have a glyph" in r.getMessage()]

@@ -6,9 +6,12 @@ by ``scripts/build_font.py``; tests/test_zh_edition.py checks that it covers eve
 figure shows tofu boxes or warns "Glyph missing". Nothing depends on the system's fonts.
 
 :func:`use_chinese_font` (called by ``flashmath.set_language("zh_CN")``) registers it with matplotlib and puts it
-after DejaVu Sans in ``font.family``: matplotlib (3.6 and later) takes each glyph from the first family that has it,
-so Latin letters, digits and mathtext stay DejaVu Sans, as in the English edition, and only the Chinese characters
-come from the subset.
+first in ``font.family``, DejaVu Sans after it. A text with ``$...$`` math is laid out by mathtext: the math in its
+own fonts (DejaVu Sans, italic letters, the same as in the English edition), the text around it in the text's first
+family alone, with no fallback to a second family (matplotlib issue #29173). So the subset comes first and holds
+the Latin letters, digits and symbols as well as the Chinese (``scripts/build_font.py``): a Chinese title such as
+``块大小 $B_r$ = 8`` draws its Chinese and its italic math alike. Plain text takes each glyph from the first family
+that has it (matplotlib 3.6 and later), so a character the subset lacks comes from DejaVu Sans.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ _saved: dict = {}
 
 
 def use_chinese_font() -> None:
-    """Register the subset with matplotlib and make it the fallback family after DejaVu Sans (idempotent).
+    """Register the subset with matplotlib and make it the first family, DejaVu Sans the fallback (idempotent).
 
     Raises:
         FileNotFoundError: the font file is missing from the installed package.
@@ -50,7 +53,7 @@ def use_chinese_font() -> None:
             cached.cache_clear()
     if "font.family" not in _saved:
         _saved["font.family"] = list(mpl.rcParams["font.family"])
-    mpl.rcParams["font.family"] = [_LATIN, FAMILY]
+    mpl.rcParams["font.family"] = [FAMILY, _LATIN]
 
 
 def stop_chinese_font() -> None:

@@ -13,6 +13,7 @@ from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.axes import finite_or_nan, index, limits
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DPI, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
+from flashmath.viz.traffic import op_labels
 
 __all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 
@@ -310,7 +311,12 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     for sweep in sweeps:
         blocks = _("Algorithm 1: large key tile") if sweep.order == "fa1" else _("large query tile")
         ax.loglog(
-            kib, sweep.hbm_bytes / 1e6, "o-", color=ORDER_COLORS[sweep.order], ms=4, label=f"{sweep.order} ({blocks})"
+            kib,
+            sweep.hbm_bytes / 1e6,
+            "o-",
+            color=ORDER_COLORS[sweep.order],
+            ms=4,
+            label=_("{order} ({blocks})").format(order=sweep.order, blocks=blocks),
         )
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
@@ -349,7 +355,7 @@ def plot_op_counts(
         xs = np.arange(len(names)) + (k - (len(counts) - 1) / 2) * width
         bars = ax.bar(xs, [count.per_score(n) for n in names], width, color=colors[k], label=label)
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
-    ax.set_xticks(np.arange(len(names)), names)
+    ax.set_xticks(np.arange(len(names)), op_labels(names))
     ax.set_ylabel(_("operations per score"))
     ax.legend(fontsize=8)
     return fig

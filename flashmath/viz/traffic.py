@@ -11,10 +11,26 @@ from __future__ import annotations
 import numpy as np
 
 from flashmath.i18n import gettext as _
+from flashmath.i18n import gettext_noop as N_
 from flashmath.opcount import OPS
 from flashmath.viz.axes import set_heights
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DPI, HOLD, JUMP, SEEN, UNSEEN
+
+#: The operations' names on an axis, translated where they are drawn ("exp" and "matmul" are code: kept as they are).
+OP_LABELS = {
+    "multiply": N_("multiply"),
+    "divide": N_("divide"),
+    "add": N_("add"),
+    "subtract": N_("subtract"),
+    "maximum": N_("maximum"),
+}
+
+
+def op_labels(names) -> list[str]:
+    """The tick labels of the operations ``names`` (``flashmath.opcount.OPS``) in the selected language."""
+    return [_(OP_LABELS[name]) if name in OP_LABELS else name for name in names]
+
 
 __all__ = ["TileTrafficPlot", "OpsPerScorePlot"]
 
@@ -64,7 +80,7 @@ class TileTrafficPlot(LivePlot):
         ax.set_xticks(self.blocks, [str(b) for b in self.blocks])
         ax.set_xlim(self.blocks[0] / 1.3, self.blocks[-1] * 1.3)
         ax.set_ylim(values.min() / 1.6, values.max() * 1.6)
-        ax.set_xlabel(_("tile size B = B_r = B_c"))
+        ax.set_xlabel(_("tile size $B = B_r = B_c$"))
         ax.set_ylabel(_("elements moved per score (N M)"))
         ax.grid(True, which="major", alpha=0.3)
         (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label=_("fa2 (K, V re-read N / B_r times)"))
@@ -127,7 +143,7 @@ class OpsPerScorePlot(LivePlot):
         for order, style, color in (("fa1", "s--", FA1_COLOR), ("fa2", "o-", SEEN)):
             left.plot(self.blocks, t[order]["non_matmul"], style, color=color, label=order)
         left.set_ylim(0, 1.1 * max(t["fa1"]["non_matmul"].max(), t["fa2"]["non_matmul"].max()))
-        left.set_xlabel(_("tile size B = B_r = B_c"))
+        left.set_xlabel(_("tile size $B = B_r = B_c$"))
         left.set_ylabel(_("non-matmul operations per score"))
         left.grid(True, alpha=0.3)
         left.legend(loc="upper right", fontsize=9)
@@ -138,7 +154,7 @@ class OpsPerScorePlot(LivePlot):
         self.bars = {}
         for shift, order, color in ((-width / 2, "fa1", FA1_COLOR), (width / 2, "fa2", SEEN)):
             self.bars[order] = right.bar(x + shift, np.zeros(len(OPS)), width, color=color, label=order)
-        right.set_xticks(x, OPS, rotation=30, ha="right")
+        right.set_xticks(x, op_labels(OPS), rotation=30, ha="right")
         right.set_ylim(0, 1.15 * top)
         right.grid(True, axis="y", alpha=0.3)
         self.right = right
