@@ -161,6 +161,22 @@ def test_ring_step_nan_of_an_unguarded_row_is_named(fn):
     assert named(report) == {"a row that sees no key: -inf - (-inf)"}, report
 
 
+def test_ring_step_plain_exp_names_0_over_0_not_overflow_for_an_empty_row():
+    """e^L without a reference point fails two cases for two reasons (rev5-f): overflow at L near 720, and 0/0 for a
+    row with nothing seen and no key in the shard; each case's message gives its own reason."""
+    with np.errstate(all="ignore"):
+        report = exercises.check_ring_step(step_plain_exp)
+    failed = {name: message for name, ok, message in report.cases if not ok}
+    assert set(failed) == {
+        "large logsumexps (L near 720: e^L overflows)",
+        "a row with no key yet and none in the shard stays (0, -inf)",
+    }, report
+    assert all("e^L without a reference point" in message for message in failed.values()), report
+    assert "overflows for L near 710" in failed["large logsumexps (L near 720: e^L overflows)"], report
+    empty = failed["a row with no key yet and none in the shard stays (0, -inf)"]
+    assert "0/0" in empty and "overflows" not in empty, report
+
+
 def test_ring_step_that_overwrites_the_state_is_caught():
     def in_place(a, lse, q, k, v, keep):
         out = learner_step(a, lse, q, k, v, keep)
@@ -188,6 +204,9 @@ STEP_BYTES = {
     ),
     "something sent after the last step": lambda M, P, t, r, b, z: rows_of(M, P, (r - t) % P, z) * b,
     "M / P rows for every shard": lambda M, P, t, r, b, z: 0 if t >= P - 1 else M // P * b,
+    "zig-zag chunks of M // (2P) rows each": lambda M, P, t, r, b, z: (
+        0 if t >= P - 1 else (2 * (M // (2 * P)) if z else rows_of(M, P, (r - t) % P, False)) * b
+    ),
     "contiguous shards under zig-zag": lambda M, P, t, r, b, z: (
         0 if t >= P - 1 else rows_of(M, P, (r - t) % P, False) * b
     ),
@@ -231,3 +250,19 @@ test_each_mistake_is_caught_and_named, test_every_mistake_in_the_catalogue_has_a
 def test_the_solutions_can_be_shown():
     for name in ("zigzag_pair", "ring_merge_step", "ring_step_bytes"):
         assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")
+
+
+def test_step_bytes_floor_chunks_are_named_as_a_sizing_mistake():
+    """Zig-zag chunks of M // (2P) rows each (the rest right) was named "the shard received" (rev4-e, rev5-f): on the
+    cases it fails, that index mistake gave the same bytes by chance. Named now by its own model, never by an index
+    mistake; with M // P rows for the contiguous shards too, by the two sizing mistakes together."""
+    floor_chunks = WRONG["check_step_bytes"]["zig-zag chunks of M // (2P) rows each"]
+    report = exercises.check_step_bytes(floor_chunks)
+    assert named(report) == {"zig-zag chunks of M // (2P) rows each"}, report
+    assert "(r - t - 1)" not in repr(report), report
+
+    def floor_everywhere(M, P, t, r, b, z):
+        return 0 if t >= P - 1 else (2 * (M // (2 * P)) if z else M // P) * b
+
+    report = exercises.check_step_bytes(floor_everywhere)
+    assert named(report) == {"zig-zag chunks of M // (2P) rows each", "M / P rows for every shard"}, report

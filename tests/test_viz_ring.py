@@ -76,3 +76,16 @@ def test_balance_and_timeline_figures():
     fig = plot_ring_timeline(Run())
     assert len(fig.axes[0].patches) == 2 * 2 + 2  # a compute bar per rank and step, a transfer bar per rank
     plt.close(fig)
+
+
+@pytest.mark.parametrize("P", [2, 4, 5])
+def test_ring_plot_error_labels_stay_inside_their_panel(P):
+    """The value labels of the running-error bars sit below the panel's top spine at every step (rev4-e, rev5-f: at
+    step 0 they were struck through by it)."""
+    plot = RingPlot(ring_trace(q, k, v, P, causal=True, zigzag=True))
+    for t in range(P):
+        plot.update(step=t)
+        renderer = plot.fig.canvas.get_renderer()
+        top = plot.ax_err.get_window_extent(renderer).y1
+        for label in plot.bar_labels:
+            assert label.get_window_extent(renderer).y1 < top - 1, (P, t, label.get_text())

@@ -180,6 +180,17 @@ def _step_model(merge="logaddexp", **state):
     return model
 
 
+def _exp_weights_cause(lse, keep):
+    """The cause of "e^L without a reference point" on a case with a row that has seen nothing yet and sees no key
+    of the shard: there e^L and e^{L_s} are both 0 and the weights 0/0, not an overflow (None elsewhere)."""
+    if not (np.isneginf(np.asarray(lse)) & ~np.asarray(keep).any(axis=-1)).any():
+        return None
+    return _(
+        "a row that has seen nothing yet (L = -inf) and sees no key of the shard (L_s = -inf) has e^L = e^{L_s} = 0, "
+        "so its weights are 0/0 = NaN, not an overflow: guard that row, which keeps (0, -inf)"
+    )
+
+
 RING_STEP_MISTAKES = (
     Mistake(
         N_("merged without rescaling"),
@@ -222,6 +233,7 @@ RING_STEP_MISTAKES = (
             "(np.logaddexp computes L_new safely)"
         ),
         (_step_model("exp"),),
+        cause=lambda a, lse, q, k, v, keep: _exp_weights_cause(lse, keep),
     ),
     Mistake(
         N_("the scale 1/sqrt(D) forgotten"),
@@ -342,6 +354,8 @@ def _bytes_model(shard, *, last=True, zigzag_read=True, sizes="floor"):
         if last and t >= P - 1:
             return 0
         s = shard(P, t, r)
+        if sizes == "equal_chunks" and zigzag:  # every chunk M // (2P) rows, the remainder dropped
+            return 2 * (M // (2 * P)) * row_bytes
         if sizes == "array_split":
             pieces = (s, 2 * P - 1 - s) if zigzag and zigzag_read else (s,)
             return sum(_split_rows(M, len(pieces) * P, c) for c in pieces) * row_bytes
@@ -350,6 +364,9 @@ def _bytes_model(shard, *, last=True, zigzag_read=True, sizes="floor"):
     return model
 
 
+# A wrong size can give, on some cases, the bytes of another device's shard, and a wrong index the bytes of a
+# wrongly sized one: the cases tell them apart (M = 14 under zig-zag: both shards 7 rows, but chunks of
+# M // (2P) = 3 give 6, so the shard received no longer explains that sizing mistake's failures)
 STEP_BYTES_MISTAKES = (
     Mistake(
         N_("the device's own shard at every step"),
@@ -383,6 +400,15 @@ STEP_BYTES_MISTAKES = (
         ),
     ),
     Mistake(
+        N_("zig-zag chunks of M // (2P) rows each"),
+        N_(
+            "when 2P does not divide M the chunks differ by a row, so a zig-zag shard can have more than "
+            "2 (M // (2P)) rows: chunk c has floor((c + 1) M / (2P)) - floor(c M / (2P)) rows, and shard s is chunks "
+            "s and 2P - 1 - s"
+        ),
+        (_bytes_model(lambda P, t, r: (r - t) % P, sizes="equal_chunks"),),
+    ),
+    Mistake(
         N_("np.array_split's sizes (the larger shards first)"),
         N_(
             "np.array_split gives the extra rows to the first pieces; the ring's shards take "
@@ -413,9 +439,11 @@ def check_step_bytes(fn) -> CheckReport:
             (16, 4, 2, 1, 64, False),
             (10, 4, 1, 2, 32, False),
             (10, 4, 2, 0, 32, False),
+            (10, 4, 2, 3, 32, False),  # shard 1, 3 rows, as is its own: M // P rows is not the own shard's count
             (11, 3, 1, 0, 8, False),
             (13, 2, 0, 0, 16, True),
             (13, 2, 0, 1, 16, True),
+            (14, 2, 0, 0, 16, True),  # both shards 7 rows, but not 2 (14 // 4) = 6
             (26, 3, 1, 0, 8, True),
             (19, 4, 1, 3, 16, True),
             (16, 4, 3, 2, 64, False),
