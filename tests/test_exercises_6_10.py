@@ -382,6 +382,61 @@ def merge_in_place(a1, l1, a2, l2):
     return a1, lse
 
 
+def merge_scaling_in_place(a1, l1, a2, l2):
+    """10.1 with the first output scaled by its share in place (a1 *= w1[:, None]): right values, a1 changed."""
+    a, lse = solutions.merge_states(a1, l1, a2, l2)
+    w1 = np.where(np.isneginf(l1), 0.0, np.exp(l1 - np.where(np.isneginf(lse), 0.0, lse)))
+    with np.errstate(invalid="ignore"):
+        a1 *= w1[:, None]
+    return a, lse
+
+
+def merge_lse_in_place(a1, l1, a2, l2):
+    """10.1 with the merged logsumexp written into lse2 (lse2[...] = lse), which it returns."""
+    a, lse = solutions.merge_states(a1, l1, a2, l2)
+    l2[...] = lse
+    return a, l2
+
+
+@pytest.mark.parametrize(
+    "fn, arg",
+    [
+        (merge_in_place, "a1 (argument 1)"),
+        (merge_scaling_in_place, "a1 (argument 1)"),
+        (merge_lse_in_place, "lse2 (argument 4)"),
+    ],
+)
+def test_merge_in_place_names_the_argument_and_gives_examples_of_its_own(fn, arg):
+    """Issue 35 (reviews rev4-c, rev5-d): an argument changed in place is named, and the message's examples are
+    10.1's own (a1 *= w1[:, None], lse1[...] = lse), not another exercise's (x -= x.max(), q /= ...)."""
+    report = exercises.check_merge_states(fn)
+    failed = [(name, msg) for name, ok, msg in report.cases if not ok]
+    assert failed and not report.passed, report
+    assert "the two states given are left unchanged" in [name for name, _ in failed]
+    for _name, msg in failed:
+        assert msg.startswith(arg + " was changed: looks like the input modified in place"), msg
+        assert "a1 *= w1[:, None]" in msg and "lse1[...] = lse" in msg, msg
+        assert "x.max()" not in msg and "q /=" not in msg, msg
+
+
+def test_merge_right_answers_are_not_called_in_place():
+    """Copies made inside the function are fine: a right answer that scales its own copies passes."""
+
+    def copies_then_scales(a1, l1, a2, l2):
+        a1, a2 = a1.copy(), a2.copy()
+        lse = np.logaddexp(l1, l2)
+        ref = np.where(np.isneginf(lse), 0.0, lse)
+        w1 = np.where(np.isneginf(l1), 0.0, np.exp(l1 - ref))
+        w2 = np.where(np.isneginf(l2), 0.0, np.exp(l2 - ref))
+        a1[np.isneginf(l1)] = 0.0
+        a2[np.isneginf(l2)] = 0.0
+        a1 *= w1[:, None]
+        a2 *= w2[:, None]
+        return a1 + a2, lse
+
+    assert exercises.check_merge_states(copies_then_scales).passed
+
+
 def merge_reading_empty_outputs(a1, l1, a2, l2):
     """10.1 as a reviewer wrote it (issue 35): the shares measured against 0 where both parts are empty, but an empty
     part's output multiplied by its weight 0, not selected away: NaN where that output holds NaN or inf."""

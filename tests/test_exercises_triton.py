@@ -5,6 +5,7 @@ The wrong answers here are written independently of the checker's own models: a 
 kernel with one switch per mistake, run the way a learner's kernel would run (same block, same padding).
 """
 
+import importlib
 import importlib.util
 import math
 
@@ -249,6 +250,21 @@ def test_recap_quiz():
     text = messages(report)
     assert "only s_N" in text and "'z' is not one of" in text and "no answer yet" in text
     assert sum(not ok for _, ok, _ in report.cases) == 3
+
+
+def test_recap_quiz_covers_chapters_12_to_14():
+    """Issue 35 (review rev5-f): the closing self-test asks about the backward (12), the variants (13) and the ring
+    (14) too, and each wrong letter of those questions gets its reason."""
+    chapters = " ".join(q[0] for q in chapter15.RECAP_QUESTIONS.values())
+    assert all(f"chapter {c})" in chapters for c in (12, 13, 14)), chapters
+    right = {number: question[2] for number, question in chapter15.RECAP_QUESTIONS.items()}
+    assert right == importlib.import_module("flashmath.solutions_triton").recap_quiz
+    for number in (8, 9, 10):
+        for letter, why in chapter15.RECAP_QUESTIONS[number][3].items():
+            report = chapter15.check_recap_quiz({**right, number: letter})
+            failed = [(name, msg) for name, ok, msg in report.cases if not ok]
+            assert len(failed) == 1 and failed[0][0].startswith(f"{number}. "), failed
+            assert failed[0][1] == f"not ({letter}): {why}", failed
 
 
 def test_print_recap_quiz(capsys):

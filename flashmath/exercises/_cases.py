@@ -95,15 +95,29 @@ def copy_args(args: tuple) -> tuple:
     return tuple(one(a) for a in args)
 
 
+def changed_arg(before: tuple, after: tuple) -> int | None:
+    """The index of the first argument the call changed in place (an array, or a list or tuple holding one), or
+    None."""
+    for i, (a, b) in enumerate(zip(before, after, strict=False)):
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and modified(a, b):
+            return i
+        if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+            if changed_arg(tuple(a), tuple(b)) is not None:
+                return i
+    return None
+
+
 def args_modified(before: tuple, after: tuple) -> bool:
     """True when the call changed one of its arguments in place (arrays, and arrays inside lists or tuples)."""
-    for a, b in zip(before, after, strict=False):
-        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and modified(a, b):
-            return True
-        if isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
-            if args_modified(tuple(a), tuple(b)):
-                return True
-    return False
+    return changed_arg(before, after) is not None
+
+
+def modified_message(k: int, arg_names: Sequence[str] | None = None, mistake: Mistake = INPUT_MODIFIED) -> str:
+    """The message for an argument changed in place, ``k`` its index: the argument named when ``arg_names`` are
+    given, then ``mistake``'s message."""
+    if arg_names is None:
+        return mistake.message()
+    return _("{arg} (argument {k}) was changed: {message}").format(arg=arg_names[k], k=k + 1, message=mistake.message())
 
 
 def as_arrays(out, n: int):
@@ -242,6 +256,8 @@ def check_function(
     check_form: bool = True,
     call: Callable | None = None,
     diagnosis: Callable | None = None,
+    arg_names: Sequence[str] | None = None,
+    modified_mistake: Mistake = INPUT_MODIFIED,
 ) -> CheckReport:
     """Run ``fn`` on every case ``(name, args)``, check the property battery, compare with ``reference(*args)`` and
     name the mistake.
@@ -262,6 +278,9 @@ def check_function(
             a case's own failure by returning a :class:`PropertyFailure`.
         diagnosis: ``diagnosis(args_per_case, answers) -> obj`` with ``obj.for_case(i) -> Mistake | None``, when
             one :class:`~flashmath.exercises._report.Diagnosis` over the whole catalogue does not fit.
+        arg_names: the names of ``fn``'s parameters, so that an argument changed in place is named.
+        modified_mistake: the message for an argument changed in place (default :data:`INPUT_MODIFIED`, whose
+            examples are generic; an exercise may give examples in its own names).
     """
     report = CheckReport(title)
     compare = compare or same_arrays
@@ -277,8 +296,8 @@ def check_function(
         else:
             out, ok = run(report, name, call, fn, copies, hint=hint)
         problem = None
-        if ok and args_modified(args, copies):
-            problem = INPUT_MODIFIED.message()
+        if ok and (k := changed_arg(args, copies)) is not None:
+            problem = modified_message(k, arg_names, modified_mistake)
         elif ok and isinstance(out, PropertyFailure):
             problem, out = out.message, out.out
         answers.append((ok, convert(out) if ok else None))

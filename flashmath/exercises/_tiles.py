@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from flashmath.exercises._cases import property_cases
+from flashmath.exercises._cases import modified_message, property_cases
 from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, modified
 from flashmath.flash import fa1_tile_step
 from flashmath.i18n import gettext as _
@@ -77,11 +77,21 @@ def shape_mistake(reference) -> Mistake:
     )
 
 
-def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2), always: bool = False) -> None:
+def inputs_unchanged(
+    report: CheckReport,
+    fn,
+    name: str,
+    args,
+    which=(0, 1, 2),
+    always: bool = False,
+    arg_names=None,
+    mistake: Mistake = INPUT_MODIFIED,
+) -> None:
     """Run ``fn`` once more on copies of ``args`` and fail the case ``name`` when it changed one of the arguments
     ``which`` (the state: a tile step may overwrite its score tile, as the package's does) in place. With
     ``always``, a function that raises or returns nothing fails the case too (so that the number of cases does not
-    depend on the answer); otherwise the case is left out (the cases above already say why)."""
+    depend on the answer); otherwise the case is left out (the cases above already say why). With ``arg_names``
+    the message names the argument changed, and gives ``mistake``'s message."""
     copies = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -110,7 +120,9 @@ def inputs_unchanged(report: CheckReport, fn, name: str, args, which=(0, 1, 2), 
         not changed,
         ""
         if not changed
-        else _("argument {k} was changed: {message}").format(k=changed[0] + 1, message=INPUT_MODIFIED.message()),
+        else _("argument {k} was changed: {message}").format(k=changed[0] + 1, message=mistake.message())
+        if arg_names is None
+        else modified_message(changed[0], arg_names, mistake),
     )
 
 

@@ -20,6 +20,19 @@ from flashmath.i18n import gettext_noop as N_
 # 10.1 merging split-KV states
 # ------------------------------------------------------------------------------------------------------------------
 
+#: 10.1's parameters, so that a message names the one changed in place
+MERGE_ARGS = ("a1", "lse1", "a2", "lse2")
+#: an argument changed in place, with examples in 10.1's own names (``w1``: the first range's share, as in the
+#: solution)
+MERGE_INPUT_MODIFIED = Mistake(
+    INPUT_MODIFIED.name,
+    N_(
+        "your function wrote into a state it was given, for example with a1 *= w1[:, None] or lse1[...] = lse; "
+        "build new arrays instead: an expression such as w1[:, None] * a1 or np.logaddexp(lse1, lse2) makes a new "
+        "one"
+    ),
+)
+
 
 def _merge_model(a_of, lse_of=None):
     def model(a1, lse1, a2, lse2):
@@ -322,7 +335,7 @@ MERGE_STATES_MISTAKES = (
             ),
         ),
     ),
-    INPUT_MODIFIED,
+    MERGE_INPUT_MODIFIED,
     shape_mistake(lambda *args: _merge_reference(*args)),
     Mistake(N_("not a pair"), N_("return (A, lse)"), ()),
 )
@@ -395,8 +408,17 @@ def check_merge_states(fn) -> CheckReport:
         not_answer=MERGE_STATES_MISTAKES[-1],
         hint=shape_hint,
         properties=properties,
+        arg_names=MERGE_ARGS,
+        modified_mistake=MERGE_INPUT_MODIFIED,
     )
     inputs_unchanged(
-        report, fn, _("the two states given are left unchanged"), cases[0][1], which=(0, 1, 2, 3), always=True
+        report,
+        fn,
+        _("the two states given are left unchanged"),
+        cases[0][1],
+        which=(0, 1, 2, 3),
+        always=True,
+        arg_names=MERGE_ARGS,
+        mistake=MERGE_INPUT_MODIFIED,
     )
     return report

@@ -131,6 +131,63 @@ RECAP_QUESTIONS = {
             "b": N_("shared memory holds the streamed K, V tiles"),
         },
     ),
+    8: (
+        N_("The backward pass (chapter 12) needs the probabilities Y tile by tile; it gets them by"),
+        {
+            "a": N_("reading them from HBM, where the forward pass wrote them"),
+            "b": N_("approximating them from the output A and its gradient dA"),
+            "c": N_("recomputing each tile, Y_ij = exp(X_ij - L_i), from Q, K and the logsumexp L the forward saved"),
+        },
+        "c",
+        {
+            "a": N_("the forward never writes the N x M matrix Y: it keeps the output A and one logsumexp L_n per row"),
+            "b": N_(
+                "nothing is approximated: L_n = g_n + log s_n holds the row's max and sum, so exp(X - L) gives the "
+                "softmax back, to rounding"
+            ),
+        },
+    ),
+    9: (
+        N_("With a block mask (chapter 13), a tile in which no pair attends (an empty tile)"),
+        {
+            "a": N_("is skipped: its K_j and V_j are not even loaded"),
+            "b": N_("is computed, then multiplied by 0"),
+            "c": N_("resets the running state (g, s, acc)"),
+        },
+        "a",
+        {
+            "b": N_(
+                "that is work for nothing: only a partial tile is masked element by element, and its masked scores "
+                "are selected away, not multiplied by 0"
+            ),
+            "c": N_("an empty tile adds nothing: the state carries on, unchanged, to the next tile"),
+        },
+    ),
+    10: (
+        N_(
+            "With the causal mask, ring attention (chapter 14) gives device r chunks r and 2P - 1 - r of 2P "
+            "(zig-zag) because"
+        ),
+        {
+            "a": N_("it sends fewer bytes than contiguous shards"),
+            "b": N_(
+                "with contiguous shards the last device has far more work than the first; one early and one late chunk "
+                "even it out"
+            ),
+            "c": N_("the merge is exact only in that order"),
+        },
+        "b",
+        {
+            "a": N_(
+                "each step still sends one key/value shard of N/P rows: the bytes are the same, only the work per "
+                "step changes"
+            ),
+            "c": N_(
+                "the merge is associative and commutative (chapter 10): any sharding and any order give the same "
+                "attention, to rounding"
+            ),
+        },
+    ),
 }
 
 
