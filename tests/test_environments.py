@@ -386,17 +386,28 @@ def test_no_news_prompt_and_no_update_check(jupyterlab):
 # -- README screenshot and URLs ---------------------------------------------------------------------------------
 
 
-def test_screenshot_shows_a_cell_the_notebook_still_has():
+@pytest.mark.parametrize(
+    ("readme", "picture", "retake"),
+    [
+        ("README.md", "screenshot.png", "python scripts/screenshot.py"),
+        (
+            "README.zh-CN.md",
+            "screenshot-zh.png",
+            "python scripts/screenshot.py --notebook notebooks/zh/02_online_softmax.ipynb --out docs/screenshot-zh.png",
+        ),
+    ],
+)
+def test_screenshot_shows_a_cell_the_notebook_still_has(readme, picture, retake):
     from PIL import Image
 
-    assert "(docs/screenshot.png)" in README
-    with Image.open(ROOT / "docs" / "screenshot.png") as image:
+    assert f"(docs/{picture})" in (ROOT / readme).read_text(encoding="utf-8")
+    with Image.open(ROOT / "docs" / picture) as image:
         text = dict(image.text)
-    assert "flashmath:notebook" in text, "retake it with `python scripts/screenshot.py` (it records the cell)"
-    nb = json.loads((ROOT / text["flashmath:notebook"]).read_text())
+    assert "flashmath:notebook" in text, f"retake it with `{retake}` (it records the cell)"
+    nb = json.loads((ROOT / text["flashmath:notebook"]).read_text(encoding="utf-8"))
     sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     assert text["flashmath:cell"] in sources, (
-        f"{text['flashmath:notebook']} no longer has the cell in docs/screenshot.png: `python scripts/screenshot.py`"
+        f"{text['flashmath:notebook']} no longer has the cell in docs/{picture}: `{retake}`"
     )
 
 
