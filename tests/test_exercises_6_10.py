@@ -308,7 +308,20 @@ def finite_fill_step(fill):
     return step
 
 
+def unguarded_but_divided_safely(g, s, a, x_tile, v_tile, keep):
+    # no max_or_zero guard, but the division guarded by s_new > 0: the NaN of e^{-inf + inf} shows in s_new only
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    with np.errstate(invalid="ignore"):
+        r, p = np.exp(g - g_new), np.where(keep, np.exp(x - g_new[:, None]), 0.0)
+    s_new = s * r + p.sum(axis=1)
+    pv = np.einsum("ij,ijd->id", p, np.where(keep[:, :, None], v_tile[None], 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return g_new, s_new, np.where(s_new[:, None] > 0, (a * (s * r)[:, None] + pv) / s_new[:, None], 0.0)
+
+
 MASKED_MORE = {  # more learner-style variants of some mistakes above
+    "-inf - (-inf) on a masked prefix": [unguarded_but_divided_safely],
     "a finite fill value instead of -inf": [finite_fill_step(-1e30), finite_fill_step(np.finfo(np.float64).min / 2)],
     "a per-column mask": [
         lambda g, s, a, x, v, keep: solutions.masked_tile_step(
@@ -1192,7 +1205,7 @@ def test_the_package_the_chapters_code_and_equivalent_forms_pass(checker, what, 
 
 PREDICTIONS = {  # chapter: (the words of its prediction cell, the answer the cell computes)
     6: ("how many passes over Q", 12.0),
-    7: ("divisions per score in the fa1 order", 1.0),
+    7: ("divisions per score in the fa1 order", 2.0),
     8: ("skipped tiles of an 8 x 8 grid", 28),
     9: ("fa2's largest float16 error is nearest", 0),
     10: ("merge levels for 6 ranges", 3),
@@ -1241,7 +1254,7 @@ def test_each_prediction_names_the_misconceptions_of_its_common_wrong_answers(ch
         assert "not quite" in out and text in out, out
 
 
-@pytest.mark.parametrize("chapter, near", [(6, 11.5), (6, 11), (7, 0.98), (8, 27), (8, 29), (10, 2.9)])
+@pytest.mark.parametrize("chapter, near", [(6, 11.5), (6, 11), (7, 1.98), (8, 27), (8, 29), (10, 2.9)])
 def test_a_whole_number_answer_is_exact(chapter, near, capsys):
     assert "not quite" in said(capsys, near, PREDICTIONS[chapter][1], **prediction_call(chapter))
 

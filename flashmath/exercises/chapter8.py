@@ -11,7 +11,7 @@ import numpy as np
 
 from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, same
 from flashmath.exercises._tiles import (
     NOT_A_STATE,
     inputs_unchanged,
@@ -226,6 +226,7 @@ MASKED_MISTAKES = (
             "instead of -inf (np.where(g_new == -np.inf, 0, g_new))"
         ),
         (_masked_model(term=_absent_terms, guard=False),),
+        compare=lambda answer, model: _unguarded_max(answer, model),
     ),
     Mistake(
         N_("a finite fill value instead of -inf"),
@@ -316,6 +317,22 @@ MASKED_MISTAKES = (
     shape_mistake(tile_step_reference),
     NOT_A_STATE,
 )
+
+
+def _unguarded_max(answer, model) -> bool:
+    """The answer agrees with the unguarded model: the same ``g_new`` and ``s_new`` (NaN where the model's is), and
+    the same ``A'`` on every row where the model's ``s_new`` is not NaN. On a row where it is NaN, ``A'`` is not
+    compared: a learner may have guarded the division (``np.where(s_new > 0, ..., 0)`` gives 0 there) or not."""
+    if answer is None or not isinstance(answer, tuple) or not isinstance(model, tuple) or len(answer) != 3:
+        return False
+    try:
+        if not (same(answer[0], model[0]) and same(answer[1], model[1])):
+            return False
+        a, a_model = np.asarray(answer[2], np.float64), np.asarray(model[2], np.float64)
+        active = np.isnan(np.asarray(model[1], np.float64))
+        return bool(a.shape == a_model.shape and active.any() and same(a[~active], a_model[~active]))
+    except Exception:
+        return False
 
 
 def _finite_fill(answer, right) -> bool:

@@ -245,27 +245,38 @@ QUESTIONS: dict[str, Question] = {
         },
     ),
     "P7": Question(
-        why=N_("fa1 divides the B_r x D_v output of a query tile after each key tile: D_v / B_c = 64 / 64 = 1."),
+        why=N_(
+            "fa1 divides the B_r x D_v output of a query tile after each key tile, and those divisions are shared "
+            "by the tile's B_r x B_c scores: D_v / B_c = 64 / 32 = 2. B_r cancels."
+        ),
         misconceptions={
+            1: N_(
+                "1 is the count for the 64 x 64 tiles printed above (64 / 64); with B_c = 32 each key tile holds "
+                "half as many keys to share the same D_v divisions per row: 64 / 32."
+            ),
             0.125: N_(
                 "0.125 = D_v / M is the fa2 order's count, one division at the end of each query tile; fa1 "
                 "divides after every key tile."
+            ),
+            0.5: N_(
+                "0.5 = D_v / B_r divides by the query tile's height, but a row's D_v divisions after a key tile "
+                "are shared by that row's B_c scores, not by the B_r rows: 64 / 32."
             ),
             64: N_(
                 "64 would be D_v divisions for every score; the B_r x D_v divisions after a key tile are "
                 "shared by its B_r x B_c scores."
             ),
-            1 / 64: N_(
-                "1/64 counts one division per row and key tile (s_new alone); fa1 divides each of the "
+            1 / 32: N_(
+                "1/32 counts one division per row and key tile (s_new alone); fa1 divides each of the "
                 "row's D_v outputs."
             ),
-            8: N_(
-                "8 = T_c = 512 / 64 is how often one output element is divided (once per key tile); per "
-                "score, the D_v divisions after a key tile are shared by its B_c scores: 64 / 64."
+            16: N_(
+                "16 = T_c = 512 / 32 is how often one output element is divided (once per key tile); per "
+                "score, the D_v divisions after a key tile are shared by its B_c scores: 64 / 32."
             ),
-            2: N_(
-                "2 counts a division for each of the update's two terms (the old A' and P V); they are "
-                "added first and divided by s_new once: B_r x D_v divisions per key tile, 64 / 64 per "
+            4: N_(
+                "4 counts a division for each of the update's two terms (the old A' and P V); they are "
+                "added first and divided by s_new once: B_r x D_v divisions per key tile, 64 / 32 per "
                 "score."
             ),
         },

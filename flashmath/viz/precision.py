@@ -183,7 +183,7 @@ def plot_accumulator_growth(
             )
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     for trace, state, label, color in (
-        (fa2_trace, fa2_trace.acc, "fa2: max |acc| = max |s A'|", "#1f77b4"),
+        (fa2_trace, fa2_trace.acc, "fa2: max |U| = max |s A'|", "#1f77b4"),
         (fa1_trace, fa1_trace.a, "fa1: max |A'|", "#9467bd"),
     ):
         keys = trace.cols[:, 1]  # keys seen after each step

@@ -354,7 +354,7 @@ def plot_op_counts(
     for k, (label, count) in enumerate(counts.items()):
         xs = np.arange(len(names)) + (k - (len(counts) - 1) / 2) * width
         bars = ax.bar(xs, [count.per_score(n) for n in names], width, color=colors[k], label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
     ax.set_xticks(np.arange(len(names)), op_labels(names))
     ax.set_ylabel(_("operations per score"))
     ax.legend(fontsize=8)
