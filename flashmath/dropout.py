@@ -9,12 +9,14 @@ random generator's state, a seed and an offset (``rng_state``, two int64 numbers
 before, so a program can produce the mask of any tile, in any order, without the others. Here that generator is
 numpy's Philox (4 x 64 bits: a 128-bit key, a 256-bit counter, four 64-bit words per counter value):
 
-    key = (seed, 0),   counter = (m // 4, n, offset, 0)   ->   word m % 4 of the block: the bits of element (n, m)
+    Philox(key=(seed, 0), counter=(m // 4, n, offset, 0))   ->   word m % 4 of its first block: element (n, m)
 
-so the four keys ``4 (m // 4) ... 4 (m // 4) + 3`` of row ``n`` share one Philox block, each row has its own
-stream, and another ``offset`` (what a framework advances between calls, with the same seed) gives an unrelated
-mask. A word ``w`` becomes the uniform ``u = (w >> 11) / 2**53`` in ``[0, 1)``, and the element is kept when
-``u >= p``. (flash-attention's CUDA kernels key their Philox by the batch, the head and the position of a 16 x 32
+(numpy adds 1 to the counter before each block of four words, ``philox_next`` in numpy's ``philox.h``: the block
+drawn first is Philox's block of the counter ``(m // 4 + 1, n, offset, 0)``), so the four keys
+``4 (m // 4) ... 4 (m // 4) + 3`` of row ``n`` share one Philox block, each row has its own stream, and another
+``offset`` (what a framework advances between calls, with the same seed) gives an unrelated mask. A word ``w``
+becomes the uniform ``u = (w >> 11) / 2**53`` in ``[0, 1)``, and the element is kept when ``u >= p``.
+(flash-attention's CUDA kernels key their Philox by the batch, the head and the position of a 16 x 32
 block instead, Dao-AILab/flash-attention#612; Triton's ``tl.rand(seed, offsets)`` is Philox too, tutorial
 ``04-low-memory-dropout.py``. The layout differs, the principle is the one above.)
 
@@ -71,8 +73,9 @@ def _check_rng(seed: object, offset: object) -> tuple[int, int]:
 def dropout_keep(seed: int, offset: int, r0: int, r1: int, c0: int, c1: int, p: float) -> np.ndarray:
     """The dropout mask of one tile, rows ``r0 .. r1 - 1`` and keys ``c0 .. c1 - 1``, from the generator's state.
 
-    Element ``(n, m)`` is kept when the uniform number of word ``m % 4`` of the Philox block with key ``(seed, 0)``
-    and counter ``(m // 4, n, offset, 0)`` is at least ``p`` (module docstring). It depends on ``(seed, offset, n,
+    Element ``(n, m)`` is kept when the uniform number of word ``m % 4`` of the first block of numpy's
+    ``Philox(key=(seed, 0), counter=(m // 4, n, offset, 0))`` (Philox's block of the counter ``(m // 4 + 1, n,
+    offset, 0)``: numpy adds 1 first) is at least ``p`` (module docstring). It depends on ``(seed, offset, n,
     m)`` alone: every tiling of the same ``N x M`` grid gives the same mask.
 
     Returns:

@@ -12,9 +12,11 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.viz.axes import nice_limits
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DPI
 
@@ -23,6 +25,18 @@ __all__ = ["MaskExplorerPlot", "plot_gqa_heads", "plot_mask_example", "plot_page
 # tile kinds: empty (skipped, light grey), partial (masked element-wise, orange), full (no mask work, blue)
 KIND_CMAP = ListedColormap(["#eeeeee", "#ff7f0e", "#1f77b4"])
 KIND_NAMES = (N_("empty: skipped"), N_("partial: masked"), N_("full: no mask work"))  # translated where drawn
+
+# what the left panel's colour is, for the kinds that change something (the others keep every score as it is):
+# (the panel's title, the colour bar's label), translated where drawn
+CHANGE_NAMES = {
+    "ALiBi": (N_("scores: kept (coloured by the change), masked (white)"), N_("change of the score")),
+    "softcap": (N_("scores: kept (coloured by the change), masked (white)"), N_("change of the score")),
+    "learnable sink": (
+        N_("log-probabilities: kept (coloured), masked (white)"),
+        N_("log(1 - P_sink): change of each log-probability"),
+    ),
+}
+UNCHANGED_TITLE = N_("scores: kept (one colour: no change), masked (white)")
 
 
 def _grid_segments(N: int, block: int) -> list:
@@ -33,9 +47,10 @@ def _grid_segments(N: int, block: int) -> list:
 
 
 class MaskExplorerPlot(LivePlot):
-    """Left: the ``N x N`` scores, masked pairs white, kept ones coloured by the score change (ALiBi's bias,
-    softcap's change); the tile grid over it. Right: each tile's kind (empty / partial / full). Title: the work
-    saved.
+    """Left: the ``N x N`` scores, masked pairs white, kept ones coloured by what the kind changes (ALiBi's bias,
+    softcap's change of the score, a learnable sink's change of the log-probabilities), with a colour bar whose
+    label names that quantity and whose limits hold the state's values (no bar for a mask, which changes no
+    score); the tile grid over it. Right: each tile's kind (empty / partial / full). Title: the work saved.
 
     Args:
         example: ``(kind, param, block) -> MaskExample`` (:func:`flashmath.variants.mask_example`).
@@ -55,7 +70,12 @@ class MaskExplorerPlot(LivePlot):
         pyplot: bool = False,
     ):
         self.example, self.N = example, N
-        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, kind=kind, param=param, block=block)
+        self._view: tuple | None = None  # the panel's title, the bar's label and limits shown (see _update)
+        example(kind, param, block)  # a bad first state raises before a figure exists
+        # the layout is computed once, at the first state, then frozen: lay it out with the colour bar shown and
+        # its widest tick labels (ALiBi 8: -0.30 ... 0.00), then show the first state
+        super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, kind="ALiBi", param=8, block=block)
+        self.update(kind=kind, param=param, block=block)
 
     def _build(self) -> None:
         self.ax_scores, self.ax_tiles = self.fig.subplots(1, 2)
@@ -63,18 +83,25 @@ class MaskExplorerPlot(LivePlot):
         extent = (-0.5, N - 0.5, N - 0.5, -0.5)
         blank = np.zeros((N, N))
         self.scores_image = self.ax_scores.imshow(
-            np.ma.masked_all((N, N)), cmap="viridis", vmin=-2, vmax=0.3, extent=extent, interpolation="nearest"
+            np.ma.masked_all((N, N)), cmap="viridis", vmin=-1, vmax=1, extent=extent, interpolation="nearest"
         )
         self.ax_scores.set_facecolor("white")
-        # the colours' scale: the same for every kind (beyond it, the end colours)
-        colorbar = self.fig.colorbar(self.scores_image, ax=self.ax_scores, shrink=0.8, pad=0.03, extend="both")
-        colorbar.set_label(_("change of the score"), fontsize=8)
-        colorbar.ax.tick_params(labelsize=8)
+        # the colours' scale: its limits hold every kept value of the state shown (rounded outward, so that a few
+        # limits serve the whole param slider); hidden for the masks, which change no score
+        self.colorbar = self.fig.colorbar(self.scores_image, ax=self.ax_scores, shrink=0.8, pad=0.03)
+        self.colorbar.ax.tick_params(labelsize=8)
+        self.colorbar.locator = MaxNLocator(nbins=5, steps=[1, 2, 5, 10])
+        # below 0.1 (a small ALiBi slope's bias, down to 3e-18), ticks in units of 10^unit: short labels, the unit
+        # in the bar's label (matplotlib's own "1e-5" above the bar ran into the panel's title)
+        self.unit = 0
+        self.colorbar.formatter = FuncFormatter(
+            lambda x, _pos: f"{round(x / 10.0**self.unit, 6) + 0.0:g}".replace("-", "\u2212")  # no -0, no 1e-17
+        )
         self.tiles_image = self.ax_tiles.imshow(
             blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent, interpolation="nearest"
         )
         self.grids = [LineCollection([], colors="k", linewidths=0.5) for _grid in range(2)]
-        titles = (_("scores: kept (coloured by the change), masked (white)"), _("tiles"))
+        titles = (_(UNCHANGED_TITLE), _("tiles"))
         for ax, grid, title in zip((self.ax_scores, self.ax_tiles), self.grids, titles, strict=True):
             ax.add_collection(grid)
             ax.set_xlabel(_("key m"), fontsize=9)
@@ -95,6 +122,27 @@ class MaskExplorerPlot(LivePlot):
     def _update(self, kind, param, block) -> None:
         ex = self.example(kind, param, block)
         self.scores_image.set_data(np.ma.masked_where(~ex.keep, ex.change))
+        names = CHANGE_NAMES.get(kind)
+        kept = ex.change[ex.keep]
+        # (panel title, bar label, limits): the background they draw, redrawn when one of them changes
+        view: tuple[str, str | None, tuple[float, float]]
+        if names is None:
+            view = (_(UNCHANGED_TITLE), None, (-1.0, 1.0))  # no bar: kept scores at the scale's middle colour
+        else:
+            limits = nice_limits(float(kept.min()), float(kept.max())) if kept.size else (-1.0, 1.0)
+            view = (_(names[0]), _(names[1]), limits)
+        if view != self._view:
+            self._view = view
+            title, label, (lo, hi) = view
+            size = max(abs(lo), abs(hi))
+            self.unit = int(np.floor(np.log10(size))) if size < 0.1 else 0
+            if label is not None and self.unit:
+                label = _("{quantity}, in units of 1e{unit}").format(quantity=label, unit=self.unit)
+            self.ax_scores.set_title(title, fontsize=9)
+            self.scores_image.set_clim(lo, hi)
+            self.colorbar.ax.set_visible(label is not None)
+            self.colorbar.set_label(label or "", fontsize=8)
+            self.redraw_background(key=view)
         kinds = np.repeat(np.repeat(ex.blocks.kinds, block, axis=0), block, axis=1)[: self.N, : self.N]
         self.tiles_image.set_data(kinds)
         for grid in self.grids:
