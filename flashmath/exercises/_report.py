@@ -77,8 +77,7 @@ def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
     for earlier, case in printed:
         if message.endswith(earlier):
             same = _(SAME_AS_ABOVE).format(case=_case_name(case))
-            head = message[: -len(earlier)].rstrip()
-            return head + " " + same if head else same
+            return message[: -len(earlier)] + same  # the case's own words first, with their separator
     if len(message) >= _LONG:
         printed.append((message, name))
     return message
