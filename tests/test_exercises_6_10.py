@@ -1268,3 +1268,53 @@ def test_the_logsumexp_without_the_shift_names_the_overflow_and_the_underflow():
     for message in failing.values():
         assert "looks like the logsumexp without the shift" in message
         assert "overflows to inf once g > 709.8" in message and "underflows to 0 once g < -745.2" in message
+
+
+def test_one_cause_that_fails_several_cases_is_explained_once(capsys):
+    """Review 35 (rev3-b, rev5-b): a step that changes ``a`` in place fails nine cases for one reason; the report
+    prints the explanation once and names, on every later case, the case that printed it."""
+    from flashmath.exercises._report import INPUT_MODIFIED
+
+    report = exercises.check_tile_step(in_place_step)
+    failed = [name for name, ok, _ in report.cases if not ok]
+    text = repr(report)
+    assert len(failed) >= 3 and text.count(INPUT_MODIFIED.message()) == 1, text
+    assert text.count(f'the same as for "{failed[0]}" above') == len(failed) - 1, text
+
+
+def test_a_max_over_axis_0_gets_the_axis_hint_on_the_real_tile_too():
+    """Review 35 (rev5-b): the real query tile (8 rows, 10 keys) raises the same broadcast error as the small
+    cases, and gets the same hint on the axis."""
+
+    def axis0(g, s, a, x_tile, v_tile):
+        g_new = np.maximum(g, x_tile.max(axis=0))  # one value per key column: raises unless B_r = B_c
+        g_zero = np.where(np.isinf(g_new), 0.0, g_new)
+        rescale, p = np.exp(g - g_zero), np.exp(x_tile - g_zero[:, None])
+        s_new = s * rescale + p.sum(axis=1)
+        return g_new, s_new, (a * (s * rescale)[:, None] + p @ v_tile) / s_new[:, None]
+
+    report = exercises.check_tile_step(axis0)
+    (fold,) = [message for name, ok, message in report.cases if name.startswith("a real query tile") and not ok]
+    assert "(8,) and (10,)" in fold and "axis=1" in fold, fold
+
+
+def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(capsys):
+    """Review 35 (rev5-b): chapter 6 asks for fa2's threshold before deriving it (P6b): from B_r = 32 on for
+    D = 64 and N = 16384; the cell prints the answer only after a prediction, and each common wrong answer its
+    misconception."""
+    import nbformat
+    from helpers import ROOT
+
+    from flashmath.exercises.predict import QUESTIONS
+
+    cells = nbformat.read(ROOT / "notebooks" / "06_tiling.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if c.get("id") == "rule-check-06"]
+    env = {"fm": fm}
+    exec(source, env)
+    assert "32" not in capsys.readouterr().out  # the placeholder: no answer
+    exec(source.replace("my_prediction = ...", "my_prediction = 32"), env)
+    assert ": right." in capsys.readouterr().out
+    for wrong, text in QUESTIONS["P6b"].misconceptions.items():
+        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
+        out = capsys.readouterr().out
+        assert "not quite" in out and text in out, out

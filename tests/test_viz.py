@@ -505,3 +505,24 @@ def test_the_warp_partition_colours_what_each_warp_owns():
     for bad, error in ((1, ValueError), (9, ValueError), (2.5, TypeError)):
         with pytest.raises(error):
             viz.plot_warp_partition(bad)
+
+
+def test_partial_and_prefix_draws_chapter_4s_partial_sum_beside_the_prefix_output():
+    """Review 35 (rev5-b): chapter 5 plots A_m beside A'_m for one output dimension; A'_m = c_m A_m, equal at M."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((1, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 3))
+    trace = fm.one_loop_trace(q, k, v)
+    fig = viz.plot_partial_and_prefix(trace, v, 2)
+    left = fig.axes[0]
+    partial, prefix = (line.get_ydata() for line in left.lines[:2])
+    y = fm.attention(q, k, np.eye(9))[0]  # the final weights
+    np.testing.assert_allclose(partial, np.cumsum(y * v[:, 2]), rtol=1e-12)
+    np.testing.assert_allclose(prefix, trace.a[:, 0, 2], rtol=1e-12)
+    assert abs(partial[-1] - prefix[-1]) < 1e-12 and np.all(np.abs(prefix) >= np.abs(partial) - 1e-15)
+    with pytest.raises(ValueError):
+        viz.plot_partial_and_prefix(trace, v[:5], 0)
+    with pytest.raises(ValueError):
+        viz.plot_partial_and_prefix(trace, v, 3)
+    plt.close(fig)

@@ -53,7 +53,10 @@ class CheckReport:
         lines = [
             _("{title}: {passed} of {total} cases passed").format(title=self.title, passed=n_ok, total=len(self.cases))
         ]
+        printed: list[tuple[str, str]] = []  # (message, case) of the long messages printed so far, each once
         for name, ok, message in self.cases:
+            if not ok and message:
+                message = _shortened(name, message, printed)
             lines.append(
                 f"  {_(PASS) if ok else _(FAIL)}  {_case_name(name)}"
                 + ("" if ok or not message else _(": {message}").format(message=message))
@@ -61,6 +64,23 @@ class CheckReport:
         if self.passed:
             lines.append(_("All good."))
         return "\n".join(lines)
+
+
+SAME_AS_ABOVE = N_('the same as for "{case}" above')
+_LONG = 60  # a message at least this long is printed once; a later case that ends with it refers to it
+
+
+def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
+    """``message`` for the failing case ``name``, with a long explanation already printed for an earlier case
+    replaced by :data:`SAME_AS_ABOVE`, which names that case: one cause that fails several cases is explained once,
+    and every case is still listed."""
+    for earlier, case in printed:
+        if message.endswith(earlier):
+            same = _(SAME_AS_ABOVE).format(case=_case_name(case))
+            return message[: -len(earlier)] + same  # the case's own words first, with their separator
+    if len(message) >= _LONG:
+        printed.append((message, name))
+    return message
 
 
 @dataclass(frozen=True)

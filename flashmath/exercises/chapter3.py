@@ -278,8 +278,8 @@ def _hint(exc, args=()) -> str | None:
                 name=_(K_T.name), fix=_(K_T.fix)
             )
         return _(
-            "the shapes of the two products? X = Q K^T is q @ k.T, (N, D) @ (D, M); A = Y V is y @ v, (N, M) @ "
-            "(M, Dv), with V as given, not transposed"
+            "the shapes of the two products? X = Q K^T is q @ np.swapaxes(k, -1, -2) (k.T for 2-D input), (N, D) @ "
+            "(D, M); A = Y V is y @ v, (N, M) @ (M, Dv), with V as given, not transposed"
         )
     if "broadcast" in text:
         return _("{name}? {fix}").format(name=_(KEEPDIMS.name), fix=_(KEEPDIMS.fix))

@@ -24,7 +24,7 @@ from flashmath.exercises._tiles import (
     tile_properties,
     tile_step_reference,
 )
-from flashmath.i18n import Filled
+from flashmath.i18n import Filled, aside
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.rowstate import max_or_zero  # the one guard: g = -inf (no key seen yet) measured against 0
@@ -242,8 +242,10 @@ def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     except NotImplementedError:
         report.add(name, False, _("not implemented yet"))
         return
-    except Exception as exc:
-        report.add(name, False, _("raised {error}: {text}").format(error=type(exc).__name__, text=exc))
+    except Exception as exc:  # the hint of the cases above, for the same shapes here: (8,) and (10,)
+        raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
+        hint = shape_hint(exc)
+        report.add(name, False, aside(raised, hint) if hint else raised)
         return
     report.add(name, ok, "" if ok else _("the folded output differs from attention (the cases above say why)"))
 

@@ -244,6 +244,28 @@ QUESTIONS: dict[str, Question] = {
             ),
         },
     ),
+    "P6b": Question(
+        why=N_(
+            "fa2 reads K and V once per query tile, about 2 N M D / B_r elements, against standard attention's "
+            "4 N M for writing and reading X and Y: below from B_r = D / 2 = 32, for every N."
+        ),
+        misconceptions={
+            16: N_(
+                "16 is this head's threshold, where D = 32: fa2's passes over K and V, 2 N M D / B_r elements, "
+                "grow with D, so for D = 64 they fall below standard attention's 4 N M only from B_r = D / 2 = 32."
+            ),
+            33: N_(
+                "At B_r = D / 2 = 32 itself fa2 already moves less: its passes over K and V, 2 (N / 32) N D = 4 N^2 "
+                "elements, tie with standard attention's X and Y, and of the rest fa2 moves Q and A once (2 N D, "
+                "and N for the logsumexp) against standard attention's Q, K, V and A (4 N D)."
+            ),
+            64: N_(
+                "64 = D counts standard attention's X and Y once (2 N M); it writes them and reads them back, "
+                "4 N M, so fa2's 2 N M D / B_r falls below it from B_r = D / 2 = 32 (at B_r = 64 fa2 moves "
+                "about half)."
+            ),
+        },
+    ),
     "P7": Question(
         why=N_(
             "fa1 divides the B_r x D_v output of a query tile after each key tile, and those divisions are shared "

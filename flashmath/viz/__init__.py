@@ -22,6 +22,7 @@ from flashmath.viz.attention import (
     ScalePlot,
     plot_loop_swap_step,
     plot_one_loop_step,
+    plot_partial_and_prefix,
     plot_scale_step,
 )
 from flashmath.viz.frames import animate_steps, offline_jshtml, strip
@@ -72,6 +73,7 @@ __all__ = [
     "plot_masks",
     "plot_memory_hierarchy",
     "plot_one_loop_step",
+    "plot_partial_and_prefix",
     "plot_op_counts",
     "plot_online_softmax_step",
     "plot_overflow",

@@ -12,7 +12,15 @@ from flashmath.viz.axes import check_dims, check_labels, finite_or_nan, index, l
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DIM_COLORS, DPI, HOLD, JUMP, LEGEND_ABOVE, SEEN, UNSEEN
 
-__all__ = ["LoopSwapPlot", "OneLoopPlot", "ScalePlot", "plot_loop_swap_step", "plot_one_loop_step", "plot_scale_step"]
+__all__ = [
+    "LoopSwapPlot",
+    "OneLoopPlot",
+    "ScalePlot",
+    "plot_loop_swap_step",
+    "plot_one_loop_step",
+    "plot_partial_and_prefix",
+    "plot_scale_step",
+]
 
 RAW = "#ff7f0e"  # unscaled scores
 SCALED = SEEN  # scores divided by sqrt(D)
@@ -461,3 +469,50 @@ def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.
 def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=None, labels=None, figsize=(10.0, 6.6)):
     """A static picture of :class:`OneLoopPlot` after ``m`` keys (a pyplot figure, shown by Jupyter)."""
     return OneLoopPlot(trace, row=row, dims=dims, labels=labels, step=m, figsize=figsize, pyplot=True).fig
+
+
+def plot_partial_and_prefix(trace, v, d: int, *, row: int = 0, figsize=(9.0, 3.4)):
+    """Chapter 4's partial sum ``A_m`` beside this chapter's prefix output ``A'_m``, one output dimension, key by key.
+
+    ``A_m = sum_{i <= m} e^{x_i - g_M} / s_M V_i`` weighs every key with the whole row's max and sum;
+    ``A'_m = c_m A_m``, with ``c_m = s_M e^{g_M - g_m} / s_m >= 1``, with those of keys ``1..m``. Left: both in
+    dimension ``d``, with the final value ``A[row, d]`` dashed; right: ``c_m`` (log axis), which reaches 1 at
+    ``m = M``. A static pyplot figure.
+
+    Args:
+        trace: :func:`flashmath.one_loop_trace` of the row (its ``x``, ``g``, ``s`` and ``a``).
+        v: the value rows ``(M, Dv)`` the trace was run with.
+        d: the output dimension shown. row: the row of the trace.
+
+    Returns:
+        matplotlib Figure.
+
+    Raises:
+        ValueError: ``d`` or ``row`` out of range, or ``v`` not of the trace's ``M`` rows.
+    """
+    import matplotlib.pyplot as plt
+
+    v = np.asarray(v, dtype=np.float64)
+    M = trace.x.shape[0]
+    if v.ndim != 2 or v.shape[0] != M:
+        raise ValueError(f"v must be (M, Dv) with the trace's M = {M} keys, got shape {v.shape}")
+    row = index(row, "row", trace.x.shape[1])
+    d = index(d, "d", v.shape[1])
+    x, g, s = trace.x[:, row], trace.g[:, row], trace.s[:, row]
+    partial = np.cumsum(np.exp(x - g[-1]) / s[-1] * v[:, d])  # A_m[d], chapter 4: against g_M and s_M
+    prefix = trace.a[:, row, d]  # A'_m[d]: against g_m and s_m
+    c = s[-1] * np.exp(g[-1] - g) / s  # c_m = A'_m / A_m
+    m = np.arange(1, M + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=figsize, width_ratios=(3, 2), layout="constrained")
+    left.plot(m, partial, "o-", ms=3, color=DIM_COLORS[0], label=_("$A_m$ (chapter 4: $g_M$, $s_M$)"))
+    left.plot(m, prefix, "s-", ms=3, color=JUMP, label=_("$A'_m$ (this chapter: $g_m$, $s_m$)"))
+    left.axhline(prefix[-1], color=FINAL, ls="--", lw=1, label=_("$A[n, d]$, the final value"))
+    left.axhline(0, color="0.6", lw=0.6)
+    left.set_xlabel(_("keys seen, m"))
+    left.set_title(_("output dimension d = {d}").format(d=d), fontsize=10)
+    left.legend(fontsize=9)
+    right.semilogy(m, c, "o-", ms=3, color="0.3")
+    right.axhline(1, color=FINAL, ls="--", lw=1)
+    right.set_xlabel(_("keys seen, m"))
+    right.set_title(_("$c_m = A'_m / A_m$ (1 at m = M)"), fontsize=10)
+    return fig
