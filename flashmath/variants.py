@@ -509,6 +509,11 @@ class BlockMask:
             for name, kind in (("empty", EMPTY), ("partial", PARTIAL), ("full", FULL))
         }
 
+    def counts_text(self) -> str:
+        """:attr:`counts` in words, in the selected language (:mod:`flashmath.i18n`): ``"6 empty, 6 partial, 3 full"``
+        (Chinese: ``"空块 6、部分块 6、满块 3"``)."""
+        return _("{empty} empty, {partial} partial, {full} full").format(**self.counts)
+
     @property
     def computed_share(self) -> float:
         """The share of the ``N M`` score elements in tiles that are computed (partial or full)."""

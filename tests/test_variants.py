@@ -693,3 +693,18 @@ def test_varlen_sink_is_the_same_for_every_sequence():
         want_a, want_lse = attention(q[:, r], k[:, r], v[:, r], learnable_sink=SINK, causal=True, return_lse=True)
         assert_close(a[:, r], want_a, 1e-12)
         assert_close(lse[:, r], want_lse, 1e-12)
+
+
+def test_block_mask_counts_in_words_in_each_language():
+    """What chapter 13 prints for a block mask's tiles: words, not a dict with English keys (issue 38, 13-3)."""
+    import flashmath as fm
+    from flashmath.variants import block_mask
+
+    bm = block_mask(6, 10, block_q=2, block_k=2, window=(3, 0))
+    assert bm.counts == {"empty": 6, "partial": 6, "full": 3}
+    assert bm.counts_text() == "6 empty, 6 partial, 3 full"
+    try:
+        fm.set_language("zh_CN")
+        assert bm.counts_text() == "空块 6、部分块 6、满块 3"
+    finally:
+        fm.set_language("en")
