@@ -103,7 +103,7 @@ INSTALL_COMMANDS = (
 """The distributed extra from the course's folder, in its activated environment: PyTorch's CPU build first, then the
 extra (README, "Ring attention on several processes")."""
 
-INSTALL_HINT = (
+INSTALL_HINT = N_(
     "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention on "
     "several processes'): pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
     "pip install -e '.[distributed]'"
@@ -116,7 +116,7 @@ def _torch() -> Any:
         import torch
         import torch.distributed as dist
     except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(INSTALL_HINT) from error
+        raise ModuleNotFoundError(_(INSTALL_HINT)) from error
     return torch, dist
 
 
@@ -145,12 +145,14 @@ def require_torch(chapter: str = "This chapter") -> None:
         return
     commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
     raise DistributedExtraNotInstalled(
-        f"{chapter} needs PyTorch, the distributed extra (the triton extra installs it too).\n"
-        "Install it in a terminal, in the course's folder, with its environment activated:\n"
-        f"{commands}\n"
-        "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-        "Run All stops here. The stored outputs below were made with PyTorch: to read them, File > Reload Notebook\n"
-        "from Disk (if it was saved since: git restore the notebook's file)."
+        _(
+            "{chapter} needs PyTorch, the distributed extra (the triton extra installs it too).\n"
+            "Install it in a terminal, in the course's folder, with its environment activated:\n"
+            "{commands}\n"
+            "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
+            "Run All stops here. The stored outputs below were made with PyTorch: to read them, File > Reload "
+            "Notebook\nfrom Disk (if it was saved since: git restore the notebook's file)."
+        ).format(chapter=_(chapter), commands=commands)
     ) from None
 
 

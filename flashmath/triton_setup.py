@@ -26,6 +26,7 @@ __all__ = [
     "TORCH_VERSION",
     "INSTALL_COMMANDS",
     "INSTALL_HINT",
+    "install_hint",
     "DEFAULT_BLOCK_M",
     "DEFAULT_BLOCK_N",
     "MAX_HEAD_DIM",
@@ -103,10 +104,20 @@ class ExtraNotInstalled(ModuleNotFoundError):
         return str(self).splitlines()
 
 
+def install_hint() -> str:
+    """:data:`INSTALL_HINT` in the selected language (:mod:`flashmath.i18n`)."""
+    return _(
+        "in the course's folder, with its environment activated: {commands} (with a GPU, or where "
+        "download.pytorch.org cannot be reached: pip install torch=={torch} instead of the first command)"
+    ).format(commands=" && ".join(INSTALL_COMMANDS), torch=TORCH_VERSION)
+
+
 def require_triton() -> None:
     if _IMPORT_ERROR is not None:
         raise ExtraNotInstalled(
-            f"the Triton kernel needs PyTorch and Triton ({_IMPORT_ERROR}); install them {INSTALL_HINT}"
+            _("the Triton kernel needs PyTorch and Triton ({error}); install them {hint}").format(
+                error=_IMPORT_ERROR, hint=install_hint()
+            )
         ) from _IMPORT_ERROR
 
 
@@ -128,14 +139,16 @@ def require_extra(chapter: str = "This chapter") -> None:
         return
     commands = "\n".join(f"    {command}" for command in INSTALL_COMMANDS)
     raise ExtraNotInstalled(
-        f"{chapter} needs the triton extra, PyTorch and Triton ({_IMPORT_ERROR}).\n"
-        "Install it in a terminal, in the course's folder, with its environment activated:\n"
-        f"{commands}\n"
-        f"(with a GPU, or without access to download.pytorch.org: pip install torch=={TORCH_VERSION} as the first;\n"
-        'on macOS and Windows, open this chapter in Colab: README, "The triton extra"),\n'
-        "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-        "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
-        "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
+        _(
+            "{chapter} needs the triton extra, PyTorch and Triton ({error}).\n"
+            "Install it in a terminal, in the course's folder, with its environment activated:\n"
+            "{commands}\n"
+            "(with a GPU, or without access to download.pytorch.org: pip install torch=={torch} as the first;\n"
+            'on macOS and Windows, open this chapter in Colab: README, "The triton extra"),\n'
+            "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
+            "Run All stops here, and has cleared the stored outputs below (made with the extra). To read\n"
+            "them: File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
+        ).format(chapter=_(chapter), error=_IMPORT_ERROR, commands=commands, torch=TORCH_VERSION)
     ) from None
 
 

@@ -566,3 +566,32 @@ def test_what_a_chinese_chapter_prints_is_chinese(path):
             if words:
                 english.append(f"cell {index}: {sorted(words)} in {line.strip()[:100]!r}")
     assert not english, f"{len(english)} line(s) with English words:\n" + "\n".join(english[:40])
+
+
+def test_the_missing_extras_are_explained_in_chinese(monkeypatch):
+    """The error a Chinese chapter shows when the triton or distributed extra is missing is Chinese, names the extra
+    as 可选依赖 and keeps the install commands (issue 38 item 4)."""
+    import importlib.util
+
+    import flashmath
+    from flashmath import ring_dist, triton_setup
+
+    monkeypatch.setattr(triton_setup, "_IMPORT_ERROR", ModuleNotFoundError("No module named 'triton'"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    flashmath.set_language("zh_CN")
+    try:
+        with pytest.raises(triton_setup.ExtraNotInstalled) as triton_error:
+            triton_setup.require_extra("Chapter 11")
+        with pytest.raises(ring_dist.DistributedExtraNotInstalled) as torch_error:
+            ring_dist.require_torch("Chapter 14")
+        with pytest.raises(triton_setup.ExtraNotInstalled) as kernel_error:
+            triton_setup.require_triton()
+    finally:
+        flashmath.set_language("en")
+    assert str(triton_error.value).startswith("第 11 章需要可选依赖 triton")
+    assert str(torch_error.value).startswith("第 14 章需要 PyTorch，也就是可选依赖 distributed")
+    assert str(kernel_error.value).startswith("Triton kernel 需要 PyTorch 和 Triton")
+    for command in triton_setup.INSTALL_COMMANDS:
+        assert f"    {command}" in str(triton_error.value) and command in str(kernel_error.value)
+    for command in ring_dist.INSTALL_COMMANDS:
+        assert f"    {command}" in str(torch_error.value)

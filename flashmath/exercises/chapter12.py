@@ -680,13 +680,13 @@ def check_dq_kernel(fn) -> CheckReport:
     try:
         import torch
     except ImportError:
-        from flashmath.triton_setup import INSTALL_HINT  # here: importing it tries to import torch
+        from flashmath.triton_setup import install_hint  # here: importing it tries to import torch
 
         report = CheckReport("check_dq_kernel")
         report.add(
             "PyTorch",
             False,
-            _("this exercise needs PyTorch and Triton (the triton extra): {how}").format(how=INSTALL_HINT),
+            _("this exercise needs PyTorch and Triton (the triton extra): {how}").format(how=install_hint()),
         )
         return report
     from flashmath.triton_setup import interpreted
