@@ -501,7 +501,7 @@ KV cache dtype SRAM HBM DRAM SM GPU CPU BLAS OpenBLAS PyTorch Triton numpy torch
 Python autograd FlashAttention FlexAttention SDPA nan inf NaN True False None ms KB MB GB MiB KiB float16 float32
 float64 bfloat16 int32 int64 fa1 fa2 exp max min sum log ln argmax diag matmul QK MQA GQA MHA ALiBi np Dv
 dQ dK dV dq dk dv lse LSE acc tanh cpu CUDA Colab RTX Mistral Flash Decoding kB TB PB warp warps
-rank gloo distributed all gather Ulysses
+rank gloo distributed all gather Ulysses ring dA
 """.split()
 )
 # chapter 13's attention sinks: the term kept as GPT-OSS's parameter names it, the model's and the method's names
