@@ -561,7 +561,7 @@ TILE.update(
     {
         "P V not divided by s_new": pv_not_divided_step,
         "the factor s missing from the old term": no_s_factor_step,
-        "s overwritten by s_new before the old term": s_overwritten_step,
+        "the factor s / s_new missing from the old term": s_overwritten_step,
         "P measured against the tile's own max": own_max_step,
         "the row sum over the wrong axis": column_sum_step,
     }
@@ -1273,13 +1273,48 @@ def test_the_logsumexp_without_the_shift_names_the_overflow_and_the_underflow():
 def test_one_cause_that_fails_several_cases_is_explained_once(capsys):
     """Review 35 (rev3-b, rev5-b): a step that changes ``a`` in place fails nine cases for one reason; the report
     prints the explanation once and names, on every later case, the case that printed it."""
-    from flashmath.exercises._report import INPUT_MODIFIED
+    from flashmath.exercises.chapter6 import TILE_INPUT_MODIFIED
 
     report = exercises.check_tile_step(in_place_step)
     failed = [name for name, ok, _ in report.cases if not ok]
     text = repr(report)
-    assert len(failed) >= 3 and text.count(INPUT_MODIFIED.message()) == 1, text
+    assert len(failed) >= 3 and text.count(TILE_INPUT_MODIFIED.message()) == 1, text
     assert text.count(f'the same as for "{failed[0]}" above') == len(failed) - 1, text
+
+
+def test_tile_step_in_place_names_the_state_argument_and_gives_its_own_example():
+    """Review 35 (rev6-b): a step that scales ``a`` in place is told, in its first message, that ``a`` was
+    changed, with an example in 6.1's names (a *= ...), not another exercise's (x -= x.max()), and that x_tile
+    may be overwritten."""
+    report = exercises.check_tile_step(in_place_step)
+    failed = [(name, msg) for name, ok, msg in report.cases if not ok]
+    first = failed[0][1]
+    assert first.startswith("a (argument 3) was changed: looks like the input modified in place"), first
+    assert "a *= ..." in first and "x_tile you may overwrite" in first and "x.max()" not in first, first
+    (unchanged,) = [msg for name, msg in failed if name == "the state given (g, s, A') is left unchanged"]
+    assert unchanged.startswith("a (argument 3) was changed"), unchanged
+
+
+def test_tile_step_missing_old_weight_names_both_causes():
+    """Review 35 (rev6-b): A' r + P V / s_new (the factor s / s_new missing) is explained as 5.1 explains it: the
+    old average's weight, and s overwritten before the line as one possible cause."""
+    report = exercises.check_tile_step(s_overwritten_step)
+    messages = [msg for _name, ok, msg in report.cases if not ok]
+    assert messages and "looks like the factor s / s_new missing from the old term" in messages[0], messages
+    assert "old total weight s" in messages[0] and "if s was updated before this line" in messages[0], messages
+
+
+def test_tile_step_that_raises_fails_the_unchanged_case_with_a_reason():
+    """Review 35 (rev6-b): when the step raises, the in-place case fails and says why it cannot pass, instead of
+    a FAIL marked "not checked"."""
+
+    def broken(g, s, a, x_tile, v_tile):
+        raise ValueError("a learner's bug")
+
+    report = exercises.check_tile_step(broken)
+    (msg,) = [msg for name, ok, msg in report.cases if name == "the state given (g, s, A') is left unchanged"]
+    assert msg.startswith("fails until the function runs: it raised ValueError"), msg
+    assert "not checked" not in msg, msg
 
 
 def test_a_max_over_axis_0_gets_the_axis_hint_on_the_real_tile_too():

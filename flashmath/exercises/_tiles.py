@@ -102,10 +102,15 @@ def inputs_unchanged(
     except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
         out, why = (
             None,
-            _("not checked: the function raised {error} (see the cases above)").format(error=type(exc).__name__),
+            _(
+                "fails until the function runs: it raised {error}, so its arguments could not be checked (see the "
+                "cases above)"
+            ).format(error=type(exc).__name__),
         )
     else:
-        why = _("not checked: the function returned nothing")
+        why = _(
+            "fails until the function returns its result: it returned nothing, so its arguments could not be checked"
+        )
     if out is None:
         if always:
             report.add(name, False, why)

@@ -54,6 +54,18 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
     return model
 
 
+#: the arguments of 6.1's step, so that a state changed in place is named
+TILE_ARGS = ("g", "s", "a", "x_tile", "v_tile")
+#: a state changed in place, with examples in 6.1's own names (the step may overwrite x_tile, not the state)
+TILE_INPUT_MODIFIED = Mistake(
+    INPUT_MODIFIED.name,
+    N_(
+        "your function wrote into the state it was given (g, s or a), for example with a *= ... or s += ...; "
+        "x_tile you may overwrite, the state you may not: build new arrays instead, an expression such as "
+        "a_new = a * ... + ... makes a new one"
+    ),
+)
+
 TILE_RULE = "A'_new = A' s e^{g - g_new} / s_new + P V / s_new, with P = e^{X - g_new} and g_new = max(g, rowmax X)"
 TILE_MISTAKES = (
     Mistake(
@@ -100,8 +112,15 @@ TILE_MISTAKES = (
         (_tile_model(lambda a, s, r, pv, sn, *_: (a * r[:, None] + pv) / sn[:, None]),),
     ),
     Mistake(
-        N_("s overwritten by s_new before the old term"),
-        Filled(N_("the old term needs the old sum s: keep it until A' is updated: {rule}"), rule=TILE_RULE),
+        N_("the factor s / s_new missing from the old term"),
+        Filled(
+            N_(
+                "A' is an average over the old total weight s, which becomes a share of the new total s_new, so the "
+                "old term takes the factor s / s_new besides the rescale (if s was updated before this line, "
+                "s_new / s_new cancels: keep the old s until A' is updated): {rule}"
+            ),
+            rule=TILE_RULE,
+        ),
         (_tile_model(lambda a, s, r, pv, sn, *_: a * r[:, None] + pv / sn[:, None]),),
     ),
     Mistake(
@@ -218,7 +237,7 @@ TILE_MISTAKES = (
         ),
     ),
     scores_clipped(tile_step_reference),
-    INPUT_MODIFIED,
+    TILE_INPUT_MODIFIED,
     shape_mistake(tile_step_reference),
     NOT_A_STATE,
 )
@@ -274,7 +293,17 @@ def check_tile_step(fn) -> CheckReport:
         hint=shape_hint,
         properties=tile_properties(),
         call=score_tile_copied,
+        arg_names=TILE_ARGS,
+        modified_mistake=TILE_INPUT_MODIFIED,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[2][1], always=True)
+    inputs_unchanged(
+        report,
+        fn,
+        _("the state given (g, s, A') is left unchanged"),
+        cases[2][1],
+        always=True,
+        arg_names=TILE_ARGS,
+        mistake=TILE_INPUT_MODIFIED,
+    )
     _fold_tiles(report, fn, _("a real query tile folded over 5 key tiles gives the attention output"))
     return report
