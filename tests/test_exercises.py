@@ -1025,6 +1025,34 @@ def test_an_integer_array_updated_in_place_gets_a_hint():
     assert "build the sums as floats" in message(exercises.check_merge(merge_in_place), "property: integer states")
 
 
+def test_a_merge_that_returns_nan_nan_for_a_nan_sum_is_told_the_requirement_not_a_swap():
+    """rev6-a: an answer that returns (nan, nan) whenever any input is NaN fails only the NaN-sum case, whose name
+    states the requirement (g is still the larger max); no swapped-state model explains (nan, nan) there."""
+
+    def nan_in_nan_out(g1, s1, g2, s2):
+        if any(math.isnan(v) for v in (g1, s1, g2, s2)):
+            return math.nan, math.nan
+        return fm.merge(g1, s1, g2, s2)
+
+    report = exercises.check_merge(nan_in_nan_out)
+    failing = [(name, msg) for name, ok, msg in report.cases if not ok]
+    assert [name for name, _ in failing] == ["NaN in a sum gives s = NaN (g is still the larger max)"]
+    assert "swapped" not in failing[0][1] and "looks like" not in failing[0][1]
+
+
+@pytest.mark.parametrize("arg", ["q_n", "K"])
+def test_a_score_row_that_changes_an_input_names_it(arg):
+    def scale_in_place(q_n, K):
+        if arg == "q_n":
+            q_n /= np.sqrt(q_n.shape[0])
+            return K @ q_n
+        K /= np.sqrt(K.shape[1])
+        return K @ q_n
+
+    text = message(exercises.check_score_row(scale_in_place), "property: negative-only input")
+    assert text.startswith(f"{arg} (argument {1 if arg == 'q_n' else 2}) was changed: ")
+
+
 def test_v_indexed_the_wrong_way_gets_a_hint():
     def loop_swap_vdm(y, v):
         N, M = y.shape
@@ -1492,6 +1520,16 @@ def test_a_common_wrong_prediction_is_told_its_misconception(capsys):
     assert third == "You predicted 42; the answer is 42: right."
     with pytest.raises(TypeError, match="a prediction is a number"):
         exercises.check_prediction("0.5 maybe", 0.5)
+
+
+def test_a_prediction_that_is_not_a_number_is_told_so_in_the_selected_language(monkeypatch):
+    """Text typed in place of a number raises TypeError with a message from the catalog (a zh learner reads it in
+    Chinese): the message goes through gettext, the text the learner typed filled in."""
+    from flashmath.exercises import predict
+
+    monkeypatch.setattr(predict, "_", lambda message: "[zh] " + message)
+    with pytest.raises(TypeError, match=r"^\[zh\] a prediction is a number, got 'a'$"):
+        exercises.check_prediction("a", 0.5)
 
 
 def test_a_negative_index_is_matched_with_its_misconception_as_typed(capsys):

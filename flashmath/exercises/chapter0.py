@@ -145,4 +145,5 @@ def check_score_row(fn) -> CheckReport:
         not_answer=WRONG_SHAPE,
         hint=_hint,
         properties=score_row_properties(),
+        arg_names=("q_n", "K"),
     )

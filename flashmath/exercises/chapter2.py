@@ -717,7 +717,8 @@ def merge_cases():
         (_("maxima 1e4 apart (no overflow)"), (1e4, 2.0, 0.0, 3.0)),
         (_("maxima of 800 and 799 (no overflow: never exp of a max alone)"), (800.0, 2.0, 799.0, 3.0)),
         (_("NaN in the first part's max propagates"), (np.nan, 1.0, 0.0, 1.0)),
-        (_("NaN in a sum propagates"), (0.0, np.nan, -1.0, 1.0)),
+        # the NaN is in the second part's sum: an answer of (nan, nan) is then no swapped-state model's answer
+        (_("NaN in a sum gives s = NaN (g is still the larger max)"), (0.0, 1.0, -1.0, np.nan)),
     ]
 
 
@@ -746,7 +747,8 @@ def check_merge(fn) -> CheckReport:
 
     The property battery first (:func:`merge_properties`), then :func:`merge_cases`: two halves give the state of
     the whole; the identity ``(-inf, 0)`` on either side; either part holding the larger max; maxima 1e4 apart
-    and maxima of 800 (no overflow); NaN in a max or in a sum. Named mistakes: :data:`MERGE_MISTAKES`.
+    and maxima of 800 (no overflow); NaN in a max (g = s = NaN) or in a sum (s = NaN, g still the larger
+    max). Named mistakes: :data:`MERGE_MISTAKES`.
     """
     return _check_states("check_merge", fn, merge_cases(), _right_merge, MERGE_MISTAKES, merge_properties())
 

@@ -63,7 +63,7 @@ def check_prediction(
     try:
         guess = float(prediction)
     except (TypeError, ValueError):
-        raise TypeError(f"a prediction is a number, got {prediction!r}") from None
+        raise TypeError(_("a prediction is a number, got {prediction!r}").format(prediction=prediction)) from None
     answer = float(answer)
     if tolerance is None:
         tolerance = 0.0 if answer.is_integer() else 0.05

@@ -125,7 +125,11 @@ def plot_memory_hierarchy(hierarchy: MemoryHierarchy = FIGURE_1, *, marks=None, 
             )
         )
     for (label, value), style in zip(marks.items(), MARK_STYLES, strict=False):
-        handles.append(ax_size.axvline(value, color="k", ls=style, lw=1.2, label=f"{label}: {si_bytes(value)}"))
+        handles.append(
+            ax_size.axvline(
+                value, color="k", ls=style, lw=1.2, label=_("{label}: {size}").format(label=label, size=si_bytes(value))
+            )
+        )
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=1, fontsize=9, frameon=False)
     fig.suptitle(
