@@ -1050,9 +1050,9 @@ SINK_MISTAKES = (
         N_("the sink added after the loop, outside the max and the rescaling"),
         N_(
             "the sink must take part in the running max and in every rescale: start from (g, s) = (sink, 1). Added "
-            "at the end as exp(sink - g), it overflows to inf for a sink far above every score (the overflow that "
-            "flash-attention PR #2752's review measured), and, where no guard catches it, a row with no key gives "
-            "g = -inf and L = -inf + inf = NaN"
+            "at the end as exp(sink - g), it overflows to inf for a sink far above every score, and, where no guard "
+            "catches it, a row with no key gives g = -inf and L = -inf + inf = NaN: the two failures that "
+            "flash-attention PR #2752's review measured"
         ),
         (
             _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after=True),
