@@ -137,8 +137,8 @@ class TileSweepPlot(LivePlot):
         ax.add_patch(self.current)
         ax.set_xlim(0.5, M + 0.5)
         ax.set_ylim(N + 0.5, 0.5)
-        ax.set_xlabel(_("key m"))
-        ax.set_ylabel(_("query n"))
+        ax.set_xlabel(_("key $m$"))
+        ax.set_ylabel(_("query $n$"))
         ax.legend(
             handles=[
                 Patch(color=TILE_CMAP(DONE), label=_("done")),
@@ -192,12 +192,12 @@ class TileSweepPlot(LivePlot):
             ax_c.axhline(self.standard_bytes / 1e3, color="k", ls="--", lw=1)
         ax_c.set_xlim(0, T)
         ax_c.set_ylim(0, 1.08 * max(top_bytes) / 1e3)
-        ax_c.set_xlabel(_("tile steps t"))
+        ax_c.set_xlabel(_("tile steps $t$"))
         ax_c.set_ylabel(_("kB moved"))
         handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
         if self.standard_bytes:
-            handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard")))
-        ax_c.legend(handles=handles, loc="upper left", fontsize=8)
+            handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard attention")))
+        ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # below the rising curves, clear of the dashed line
 
         ypos = np.arange(len(ARRAYS))
         self.byte_bars = ax_b.barh(ypos, np.zeros(len(ARRAYS)), color=SEEN, height=0.6)
@@ -268,7 +268,7 @@ class TileSweepPlot(LivePlot):
             _("nothing done yet")
             if t == 0
             else (
-                _("step t = {t} of {T}: query tile i = {i}, key tile j = {j}").format(
+                _("step $t$ = {t} of {T}: query tile $i$ = {i}, key tile $j$ = {j}").format(
                     t=t, T=T, i=trace.tiles[t - 1, 0] + 1, j=trace.tiles[t - 1, 1] + 1
                 )
                 + (_(" (skipped)") if trace.skipped[t - 1] else "")
@@ -326,7 +326,7 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     ax.xaxis.set_minor_locator(NullLocator())
     if kib[0] <= A100_SHARED_KIB <= kib[-1]:
         ax.axvline(A100_SHARED_KIB, color="0.5", lw=1, ls="-.", label=_("an A100's 164 KiB of shared memory"))
-    ax.set_xlabel(_("on-chip memory S per SM (KiB)"))
+    ax.set_xlabel(_("on-chip memory $S$ per SM (KiB)"))
     ax.set_ylabel(_("HBM reads + writes (MB)"))
     ax.legend(fontsize=8)
     return fig
@@ -390,8 +390,8 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
         ax.grid(which="minor", color="w", lw=1)
         ax.tick_params(which="minor", length=0)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel(_("key m"), fontsize=8)
-        ax.set_ylabel(_("query n"), fontsize=8)
+        ax.set_xlabel(_("key $m$"), fontsize=8)
+        ax.set_ylabel(_("query $n$"), fontsize=8)
     for ax in axes.ravel()[len(masks) :]:
         ax.set_visible(False)
     return fig
