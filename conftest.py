@@ -22,7 +22,10 @@ SKIP_REASON = "needs the triton extra"
 NEEDS_TORCH_TAG = "needs-torch"  # a cell's tag: nbval skips the cell where PyTorch is missing
 NEEDS_TRITON_TAG = "needs-triton"  # a cell's tag: nbval skips the cell where PyTorch or Triton is missing
 TORCH_SKIP_REASON = "needs PyTorch"
-collect_ignore_glob = ["notebooks/mine/*"]  # a learner's own copies of the chapters (README, "Keeping your work")
+collect_ignore_glob = [  # a learner's own copies of the chapters (README, "Keeping your work", and README.zh-CN)
+    "notebooks/mine/*",
+    "notebooks/zh/mine/*",  # JupyterLab started on a Chinese chapter opens its file browser in notebooks/zh
+]
 
 
 def _missing() -> list[str]:

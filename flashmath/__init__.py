@@ -30,7 +30,7 @@ from flashmath.attention import (
 from flashmath.backward import attention_backward
 from flashmath.counting import FlashTrace, counted_attention, flash_trace
 from flashmath.flash import flash_attention, reference_trace, rescale_trace
-from flashmath.i18n import set_language, tr
+from flashmath.i18n import set_language, table, tr
 from flashmath.masks import causal_mask, padding_mask, sliding_window_mask
 from flashmath.opcount import count_ops
 from flashmath.packed import flash_attention_varlen, gather_pages, paged_attention
@@ -127,6 +127,7 @@ __all__ = [
     "sram_sweep",
     "streaming_mask_mod",
     "standard_attention",
+    "table",
     "two_loop_attention",
     "tr",
     "two_loop_trace",

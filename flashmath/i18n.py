@@ -26,7 +26,12 @@ Placeholders stay outside the message: ``_("expected {what}, got {got}").format(
 A chapter's own code cells are the same in both editions, so what they print is marked with :func:`tr`
 (``fm.tr("key tile j")``, ``fm.tr("after {n} keys").format(n=n)``); Babel reads the code cells of
 ``notebooks/*.ipynb`` with :func:`extract_notebook`. ``tr`` returns a :class:`Text`, whose padding in an f-string
-(``f"{fm.tr('keys'):>8}"``) counts a Chinese character as two columns, so printed tables stay aligned.
+(``f"{fm.tr('keys'):>8}"``) counts a Chinese character as two columns, so printed tables stay aligned in a terminal.
+JupyterLab's output area is not a grid: its monospaced font has no Chinese glyphs, and the fallback font draws one
+about 1.6 to 1.8 Latin columns wide (the ratio depends on the fonts), so a column after a Chinese header drifts.
+:func:`table` aligns in both: it pads every cell of a column to the same number of narrow *and* of wide glyphs,
+filling the wide part with the ideographic space U+3000, which the fallback font draws as wide as a Chinese
+character.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import gettext as _gettext
 import json
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +58,7 @@ __all__ = [
     "gettext_noop",
     "joined",
     "set_language",
+    "table",
     "then",
     "tr",
 ]
@@ -145,7 +151,8 @@ def aside(text: str, note: str) -> str:
 def display_width(text: str) -> int:
     """The columns ``text`` takes in a monospaced font: 2 for a wide or full-width character (Chinese, ``，``), else 1.
 
-    Unicode's East Asian Width property (UAX #11), as terminals and JupyterLab's output area lay text out.
+    Unicode's East Asian Width property (UAX #11), as a terminal lays text out. JupyterLab's output area draws a
+    wide character narrower than two columns (:func:`table` aligns there too).
     """
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
@@ -175,6 +182,50 @@ class Text(str):
         """``str.format``, still a :class:`Text`: a filled message (``fm.tr("{n} rows").format(n=n)``) pads by
         display columns too."""
         return Text(str.format(self, *args, **kwargs))
+
+
+IDEOGRAPHIC_SPACE = "\u3000"  # as wide as a Chinese character in every font that has both (UAX #11: wide)
+
+
+def _glyphs(text: str) -> tuple[int, int]:
+    """How many narrow and how many wide glyphs ``text`` has (:func:`display_width` counts a wide one as 2)."""
+    wide = sum(unicodedata.east_asian_width(ch) in "WF" for ch in text)
+    return len(text) - wide, wide
+
+
+def table(rows: Sequence[Sequence[object]], widths: Sequence[int], *, align: str = "", sep: str = " ") -> list[str]:
+    """The lines of a table whose columns line up wherever it is shown, Chinese headers or not.
+
+    Every cell of column ``k`` is padded to the same number of narrow glyphs and the same number of wide ones (the
+    most any of its cells has), the wide part with :data:`IDEOGRAPHIC_SPACE`. Each line then has, before every
+    column edge, the same glyphs of each kind, so the edges line up in any font, also where a Chinese character is
+    not two Latin columns wide (JupyterLab). A column with no wide glyph is padded with spaces only, to at least
+    ``widths[k]`` columns: English lines are exactly ``f"{cell:>{width}}"`` joined by ``sep``.
+
+    Args:
+        rows: the cells, row by row (a header is a row); each is shown with ``str`` (format numbers first).
+        widths: each column's width in display columns (:func:`display_width`), as ``f"{cell:>{width}}"`` would pad.
+        align: one character per column, ``>`` (right, the default) or ``<`` (left).
+        sep: what separates two cells.
+
+    Returns:
+        The lines, without trailing spaces.
+    """
+    align = align.ljust(len(widths), ">")
+    cells = [[str(cell) for cell in row] for row in rows]
+    if any(len(row) != len(widths) for row in cells):
+        raise ValueError(f"every row needs {len(widths)} cells")
+    wide = [max(_glyphs(row[k])[1] for row in cells) for k in range(len(widths))]
+    narrow = [max([_glyphs(row[k])[0] for row in cells] + [widths[k] - 2 * wide[k]]) for k in range(len(widths))]
+    lines = []
+    for row in cells:
+        padded = []
+        for k, cell in enumerate(row):
+            n, w = _glyphs(cell)
+            pad = IDEOGRAPHIC_SPACE * (wide[k] - w) + " " * (narrow[k] - n)
+            padded.append(cell + pad if align[k] == "<" else pad + cell)
+        lines.append(sep.join(padded).rstrip())
+    return lines
 
 
 def tr(message: str) -> Text:

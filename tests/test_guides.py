@@ -14,7 +14,10 @@ INLINE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 PATH = re.compile(r"(?<![\w./-])((?:flashmath|tests|scripts|notebooks|docs)/[^\s`)'\"\],;]*)")
 # Folders the guides name that are not in the repository on purpose
-NOT_STORED = {"notebooks/mine/": "a learner's own copies (README, 'Keeping your work'), ignored by git"}
+NOT_STORED = {
+    "notebooks/mine/": "a learner's own copies (README, 'Keeping your work'), ignored by git",
+    "notebooks/zh/mine/": "the same in the Chinese edition's folder (README.zh-CN.md), ignored by git",
+}
 # Counts that go stale with the next test, line or chapter: say what, not how many
 HAND_KEPT = re.compile(r"\b\d[\d,]* (?:tests|test functions|lines|notebooks)\b(?!/)|\|\s*lines (?:before|after)\s*\|")
 

@@ -195,7 +195,7 @@ def static_cases():
     }
 
 
-SILENT = ("masks",)  # its words are the caller's titles; its axes are named "key m" and "query n" in both editions
+SILENT = ("masks",)  # its words are the caller's titles; its axes are named "key $m$" and "query $n$" in both editions
 
 
 @pytest.mark.parametrize("name", list(static_cases()))

@@ -231,10 +231,14 @@ def test_every_message_is_translated():
 def test_placeholders_survive_translation():
     """A translation keeps each {placeholder} of its message, or str.format would raise or drop a value."""
     # A doubled brace is a literal one, as str.format reads it (math such as $H_{{kv}}$ in a formatted message).
-    placeholder = re.compile(r"\{[a-z_]*(?::[^}]*)?\}")
+    # A translation may drop a string's padding (``{name:28s}`` aligned English columns; Chinese puts the name at the
+    # end of the line), never a number's format.
+    placeholder = re.compile(r"\{([a-z_]*)(?::([^}]*))?\}")
+    padding = re.compile(r"[<>^]?\d*s?")
 
     def placeholders(text):
-        return sorted(placeholder.findall(text.replace("{{", "").replace("}}", "")))
+        found = placeholder.findall(text.replace("{{", "").replace("}}", ""))
+        return sorted((name, "" if padding.fullmatch(spec) else spec) for name, spec in found)
 
     wrong = [m.id for m in read_catalog() if m.id and placeholders(m.id) != placeholders(m.string)]
     assert not wrong, wrong
@@ -488,6 +492,47 @@ def test_a_filled_tr_message_still_pads_by_display_columns():
     assert isinstance(filled, Text) and filled == "1104 行；"
     assert display_width(f"{filled:>10}") == 10 and f"{filled:>10}" == " 1104 行；"
     assert f"{Text('{n} rows;').format(n=1104):>10}" == f"{'1104 rows;':>10}"  # English: exactly str's
+
+
+def glyphs_before_each_edge(line: str, edges: list[int]) -> list[tuple[int, int]]:
+    """How many narrow and how many wide glyphs come before each display column in ``edges``."""
+    from flashmath.i18n import display_width
+
+    counts, narrow, wide, column = [], 0, 0, 0
+    for ch in line:
+        while edges[len(counts) :] and column >= edges[len(counts)]:
+            counts.append((narrow, wide))
+        step = display_width(ch)
+        narrow, wide, column = narrow + (step == 1), wide + (step == 2), column + step
+    return counts + [(narrow, wide)] * (len(edges) - len(counts))
+
+
+def test_a_table_lines_up_also_where_a_chinese_character_is_not_two_columns():
+    """JupyterLab draws a Chinese character about 1.6 to 1.8 Latin columns wide, so padding by display columns
+    (``Text``) still lets a column drift after a Chinese header. ``fm.table`` gives every line the same narrow and
+    wide glyphs before each column edge: the edges line up whatever a wide glyph's width."""
+    from flashmath.i18n import IDEOGRAPHIC_SPACE, Text, display_width, table
+
+    rows = [
+        [Text("key 块 j"), "key", Text("块最大值"), "g"],
+        [1, "1-10", "0.117", "0.117"],
+        [5, "41-46", "2.034", "2.0"],
+    ]
+    lines = table(rows, [10, 7, 8, 7])
+    assert len({display_width(line) for line in lines}) == 1  # a terminal: one width
+    edges = [10, 18, 32, 40]  # the columns' right edges: 10, then 1 + 7, 1 + 13 (5 digits under 4 wide), 1 + 7
+    assert len({tuple(glyphs_before_each_edge(line, edges)) for line in lines}) == 1, lines
+    assert IDEOGRAPHIC_SPACE in lines[1] and lines[0].startswith("  key 块 j")
+    for ratio in (1.6, 5 / 3, 1.8, 2.0):  # the right edge of each column, drawn with a wide glyph `ratio` columns
+        drawn = {tuple(n + ratio * w for n, w in glyphs_before_each_edge(line, edges)) for line in lines}
+        assert len(drawn) == 1, (ratio, drawn)
+    # English: exactly f"{cell:>{width}}" joined by a space; a left-aligned column; a column wider than its width
+    assert table([["key tile j", "s"], [1, "0.5"]], [10, 8]) == [f"{'key tile j':>10} {'s':>8}", f"{1:>10} {'0.5':>8}"]
+    assert table([["a", "b"], ["ccc", "d"]], [2, 1], align="<") == ["a   b", "ccc d"]
+    merged = table([["merged:", "g = 1"], ["合并：", "g = 2"]], [8, 0], align="<", sep="")
+    assert merged == ["merged:" + IDEOGRAPHIC_SPACE * 3 + "g = 1", "合并：" + " " * 7 + "g = 2"]
+    with pytest.raises(ValueError, match="2 cells"):
+        table([["a"]], [1, 2])
 
 
 # Words a Chinese chapter's printed text may keep in English: the glossary's terms kept as they are (chapter 0),

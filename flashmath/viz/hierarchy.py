@@ -61,8 +61,8 @@ def plot_memory_hierarchy(hierarchy: MemoryHierarchy = FIGURE_1, *, marks=None, 
     levels = hierarchy.levels
     rows = np.arange(len(levels))[::-1]  # the fastest level on top
     names = {
-        # the SMs' SRAM and the level's size, as the source rounds it: 108 x 192 KiB = 21.2 MB, Figure 1's "20 MB"
-        "SRAM": _("GPU SRAM, on chip\n{sms} SMs x {per_sm} KiB ≈ {total}").format(
+        # the SMs' SRAM and the level's size, as the source rounds it: 108 × 192 KiB = 21.2 MB, Figure 1's "20 MB"
+        "SRAM": _("GPU SRAM, on chip\n{sms} SMs × {per_sm} KiB ≈ {total}").format(
             sms=hierarchy.sms,
             per_sm=hierarchy.sram_per_sm_bytes // 1024,
             total=si_bytes(next((level.size_bytes for level in levels if level.name == "SRAM"), 0.0)),

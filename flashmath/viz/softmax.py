@@ -81,7 +81,7 @@ class OnlineSoftmaxPlot(LivePlot):
         (self.current,) = ax_x.plot([], [], "o", ms=9, mfc="none", mec="k")
         ax_x.set_ylim(*limits(np.concatenate([self.x, self.g])))
         ax_x.axhline(0, color="k", lw=0.5)
-        ax_x.set_ylabel(_("value"))
+        ax_x.set_ylabel(_("score $x_i$"))
         ax_x.legend(
             handles=[
                 Patch(color=SEEN, label=_("$x_i$ read")),
@@ -116,7 +116,7 @@ class OnlineSoftmaxPlot(LivePlot):
         (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=4)
         ax_s.set_ylim(0, top(np.append(self.s, d)))
         ax_s.set_ylabel(_("sum"))
-        ax_s.set_xlabel(_("step i (reads $x_i$)"))
+        ax_s.set_xlabel(_("step $i$ (reads $x_i$)"))
         ax_s.legend(
             handles=[
                 Line2D([], [], color=SEEN, marker="o", ms=4, label=_("running sum $s_i$")),
@@ -146,7 +146,7 @@ class OnlineSoftmaxPlot(LivePlot):
             title = _("step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$")
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
-            title = _("step i = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
+            title = _("step $i$ = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
                 i=i, x=x, g=g, r=r, s=s
             )
         self.title.set_text(title)
@@ -208,7 +208,7 @@ class OverflowPlot(LivePlot):
         ax_y.set_ylim(-0.06, 1.05)
         ax_y.axhline(0, color="k", lw=0.5)
         ax_y.set_ylabel(_("probability"))
-        ax_y.set_xlabel(_("element i"))
+        ax_y.set_xlabel(_("element $i$"))
         ax_y.legend(
             handles=[
                 Patch(color=HOLD, label=_("direct softmax (a grey bar; none where NaN or 0)")),

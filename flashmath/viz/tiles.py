@@ -197,7 +197,7 @@ class TileSweepPlot(LivePlot):
         handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
         if self.standard_bytes:
             handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard attention")))
-        ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # the curves end high on the right
+        ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # below the rising curves, clear of the dashed line
 
         ypos = np.arange(len(ARRAYS))
         self.byte_bars = ax_b.barh(ypos, np.zeros(len(ARRAYS)), color=SEEN, height=0.6)
@@ -268,7 +268,7 @@ class TileSweepPlot(LivePlot):
             _("nothing done yet")
             if t == 0
             else (
-                _("step t = {t} of {T}: query tile i = {i}, key tile j = {j}").format(
+                _("step $t$ = {t} of {T}: query tile $i$ = {i}, key tile $j$ = {j}").format(
                     t=t, T=T, i=trace.tiles[t - 1, 0] + 1, j=trace.tiles[t - 1, 1] + 1
                 )
                 + (_(" (skipped)") if trace.skipped[t - 1] else "")
@@ -390,8 +390,8 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
         ax.grid(which="minor", color="w", lw=1)
         ax.tick_params(which="minor", length=0)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel(_("key m"), fontsize=8)
-        ax.set_ylabel(_("query n"), fontsize=8)
+        ax.set_xlabel(_("key $m$"), fontsize=8)
+        ax.set_ylabel(_("query $n$"), fontsize=8)
     for ax in axes.ravel()[len(masks) :]:
         ax.set_visible(False)
     return fig

@@ -81,10 +81,10 @@ class TileTrafficPlot(LivePlot):
         ax.set_xlim(self.blocks[0] / 1.3, self.blocks[-1] * 1.3)
         ax.set_ylim(values.min() / 1.6, values.max() * 1.6)
         ax.set_xlabel(_("tile size $B = B_r = B_c$"))
-        ax.set_ylabel(_("elements moved per score ($N M$)"))
+        ax.set_ylabel(_("elements moved per score (total / $NM$)"))
         ax.grid(True, which="major", alpha=0.3)
-        (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label=_("fa2 (K, V re-read N / B_r times)"))
-        (self.fa1,) = ax.plot([], [], "s--", color=FA1_COLOR, label=_("fa1 (Q, A re-read M / B_c times)"))
+        (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label=_("fa2 (K, V re-read $N / B_r$ times)"))
+        (self.fa1,) = ax.plot([], [], "s--", color=FA1_COLOR, label=_("fa1 (Q, A re-read $M / B_c$ times)"))
         (self.standard,) = ax.plot([], [], "-", color=HOLD, lw=2, label=_("standard (X, Y written and read)"))
         self.crossover = ax.axvline(1.0, color=UNSEEN, ls=":", lw=1.5, label="B = D / 2")
         (self.marker,) = ax.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2, label=_("chosen tile size"))
@@ -104,7 +104,7 @@ class TileTrafficPlot(LivePlot):
         self.marker.set_data([block], [t["fa2"][row, col]])
         ratio = t["fa2"][row, col] / t["standard"][row, col]
         self.title.set_text(
-            _("$N = M = {N}$, $D = {D}$, $B = {block}$: fa2 moves {ratio:.2f}x standard's traffic").format(
+            _("$N = M$ = {N}, $D$ = {D}, $B$ = {block}: fa2 moves {ratio:.2f}× standard's traffic").format(
                 N=t["N"], D=D, block=block, ratio=ratio
             )
         )
@@ -175,7 +175,7 @@ class OpsPerScorePlot(LivePlot):
             self.redraw_background(key=block, changed=[self.right.yaxis])
         self.title.set_text(
             _(
-                "N = M = {N}, D = {D}, B = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
+                "$N = M$ = {N}, $D$ = {D}, $B$ = {block}: exp per score fa1 {exp1:.3f}, fa2 {exp2:.3f}; "
                 "non-matmul fa1 {other1:.2f}, fa2 {other2:.2f}"
             ).format(
                 N=t["N"],
