@@ -460,7 +460,7 @@ JS_PLAY_STOPPED = """(id) => !document.querySelector(`[data-fm-play="${id}"] but
 JS_STORED_ANIMATIONS = """() => Array.from(document.querySelectorAll('.jp-Notebook img[id^="_anim_img"]')).map(img => {
   const player = img.closest('.animation');
   const slider = player && player.querySelector('input[id^="_anim_slider"]');
-  const play = player && player.querySelector('button[title="Play"]');
+  const play = player && player.querySelector('button[onclick$=".play_animation()"]');
   const r = img.getBoundingClientRect();
   const p = play ? play.getBoundingClientRect() : null;
   return {id: img.id, height: r.height, width: r.width, naturalWidth: img.naturalWidth, complete: img.complete,
@@ -469,7 +469,7 @@ JS_STORED_ANIMATIONS = """() => Array.from(document.querySelectorAll('.jp-Notebo
 JS_ANIMATION = """(id) => {
   const img = document.getElementById(id);
   const player = img.closest('.animation');
-  const play = player.querySelector('button[title="Play"]').getBoundingClientRect();
+  const play = player.querySelector('button[onclick$=".play_animation()"]').getBoundingClientRect();
   const top = document.querySelector('.jp-WindowedPanel-outer') || document.scrollingElement;
   return {frame: player.querySelector('input[id^="_anim_slider"]').value, playY: play.y + top.scrollTop,
           height: img.getBoundingClientRect().height};
@@ -875,7 +875,7 @@ class NotebookDriver:
             if before["frame"] is None:
                 raise NotebookCheckFailure(f"{self.name}: {what} has no player (its script did not run: trusted?)")
             player = picture.locator("xpath=ancestor::div[contains(@class, 'animation')][1]")
-            player.locator('button[title="Play"]').click()
+            player.locator('button[onclick$=".play_animation()"]').click()
             try:
                 self.page.wait_for_function(
                     f"() => ({JS_ANIMATION})({json.dumps(a['id'])}).frame !== {json.dumps(before['frame'])}",
