@@ -890,7 +890,7 @@ class NotebookDriver:
                     f"{after['playY'] - before['playY']:.0f} px, the picture is {after['height']:.0f} px high)"
                 ) from None
             after = self.page.evaluate(JS_ANIMATION, a["id"])
-            player.locator('button[title="Pause"]').click()
+            player.locator('button[onclick$=".pause_animation()"]').click()
             if abs(after["playY"] - before["playY"]) > 1:
                 raise NotebookCheckFailure(
                     f"{self.name}: clicking {what}'s Play moved its buttons by "
