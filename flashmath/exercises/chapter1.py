@@ -218,7 +218,8 @@ MISTAKES = (
         N_("the max started at 0"),
         N_(
             "a running max that starts at 0 is never below 0, so for a vector of very negative values every exp(x "
-            "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x)"
+            "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x); "
+            "then also test for a max of -inf (a fully masked row, where -inf - (-inf) is NaN) and return zeros"
         ),
         (_max_from_zero, _guarded(_max_from_zero)),
     ),

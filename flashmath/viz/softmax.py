@@ -125,7 +125,7 @@ class OnlineSoftmaxPlot(LivePlot):
             loc="lower right",
             fontsize=8,
         )
-        ax_s.set_xlim(0.4, N + 0.6)
+        ax_s.set_xlim(0.4, N + 1.0)  # room for the current-step circle at step N
         if self.labels is not None:
             ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=8)
         self.title = self.fig.suptitle("", fontsize=11)
