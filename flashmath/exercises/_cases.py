@@ -173,7 +173,7 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
     except TypeError:
         return None
     for k, (g, w) in enumerate(zip(got, want, strict=False)):
-        label = f"{names[k]}: " if n_out > 1 else ""
+        name = names[k] if n_out > 1 else None  # several parts: each problem is led by its part's name
         try:
             g_arr, w_arr = np.asarray(g), np.asarray(w)
         except Exception:
@@ -184,16 +184,16 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
             continue  # a list [] is the empty result, whatever the reference's empty shape
         if g_arr.shape != w_arr.shape:
             return joined(
-                label + _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape),
+                _led(name, _("expected shape {expected}, got {got}").format(expected=w_arr.shape, got=g_arr.shape)),
                 WRONG_SHAPE.message(),
             )
         if w_arr.dtype.kind == "b" and g_arr.dtype.kind != "b":
             return joined(
-                label + _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype), BOOL_OUT.message()
+                _led(name, _("expected a boolean mask, got {dtype}").format(dtype=g_arr.dtype)), BOOL_OUT.message()
             )
         if w_arr.dtype.kind == "f" and g_arr.dtype.kind in "iub":
             return joined(
-                label + _("expected a float result, got {dtype}").format(dtype=g_arr.dtype), INTEGER_OUT.message()
+                _led(name, _("expected a float result, got {dtype}").format(dtype=g_arr.dtype)), INTEGER_OUT.message()
             )
         if (
             isinstance(w, np.ndarray)
@@ -203,10 +203,15 @@ def form_problem(out, expected, n_out: int, names) -> str | None:
             and g.dtype != w.dtype
         ):
             return joined(
-                label + _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype),
+                _led(name, _("expected dtype {expected}, got {got}").format(expected=w.dtype, got=g.dtype)),
                 DTYPE_OUT.message(),
             )
     return None
+
+
+def _led(name: str | None, problem: str) -> str:
+    """``problem``, led by the name of the result's part it concerns (``"A: ..."``; none for a single result)."""
+    return _("{name}: {problem}").format(name=name, problem=problem) if name else problem
 
 
 def _zero_one(raws, answers) -> bool:

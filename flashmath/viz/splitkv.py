@@ -95,7 +95,7 @@ class SplitKVPlot(LivePlot):
             ax_t.annotate("", (0, 0), xytext=(5, 0), textcoords="offset points", va="center", fontsize=8, visible=False)
             for _node in range(self.max_nodes)
         ]
-        ax_t.set_title(_("each node: the logsumexp L of the keys below it"), fontsize=8, loc="right")
+        ax_t.set_title(_("each node: the logsumexp $L$ of the keys below it"), fontsize=8, loc="right")
 
         parts_all = [a for t in self.traces.values() for a, _lse in t.parts]
         values = np.concatenate(
@@ -162,7 +162,7 @@ class SplitKVPlot(LivePlot):
             spans.append(above)
         k, segments, points = 0, [], []
         for depth, (level, level_spans) in enumerate(zip(trace.levels, spans, strict=False)):
-            crowded = len(level) > 6  # labels closer than about 7 keys: the value alone, without "L="
+            crowded = len(level) > 6  # labels closer than about 7 keys: the value alone, without "$L$="
             for (_part, lse), (c0, c1) in zip(level, level_spans, strict=False):
                 x = (c0 + c1) / 2 + 0.5
                 node = self.nodes[k]
@@ -175,7 +175,7 @@ class SplitKVPlot(LivePlot):
                 node.set_horizontalalignment("right" if left else "left" if depth else "center")
                 lse = float(np.ravel(lse)[0])
                 value = f"{lse:.2f}" if np.isfinite(lse) else f"{lse}"
-                node.set_text(value if crowded else f"L={value}")
+                node.set_text(value if crowded else f"$L$={value}")
                 node.set_visible(True)
                 k += 1
                 if depth:
@@ -214,7 +214,7 @@ class SplitKVPlot(LivePlot):
             levels=levels
         )
         self.title.set_text(
-            _("{ranges}, {merged}: L = {lse:.4f}").format(
+            _("{ranges}, {merged}: $L$ = {lse:.4f}").format(
                 ranges=ranges, merged=merged_in, lse=float(np.ravel(trace.lse)[0])
             )
         )
