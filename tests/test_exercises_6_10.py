@@ -41,9 +41,20 @@ def tile_step(g_of=rows_max, base=np.exp, s_rescaled=True, a_rule="right"):
     return step
 
 
+def tile_step_no_column_axis(g, s, a, x_tile, v_tile):
+    """A learner's tile step with the row max subtracted without [:, None]: silent only on a square tile."""
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r = np.exp(g - ref)
+    p = np.exp(x_tile - ref)
+    s_new = s * r + p.sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+
+
 TILE = {
     "the old output not corrected": tile_step(a_rule="not corrected"),
     "no rescale when the max changes": tile_step(a_rule="no rescale", s_rescaled=False),
+    "the row max not given a column axis ([:, None] missing)": tile_step_no_column_axis,
     "the rescale of s missing": tile_step(s_rescaled=False),
     "divided by the old sum": tile_step(a_rule="old sum"),
     "FlashAttention-2's update (not divided)": tile_step(a_rule="not divided"),

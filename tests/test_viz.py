@@ -469,7 +469,7 @@ def test_one_loop_token_labels_of_a_long_row_name_the_jumps_and_do_not_overlap()
     assert all(text == f"{m} tok{m}" for m, text in zip(keys, shown, strict=True))
     assert all(b - a >= 2 for a, b in zip(keys, keys[1:], strict=False))
     assert not tick_boxes_overlap(fig, ax_s)
-    assert ax_s.get_xlabel() == "key m: the tokens where the max jumped"
+    assert ax_s.get_xlabel() == "key m: the first token and the tokens where the max jumped"
     # a short row keeps a label under every key
     assert labelled_keys(g[:6], 60.0) == [1, 2, 3, 4, 5, 6]
     assert labelled_keys(np.array([0.0, 1.0, 2.0, 3.0, 2.0, 5.0]), 5.0) == [1, 4]  # 13 px: 3 keys apart

@@ -75,7 +75,10 @@ TILE_MISTAKES = (
     ),
     Mistake(
         N_("no rescale when the max changes"),
-        N_("the old output and sum are relative to the old max g: multiply them by e^{g - g_new}"),
+        N_(
+            "the old output is relative to the old max g: multiply it by e^{g - g_new}, as the old sum is in "
+            "s_new = s e^{g - g_new} + rowsum P"
+        ),
         (
             _tile_model(
                 lambda a, s, r, pv, sn, *_: (a * s[:, None] + pv) / sn[:, None],
@@ -135,10 +138,18 @@ TILE_MISTAKES = (
         ),
     ),
     Mistake(
+        N_("the row max not given a column axis ([:, None] missing)"),
+        N_(
+            "X - g_new subtracts g_new[j] from column j: on a square tile (B_r = B_c) numpy broadcasts it without "
+            "an error, on the other tiles it raises; each row's max belongs to its own row: X - g_new[:, None]"
+        ),
+        (_tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(gn))),),
+    ),
+    Mistake(
         N_("FlashAttention-2's update (not divided)"),
         N_(
-            "A' r + P V is the numerator s A' that the next chapter keeps; here the output is normalised after "
-            "every tile: divide by s_new"
+            "A' e^{g - g_new} + P V is the update of the next chapter, which keeps the numerator s A'; here A' is "
+            "normalised after every tile: A'_new = (A' s e^{g - g_new} + P V) / s_new"
         ),
         (_tile_model(lambda a, s, r, pv, *_: a * r[:, None] + pv),),
     ),

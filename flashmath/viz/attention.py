@@ -247,7 +247,7 @@ class LoopSwapPlot(LivePlot):
             dist = float(np.max(np.abs(current - final)))
         seen = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
         self.title.set_text(
-            _("loop order n, m, d, row n = {n}: after {keys} of {M}, max |partial - A| = {dist:.3g}").format(
+            _(r"loop order $n \to m \to d$, row [{n}]: after {keys} of {M}, max |partial - A| = {dist:.3g}").format(
                 n=n, keys=seen, M=M, dist=dist
             )
         )
@@ -392,9 +392,9 @@ class OneLoopPlot(LivePlot):
             keys = labelled_keys(self.g, self._pixels_per_key())
             if len(keys) == M:  # room for every token
                 ax_s.set_xticks(steps, self.labels, rotation=90, fontsize=LABEL_SIZE)
-            else:  # too many to read: the keys where the max jumped, as "m token"
+            else:  # too many to read: the first key and the keys where the max jumped, as "m token"
                 ax_s.set_xticks(keys, [f"{m} {self.labels[m - 1]}" for m in keys], rotation=90, fontsize=LABEL_SIZE)
-                ax_s.set_xlabel(_("key m: the tokens where the max jumped"), fontsize=9)
+                ax_s.set_xlabel(_("key m: the first token and the tokens where the max jumped"), fontsize=9)
 
         self.a_lines = []
         for color, d in zip(DIM_COLORS, self.dims, strict=False):

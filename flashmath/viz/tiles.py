@@ -187,7 +187,7 @@ class TileSweepPlot(LivePlot):
             top_bytes.append(total[-1] * 1e3)
             ax_c.plot(steps, total, color=ORDER_COLORS[order], lw=1, alpha=0.35)
             self.curves[order] = ax_c.plot([], [], "-", color=ORDER_COLORS[order], lw=2)[0]
-        self.curve_dot = ax_c.plot([], [], "o", color="k", ms=5)[0]
+        self.curve_dot = ax_c.plot([], [], "o", color="k", ms=5, clip_on=False)[0]  # the last step sits on the edge
         if self.standard_bytes:
             ax_c.axhline(self.standard_bytes / 1e3, color="k", ls="--", lw=1)
         ax_c.set_xlim(0, T)

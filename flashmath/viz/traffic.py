@@ -86,7 +86,7 @@ class TileTrafficPlot(LivePlot):
         (self.fa2,) = ax.plot([], [], "o-", color=SEEN, label=_("fa2 (K, V re-read $N / B_r$ times)"))
         (self.fa1,) = ax.plot([], [], "s--", color=FA1_COLOR, label=_("fa1 (Q, A re-read $M / B_c$ times)"))
         (self.standard,) = ax.plot([], [], "-", color=HOLD, lw=2, label=_("standard (X, Y written and read)"))
-        self.crossover = ax.axvline(1.0, color=UNSEEN, ls=":", lw=1.5, label="B = D / 2")
+        self.crossover = ax.axvline(1.0, color=UNSEEN, ls=":", lw=1.5, label="$B = D/2$")
         (self.marker,) = ax.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2, label=_("chosen tile size"))
         ax.legend(loc="upper right", fontsize=9)
         self.title = ax.set_title("", fontsize=11)
