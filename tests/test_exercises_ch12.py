@@ -99,6 +99,11 @@ def scale_missing_from_dq(q, k, v, a, lse, grad_a, keep, block_k):
     return dq * np.sqrt(q.shape[1]), dk, dv  # dQ without its factor 1/sqrt(D)
 
 
+def scale_missing_from_dq_and_dk(q, k, v, a, lse, grad_a, keep, block_k):
+    dq, dk, dv = solution(q, k, v, a, lse, grad_a, keep, block_k)
+    return dq * np.sqrt(q.shape[1]), dk * np.sqrt(q.shape[1]), dv  # neither dQ nor dK has its 1/sqrt(D)
+
+
 WRONG = {
     "check_backward_tiles": {
         "D forgotten": learner(forget_delta=True),
@@ -117,6 +122,7 @@ WRONG = {
         "a transpose wrong": lambda *args: ex._model(*args, transpose=True),
         "the scale missing from dQ": scale_missing_from_dq,
         "the scale missing from dK": learner(no_scale_dk=True),
+        "the scale missing from both dQ and dK": scale_missing_from_dq_and_dk,
         "dQ not accumulated across key tiles": learner(overwrite_dq=True),
         "gradients leaking into masked keys": learner(no_mask=True),
         "D summed over the whole array": learner(d_total=True),

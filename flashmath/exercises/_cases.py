@@ -233,8 +233,8 @@ def _default_describe(names, n_out):
         wrong = [k for k in range(n_out) if not same_arrays(got[k], want[k])] or [0]
         k = wrong[0]
         return (
-            _("expected {what}{expected}, got {got}").format(
-                what=f"{names[k]} = ", expected=fmt(want[k], got[k]), got=fmt(got[k], want[k])
+            _("expected {what} = {expected}, got {got}").format(
+                what=names[k], expected=fmt(want[k], got[k]), got=fmt(got[k], want[k])
             ),
             got[k],
             want[k],
@@ -345,21 +345,20 @@ def check_function(
         raw = raw_expected[i]
         expected = convert(raw)
         if answer is None:
-            form = ", ".join(names)
-            report.add(
-                name,
-                False,
-                joined(_("expected ({form})").format(form=form), not_answer.message())
-                if not_answer
-                else _("expected ({form})").format(form=form),
+            # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
+            form = (
+                _("expected ({form})").format(form=", ".join(names))
+                if len(names) > 1
+                else _("expected {name}").format(name=names[0])
             )
+            report.add(name, False, joined(form, not_answer.message()) if not_answer else form)
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
             # of the checker's own may say which it is
             if WRONG_SHAPE.message() in form_text:
-                mistake = mistake_for(i)
-                form_text = joined(form_text, mistake.message(args)) if mistake else form_text
+                mistake = mistake_for(i)  # a named mistake explains the shape: its message replaces the generic one
+                form_text = form_text.replace(WRONG_SHAPE.message(), mistake.message(args)) if mistake else form_text
             elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := mistake_for(i)):
                 form_text = form_text.replace(BOOL_OUT.message(), mistake.message(args))
             report.add(name, False, form_text)

@@ -236,6 +236,11 @@ BACKWARD_MISTAKES = (
         N_("the scale is 1/sqrt(D), the forward's: dQ = dX K / sqrt(D) and dK = dX^T Q / sqrt(D)"),
         (_mistake(dq_power=-1), _mistake(dk_power=-1), _mistake(dq_power=-1, dk_power=-1)),
     ),
+    Mistake(
+        N_("the scale missing from both dQ and dK"),
+        N_("X = scale Q K^T, so dQ = scale dX K and dK = scale dX^T Q"),
+        (_mistake(scale_dq=False, scale_dk=False),),
+    ),
     Mistake(N_("the scale missing from dQ"), N_("X = scale Q K^T, so dQ = scale dX K"), (_mistake(scale_dq=False),)),
     Mistake(N_("the scale missing from dK"), N_("X = scale Q K^T, so dK = scale dX^T Q"), (_mistake(scale_dk=False),)),
     Mistake(

@@ -82,12 +82,12 @@ class BackwardSweepPlot(LivePlot):
         self.pairs = ax.imshow(np.zeros((self.n_q, self.n_k)), cmap=PAIR_COLORS, vmax=3, **kw)
         self.keys = ax_k.imshow(np.zeros((1, self.n_k)), cmap=STATE_COLORS, vmax=2, **kw)
         self.queries = ax_q.imshow(np.zeros((self.n_q, 1)), cmap=STATE_COLORS, vmax=2, **kw)
-        ax.set_xlabel(_("key tile j"), fontsize=10)
-        ax_q.set_ylabel(_("query tile i"), fontsize=10)
+        ax.set_xlabel(_("key tile $j$"), fontsize=10)
+        ax_q.set_ylabel(_("query tile $i$"), fontsize=10)
         ax_k.set_title(_("dK_j, dV_j: grey 0, orange on chip, green written"), fontsize=10, loc="left")
         ax_q.set_xticks([])
         ax_k.set_yticks([])
-        ax_q.set_xlabel("dQ_i", fontsize=10)
+        ax_q.set_xlabel("$dQ_i$", fontsize=10)
         for a in (ax, ax_k, ax_q):
             a.tick_params(labelsize=10)
         handles = [
