@@ -267,8 +267,8 @@ MERGE_STATES_MISTAKES = (
     Mistake(
         N_("the logsumexp without the shift"),
         N_(
-            "log(e^{L_1} + e^{L_2}) overflows once L > 709: use np.logaddexp(L_1, L_2), which subtracts the larger "
-            "first"
+            "log(e^{L_1} + e^{L_2}) overflows once L > 709 and underflows to log(0) = -inf below about -745: use "
+            "np.logaddexp(L_1, L_2), which subtracts the larger first"
         ),
         _wrong_lse(lambda l1, l2: np.log(np.exp(l1) + np.exp(l2))),
     ),

@@ -461,9 +461,9 @@ def plot_scale_step(sweep, i: int, *, figsize=(9.0, 5.6)):
     return ScalePlot(sweep, D=int(sweep.dims[i]), figsize=figsize, pyplot=True).fig
 
 
-def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2)):
-    """A static picture of :class:`LoopSwapPlot` after ``m`` keys (a pyplot figure, shown by Jupyter)."""
-    return LoopSwapPlot(trace, row=row, labels=labels, step=m, figsize=figsize, pyplot=True).fig
+def plot_loop_swap_step(trace, m: int, *, row: int = 0, labels=None, figsize=(9.0, 5.2), dpi: int = DPI):
+    """A static picture of :class:`LoopSwapPlot` after ``m`` keys (a pyplot figure, shown by Jupyter), at ``dpi``."""
+    return LoopSwapPlot(trace, row=row, labels=labels, step=m, figsize=figsize, dpi=dpi, pyplot=True).fig
 
 
 def plot_one_loop_step(trace, m: int, *, row: int = 0, dims=None, labels=None, figsize=(10.0, 6.6)):
