@@ -76,8 +76,8 @@ TILE_MISTAKES = (
     Mistake(
         N_("no rescale when the max changes"),
         N_(
-            "the old output is relative to the old max g: multiply it by e^{g - g_new}, as the old sum is in "
-            "s_new = s e^{g - g_new} + rowsum P"
+            "the old sum and the old output are measured against the old max g: multiply both s and the old "
+            "output's weight by e^{g - g_new} (A' is normalised, so its weight is s e^{g - g_new} / s_new)"
         ),
         (
             _tile_model(
