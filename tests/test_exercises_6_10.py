@@ -1364,3 +1364,35 @@ def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(caps
         exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
         out = capsys.readouterr().out
         assert "not quite" in out and text in out, out
+
+
+def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(capsys):
+    """Review 35 (rev8-d): chapter 10's hardware section asks for the largest B_r on the RTX 4090 at D = 128,
+    B_c = 64, 4 warps (P10b) before the FlashAttention-2 table: 128, and a 256-row tile breaks the register cap
+    (194 > 127.5 KiB), not the shared one (96 <= 99 KiB); the numbers of its sentences are the model's."""
+    import nbformat
+    from helpers import ROOT
+
+    from flashmath import hardware
+    from flashmath.exercises.predict import QUESTIONS
+
+    gpu = hardware.GPUS["RTX 4090"]
+    fits, twice = (hardware.tile_bytes(128, rows, 64, stages=1) for rows in (128, 256))
+    assert (fits.shared, fits.registers, twice.shared, twice.registers) == (64 * 1024, 97 * 1024, 96 * 1024, 194 * 1024)
+    assert twice.shared <= gpu.shared_per_block_bytes == 99 * 1024
+    assert twice.registers > hardware.register_limit(gpu, 4) == 127.5 * 1024
+    assert hardware.largest_query_tile(gpu, 128, 64, stages=1) == 256  # the whole register file
+    per_row = [hardware.tile_bytes(d, 1, 64, stages=1).registers for d in (64, 128)]
+    assert per_row == [520, 776]
+    cells = nbformat.read(ROOT / "notebooks" / "10_beyond.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if c.get("id") == "tile-check-10"]
+    env = {"hardware": hardware}
+    exec(source, env)
+    assert "128" not in capsys.readouterr().out  # the placeholder: no answer
+    exec(source.replace("my_prediction = ...", "my_prediction = 128"), env)
+    out = capsys.readouterr().out
+    assert ": right." in out and QUESTIONS["P10b"].why in out, out
+    for wrong, text in QUESTIONS["P10b"].misconceptions.items():
+        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
+        out = capsys.readouterr().out
+        assert "not quite" in out and text in out, out

@@ -359,6 +359,23 @@ QUESTIONS: dict[str, Question] = {
             4: N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
         },
     ),
+    "P10b": Question(
+        why=N_(
+            "B_r = 128 needs 64 KiB of shared memory and 97 KiB of registers; B_r = 256 would need 96 KiB of shared "
+            "memory, within the 99 KiB a block may use, but 194 KiB of registers, over the 127.5 KiB that 4 warps "
+            "hold: the register cap breaks, not the shared one."
+        ),
+        misconceptions={
+            256: N_(
+                "256 fits only the whole register file (256 KiB): a block of 4 warps holds 127.5 KiB, and 256 rows "
+                "need 194 KiB of registers (their 96 KiB of shared memory would fit the 99 KiB)."
+            ),
+            64: N_(
+                "64 halves the A100's 128 for twice the D, but a row's registers grow only from 520 to 776 bytes "
+                "(its B_c = 64 scores do not grow with D): 128 rows need 97 KiB, within 127.5."
+            ),
+        },
+    ),
     "P14": Question(
         why=N_(
             "Device 0 holds the first quarter of the queries: the shards of devices 1, 2 and 3 hold only later keys, "
