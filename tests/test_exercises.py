@@ -2159,6 +2159,17 @@ def test_an_order_only_failure_prints_the_largest_difference():
     assert 0 < difference < 1e-14  # the last bits alone
 
 
+def test_a_boolean_mask_is_shown_as_booleans():
+    """A mask in a message reads True/False, not the numbers 1./0. (review zhrev-f 13-18)."""
+    expected = np.zeros((3, 8), dtype=bool)
+    expected[:, 3:] = True
+    got = expected.copy()
+    got[0, 0] = True
+    assert fmt(expected, got) == "an array of shape (3, 8) starting [False, False, False, True, ...]"
+    assert fmt(expected[:1, :4]) == "[[False, False, False, True]]"
+    assert fmt(np.bool_(True)) == "True"
+
+
 def test_a_preview_starts_where_expected_and_got_part():
     expected = np.arange(12.0).reshape(3, 4)
     got = expected.copy()

@@ -301,6 +301,14 @@ def test_an_integer_mask_is_caught_as_not_boolean():
     assert "expected a boolean mask, got int64" in repr(report), report
 
 
+def test_a_mask_in_a_message_reads_as_booleans():
+    report = exercises.check_window_mask(WINDOW["the top-left alignment when N != M"])
+    text = repr(report)
+    # review zhrev-f 13-18: True/False, not the numbers 0./1.
+    assert "expected the mask = an array of shape (3, 8) starting [False, False, False, True, ...]" in text, text
+    assert "[0., " not in text and "[1., " not in text, text
+
+
 def test_a_wrong_scalar_answer_shows_both_numbers_without_an_index():
     report = exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: 1)
     assert not report.passed, report

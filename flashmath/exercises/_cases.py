@@ -214,6 +214,11 @@ def _led(name: str | None, problem: str) -> str:
     return _("{name}: {problem}").format(name=name, problem=problem) if name else problem
 
 
+def _is_mask(out) -> bool:
+    """``out`` is a boolean array (a mask)."""
+    return isinstance(out, np.ndarray | np.bool_) and np.asarray(out).dtype == np.bool_
+
+
 def _zero_one(raws, answers) -> bool:
     """The run's answers are a mask written as numbers: every number of every answer is 0 or 1."""
     try:
@@ -291,6 +296,7 @@ def check_function(
     compare = compare or same_arrays
     convert = convert or (lambda out: as_arrays(out, n_out))
     names = names or tuple(f"part {i + 1}" for i in range(n_out))
+    shows_masks = describe is None and n_out == 1  # the default message shows a boolean mask as True/False
     describe = describe or _default_describe(names, n_out)
     cases = list(properties) + list(cases)
     answers, problems, raws = [], [], []
@@ -366,6 +372,8 @@ def check_function(
         if compare(answer, expected):
             report.add(name, True)
             continue
+        if shows_masks and _is_mask(raws[i]) and _is_mask(raw):
+            answer, expected = np.asarray(raws[i]), np.asarray(raw)  # fmt shows True/False, not 1./0.
         text, got, want = describe(answer, expected)
         mistake = mistake_for(i)
         if mistake is None:

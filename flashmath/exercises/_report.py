@@ -249,18 +249,25 @@ def fmt(a, other=None) -> str:
 
     The four values are its first ones, or, when ``other`` (the array it is compared with, of the same shape) agrees
     with it there, the four from the first position where the two differ (:func:`first_difference`), so that the
-    expected and the got previews of one message show where they part.
+    expected and the got previews of one message show where they part. A boolean array (a mask) is shown as
+    ``True``/``False``, not as the numbers ``1.``/``0.``.
     """
-    a = np.asarray(a, dtype=np.float64)
+    a = np.asarray(a)
+    if a.dtype != np.bool_:
+        a = a.astype(np.float64)
     if a.ndim == 0:
-        return f"{a.item():.6g}"  # 2, not numpy's "2."
+        return str(a.item()) if a.dtype == np.bool_ else f"{a.item():.6g}"  # 2, not numpy's "2."
+
+    def show(values) -> str:  # "True", not numpy's padded " True"
+        return np.array2string(values, precision=4, separator=", ", formatter={"bool": str})
+
     if a.size <= 8:
-        return np.array2string(a, precision=4, separator=", ").replace("\n", "")  # one line
+        return show(a).replace("\n", "")  # one line
     start = first_difference(a, other) if other is not None else 0
     if start < 4:
-        first = np.array2string(a.ravel()[:4], precision=4, separator=", ")[:-1]  # "[a, b, c, d"
+        first = show(a.ravel()[:4])[:-1]  # "[a, b, c, d"
         return _("an array of shape {shape} starting {first}, ...]").format(shape=a.shape, first=first)
-    values = np.array2string(a.ravel()[start : start + 4], precision=4, separator=", ")[:-1]
+    values = show(a.ravel()[start : start + 4])[:-1]
     return _("an array of shape {shape}, from {at} on {values}, ...]").format(
         shape=a.shape, at=at(np.unravel_index(start, a.shape)), values=values
     )
