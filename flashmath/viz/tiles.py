@@ -354,10 +354,11 @@ def plot_op_counts(
     for k, (label, count) in enumerate(counts.items()):
         xs = np.arange(len(names)) + (k - (len(counts) - 1) / 2) * width
         bars = ax.bar(xs, [count.per_score(n) for n in names], width, color=colors[k], label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax.bar_label(bars, fmt="%.2f", fontsize=10)
     ax.set_xticks(np.arange(len(names)), op_labels(names))
     ax.set_ylabel(_("operations per score"))
-    ax.legend(fontsize=8)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.08)  # room for the tallest bar's label
+    ax.legend(fontsize=10)
     return fig
 
 
