@@ -130,3 +130,30 @@ def test_the_core_listing_keeps_every_line_the_chapter_pairs_and_drops_the_varia
     rest = iter(full)  # a subsequence of the full listing, but for the one signature line that replaces five
     assert all(any(line == f for f in rest) for line in core if not line.startswith("    G=1,"))
     assert "for c0 in range(lo, hi, BLOCK_N):" in "\n".join(core)
+
+
+def test_one_idea_draws_the_four_running_values_and_marks_every_jump_of_the_max():
+    import matplotlib.pyplot as plt
+
+    from flashmath.viz.recap import plot_one_idea
+
+    rng = np.random.default_rng(15)
+    g = np.maximum.accumulate(rng.standard_normal(12))
+    s, a, u = rng.random(12) + 1, rng.standard_normal(12), rng.standard_normal(12)
+    jumps = np.concatenate([[False], g[1:] > g[:-1]])
+    fig = plot_one_idea(g, s, a, u, jumps)
+    assert len(fig.axes) == 4
+    at = np.flatnonzero(jumps) + 1
+    for ax, y in zip(fig.axes, (g, s, a, u), strict=True):
+        (curve,) = [line for line in ax.lines if line.get_linestyle() == "-"]
+        (dots,) = [line for line in ax.lines if line.get_linestyle() == "None"]
+        np.testing.assert_array_equal(curve.get_ydata(), y)  # the value after every key m = 1..M
+        np.testing.assert_array_equal(dots.get_xdata(), at)  # a red dot at each jump
+        verticals = [line for line in ax.lines if line.get_linestyle() == ":"]
+        assert sorted(line.get_xdata()[0] for line in verticals) == list(at)  # a dotted line at each jump
+    dashed = [[line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == "--"] for ax in fig.axes]
+    assert dashed == [[], [s[-1]], [a[-1]], [u[-1] / s[-1]]]  # the final answers
+    assert f"the {len(at)} keys where it jumps" in fig.axes[0].get_title(loc="left")
+    with pytest.raises(ValueError, match="one length"):
+        plot_one_idea(g, s, a, u[:-1], jumps)
+    plt.close(fig)

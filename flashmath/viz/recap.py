@@ -3,7 +3,8 @@
 :class:`CourseMapPlot` draws the sixteen chapters as a path, each with the formula it adds; the chapters whose
 intermediate result means something else than the final one (the one idea of the course) are outlined, and a
 step highlights one chapter and says, below the map, what its intermediate result is and when it becomes right.
-The chapter list is :data:`CHAPTERS` (the syllabus's order and titles).
+The chapter list is :data:`CHAPTERS` (the syllabus's order and titles). :func:`plot_one_idea` draws one row's
+running state, key after key, with the steps where the max jumps marked.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+import numpy as np
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.axes import index
 from flashmath.viz.live import LivePlot
-from flashmath.viz.style import DPI, JUMP, SEEN
+from flashmath.viz.style import DPI, HOLD, JUMP, SEEN
 
-__all__ = ["Chapter", "CHAPTERS", "CourseMapPlot"]
+__all__ = ["Chapter", "CHAPTERS", "CourseMapPlot", "plot_one_idea"]
 
 
 @dataclass(frozen=True)
@@ -245,3 +247,53 @@ def _wrap(title: str, width: int = 22) -> str:
         if line or not piece.isspace():
             line, used = line + piece, used + size
     return "\n".join([*lines, line.rstrip()])
+
+
+def plot_one_idea(g, s, a, u, jumps, *, figsize=(9.0, 7.0), dpi: int = DPI):
+    """One query row's running state after each key ``m = 1..M``, in four panels that share the ``m`` axis: the
+    running max ``g_m``, the running sum ``s_m``, ``A'_m[0]`` (attention over the first ``m`` keys, chapter 5) and
+    ``U_m[0] = s_m A'_m[0]`` (chapter 7). Red dotted lines and red dots mark the keys where the max jumps; dashed
+    lines mark the final answers (the denominator ``s_M``, the output ``A[0] = A'_M[0] = U_M[0] / s_M``), which the
+    running values reach only at ``m = M``.
+
+    Args:
+        g, s, a, u: 1-D arrays of length ``M``, the values after ``m = 1..M`` keys (index ``m - 1``), as computed by
+            :func:`flashmath.one_loop_trace` (nothing is computed here).
+        jumps: boolean, length ``M``: True where the max jumped (:attr:`flashmath.OnlineSoftmaxTrace.jumps`).
+
+    Returns:
+        the matplotlib Figure (made through pyplot: Jupyter's inline backend shows it).
+    """
+    import matplotlib.pyplot as plt
+
+    values = [np.asarray(x, dtype=float) for x in (g, s, a, u)]
+    jumped = np.asarray(jumps, dtype=bool)
+    M = len(values[0])
+    if any(x.ndim != 1 or len(x) != M for x in values) or jumped.shape != (M,):
+        raise ValueError(
+            f"g, s, a, u and jumps must be 1-D of one length, got {[np.shape(x) for x in (g, s, a, u, jumps)]}"
+        )
+    m = np.arange(1, M + 1)
+    at = m[jumped]
+    finals = [None, values[1][-1], values[2][-1], values[3][-1] / values[1][-1]]
+    titles = [
+        _("running max $g_m$: red, the {n} keys where it jumps").format(n=len(at)),
+        _("running sum $s_m$: dashed, the denominator $s_M$ it becomes at the last key"),
+        _("$A'_m[0]$, attention over the first $m$ keys: dashed, the output $A[0]$"),
+        _("$U_m[0] = s_m A'_m[0]$, not an average: only $U_M[0] / s_M$ is the output $A[0]$ (dashed)"),
+    ]
+    fig, axes = plt.subplots(4, 1, figsize=figsize, dpi=dpi, layout="constrained", sharex=True)
+    for ax, y, final, title, name in zip(
+        axes, values, finals, titles, ("g_m", "s_m", "A'_m[0]", "U_m[0]"), strict=True
+    ):
+        for x in at:
+            ax.axvline(x, color=JUMP, lw=0.8, ls=":", zorder=1)
+        ax.plot(m, y, color=SEEN, lw=1.4, marker="o", ms=2.5, zorder=2)
+        ax.plot(at, y[jumped], "o", color=JUMP, ms=4.5, zorder=3)
+        if final is not None:
+            ax.axhline(final, color=HOLD, lw=1.0, ls="--", zorder=1)
+        ax.set_ylabel(f"${name}$", fontsize=10)
+        ax.set_title(title, fontsize=9, loc="left")
+    axes[-1].set_xlabel(_("$m$: keys read"))
+    axes[-1].set_xlim(0.5, M + 0.5)
+    return fig
