@@ -172,6 +172,29 @@ SAFE_SOFTMAX = {
 }
 
 
+def in_place_exp_softmax(x):
+    x -= x.max()
+    np.exp(x, out=x)  # integer x: numpy cannot write exp's floats into it
+    x /= x.sum()
+    return x
+
+
+def exp_into_empty_like(x):
+    x = np.asarray(x)
+    y = np.empty_like(x)  # integer x: an integer array
+    np.exp(x - x.max(), out=y)
+    return y / y.sum()
+
+
+@pytest.mark.parametrize("fn", [in_place_exp_softmax, exp_into_empty_like])
+def test_exp_written_into_an_integer_array_gets_a_hint_besides_numpys_error(fn):
+    """zhrev-e 01-7: the integer case raised numpy's UFuncTypeError with no hint of ours; the hint names both
+    ways an integer array receives exp's results (the input changed in place, or an array of its dtype)."""
+    text = message(exercises.check_safe_softmax(fn), "property: integers in give float64 out")
+    assert text.startswith("raised UFuncTypeError: ")
+    assert "the input modified in place" in text and "np.empty_like(x)" in text
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Chapter 2: online normalizer, merge, three parts
 # ----------------------------------------------------------------------------------------------------------------
@@ -272,6 +295,26 @@ NORMALIZER = {
     "the empty vector not handled": normalizer_from_first,
     "the input buffered": normalizer_buffered,
 }
+
+
+MEMORY_CASE = "property: 4 000 values (the right state, in one pass, in constant memory)"
+
+
+def test_the_memory_case_passes_a_right_answer():
+    report = exercises.check_online_normalizer(normalizer_with())
+    assert report.passed
+    assert [name for name, _, _ in report.cases if name.startswith("property: 4 000")] == [MEMORY_CASE]
+
+
+def test_an_inverted_rescale_first_fails_as_a_wrong_state_not_a_memory_problem():
+    """rev8-a: the 4 000-value case compares the state as well as the memory; its name says so, and an inverted
+    rescale fails it with the state and the mistake, not with a memory figure."""
+    report = exercises.check_online_normalizer(NORMALIZER["the rescale inverted"])
+    first = next((name, msg) for name, ok, msg in report.cases if not ok)
+    assert first[0] == MEMORY_CASE
+    assert first[1].startswith("expected (g, s) = (") and "looks like the rescale inverted" in first[1]
+    assert "kB" not in first[1]
+    assert "kB" in message(exercises.check_online_normalizer(normalizer_buffered), MEMORY_CASE)
 
 
 def merge_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max, guard=True):
@@ -1049,7 +1092,7 @@ def test_a_score_row_that_changes_an_input_names_it(arg):
         K /= np.sqrt(K.shape[1])
         return K @ q_n
 
-    text = message(exercises.check_score_row(scale_in_place), "property: negative-only input")
+    text = message(exercises.check_score_row(scale_in_place), "property: negative-only q_n and K (positive scores)")
     assert text.startswith(f"{arg} (argument {1 if arg == 'q_n' else 2}) was changed: ")
 
 
@@ -1666,7 +1709,11 @@ PROPERTY_CATCHES = {
         normalizer_with(g=0.0, guard=True),
         "property: values far below 0",
     ),
-    "one pass in constant memory": ("check_online_normalizer", normalizer_buffered, "property: one pass"),
+    "one pass in constant memory": (
+        "check_online_normalizer",
+        normalizer_buffered,
+        "property: 4 000 values (the right state, in one pass, in constant memory)",
+    ),
     "the shape": ("check_merge_three", lambda *a: (*solutions.merge_three(*a), 0.0), "property"),
 }
 

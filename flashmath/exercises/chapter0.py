@@ -96,16 +96,17 @@ def _hint(exc) -> str | None:
 def score_row_properties():
     """The property cases of exercise 0.1: ``[(name, (q_n, K))]`` (the module :mod:`~flashmath.exercises._cases`).
 
-    Only what the prompt states: one key of width one, and negative numbers. Chapter 0 teaches notation, not
-    floating point: the empty input, -inf, +inf, NaN, float16 and integer input are not its subject and are not
-    tested here (chapters 1-3 state and test them where they teach them).
+    Only what the prompt states: one key of width one, and a query and keys whose entries are all negative (so
+    every score is positive). Chapter 0 teaches notation, not floating point: the empty input, -inf, +inf, NaN,
+    float16 and integer input are not its subject and are not tested here
+    (chapters 1-3 state and test them where they teach them).
     """
     rng = np.random.default_rng(10)
     q, K = rng.normal(size=3), rng.normal(size=(4, 3))
     return property_cases(
         [
             (_("one key of width one (D = 1, M = 1)"), (np.array([3.0]), np.array([[-2.0]]))),
-            (_("negative-only input"), (-np.abs(q) - 1, -np.abs(K) - 1)),
+            (_("negative-only q_n and K (positive scores)"), (-np.abs(q) - 1, -np.abs(K) - 1)),
         ]
     )
 
@@ -114,7 +115,7 @@ def score_row_properties():
 def check_score_row(fn) -> CheckReport:
     """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
 
-    The property battery first (:func:`score_row_properties`: one key of width one, negative-only input; the
+    The property battery first (:func:`score_row_properties`: one key of width one, negative-only q_n and K; the
     inputs unchanged and the result's form on every case), then a small query and keys, ``D = 1``, a single key,
     a square ``K`` (``M = D``, where ``q_n @ K`` runs), a real head from :func:`flashmath.data.load_heads`. Every
     input is float64 and the scores are compared in float64 (to 1e-9). Named mistakes: :data:`MISTAKES`.

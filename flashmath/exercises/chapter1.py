@@ -335,6 +335,12 @@ def _describe(y, expected):
 def _hint(exc) -> str | None:
     if "zero-size" in str(exc) or "empty" in str(exc):
         return _("the empty input: np.max of nothing has no value; return an empty float vector")
+    if "Cannot cast ufunc" in str(exc) and "output" in str(exc):  # numpy's UFuncTypeError for out= of integer dtype
+        return _(
+            "an integer array cannot hold the float results: they were written into x itself (np.exp(x, out=x), "
+            "x /= x.sum(): the input modified in place) or into an array of x's integer dtype (np.empty_like(x)); "
+            "work on a copy, x = x - x.max(), and let exp and / return new float arrays"
+        )
     return None
 
 

@@ -152,6 +152,9 @@ class OnlineSoftmaxPlot(LivePlot):
         self.title.set_text(title)
 
 
+LOGSUMEXP_X = r"$\operatorname{logsumexp}(x)$"  # mathtext, as the chapter writes it
+
+
 class OverflowPlot(LivePlot):
     """The direct softmax against the safe softmax of ``scale * x`` computed in ``dtype``.
 
@@ -193,7 +196,7 @@ class OverflowPlot(LivePlot):
             handles=[
                 Patch(color=SEEN, label=_("$x_i$ in the dtype")),
                 Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label=_("red bar: exp($x_i$) = inf")),
-                Line2D([], [], color="k", ls=":", lw=1.2, label="logsumexp(x)"),
+                Line2D([], [], color="k", ls=":", lw=1.2, label=LOGSUMEXP_X),
                 Line2D([], [], color=JUMP, ls="--", lw=1, label=_("ln(max of the dtype)")),
             ],
             ncol=4,
@@ -270,18 +273,21 @@ class OverflowPlot(LivePlot):
         zero_at = (y_direct == 0) & (y_safe > 0)
         self.nan_marks.set_data(steps[nan_at] - 0.2, np.zeros(nan_at.sum()))
         self.zero_marks.set_data(steps[zero_at] - 0.2, np.zeros(zero_at.sum()))
-        verdict = _("> ln(max): the sum overflows") if lse > limit else _("<= ln(max): the sum fits")
+        verdict = _(r"> $\ln(\max)$: the sum overflows") if lse > limit else _(r"≤ $\ln(\max)$: the sum fits")
         self.title.set_text(
             _(
-                "{dtype}, scale {scale:.3g}: logsumexp(x) = {lse:.4g} {verdict} (ln(max) = {limit:.2f})\n"
-                "max x = {max_x:.4g}; {overflowed} of {size} exponentials overflow"
+                "{dtype}, scale {scale:.3g}: {logsumexp_x} = {lse:.4g} {verdict} ({ln_max} = {limit:.2f})\n"
+                "{max_x} = {max_value:.4g}; {overflowed} of {size} exponentials overflow"
             ).format(
                 dtype=dt.name,
                 scale=scale,
+                logsumexp_x=LOGSUMEXP_X,
                 lse=lse,
                 verdict=verdict,
+                ln_max=r"$\ln(\max)$",
                 limit=limit,
-                max_x=float(np.max(x64)),
+                max_x=r"$\max\, x$",
+                max_value=float(np.max(x64)),
                 overflowed=int(overflowed.sum()),
                 size=x64.size,
             )
