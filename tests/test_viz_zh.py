@@ -25,6 +25,7 @@ from flashmath.traffic import sram_sweep
 from flashmath.variants import mask_example
 from flashmath.viz.backward import plot_loss_curves
 from flashmath.viz.kernel import plot_kernel_timings
+from flashmath.viz.recap import plot_one_idea
 
 pytestmark = pytest.mark.usefixtures("close_figures")  # tests/conftest.py
 
@@ -192,6 +193,13 @@ def static_cases():
         "memory_hierarchy": lambda: viz.plot_memory_hierarchy(marks={"one row": 32768.0}),
         "kernel_timings": lambda: plot_kernel_timings([1024, 2048], {"a": [1.0, 4.0]}),
         "loss_curves": lambda: plot_loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.1, 1.4]}),
+        "one_idea": lambda: plot_one_idea(
+            np.array([0.0, 1.0, 1.0]),
+            np.array([1.0, 1.4, 2.1]),
+            np.array([0.5, 0.7, 0.6]),
+            np.array([0.5, 0.98, 1.26]),
+            np.array([True, True, False]),
+        ),
     }
 
 
