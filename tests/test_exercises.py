@@ -2280,3 +2280,39 @@ def test_the_nan_handling_and_the_dropped_factor_get_their_own_names(checker, fn
         assert [name for name, ok, _ in report.cases if not ok] == [
             next(name for name, _, _ in report.cases if "NaN" in name)
         ], report
+
+
+def _step_in_place(g_prev, s_prev, a_prev, x_m, v_m):
+    """5.1 with the old output scaled in place (a_prev *= ...): right values, a_prev changed."""
+    g, s, a = solutions.one_loop_step(g_prev, s_prev, a_prev.copy(), x_m, v_m)
+    a_prev *= 0.0
+    a_prev += a
+    return g, s, a_prev
+
+
+def _block_in_place(g_prev, s_prev, a_prev, x_block, v_block):
+    """5.2 with the old output scaled in place (a_prev *= ...): right values, a_prev changed."""
+    g, s, a = solutions.block_step(g_prev, s_prev, a_prev.copy(), x_block, v_block)
+    a_prev *= 0.0
+    a_prev += a
+    return g, s, a_prev
+
+
+@pytest.mark.parametrize(
+    "checker, right, in_place",
+    [
+        ("check_one_loop_step", solutions.one_loop_step, _step_in_place),
+        ("check_block_step", solutions.block_step, _block_in_place),
+    ],
+)
+def test_one_loop_steps_in_place_name_a_prev_with_their_own_example(checker, right, in_place):
+    """Review 35 (rev8-b): 5.1 and 5.2, like 6.1, name the argument changed in place and give an example in their
+    own names (a_prev *= ...), not another exercise's (x -= x.max(), q /= ...); the right answer passes."""
+    assert getattr(exercises, checker)(right).passed
+    report = getattr(exercises, checker)(in_place)
+    failed = [msg for _name, ok, msg in report.cases if not ok]
+    assert failed and not report.passed, report
+    first = failed[0]
+    assert first.startswith("a_prev (argument 3) was changed: looks like the input modified in place"), first
+    assert "a_prev *= ..." in first and "leave the inputs unchanged" in first, first
+    assert "x.max()" not in first and "q /=" not in first, first

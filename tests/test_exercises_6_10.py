@@ -34,6 +34,7 @@ def tile_step(g_of=rows_max, base=np.exp, s_rescaled=True, a_rule="right"):
             "no rescale": lambda: (a * s[:, None] + pv) / s_new[:, None],
             "old sum": lambda: a * r[:, None] + pv / s[:, None],
             "not divided": lambda: a * r[:, None] + pv,
+            "numerator": lambda: a * (s * r)[:, None] + pv,  # s_new A'_new: only the division missing
             "twice": lambda: (a * (s * r)[:, None] + pv) / s_new[:, None] / s_new[:, None],
         }
         return g_new, s_new, rules[a_rule]()
@@ -58,6 +59,7 @@ TILE = {
     "the rescale of s missing": tile_step(s_rescaled=False),
     "divided by the old sum": tile_step(a_rule="old sum"),
     "FlashAttention-2's update (not divided)": tile_step(a_rule="not divided"),
+    "the numerator returned (not divided by s_new)": tile_step(a_rule="numerator"),
     "divided twice": tile_step(a_rule="twice"),
     "the max over the whole tile": tile_step(g_of=lambda g, x: np.maximum(g, np.max(x))),
     "the max over the wrong axis": tile_step(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),
@@ -1358,12 +1360,18 @@ def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(caps
     env = {"fm": fm}
     exec(source, env)
     assert "32" not in capsys.readouterr().out  # the placeholder: no answer
+    why = QUESTIONS["P6b"].why
     exec(source.replace("my_prediction = ...", "my_prediction = 32"), env)
-    assert ": right." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ": right." in out and why in out, out
     for wrong, text in QUESTIONS["P6b"].misconceptions.items():
         exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
         out = capsys.readouterr().out
-        assert "not quite" in out and text in out, out
+        # zhrev-e 06-16: the tailored sentence already gives the general reason, which is not repeated after it
+        assert "not quite" in out and text in out and why not in out, out
+    exec(source.replace("my_prediction = ...", "my_prediction = 40"), env)  # no sentence of its own
+    out = capsys.readouterr().out
+    assert "not quite" in out and why in out, out
 
 
 def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(capsys):
@@ -1396,3 +1404,19 @@ def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(ca
         exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
         out = capsys.readouterr().out
         assert "not quite" in out and text in out, out
+
+
+def test_tile_step_numerator_is_named_and_differences_print_six_digits():
+    """zhrev-e 06-14, 06-15: the answer that returns s_new A'_new (only the division by s_new missing) is named with
+    its own hint, not given bare values; a difference prints its two numbers with 6 significant digits."""
+    report = exercises.check_tile_step(TILE["the numerator returned (not divided by s_new)"])
+    failed = [msg for _name, ok, msg in report.cases if not ok]
+    assert failed and all("FlashAttention-2" not in msg for msg in failed), failed
+    assert "looks like the numerator returned (not divided by s_new)" in failed[0], failed[0]
+    assert "unnormalised numerator s_new A'_new" in failed[0], failed[0]
+    from flashmath.exercises._report import largest_difference
+
+    text = largest_difference(np.array([1.2745582673152831, 0.0]), np.array([3.3386518121243771, 0.0]))
+    assert text == "; largest difference 2.06 at [0] (expected 3.33865, got 1.27456)", text
+    close = largest_difference(np.array([0.1234567891]), np.array([0.1234567892]))
+    assert "(expected 0.1234567892, got 0.1234567891)" in close, close  # as many digits as tell them apart

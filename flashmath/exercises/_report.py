@@ -354,9 +354,10 @@ def error_note(actual, expected) -> str:
 
 
 def largest_difference(actual, expected) -> str:
-    """Where two arrays of one shape differ most among their finite numbers, e.g. '; largest difference 4.44e-16 at
-    [0, 3] (expected 0.12345678901234566, got 0.12345678901234522)'; empty for one number, other shapes or no
-    finite difference."""
+    """Where two arrays of one shape differ most among their finite numbers, e.g. '; largest difference 2.06 at
+    [1, 0] (expected 1.27456, got 3.33865)', or '; largest difference 4.44e-16 at [0, 3] (expected
+    0.12345678901234566, got 0.12345678901234522)' (:func:`apart`: the digits it takes to tell them apart); empty
+    for one number, other shapes or no finite difference."""
     try:
         actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     except (TypeError, ValueError):
@@ -369,9 +370,20 @@ def largest_difference(actual, expected) -> str:
     if not finite.any() or diff.max() == 0 or not np.isfinite(diff.max()):
         return ""
     where = np.unravel_index(np.argmax(diff), diff.shape)
-    return _("; largest difference {diff:.3g} at {at} (expected {expected:.17g}, got {got:.17g})").format(
-        diff=diff[where], at=at(where), expected=expected[where], got=actual[where]
+    want, got = apart(float(expected[where]), float(actual[where]))
+    return _("; largest difference {diff:.3g} at {at} (expected {expected}, got {got})").format(
+        diff=diff[where], at=at(where), expected=want, got=got
     )
+
+
+def apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with 6 significant digits, or with as many more (up to 17, all of a float64) as it takes for
+    the two to print differently: 1.27456 and 3.33865, but 0.1234567891 and 0.1234567892."""
+    for digits in range(6, 18):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            break
+    return left, right
 
 
 def at(index) -> str:

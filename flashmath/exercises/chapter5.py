@@ -7,6 +7,7 @@ import numpy as np
 from flashmath.exercises._cases import check_function, property_cases
 from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import (
+    INPUT_MODIFIED,
     LOWER_PRECISION,
     CheckReport,
     Diagnosis,
@@ -420,6 +421,19 @@ def _guard_mistakes(model, old="m-1"):
     )
 
 
+#: the arguments of 5.1's step and of 5.2's block step, so that an array changed in place is named
+STEP_ARGS = ("g_prev", "s_prev", "a_prev", "x_m", "v_m")
+BLOCK_ARGS = ("g_prev", "s_prev", "a_prev", "x_block", "v_block")
+#: an input changed in place, with an example in the names of 5.1 and 5.2
+STEP_INPUT_MODIFIED = Mistake(
+    INPUT_MODIFIED.name,
+    N_(
+        "your function wrote into an array it was given, for example with a_prev *= ... or a_prev += ...; "
+        "leave the inputs unchanged and build a new array instead: an expression such as "
+        "a_m = a_prev * ... + ... makes a new one"
+    ),
+)
+
 NOT_A_TRIPLE = Mistake(N_("not a triple"), N_("return the three values (g_m, s_m, A'_m)"))
 STEP_MISTAKES = (
     _a_mistakes(_step_model, RULE)
@@ -479,8 +493,9 @@ def _describe_triple(triple, expected):
     )
 
 
-def _check_steps(title, fn, cases, reference, mistakes, properties):
-    """Run a step-like ``fn`` on ``cases`` ``[(name, args)]`` through the one harness, against ``reference``."""
+def _check_steps(title, fn, cases, reference, mistakes, properties, arg_names):
+    """Run a step-like ``fn`` on ``cases`` ``[(name, args)]`` through the one harness, against ``reference``;
+    ``arg_names`` name an argument changed in place."""
 
     def quiet_reference(*args):
         with np.errstate(all="ignore"):
@@ -506,6 +521,8 @@ def _check_steps(title, fn, cases, reference, mistakes, properties):
         describe=_describe_triple,
         check_form=False,
         diagnosis=lambda args, answers: _StepDiagnosis(mistakes, args, answers, quiet_reference),
+        arg_names=arg_names,
+        modified_mistake=STEP_INPUT_MODIFIED,
     )
 
 
@@ -605,7 +622,7 @@ def check_one_loop_step(fn) -> CheckReport:
         (_("the max jumps by 1000 (no overflow: never take exp of a score alone)"), (0.0, 2.0, a_prev, 1000.0, v_m)),
         (_("a key far below the max (x_m = g_{m-1} - 1000: weight 0)"), (3.0, 2.0, a_prev, -997.0, v_m)),
     ]
-    report = _check_steps("check_one_loop_step", fn, cases, step_reference, STEP_MISTAKES, step_properties())
+    report = _check_steps("check_one_loop_step", fn, cases, step_reference, STEP_MISTAKES, step_properties(), STEP_ARGS)
     x, v, expected = _real_row()
     _fold(report, _("a real score row folded key by key (46 keys) gives the attention output"), fn, x, v, expected)
     return report
@@ -775,7 +792,9 @@ def check_block_step(fn) -> CheckReport:
         ),
         (_("a block with a key 1000 above the old max"), (0.0, 2.0, a_prev, np.array([1000.0, 999.0]), V[:2])),
     ]
-    report = _check_steps("check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties())
+    report = _check_steps(
+        "check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties(), BLOCK_ARGS
+    )
     x, v, expected = _real_row()
     _fold(report, _("a real score row folded in blocks of 8 keys gives the attention output"), fn, x, v, expected, 8)
     return report

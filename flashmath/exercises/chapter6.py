@@ -146,6 +146,14 @@ TILE_MISTAKES = (
         (_tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(gn))),),
     ),
     Mistake(
+        N_("the numerator returned (not divided by s_new)"),
+        N_(
+            "A' s e^{g - g_new} + P V is the unnormalised numerator s_new A'_new: both terms are right, only the "
+            "division is missing: A'_new = (A' s e^{g - g_new} + P V) / s_new"
+        ),
+        (_tile_model(lambda a, s, r, pv, *_: a * (s * r)[:, None] + pv),),
+    ),
+    Mistake(
         N_("FlashAttention-2's update (not divided)"),
         N_(
             "A' e^{g - g_new} + P V is the update of the next chapter, which keeps the numerator s A'; here A' is "

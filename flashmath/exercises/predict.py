@@ -53,10 +53,12 @@ def check_prediction(
         KeyError: ``question`` is not a key of :data:`QUESTIONS`.
         ValueError: ``question`` given with ``why`` or ``misconceptions``.
     """
+    why_after_tailored = True
     if question is not None:
         if why or misconceptions:
             raise ValueError("give either question= or why= and misconceptions=, not both")
         why, misconceptions = QUESTIONS[question].why, QUESTIONS[question].misconceptions
+        why_after_tailored = QUESTIONS[question].why_after_tailored
     if prediction is ... or prediction is None:
         print(_(PLACEHOLDER_MESSAGE))
         return
@@ -86,6 +88,8 @@ def check_prediction(
     text = _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
         guess=guess, note=note, answer=answer, verdict=verdict
     )
+    if misconception and not why_after_tailored:  # the tailored sentence already gives the general reason
+        why = ""
     for more in (misconception, why):
         text = then(text, _(more)) if more else text
     print(text)
@@ -104,10 +108,14 @@ class Question:
     Attributes:
         why: one sentence printed after the verdict.
         misconceptions: ``{wrong answer: the half-understood rule that gives it, and why}``.
+        why_after_tailored: print ``why`` after a misconception's sentence too; False where every tailored
+            sentence already states the general reason (printed then only for the right answer and for a wrong
+            answer that has no sentence of its own).
     """
 
     why: str
     misconceptions: Mapping[float, str] = field(default_factory=dict)
+    why_after_tailored: bool = True
 
 
 #: The chapters' questions by key (``"P<chapter>"``), the sentences marked for the catalog: a chapter's cell passes
@@ -265,6 +273,7 @@ QUESTIONS: dict[str, Question] = {
                 "about half)."
             ),
         },
+        why_after_tailored=False,
     ),
     "P7": Question(
         why=N_(

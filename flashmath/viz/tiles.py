@@ -20,6 +20,7 @@ __all__ = ["TileSweepPlot", "plot_tile_sweep_step", "plot_sram_sweep"]
 # the names are translated where they are drawn (the language may be selected after this module is imported)
 ORDER_NAMES = {"fa1": N_("FlashAttention (key tiles outside)"), "fa2": N_("FlashAttention-2 (query tiles outside)")}
 ORDER_COLORS = {"fa1": "#9467bd", "fa2": SEEN}
+FADED = 0.35  # the alpha of an order's whole-run curve (and of its swatch when the other order is shown)
 A100_SHARED_KIB = 164  # an A100's largest shared memory per SM (NVIDIA Ampere tuning guide, section 1.4.2.3)
 DONE, SKIPPED, TODO, CURRENT = 1, 2, 0, 3
 # tile states: not yet (clear), done (blue veil), skipped (grey veil), current (red veil; outlined too)
@@ -185,7 +186,7 @@ class TileSweepPlot(LivePlot):
         for order, trace in self.traces.items():
             total = np.concatenate([[0], trace.hbm_bytes]) / 1e3
             top_bytes.append(total[-1] * 1e3)
-            ax_c.plot(steps, total, color=ORDER_COLORS[order], lw=1, alpha=0.35)
+            ax_c.plot(steps, total, color=ORDER_COLORS[order], lw=1, alpha=FADED)  # the whole run, faint
             self.curves[order] = ax_c.plot([], [], "-", color=ORDER_COLORS[order], lw=2)[0]
         self.curve_dot = ax_c.plot([], [], "o", color="k", ms=5, clip_on=False)[0]  # the last step sits on the edge
         if self.standard_bytes:
@@ -197,7 +198,9 @@ class TileSweepPlot(LivePlot):
         handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
         if self.standard_bytes:
             handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard attention")))
-        ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # below the rising curves, clear of the dashed line
+        legend = ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # below the rising curves
+        # each order's swatch drawn as its curve is: the order shown bold, the other faint and thin (its whole run)
+        self.order_swatches = dict(zip(self.traces, legend.get_lines(), strict=False))
 
         ypos = np.arange(len(ARRAYS))
         self.byte_bars = ax_b.barh(ypos, np.zeros(len(ARRAYS)), color=SEEN, height=0.6)
@@ -213,6 +216,7 @@ class TileSweepPlot(LivePlot):
             self.current,
             *[p for pair in self.state_points.values() for p in pair],
             *self.curves.values(),
+            legend,
             self.curve_dot,
             self.byte_bars,
             self.byte_totals,
@@ -257,6 +261,9 @@ class TileSweepPlot(LivePlot):
         for name, line in self.curves.items():
             total = np.concatenate([[0], self.traces[name].hbm_bytes]) / 1e3
             line.set_data(np.arange(t + 1), total[: t + 1]) if name == order else line.set_data([], [])
+        for name, swatch in self.order_swatches.items():
+            swatch.set_alpha(1.0 if name == order else FADED)
+            swatch.set_linewidth(2 if name == order else 1)
         self.curve_dot.set_data([t], [(trace.hbm_bytes[t - 1] if t else 0) / 1e3])
         now, whole = self._by_array(trace, t), self._by_array(trace, T)
         for bar, outline, value, total in zip(self.byte_bars, self.byte_totals, now / 1e3, whole / 1e3, strict=False):
@@ -321,7 +328,7 @@ def plot_sram_sweep(sweeps, *, figsize=(7.5, 4.2)):
     theta = sweeps[0].theta_bytes
     anchor = sweeps[0].hbm_bytes[0] / theta[0]
     ax.loglog(kib, anchor * theta / 1e6, color="k", lw=0.8, ls=":", label=_(r"$\propto N^2 D^2 / S$ (Theorem 2)"))
-    ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label=_("standard (X, Y in HBM)"))
+    ax.axhline(sweeps[0].standard_bytes / 1e6, color="k", ls="--", lw=1, label=_("standard ($X$, $Y$ in HBM)"))
     ax.set_xticks(kib, [f"{k:g}" for k in kib], minor=False)  # a tick at every size swept
     ax.xaxis.set_minor_locator(NullLocator())
     if kib[0] <= A100_SHARED_KIB <= kib[-1]:
