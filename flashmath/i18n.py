@@ -109,13 +109,17 @@ class Filled(str):
     before the step, ``A'_{m-1}`` or ``A'_{m-b}``): ``Filled(N_("{a_old} not corrected"), a_old="A'_{m-1}")`` is the
     string ``"A'_{m-1} not corrected"`` everywhere (comparisons, tests), and ``gettext`` of it is the translated
     template filled with the same values.
+
+    A value may itself be a ``Filled`` (one with no values is a marked text taken as it is, braces and all:
+    ``Filled(N_("e^{X - g}"))``); ``gettext`` translates such a value too, so a formula sentence shared by several
+    messages is translated where it is shown.
     """
 
     template: str
     values: dict
 
     def __new__(cls, template: str, **values: str) -> Filled:
-        text = super().__new__(cls, template.format(**values))
+        text = super().__new__(cls, template.format(**values) if values else template)
         text.template, text.values = template, values
         return text
 
@@ -123,7 +127,10 @@ class Filled(str):
 def gettext(message: str) -> str:
     """``message`` in the selected language (itself in English, or when the catalog lacks it)."""
     if isinstance(message, Filled):
-        return _state["translation"].gettext(message.template).format(**message.values)
+        translated = _state["translation"].gettext(message.template)
+        if not message.values:
+            return translated
+        return translated.format(**{k: gettext(v) if isinstance(v, Filled) else v for k, v in message.values.items()})
     return _state["translation"].gettext(message)
 
 

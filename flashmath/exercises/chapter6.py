@@ -66,7 +66,10 @@ TILE_INPUT_MODIFIED = Mistake(
     ),
 )
 
-TILE_RULE = "A'_new = A' s e^{g - g_new} / s_new + P V / s_new, with P = e^{X - g_new} and g_new = max(g, rowmax X)"
+#: the update rule quoted by several diagnoses, translated where it is shown (a Filled value, see flashmath.i18n)
+TILE_RULE = Filled(
+    N_("A'_new = A' s e^{g - g_new} / s_new + P V / s_new, with P = e^{X - g_new} and g_new = max(g, rowmax X)")
+)
 TILE_MISTAKES = (
     Mistake(
         N_("the old output not corrected"),
@@ -233,8 +236,8 @@ TILE_MISTAKES = (
     Mistake(
         N_("the rescale inverted (e^{g_new - g})"),
         N_(
-            "the old state is measured against the old max g; against the larger g_new it shrinks by e^{g - g_new} "
-            "<= 1, not e^{g_new - g} (which is inf for a row that has seen no key yet)"
+            "the old state is measured against the old max g; measured against the larger g_new it is multiplied by "
+            "e^{g - g_new} (≤ 1), not by e^{g_new - g} (which is inf for a row that has seen no key yet)"
         ),
         (
             _tile_model(rescale=lambda g, gn: np.exp(gn - g)),
