@@ -242,6 +242,14 @@ def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
     assert not chapter11.check_where_it_lives(["HBM"]).passed
 
 
+def test_where_it_lives_says_when_sram_is_read_as_shared_memory():
+    verdict = messages(chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "SRAM"}))
+    assert verdict.startswith("'SRAM' read as shared memory (registers are on-chip SRAM too): not shared memory"), (
+        verdict
+    )
+    assert chapter11.check_where_it_lives({**WHERE, "q_tile": "SRAM", "k_tile, v_tile": "sram"}).passed
+
+
 def test_recap_quiz():
     right = {number: question[2] for number, question in chapter15.RECAP_QUESTIONS.items()}
     assert chapter15.check_recap_quiz(right).passed
@@ -551,3 +559,12 @@ def test_each_mistake_is_caught_and_named(checker, mistake):
 
 
 test_every_mistake_in_the_catalogue_has_a_wrong_solution = checker_tests(WRONG)[1]
+
+
+@needs_torch
+def test_row_lse_missing_rescale_hint_typed_as_given_passes():
+    """The hint's formula, with g_ref as in the TODO, passes every case, the fully masked row included."""
+    hint = "s = s * exp(g - g_ref) + sum(exp(x - g_ref))"
+    report = exercises.check_row_lse(emulated_kernel(rescale=False))
+    assert hint in messages(report), report
+    assert exercises.check_row_lse(emulated_kernel()).passed  # s * exp(g - ref) + sum(exp(blk - ref)), ref = g_ref

@@ -185,8 +185,8 @@ ROW_LSE_MISTAKES = (
     Mistake(
         N_("the rescale of s missing"),
         N_(
-            "when a block raises the running max, the old sum is relative to the old max: s = s * exp(g - g_new) + "
-            "sum(exp(x - g_new))"
+            "when a block raises the running max, the old sum is relative to the old max: s = s * exp(g - g_ref) + "
+            "sum(exp(x - g_ref)), with g_ref the new max (0 while it is -inf), as in the TODO"
         ),
         tuple(_blockwise(b, rescale=False) for b in BLOCKS),
     ),
@@ -529,8 +529,18 @@ def _where_parse(answers, quantity):
     return place
 
 
-def _where_verdict(quantity: str, place: str) -> tuple[str, str]:
-    """What is wrong with ``place`` for ``quantity``, and why: about the place the learner gave."""
+def _where_verdict(quantity: str, place: str, answer=None) -> tuple[str, str]:
+    """What is wrong with ``place`` for ``quantity``, and why: about the place the learner gave (``answer``, the
+    learner's word, is named where it was mapped: "SRAM" is read as shared memory)."""
+    what, why = _where_wrong(quantity, place)
+    if place == "shared memory" and isinstance(answer, str) and answer.strip().lower() == "sram":
+        what = _("{answer} read as shared memory (registers are on-chip SRAM too): {what}").format(
+            answer=repr(answer), what=what
+        )
+    return what, why
+
+
+def _where_wrong(quantity: str, place: str) -> tuple[str, str]:
     why = _(WHERE[quantity][1])
     if quantity == "k_tile, v_tile" and place == "registers":
         return _("not registers for the whole sweep"), why
@@ -567,7 +577,9 @@ def check_where_it_lives(answers) -> CheckReport:
         what=N_("quantity: place"),
         parse=_where_parse,
         right=lambda quantity: WHERE[quantity][0],
-        verdict=_where_verdict,
+        verdict=lambda quantity, place: _where_verdict(
+            quantity, place, answers.get(quantity) if isinstance(answers, dict) else None
+        ),
     )
     extra = sorted(set(answers) - set(WHERE), key=str) if isinstance(answers, dict) else []
     if extra:
