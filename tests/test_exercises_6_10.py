@@ -333,8 +333,35 @@ def unguarded_but_divided_safely(g, s, a, x_tile, v_tile, keep):
         return g_new, s_new, np.where(s_new[:, None] > 0, (a * (s * r)[:, None] + pv) / s_new[:, None], 0.0)
 
 
+def biased_divided_safely(fallback, score=None):
+    # the mask as a bias (or log(keep)), the weights selected by keep, the division guarded by s_new > 0: a row with a
+    # NaN or +inf masked score gets g_new = s_new = NaN, and A' the fallback (the old A', or 0) there
+    def step(g, s, a, x_tile, v_tile, keep):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = x_tile + np.where(keep, 0.0, -np.inf) if score is None else score(x_tile, keep)
+            g_new = np.maximum(g, x.max(axis=1))
+            ref = np.where(np.isneginf(g_new), 0.0, g_new)
+            r, p = np.exp(g - ref), np.where(keep, np.exp(x - ref[:, None]), 0.0)
+            s_new = s * r + p.sum(axis=1)
+            pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0.0).sum(axis=1)
+            a_new = (a * (s * r)[:, None] + pv) / np.where(s_new > 0, s_new, 1)[:, None]
+            return g_new, s_new, np.where(s_new[:, None] > 0, a_new, a if fallback == "old" else 0.0)
+
+    return step
+
+
+def selected_divided_safely(fallback):
+    # right: the same step with the mask selected, np.where(keep, X, -inf)
+    return biased_divided_safely(fallback, score=lambda x, keep: np.where(keep, x, -np.inf))
+
+
 MASKED_MORE = {  # more learner-style variants of some mistakes above
     "-inf - (-inf) on a masked prefix": [unguarded_but_divided_safely],
+    "the mask added to the scores (NaN + -inf)": [
+        biased_divided_safely("old"),
+        biased_divided_safely("zero"),
+        biased_divided_safely("old", score=lambda x, keep: x + np.log(keep)),
+    ],
     "a finite fill value instead of -inf": [finite_fill_step(-1e30), finite_fill_step(np.finfo(np.float64).min / 2)],
     "a per-column mask": [
         lambda g, s, a, x, v, keep: solutions.masked_tile_step(
@@ -983,6 +1010,8 @@ def merge_with_max_shift(a1, l1, a2, l2):
         ("check_finish", finish_with_divide_where),
         ("check_merge_states", merge_with_max_shift),
         ("check_causal_mask", lambda N, M: np.tril(np.ones((N, M), dtype=bool), k=M - N)),
+        ("check_masked_tile_step", selected_divided_safely("old")),
+        ("check_masked_tile_step", selected_divided_safely("zero")),
     ],
 )
 def test_correct_solutions_written_differently_pass(checker, fn):

@@ -252,6 +252,9 @@ MASKED_MISTAKES = (
             _masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
             for term in (None, _absent_terms, lambda p, keep, V: p @ V)
         ),
+        # g_new and s_new are NaN on a row with a NaN or +inf masked score: its A' is not compared, since a guarded
+        # division (np.where(s_new > 0, ..., A' or 0)) gives a number there and an unguarded one NaN
+        compare=lambda answer, model: _unguarded_max(answer, model),
     ),
     Mistake(
         N_("a per-column mask"),
@@ -320,9 +323,10 @@ MASKED_MISTAKES = (
 
 
 def _unguarded_max(answer, model) -> bool:
-    """The answer agrees with the unguarded model: the same ``g_new`` and ``s_new`` (NaN where the model's is), and
-    the same ``A'`` on every row where the model's ``s_new`` is not NaN. On a row where it is NaN, ``A'`` is not
-    compared: a learner may have guarded the division (``np.where(s_new > 0, ..., 0)`` gives 0 there) or not."""
+    """The answer agrees with a model whose state turns NaN on some rows (the unguarded max, the additive mask): the
+    same ``g_new`` and ``s_new`` (NaN where the model's is), and the same ``A'`` on every row where the model's
+    ``s_new`` is not NaN. On a row where it is NaN, ``A'`` is not compared: a learner may have guarded the division
+    (``np.where(s_new > 0, ..., 0)`` gives 0 there, ``np.where(s_new > 0, ..., A')`` the old ``A'``) or not."""
     if answer is None or not isinstance(answer, tuple) or not isinstance(model, tuple) or len(answer) != 3:
         return False
     try:
