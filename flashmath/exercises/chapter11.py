@@ -193,16 +193,18 @@ ROW_LSE_MISTAKES = (
     Mistake(
         N_("the rescale factor upside down"),
         N_(
-            "the old sum shrinks when the max rises: s * exp(g - g_new), the old max minus the new (an exponent <= "
-            "0); exp(g_new - g) is inf at the first block, where g = -inf, and 0 * inf is NaN"
+            "the old sum shrinks when the max rises: s * exp(g - g_ref), the old max minus the new (an exponent ≤ 0, "
+            "g_ref the new max, 0 while it is -inf, as in the TODO); exp(g_ref - g) is inf at the first block, where "
+            "g = -inf, and 0 * inf is NaN"
         ),
         tuple(_blockwise(b, inverted=flavour) for flavour in (True, "guarded") for b in BLOCKS),
     ),
     Mistake(
         N_("the block's terms measured against the old max"),
         N_(
-            "the new block's terms are measured against the new max, like the rescaled sum: sum(exp(x - g_new)); "
-            "exp(x - g) with the old g (-inf at the first block) is inf, and NaN where x is -inf too"
+            "the new block's terms are measured against the new max, like the rescaled sum: sum(exp(x - g_ref)), with "
+            "g_ref the new max (0 while it is -inf, as in the TODO); exp(x - g) with the old g (-inf at the first "
+            "block) is inf, and NaN where x is -inf too"
         ),
         tuple(_blockwise(b, terms_old=True) for b in BLOCKS),
     ),
