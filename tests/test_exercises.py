@@ -2316,3 +2316,15 @@ def test_one_loop_steps_in_place_name_a_prev_with_their_own_example(checker, rig
     assert first.startswith("a_prev (argument 3) was changed: looks like the input modified in place"), first
     assert "a_prev *= ..." in first and "leave the inputs unchanged" in first, first
     assert "x.max()" not in first and "q /=" not in first, first
+
+
+def test_a_boolean_mask_names_its_first_mismatch_not_a_difference():
+    from flashmath.exercises._report import error_note, first_mismatch, largest_difference
+
+    want = np.array([[True, True, False], [False, True, True]])
+    got = np.array([[True, False, False], [True, True, True]])
+    note = "; first mismatch at [0, 1] (expected True, got False)"
+    assert first_mismatch(got, want) == error_note(got, want) == largest_difference(got, want) == note
+    assert first_mismatch(want, want) == "" and first_mismatch(np.True_, np.False_) == ""
+    assert first_mismatch(got[:1], want) == ""
+    assert "largest difference" in error_note(got.astype(float), want.astype(float))  # numbers: unchanged

@@ -314,8 +314,10 @@ def error_note(actual, expected) -> str:
     When they agree to 1e-3 relative (they print alike) it adds a hint: was part of it computed in float32? Its
     figure is the largest difference over the largest expected magnitude (an entry expected to be 0 has no relative
     error of its own).
-    Empty when the shapes differ or nothing finite differs.
+    Empty when the shapes differ or nothing finite differs. Two boolean arrays (masks): :func:`first_mismatch`.
     """
+    if _both_boolean(actual, expected):
+        return first_mismatch(actual, expected)
     actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if actual.shape != expected.shape:
         return ""
@@ -357,7 +359,9 @@ def largest_difference(actual, expected) -> str:
     """Where two arrays of one shape differ most among their finite numbers, e.g. '; largest difference 2.06 at
     [1, 0] (expected 1.27456, got 3.33865)', or '; largest difference 4.44e-16 at [0, 3] (expected
     0.12345678901234566, got 0.12345678901234522)' (:func:`apart`: the digits it takes to tell them apart); empty
-    for one number, other shapes or no finite difference."""
+    for one number, other shapes or no finite difference. Two boolean arrays (masks): :func:`first_mismatch`."""
+    if _both_boolean(actual, expected):
+        return first_mismatch(actual, expected)
     try:
         actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     except (TypeError, ValueError):
@@ -373,6 +377,26 @@ def largest_difference(actual, expected) -> str:
     want, got = apart(float(expected[where]), float(actual[where]))
     return _("; largest difference {diff:.3g} at {at} (expected {expected}, got {got})").format(
         diff=diff[where], at=at(where), expected=want, got=got
+    )
+
+
+def _both_boolean(actual, expected) -> bool:
+    return np.asarray(actual).dtype == np.bool_ and np.asarray(expected).dtype == np.bool_
+
+
+def first_mismatch(actual, expected) -> str:
+    """Where two boolean arrays of one shape first differ (row-major order), e.g. '; first mismatch at [0, 2]
+    (expected True, got False)': a largest difference of 1 says nothing about a mask. Empty for one value, other
+    shapes or equal arrays."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or not actual.ndim:
+        return ""
+    differ = np.argwhere(actual != expected)
+    if not differ.size:
+        return ""
+    where = tuple(differ[0])
+    return _("; first mismatch at {at} (expected {expected}, got {got})").format(
+        at=at(where), expected=bool(expected[where]), got=bool(actual[where])
     )
 
 

@@ -482,8 +482,8 @@ SOFTCAP_MISTAKES = (
 @exercise("13.3", SOFTCAP_MISTAKES, solution="softcap", property_cases=2)
 def check_softcap(fn) -> CheckReport:
     """Check ``fn(qk, scale, cap)``: the softcapped scaled score ``cap tanh(qk scale / cap)`` of raw dot products
-    ``qk``, an array of any shape. The property cases: one score, and ``+inf`` and ``-inf`` capped at ``+cap`` and
-    ``-cap``. Named mistakes: :data:`SOFTCAP_MISTAKES`."""
+    ``qk``, an array of any shape. The property cases: one score, and ``+inf``, ``1`` and ``-inf`` (``+cap``,
+    ``cap tanh(scale / cap)`` and ``-cap``). Named mistakes: :data:`SOFTCAP_MISTAKES`."""
     qk = np.array([[-40.0, -3.0, 0.0, 0.5, 8.0, 120.0]])
     cases = [
         (_("scale 1/8, cap 5"), (qk, 0.125, 5.0)),
@@ -493,7 +493,10 @@ def check_softcap(fn) -> CheckReport:
     properties = property_cases(
         [
             (_("one element: a single score"), (np.array([[3.0]]), 0.5, 2.0)),
-            (_("+inf gives +cap and -inf gives -cap"), (np.array([[np.inf, 1.0, -np.inf]]), 0.125, 5.0)),
+            (
+                _("+inf, 1 and -inf give +cap, c tanh(scale / c) and -cap"),
+                (np.array([[np.inf, 1.0, -np.inf]]), 0.125, 5.0),
+            ),
         ]
     )
     return check_function(
@@ -928,7 +931,7 @@ def check_page_gather(fn) -> CheckReport:
         page_reference,
         PAGE_MISTAKES,
         n_out=1,
-        names=(_("the key"),),
+        names=(_("the gathered vector"),),
         properties=properties,
         hint=_page_hint,
     )
