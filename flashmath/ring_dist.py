@@ -50,6 +50,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -218,6 +219,42 @@ def _wait(requests: list, timeout: float, what: str) -> float:
     return time.perf_counter() - start
 
 
+class _Completion:
+    """Waits for a step's requests on a helper thread and stamps the wall-clock time the last one completed.
+
+    The rank computes meanwhile; :meth:`join` (after the computation) waits for the helper and re-raises what
+    its ``wait`` raised. Only the helper thread calls ``wait`` on the requests. With no request the transfer is
+    done at once (``done`` is the time of posting).
+    """
+
+    def __init__(self, requests: list, timeout: float, what: str, posted: float) -> None:
+        self.requests, self.timeout, self.what = requests, timeout, what
+        self.done = posted
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        if requests:
+            self.thread = threading.Thread(target=self._run, name="ring-transfer", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for request in self.requests:
+                request.wait(timeout=datetime.timedelta(seconds=self.timeout))
+            self.done = time.time()
+        except BaseException as error:  # re-raised on the rank's thread by join
+            self.error = error
+
+    def join(self) -> float:
+        """Wait for the helper; the time the transfer completed. RuntimeError naming ``what`` on failure."""
+        if self.thread is not None:
+            self.thread.join(self.timeout * len(self.requests) + 5.0)
+            if self.thread.is_alive():
+                raise RuntimeError(f"{self.what}: not completed after {self.timeout * len(self.requests):.0f} s")
+        if self.error is not None:
+            raise RuntimeError(f"{self.what}: {type(self.error).__name__}: {self.error}") from self.error
+        return self.done
+
+
 def rank_ring_forward(
     q_shard: np.ndarray,
     k_shard: np.ndarray,
@@ -243,7 +280,10 @@ def rank_ring_forward(
     Returns:
         ``(a, lse, counts)``: the rank's output ``(..., n_r, Dv)`` and logsumexp ``(..., n_r)`` (the merged state), and
         ``counts = {"sent_bytes": [per step], "received_bytes": [...], "compute_s": [...], "wait_s": [...],
-        "held_bytes": [...]}``, the sent bytes summed from the ``isend`` tensors.
+        "held_bytes": [...], "timeline": [...]}``, the sent bytes summed from the ``isend`` tensors; each timeline
+        entry ``(posted, started, computed, done, waited)`` (wall clock): the transfer posted, the computation
+        started and ended, the transfer completed (stamped by a helper thread blocked in the requests' ``wait``,
+        so it is known while the rank computes) and the rank done waiting for it.
 
     Raises:
         RuntimeError: a transfer failed or timed out (the message names the step and the peer).
@@ -263,6 +303,7 @@ def rank_ring_forward(
         step = ring_step(layout, causal, rank, t)
         requests: list = []
         posted = time.time()
+        what = f"rank {rank}, step {t}: the key/value transfer (to rank {(rank + 1) % P}, from rank {(rank - 1) % P})"
         if t < P - 1:
             # the next shard (that of rank (r - t - 1) mod P) is received while this one is used
             rows = layout.kv_size((rank - t - 1) % P)
@@ -271,6 +312,9 @@ def rank_ring_forward(
             requests, sent, received = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=2 * t)
             counts["sent_bytes"].append(sent)
             counts["received_bytes"].append(received)
+        transfer = _Completion(
+            requests, timeout, what, posted
+        )  # stamps the transfer's completion while the rank computes
         held = q_shard.nbytes + a.nbytes + lse.nbytes + k_t.nbytes + v_t.nbytes
         counts["held_bytes"].append(int(held + (k_next.nbytes + v_next.nbytes if t < P - 1 else 0)))
         started = time.time()
@@ -278,12 +322,11 @@ def rank_ring_forward(
             a, lse, q_shard, k_t.numpy(), v_t.numpy(), step, scale=scale, block_q=block_q, block_k=block_k
         )
         computed = time.time()
-        what = f"rank {rank}, step {t}: the key/value transfer (to rank {(rank + 1) % P}, from rank {(rank - 1) % P})"
-        _wait(requests, timeout, what)
-        arrived = time.time()
+        done = transfer.join()
+        waited = time.time()
         counts["compute_s"].append(computed - started)
-        counts["wait_s"].append(arrived - computed)
-        counts["timeline"].append((posted, started, computed, arrived))
+        counts["wait_s"].append(waited - computed)
+        counts["timeline"].append((posted, started, computed, done, waited))
         if t < P - 1:
             k_t, v_t = k_next, v_next
     return a, lse, counts
@@ -519,9 +562,12 @@ class RingRun:
             received_bytes likewise. backward_sent_bytes: ``(P, P)`` or None.
         compute_s, wait_s: ``(P, P)`` seconds each rank computed, then waited for the transfer, at each step ``[t, r]``.
         held_bytes: ``(P, P)`` bytes each rank held during each step.
-        timeline: ``(P, P, 4)`` seconds ``[t, r]``: when rank ``r`` posted step ``t``'s transfer, started and ended
-            its computation, and had the transfer done (wall clock, from the earliest post of the run): the
-            transfer runs between the first and the last, the computation between the second and the third.
+        timeline: ``(P, P, 5)`` seconds ``[t, r]``: when rank ``r`` posted step ``t``'s transfer, started and ended
+            its computation, saw the transfer complete (its send and its receive; stamped by a helper thread blocked
+            in the requests' ``wait``, to within a thread switch), and was done waiting for it after the computation
+            (wall clock, from the earliest post of the run). The transfer runs from the first to the fourth (at the
+            last step, with no transfer, the fourth is the first), the computation from the second to the third,
+            the wait from the third to the fifth.
         wall_s: seconds of the whole launch (processes started, joined, results read).
     """
 
@@ -591,7 +637,7 @@ def _assemble(ri: Any, results: list, with_grads: bool, wall: float) -> RingRun:
     def table(name: str, counts: str = "counts") -> np.ndarray:
         return np.array([res[counts][name] for res in results], dtype=float).T  # [t, r]
 
-    timeline = np.array([res["counts"]["timeline"] for res in results], dtype=float).transpose(1, 0, 2)  # [t, r, 4]
+    timeline = np.array([res["counts"]["timeline"] for res in results], dtype=float).transpose(1, 0, 2)  # [t, r, 5]
     grads = None
     backward_sent = None
     if with_grads:

@@ -157,3 +157,14 @@ def test_one_idea_draws_the_four_running_values_and_marks_every_jump_of_the_max(
     with pytest.raises(ValueError, match="one length"):
         plot_one_idea(g, s, a, u[:-1], jumps)
     plt.close(fig)
+
+
+def test_a_chinese_box_title_keeps_its_last_latin_word_on_its_line():
+    """zhrev-h 15-8: 一个循环，多种 attention on one line (the box has room for about 32 units); a title whose end
+    is Chinese characters still breaks at 22."""
+    from flashmath.viz.recap import _wrap
+
+    assert _wrap("一个循环，多种 attention") == "一个循环，多种 attention"
+    assert _wrap("用 Triton kernel 实现反向传播") == "用 Triton kernel 实现\n反向传播"
+    assert _wrap("一二三四五 attentionattention") == "一二三四五\nattentionattention"  # 29 units: too long
+    assert _wrap("One loop, many attentions") == "One loop, many\nattentions"  # English: textwrap at 22

@@ -70,12 +70,26 @@ def test_balance_and_timeline_figures():
     assert "228 pairs" in fig.axes[0].get_title()
     plt.close(fig)
 
-    class Run:  # a RingRun's timeline: [step, rank] -> posted, started, computed, arrived
-        timeline = np.array([[[0, 0.001, 0.004, 0.005], [0, 0.001, 0.002, 0.005]], [[0.005] * 4, [0.005] * 4]])
+    class Run:  # a RingRun's timeline: [step, rank] -> posted, started, computed, done, waited
+        timeline = np.array(
+            [[[0, 0.001, 0.004, 0.003, 0.004], [0, 0.001, 0.002, 0.005, 0.005]], [[0.005] * 5, [0.005] * 5]]
+        )
 
     fig = plot_ring_timeline(Run())
-    assert len(fig.axes[0].patches) == 2 * 2 + 2  # a compute bar per rank and step, a transfer bar per rank
+    patches = fig.axes[0].patches
+    assert len(patches) == 2 * 2 + 2  # a compute bar per rank and step, a transfer bar per rank
+    # the thin bars run from posted to done: rank 0's ends inside its computation, rank 1's after it
+    thin = sorted((p for p in patches if p.get_height() < 0.2), key=lambda p: p.get_y())
+    assert [round(p.get_x() + p.get_width(), 6) for p in thin] == [3.0, 5.0]
     plt.close(fig)
+
+
+def test_error_labels_are_plain_decimals_from_one_hundredth_up():
+    from flashmath.viz.ring import _error_label
+
+    assert [_error_label(x) for x in (1.0, 2.0, 0.5, 0.03, 0.0, 4e-16, 0.004)] == [
+        "1.0", "2.0", "0.5", "0.03", "0", "4e-16", "4e-03"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("P", [2, 4, 5])

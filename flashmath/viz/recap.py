@@ -232,16 +232,19 @@ def _plain(entry: Chapter) -> str:
     )
 
 
-def _wrap(title: str, width: int = 22) -> str:
+def _wrap(title: str, width: int = 22, last_word: int = 28) -> str:
     """A box's title on lines of about ``width`` Latin characters; a Chinese character counts twice (it is about
-    twice as wide) and a line may break after it, as between words."""
+    twice as wide) and a line may break after it, as between words. A Latin word that ends the title stays on its
+    line when the line then holds at most ``last_word`` (the box has room for about 32), rather than standing alone
+    on the next one."""
     if title.isascii():
         return textwrap.fill(title, width)
     pieces = re.findall(r"[\u2e80-\uffff]|[^\s\u2e80-\uffff]+|\s+", title)  # one CJK character, a word, spaces
     lines, line, used = [], "", 0
-    for piece in pieces:
+    for i, piece in enumerate(pieces):
         size = 2 if len(piece) == 1 and ord(piece) >= 0x2E80 else len(piece)
-        if line and used + size > width and not piece.isspace():
+        limit = last_word if i == len(pieces) - 1 and size > 1 else width
+        if line and used + size > limit and not piece.isspace():
             lines.append(line.rstrip())
             line, used = "", 0
         if line or not piece.isspace():

@@ -170,7 +170,7 @@ class RingPlot(LivePlot):
             self.sending[r].set_text(_("{b} bytes").format(b=sent) if t < P - 1 else "")
             error = self.errors[t, r]
             self.bars.patches[r].set_height(max(error, FLOOR) - FLOOR)
-            self.bar_labels[r].set_text("0" if error == 0 else f"{error:.0e}")
+            self.bar_labels[r].set_text(_error_label(error))
             self.bar_labels[r].set_y(max(error, FLOOR) * 1.5)
         self.title.set_text(
             _("step {t} of {P} (t = 0 .. P - 1): device r holds the key/value shard of device (r - t) mod P").format(
@@ -179,31 +179,44 @@ class RingPlot(LivePlot):
         )
 
 
+def _error_label(error: float) -> str:
+    """A bar's value: plain decimals from 0.01 up (1.0, 2.0, 0.5, 0.03), e-notation below (4e-16), 0 as 0."""
+    if error == 0:
+        return "0"
+    if error >= 0.095:
+        return f"{error:.1f}"
+    if error >= 0.01:
+        return f"{error:.2f}"
+    return f"{error:.0e}"
+
+
 def plot_ring_timeline(run, *, figsize=(9.0, 3.2), dpi: int = DPI):
     """The recorded timeline of a gloo ring (:class:`flashmath.ring_dist.RingRun`): for each rank, its computation at
-    each step (thick bars) and the transfer of the next shard, posted before the computation and waited for after
-    it (thin bars): where the two overlap, the transfer cost no time.
+    each step (thick bars) and the transfer of the next shard (thin bars), from its posting, before the
+    computation, to its completion as a helper thread saw it: a thin bar that ends under the thick one was a
+    transfer done while the rank computed; a thin bar that sticks out at the right is the rank waiting for it.
 
     Returns:
         the matplotlib Figure (made through pyplot: Jupyter's inline backend shows it).
     """
     import matplotlib.pyplot as plt
 
-    timeline = np.asarray(run.timeline) * 1e3  # (P, P, 4) [t, r]: posted, started, computed, arrived; in ms
+    timeline = np.asarray(run.timeline) * 1e3  # (P, P, 5) [t, r]: posted, started, computed, done, waited; in ms
     P = timeline.shape[1]
     fig, ax = plt.subplots(figsize=figsize, dpi=dpi, layout="constrained")
     for t in range(P):
         for r in range(P):
-            posted, started, computed, arrived = timeline[t, r]
+            posted, started, computed, done = timeline[t, r, :4]
             ax.barh(r - 0.12, computed - started, left=started, height=0.42, color=_color(t), edgecolor="k", lw=0.5)
-            ax.text((started + computed) / 2, r - 0.12, f"{t}", ha="center", va="center", fontsize=8)
+            ax.text((started + computed) / 2, r - 0.12, f"{t}", ha="center", va="center", fontsize=8.5)
             if t < P - 1:
-                ax.barh(r + 0.27, arrived - posted, left=posted, height=0.14, color=HOLD)
+                ax.barh(r + 0.27, done - posted, left=posted, height=0.14, color=HOLD)
     ax.set_yticks(range(P), [_("rank {r}").format(r=r) for r in range(P)])
     ax.invert_yaxis()
     ax.set_xlabel(_("milliseconds since the first transfer was posted"))
     ax.set_title(
-        _("thick: compute of step t (its number); thin grey: the transfer of the next shard, in flight"), fontsize=9
+        _("thick: compute of step t (its number); thin grey: the transfer of the next shard, from posted to done"),
+        fontsize=9,
     )
     return fig
 
