@@ -55,6 +55,9 @@ BANNED: list[tuple[str, str, str]] = [
     (r"溢出到", "溢出（spill）到", "10-11: 溢出 alone is an overflow"),
     (r"运行最大值", "当前最大值", "glossary: running max is 当前最大值"),
     (r"普通公式|普通写法", "直接 / 朴素", "01-13: naive is 朴素, direct is 直接"),
+    (r"屏蔽|被掩盖|掩盖的", "掩码 / 被掩码", "zhrev-g 01-1: a masked key or row is 被掩码, as the glossary says"),
+    (r"关注", "可见 / 参与注意力", "zhrev-g 01-2: attend is 可见 or 参与注意力 in the glossary"),
+    (r"性质用例|【性质", "边界用例", "zhrev-h 13-2: the empty input, a masked row, NaN are edge cases"),
 ]
 
 
