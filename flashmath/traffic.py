@@ -180,8 +180,12 @@ def algorithm1_block_sizes(sram_bytes: int, D: int, *, bytes_per_element: int = 
     """FlashAttention's block sizes for an on-chip memory of ``sram_bytes``: ``(B_r, B_c)``.
 
     With ``S = sram_bytes // bytes_per_element`` elements of on-chip memory, Algorithm 1 (line 1) sets
-    ``B_c = ceil(S / 4D)`` and ``B_r = min(ceil(S / 4D), D)``, so that the tiles of ``K``, ``V`` (``B_c x D``
-    each), ``Q``, ``A`` (``B_r x D`` each) and the score tile (``B_r x B_c``) fit together.
+    ``B_c = ceil(S / 4D)`` and ``B_r = min(ceil(S / 4D), D)``, so that each tile takes ``O(S)`` elements: the
+    tiles of ``K`` and ``V`` (``B_c x D``) about ``S / 4`` each, those of ``Q`` and ``A`` (``B_r x D``) and the
+    score tile (``B_r x B_c <= D x B_c``) at most about ``S / 4`` each. All of them together fit up to a constant
+    factor, which is all Theorem 2's ``Theta`` needs (its proof, Appendix C, asks only that ``B_c D``, ``B_r D``
+    and ``B_r B_c`` be ``O(S)``); they fit in ``S`` itself only from about ``S = 8 D^2`` on (line 1 gives no
+    reason for its sizes).
 
     Raises:
         TypeError: a non-integer argument. ValueError: ``sram_bytes`` smaller than one element, ``D < 1``.
