@@ -123,7 +123,7 @@ class KernelMemoryPlot(LivePlot):
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)
         ax_thread.set_xticks([])
-        ax_thread.set_ylabel(_("32-bit registers per thread"), fontsize=9)
+        ax_thread.set_ylabel(_("32-bit registers per thread\n(data only)"), fontsize=9)
         ax_thread.tick_params(labelsize=8)
         self.thread_text = ax_thread.text(0, 1.3, "", ha="center", fontsize=8, color="white", fontweight="bold")
         self.title = self.fig.suptitle("", fontsize=10)
