@@ -494,6 +494,18 @@ def test_flash_row_a_division_at_every_tile_is_counted():
     assert "4 divisions of arrays computed from V, over 4 key tiles" in failed[0][1], report
 
 
+def test_flash_row_two_divisions_over_four_tiles_are_not_called_one_per_tile():
+    def twice(q_n, K, V, B_c):
+        a, lse = converted_row()(q_n, K, V, B_c)
+        return (a / 2.0) / 0.5, lse  # two divisions of an array computed from V, the right values
+
+    report = chapter15.check_flash_row(twice)
+    failed = [(name, message) for name, ok, message in report.cases if not ok]
+    assert len(failed) == 1 and failed[0][0].startswith("one division at the end"), report
+    assert "3 divisions of arrays computed from V, over 4 key tiles: at most one is allowed" in failed[0][1], report
+    assert "every tile" not in failed[0][1], report
+
+
 def test_flash_row_solution_passes_and_bad_answers_are_reported():
     from flashmath import solutions_triton
 

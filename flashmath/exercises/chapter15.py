@@ -209,7 +209,9 @@ def _recap_parse(answers, number):
     return (
         letter
         if letter in choices
-        else PropertyFailure(_("{answer} is not one of {choices}").format(answer=repr(answer), choices=sorted(choices)))
+        else PropertyFailure(
+            _("{answer} is not one of {choices}").format(answer=repr(answer), choices=_(", ").join(sorted(choices)))
+        )
     )
 
 
@@ -550,11 +552,20 @@ def _flash_row_call(fn, args):
     else:
         out = fn(*args)
     if isinstance(V, _CountedV) and divisions[0] > 1:
+        tiles = -(-len(V) // args[3])
+        if divisions[0] < tiles:  # more than one division, but not one at every tile: the mistake is not named
+            return PropertyFailure(
+                _(
+                    "{n} divisions of arrays computed from V, over {tiles} key tiles: at most one is allowed. "
+                    "FlashAttention-2 keeps acc unnormalised through the key tiles and divides once, after the "
+                    "last: A = acc / s"
+                ).format(n=divisions[0], tiles=tiles)
+            )
         by_name = {m.name: m for m in FLASH_ROW_MISTAKES}
         return PropertyFailure(
             _("{n} divisions of arrays computed from V, over {tiles} key tiles: {message}").format(
                 n=divisions[0],
-                tiles=-(-len(V) // args[3]),
+                tiles=tiles,
                 message=by_name["the output divided at every tile"].message(),
             )
         )
