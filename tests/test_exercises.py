@@ -2328,3 +2328,81 @@ def test_a_boolean_mask_names_its_first_mismatch_not_a_difference():
     assert first_mismatch(want, want) == "" and first_mismatch(np.True_, np.False_) == ""
     assert first_mismatch(got[:1], want) == ""
     assert "largest difference" in error_note(got.astype(float), want.astype(float))  # numbers: unchanged
+
+
+def _loop_softmax(g0: float, guard_sum: bool = False):
+    """The chapter's three-pass loop in Python floats (cell 30), its max started at ``g0``; ``guard_sum`` returns
+    zeros when the sum is 0 instead of dividing."""
+
+    def fn(x):
+        x = np.asarray(x)
+        g = g0
+        for v in x:
+            g = max(g, float(v))
+        if g == -math.inf:
+            return np.zeros(x.shape, out_dtype(x))
+        s = 0.0
+        for v in x:
+            s += math.exp(float(v) - g)
+        if guard_sum and s == 0:
+            return np.zeros(x.shape, out_dtype(x))
+        return np.array([math.exp(float(v) - g) / s for v in x]).astype(out_dtype(x))
+
+    return fn
+
+
+def _vectorised_max_from_zero_guarded(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    if not w.size:
+        return w.astype(out_dtype(x))
+    e = np.exp(w - max(0, w.max()))
+    s = e.sum()
+    return (np.zeros_like(e) if s == 0 else e / s).astype(out_dtype(x))
+
+
+def _vectorised_unshifted_guarded(x):
+    x = np.asarray(x)
+    w = x.astype(np.promote_types(x.dtype, np.float32))
+    e = np.exp(w)
+    s = e.sum()
+    return (np.zeros_like(e) if s == 0 else e / s).astype(out_dtype(x))
+
+
+def test_a_python_loop_with_the_max_started_at_0_raising_zero_division_is_named():
+    for right in (_loop_softmax(-math.inf), _loop_softmax(-math.inf, guard_sum=True)):
+        assert exercises.check_safe_softmax(right).passed
+    report = exercises.check_safe_softmax(_loop_softmax(0.0))
+    assert failures(report) == [
+        "property: a row masked entirely (all -inf) gives all zeros",
+        "property: values far below 0",
+    ]
+    for case in failures(report):
+        assert "raised ZeroDivisionError" in message(report, case)
+    assert "the max started at 0" in message(report, "property: a row masked entirely")
+    assert 'the same as for "property: a row masked entirely' in repr(report)
+    report = exercises.check_safe_softmax(_loop_softmax(0.0, guard_sum=True))
+    assert failures(report) == ["property: values far below 0"]
+    assert "the max started at 0" in message(report, "property: values far below 0")
+
+
+def test_a_zero_division_that_the_max_started_at_0_does_not_explain_is_not_named_so():
+    def unshifted_loop(x):  # no max at all: 1e4 overflows (OverflowError) besides the two zero sums
+        x = np.asarray(x)
+        s = sum(math.exp(float(v)) for v in x)
+        return np.array([math.exp(float(v)) / s for v in x]).astype(out_dtype(x))
+
+    report = exercises.check_safe_softmax(unshifted_loop)
+    assert "the max started at 0" not in repr(report)
+    text = message(report, "property: a row masked entirely")
+    assert "raised ZeroDivisionError" in text and "the sum is 0" in text
+
+
+def test_the_vectorised_max_from_0_with_a_zero_sum_guard_is_named_the_max_started_at_0():
+    report = exercises.check_safe_softmax(_vectorised_max_from_zero_guarded)
+    assert failures(report) == ["property: values far below 0"]
+    text = message(report, "property: values far below 0")
+    assert "the max started at 0" in text and "the max not subtracted" not in text
+    report = exercises.check_safe_softmax(_vectorised_unshifted_guarded)  # no max at all: 1e4 fails too
+    assert "the max not subtracted" in message(report, "values of 1e4")
+    assert "the max started at 0" not in repr(report)

@@ -10,6 +10,7 @@ from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckRe
 from flashmath.exercises._report import same as _same
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
+from flashmath.i18n import joined
 from flashmath.softmax import compute_dtype, safe_softmax
 
 
@@ -201,6 +202,61 @@ NOT_SUBTRACTED = Mistake(
     cause=_not_subtracted_cause,
 )
 
+MAX_FROM_ZERO = Mistake(
+    N_("the max started at 0"),
+    N_(
+        "a max that starts at 0 (g = 0 before the loop, or max(0, x.max())) is never below 0, so for a vector of "
+        "very negative values every exp(x - g) underflows to 0 and the sum is 0: 0 / 0 gives NaN (in Python floats "
+        "it raises ZeroDivisionError; a guard such as `if s == 0` gives zeros). Start the max at -inf (nothing seen "
+        "yet), or take np.max(x); then also test for a max of -inf (a fully masked row, where -inf - (-inf) is NaN) "
+        "and return zeros"
+    ),
+    (
+        _max_from_zero,
+        _guarded(_max_from_zero),
+        lambda x: _softmax_like(x, lambda w: np.maximum(0, np.max(w)), finish=_zero_sum_guard),
+    ),
+)
+
+
+def _max_from_zero_sum_is_zero(x) -> bool:
+    """The max started at 0 leaves a sum of 0 on ``x`` (every exp(x - max(0, max x)) underflows, in float64 as a
+    Python-float loop computes it, or in the answer's compute dtype): where such a loop raises ZeroDivisionError."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiub" or not x.size or np.isnan(x).any():
+        return False
+    with np.errstate(all="ignore"):
+        return any(
+            bool(np.sum(np.exp(w - max(0.0, float(np.max(w))))) == 0)
+            for w in (x.astype(np.float64), x.astype(compute_dtype(x.dtype)))
+        )
+
+
+def _name_zero_division(report: CheckReport, cases, raised) -> None:
+    """Give the cases that raised ZeroDivisionError a diagnosis: "the max started at 0" when that mistake explains
+    every failing case of the run (each ZeroDivisionError falls where its sum is 0, each wrong answer is already
+    named so), else what a division by zero means here."""
+    if len(raised) != len(cases):
+        return
+    failing = [i for i, (_name, ok, _msg) in enumerate(report.cases) if not ok]
+    by_name = {name: i for i, (name, _) in enumerate(cases)}
+    named = all(
+        (raised[by_name[report.cases[i][0]]] and _max_from_zero_sum_is_zero(cases[by_name[report.cases[i][0]]][1][0]))
+        or (not raised[by_name[report.cases[i][0]]] and _(MAX_FROM_ZERO.name) in report.cases[i][2])
+        for i in failing
+    )
+    for i in failing:
+        name, ok, text = report.cases[i]
+        k = by_name[name]
+        if raised[k]:
+            extra = (
+                MAX_FROM_ZERO.message(cases[k][1])
+                if named
+                else _("the sum is 0: every exp(x - g) underflowed to 0, or the row is fully masked (all -inf)")
+            )
+            report.cases[i] = (name, ok, joined(text, extra))
+
+
 # In the order the whole-run rule tries them (the first whose model gives the learner's answer on every failing case
 # is named): a missing guard for the masked row first (its model is right everywhere else; a max started at 0 also
 # gives NaN on a masked row), then a max started at 0 (on a run that fails only where every exp underflows, a masked
@@ -214,15 +270,7 @@ MISTAKES = (
         ),
         (lambda x: _softmax_like(x, _max),),
     ),
-    Mistake(
-        N_("the max started at 0"),
-        N_(
-            "a running max that starts at 0 is never below 0, so for a vector of very negative values every exp(x "
-            "- g) underflows to 0 and 0 / 0 gives NaN. Start the max at -inf (nothing seen yet), or take np.max(x); "
-            "then also test for a max of -inf (a fully masked row, where -inf - (-inf) is NaN) and return zeros"
-        ),
-        (_max_from_zero, _guarded(_max_from_zero)),
-    ),
+    MAX_FROM_ZERO,
     NOT_SUBTRACTED,
     Mistake(
         N_("the largest absolute value subtracted"),
@@ -356,9 +404,23 @@ def check_safe_softmax(fn) -> CheckReport:
     """
     cases = [(name, (x,)) for name, x in softmax_cases()]
     properties = property_cases([(name, (x,)) for name, x in softmax_properties()])
-    return check_function(
+    raised: list[bool] = []  # per call, in the order of the cases: did it raise ZeroDivisionError?
+
+    def recorded(x):
+        try:
+            out = fn(x)
+        except ZeroDivisionError:
+            raised.append(True)
+            raise
+        except BaseException:
+            raised.append(False)
+            raise
+        raised.append(False)
+        return out
+
+    report = check_function(
         "check_safe_softmax",
-        fn,
+        recorded,
         cases,
         _reference,
         MISTAKES,
@@ -371,3 +433,5 @@ def check_safe_softmax(fn) -> CheckReport:
         describe=_describe,
         hint=_hint,
     )
+    _name_zero_division(report, list(properties) + cases, raised)
+    return report

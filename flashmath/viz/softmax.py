@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -115,7 +116,7 @@ class OnlineSoftmaxPlot(LivePlot):
             ax_s.axhline(d, color="k", ls="--", lw=1)
         (self.s_line,) = ax_s.plot([], [], "o-", color=SEEN, ms=4)
         ax_s.set_ylim(0, top(np.append(self.s, d)))
-        ax_s.set_ylabel(_("sum"))
+        ax_s.set_ylabel(_("running sum"))
         ax_s.set_xlabel(_("step $i$ (reads $x_i$)"))
         ax_s.legend(
             handles=[
@@ -195,10 +196,12 @@ class OverflowPlot(LivePlot):
         ax_e.legend(
             handles=[
                 Patch(color=SEEN, label=_("$x_i$ in the dtype")),
-                Line2D([], [], color=JUMP, ls="", marker="x", ms=8, label=_("red bar: exp($x_i$) = inf")),
+                (Patch(color=JUMP), Line2D([], [], color=JUMP, ls="", marker="x", ms=8)),
                 Line2D([], [], color="k", ls=":", lw=1.2, label=LOGSUMEXP_X),
                 Line2D([], [], color=JUMP, ls="--", lw=1, label=_("ln(max of the dtype)")),
             ],
+            labels=[_("$x_i$ in the dtype"), _("red bar: exp($x_i$) = inf"), LOGSUMEXP_X, _("ln(max of the dtype)")],
+            handler_map={tuple: HandlerTuple(ndivide=None)},  # the red bar and the cross above it, side by side
             ncol=4,
             **LEGEND_ABOVE,
         )
