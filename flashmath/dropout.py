@@ -16,9 +16,11 @@ drawn first is Philox's block of the counter ``(m // 4 + 1, n, offset, 0)``), so
 ``4 (m // 4) ... 4 (m // 4) + 3`` of row ``n`` share one Philox block, each row has its own stream, and another
 ``offset`` (what a framework advances between calls, with the same seed) gives an unrelated mask. A word ``w``
 becomes the uniform ``u = (w >> 11) / 2**53`` in ``[0, 1)``, and the element is kept when ``u >= p``.
-(flash-attention's CUDA kernels key their Philox by the batch, the head and the position of a 16 x 32
-block instead, Dao-AILab/flash-attention#612; Triton's ``tl.rand(seed, offsets)`` is Philox too, tutorial
-``04-low-memory-dropout.py``. The layout differs, the principle is the one above.)
+(flash-attention's CUDA kernels key their Philox by the seed alone and put the batch, the head and the lane in
+the counter's offset half and the position of a 16 x 32 block in its subsequence half instead,
+``csrc/flash_attn/src/philox.cuh`` and ``dropout.h``, Dao-AILab/flash-attention#612; Triton's
+``tl.rand(seed, offsets)`` is Philox too, tutorial ``04-low-memory-dropout.py``. The layout differs, the principle
+is the one above.)
 
 The backward with dropout (FlashAttention's Algorithm 4, the course's names): ``dV = (Y * Z)^T dA``,
 ``dY = (dA V^T) * Z``, ``dX = Y * (dY - D)`` and ``dQ``, ``dK`` as without dropout. ``D = rowsum(dA * A)`` still

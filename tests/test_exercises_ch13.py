@@ -499,3 +499,19 @@ def test_alibi_property_cases_are_square_so_top_left_fails_only_where_named():
     assert "PASS  property: an all -inf row (masked) stays -inf" in str(report)
     assert len(failed) == 3 and all("N = M" not in line.split(":")[0] for line in failed)
     assert all("top-left alignment" in line for line in failed)
+
+
+def test_a_tile_called_empty_when_its_first_key_is_on_the_last_rows_diagonal_fails():
+    # review rev10-e: ">=" for ">" in the empty test (c0 >= r1 - 1 + M - N) failed only the 1 x 1 property before
+    def empty_from_ge(r0, r1, c0, c1, N, M):
+        if c0 >= r1 - 1 + M - N:
+            return 0
+        return 2 if c1 - 1 <= r0 + M - N else 1
+
+    report = exercises.check_tile_kind(empty_from_ge)
+    text = repr(report)
+    assert not report.passed, report
+    assert "FAIL  a tile whose first key is its last row's aligned key: rows 0:4, keys 3:7 of N = M = 8" in text, text
+    assert "expected the kind = 1, got 0" in text, text
+    for right in (solutions.tile_kind, kind_from_the_mask, kind_from_block_mask):
+        assert exercises.check_tile_kind(right).passed

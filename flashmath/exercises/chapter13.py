@@ -797,6 +797,16 @@ def check_tile_kind(fn) -> CheckReport:
             (4, 8, 1, 5, 8, 8),
             (0, 4, 2, 6, 8, 8),
         )
+    ] + [
+        # review rev10-e: the first key on the last row's aligned diagonal, so that c0 >= r1 - 1 + M - N (empty)
+        # fails on a real tile, not only on the 1 x 1 property
+        (
+            _(
+                "a tile whose first key is its last row's aligned key: rows 0:4, keys 3:7 of N = M = 8 (partial, one "
+                "pair kept)"
+            ),
+            (0, 4, 3, 7, 8, 8),
+        )
     ]
     properties = property_cases(
         [
