@@ -1296,6 +1296,21 @@ def test_the_float32_hint_when_every_expected_value_is_0():
     assert "every expected value is 0" in text and "2.0e-09" in text and "relative" not in text.split(")")[-1]
 
 
+def test_the_float32_hint_only_where_float32_explains_the_error():
+    """Review zhrev-j 13-1: a logsumexp off by 8.2e-4 relative was asked whether it ran in float32 (about 1e-7)."""
+    from flashmath.exercises._report import FLOAT32_EXPLAINS, error_note
+
+    want = np.array([1.21302, -0.5, 2.0])
+    rounded = error_note(want.astype(np.float32).astype(np.float64) * (1 + 1e-7), want)  # float32 and a step
+    assert "agree to" in rounded and "such as float32" in rounded and "check the formula" not in rounded
+    for rel in (8.2e-4, 1e-4, 2 * FLOAT32_EXPLAINS):  # a formula off by that much: not float32
+        text = error_note(want + np.array([0, 0, rel * 2.0]), want)
+        assert f"agree only to {rel:.1e} relative" in text and "check the formula" in text, text
+        assert "Was part of it computed" not in text
+    assert "such as float32" in error_note(want + np.array([0, 0, 0.9 * FLOAT32_EXPLAINS * 2.0]), want)
+    assert "agree" not in error_note(want + np.array([0.1, 0, 0]), want)  # beyond 1e-3: no hint at all
+
+
 def test_the_max_not_subtracted_names_underflow_where_exp_underflows():
     """Review rev2-a (1.1): a softmax without the max, guarded against a zero sum, was told on [-1000, -1001]
     that exp overflows; there every exp underflows to 0."""

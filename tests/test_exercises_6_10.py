@@ -1449,3 +1449,40 @@ def test_tile_step_numerator_is_named_and_differences_print_six_digits():
     assert text == "; largest difference 2.06 at [0] (expected 3.33865, got 1.27456)", text
     close = largest_difference(np.array([0.1234567891]), np.array([0.1234567892]))
     assert "(expected 0.1234567892, got 0.1234567891)" in close, close  # as many digits as tell them apart
+
+
+def test_the_window_traffic_prediction_names_fa1_above_standard_attention_and_its_wrong_answers(capsys):
+    """Review 35 (rev10-c): chapter 8 asks, before the tile sweep and its bytes table, whether fa1's traffic ends
+    above (1), level with (0) or below (-1) standard attention's with the window of 12 keys (P8b): above, 5 elements
+    per score (15/36 x 12) against 4; the numbers of its sentences are the package's."""
+    import nbformat
+    from helpers import ROOT
+
+    import flashmath as fm
+    from flashmath.data import load_heads
+    from flashmath.exercises.predict import QUESTIONS
+
+    heads = load_heads()
+    layer, head, _ = heads.demo_rows[0]
+    q, k, v = (a[layer, head].astype(np.float64) for a in (heads.q, heads.k, heads.v))
+    N, D = q.shape
+    M = k.shape[0]
+    window = fm.sliding_window_mask(N, M, 12)
+    traces = {o: fm.flash_trace(q, k, v, block_q=8, block_k=8, order=o, mask=window) for o in ("fa1", "fa2")}
+    standard = fm.attention_traffic("standard", N, M, D, bytes_per_element=traces["fa1"].traffic.bytes_per_element)
+    assert D == 32 and len(traces["fa1"]) == 36 and traces["fa1"].n_skipped == 21  # 15 tiles computed
+    assert 3 * D // 8 == 12 and 2 * D // 8 == 8 and 15 / 36 * 12 == 5 and round(15 / 36 * 8, 1) == 3.3
+    assert traces["fa2"].hbm_bytes[-1] < standard.bytes < traces["fa1"].hbm_bytes[-1]
+    for path in ("08_masking.ipynb", "zh/08_masking.ipynb"):
+        cells = nbformat.read(ROOT / "notebooks" / path, as_version=4).cells
+        (source,) = [c.source for c in cells if c.get("id") == "predict-window-check-08"]
+        env = {"fm": fm, "np": np, "q": q, "k": k, "v": v, "N": N, "M": M, "D": D}
+        exec(source, env)
+        assert "You predicted" not in capsys.readouterr().out  # the placeholder: no answer
+        exec(source.replace("my_prediction = ...", "my_prediction = 1"), env)
+        out = capsys.readouterr().out
+        assert ": right." in out and QUESTIONS["P8b"].why in out, out
+        for wrong, text in QUESTIONS["P8b"].misconceptions.items():
+            exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
+            out = capsys.readouterr().out
+            assert "not quite" in out and text in out and QUESTIONS["P8b"].why not in out, out

@@ -334,6 +334,24 @@ QUESTIONS: dict[str, Question] = {
             ),
         },
     ),
+    "P8b": Question(
+        why=N_(
+            "fa1 reads Q_i and reads and writes back A_i for every key tile: 3 D / B_c = 12 elements per score of "
+            "each tile it computes, against standard attention's 4 per score, masked or not. The window leaves 15 "
+            "of the 36 tiles: 15/36 x 12 = 5 > 4, above (fa2, 2 D / B_r = 8, ends at 15/36 x 8, about 3.3: below)."
+        ),
+        misconceptions={
+            -1: N_(
+                "Below is where fa2 ends (15/36 x 8, about 3.3 elements per score, against standard attention's "
+                "4); fa1 moves 3 D / B_c = 12 per score of each tile it computes, and 15/36 x 12 = 5 stays above 4."
+            ),
+            0: N_(
+                "Level would need fa1's 15/36 x 12 = 5 elements per score (3 D / B_c = 12 on each of the 15 tiles "
+                "it computes, of 36) to equal standard attention's 4; it moves more: above."
+            ),
+        },
+        why_after_tailored=False,
+    ),
     "P9": Question(
         why=N_(
             "fa2 computes in float32 and rounds only its output, as the floor does: its float32 additions, in "
