@@ -1083,6 +1083,62 @@ def test_a_merge_that_returns_nan_nan_for_a_nan_sum_is_told_the_requirement_not_
     assert "swapped" not in failing[0][1] and "looks like" not in failing[0][1]
 
 
+def test_the_natural_merge_without_a_guard_and_with_python_max_is_named_as_those_two_mistakes():
+    """rev11-a: ``g = max(g1, g2)`` with no guard for two empty parts fails two cases, which an unguarded fmin merge
+    also gives; the checker names the two real slips, as 2.1 and 2.3 do, and never a mistake whose model fails a
+    case that passed."""
+
+    def natural(g1, s1, g2, s2):
+        g = max(g1, g2)
+        return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+    report = exercises.check_merge(natural)
+    failing = {name: msg for name, ok, msg in report.cases if not ok}
+    assert list(failing) == ["property: two empty parts", "property: NaN in a max"]
+    assert "-inf - (-inf) while nothing is seen" in failing["property: two empty parts"]
+    assert "Python's max dropping NaN" in failing["property: NaN in a max"]
+    assert all("min of the two maxima" not in msg for msg in failing.values())
+    for alone, name in (
+        (merge_with(g_of=max), "Python's max dropping NaN"),
+        (merge_with(g_of=lambda a, b: float(np.maximum(a, b)), guard=False), "-inf - (-inf) while nothing is seen"),
+        (merge_with(g_of=lambda a, b: float(np.fmin(a, b)), guard=False), "the min of the two maxima"),
+    ):
+        msgs = [msg for _, ok, msg in exercises.check_merge(alone).cases if not ok]
+        named = [msg for msg in msgs if "looks like" in msg]  # an OverflowError is reported as such
+        assert named and all(name in msg for msg in named), (name, msgs)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        merge_with(),
+        merge_with(g_of=lambda a, b: float(np.maximum(a, b))),
+        lambda g1, s1, g2, s2: fm.merge(g1, s1, g2, s2),
+    ],
+)
+def test_right_merges_pass_with_the_consistent_diagnosis(right):
+    assert exercises.check_merge(right).passed
+
+
+def test_the_two_mistakes_named_for_the_natural_merge_give_its_answer_on_every_case_that_passed():
+    """The models of the two mistakes named for ``g = max(g1, g2)`` without a guard agree with that answer on every
+    case it passed (the min of the two maxima, named before, failed most of them)."""
+    from flashmath.exercises._report import quiet
+    from flashmath.exercises.chapter2 import MERGE_MISTAKES, merge_cases, merge_properties, same_state
+
+    def natural(g1, s1, g2, s2):
+        g = max(g1, g2)
+        return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+    cases = list(merge_properties()) + list(merge_cases())
+    report = exercises.check_merge(natural)
+    passed = [args for (name, args), (_, ok, _) in zip(cases, report.cases, strict=True) if ok]
+    assert len(passed) == 14
+    for name in ("Python's max dropping NaN", "-inf - (-inf) while nothing is seen"):
+        models = [model for m in MERGE_MISTAKES if m.name == name for model in m.models]
+        assert any(all(same_state(natural(*args), quiet(model, *args)) for args in passed) for model in models)
+
+
 @pytest.mark.parametrize("arg", ["q_n", "K"])
 def test_a_score_row_that_changes_an_input_names_it(arg):
     def scale_in_place(q_n, K):
