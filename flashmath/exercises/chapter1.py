@@ -207,7 +207,7 @@ MAX_FROM_ZERO = Mistake(
     N_(
         "a max that starts at 0 (g = 0 before the loop, or max(0, x.max())) is never below 0, so for a vector of "
         "very negative values every exp(x - g) underflows to 0 and the sum is 0: 0 / 0 gives NaN (in Python floats "
-        "it raises ZeroDivisionError; a guard such as `if s == 0` gives zeros). Start the max at -inf (nothing seen "
+        "it raises ZeroDivisionError; a guard such as if s == 0 gives zeros). Start the max at -inf (nothing seen "
         "yet), or take np.max(x); then also test for a max of -inf (a fully masked row, where -inf - (-inf) is NaN) "
         "and return zeros"
     ),
