@@ -394,8 +394,7 @@ QUESTIONS: dict[str, Question] = {
         ),
         misconceptions={
             256: N_(
-                "256 fits only the whole register file (256 KiB): a block of 4 warps holds 127.5 KiB, and 256 rows "
-                "need 194 KiB of registers (their 96 KiB of shared memory would fit the 99 KiB)."
+                "256 fits only the whole register file (256 KiB), but a block of 4 warps holds at most 127.5 KiB of it."
             ),
             64: N_(
                 "64 halves the A100's 128 for twice the D, but a row's registers grow only from 520 to 776 bytes "
