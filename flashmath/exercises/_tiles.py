@@ -192,7 +192,7 @@ def tile_cases(rng, state: str = "(g, s, A')"):
         (_("every row's max holds (old max 3)"), (np.full(3, 3.0), np.array([1.5, 2.0, 1.0]), a, X, V)),
         (_("the max jumps in some rows only"), (np.array([0.5, 3.0, -1.0]), np.array([1.5, 2.0, 1.0]), a, X, V)),
         (
-            _("rows with maxima far apart (a tile max of 1000 in row 1)"),
+            _("rows with maxima far apart (a tile max of 1000 in row [1])"),
             (np.array([0.0, 1.0, 2.0]), np.array([2.0, 1.0, 1.0]), a, X + np.array([[0.0], [1000.0], [0.0]]), V),
         ),
         (

@@ -198,7 +198,8 @@ class TileSweepPlot(LivePlot):
         handles = [Line2D([], [], color=ORDER_COLORS[o], lw=2, label=o) for o in self.traces]
         if self.standard_bytes:
             handles.append(Line2D([], [], color="k", ls="--", lw=1, label=_("standard attention")))
-        legend = ax_c.legend(handles=handles, loc="lower right", fontsize=8)  # below the rising curves
+        # one row in the empty top left corner, above the curves and off the rising fa2 curve (review rev11-b, ch6)
+        legend = ax_c.legend(handles=handles, loc="upper left", ncol=len(handles), fontsize=8)
         # each order's swatch drawn as its curve is: the order shown bold, the other faint and thin (its whole run)
         self.order_swatches = dict(zip(self.traces, legend.get_lines(), strict=False))
 
