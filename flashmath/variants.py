@@ -708,7 +708,10 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
         )
     else:
         mod = (mask_mod or strided_mask_mod)(param)
-        note = _("custom mask_mod (param = {param})").format(param=param)
+        if mask_mod is None:  # the default custom mask: its parameter is the stride
+            note = _("custom mask_mod (stride = {param})").format(param=param)
+        else:
+            note = _("custom mask_mod (param = {param})").format(param=param)
     blocks = block_mask(N, N, block_q=block, block_k=block, causal=causal, window=window, mask_mod=mod, cu_seqlens_q=cu)
     docs = packed_documents(cu, cu, N, N) if cu is not None else None
     keep = make_variant(N, N, (), causal=causal, window=window, mask_mod=mod, docs=docs).tile_keep(0, N, 0, N)

@@ -526,3 +526,24 @@ def test_partial_and_prefix_draws_chapter_4s_partial_sum_beside_the_prefix_outpu
     with pytest.raises(ValueError):
         viz.plot_partial_and_prefix(trace, v, 3)
     plt.close(fig)
+
+
+def test_the_paged_cache_colours_each_physical_page_as_full_as_its_logical_page():
+    """Issue 38 (rev11-e, zhrev-l 13-1): pages 7 and 3 hold 2 of their 4 tokens, so only half of each is coloured."""
+    fig = viz.plot_paged_cache(np.array([[5, 2, 7], [0, 3, 0]]), np.array([10, 6]), 4, 9)
+    try:
+        ax = fig.axes[0]
+        coloured = {}  # (x, y) -> the width of the filled rectangle there
+        for patch in ax.patches:
+            if isinstance(patch, plt.Rectangle) and patch.get_fill():
+                coloured[patch.get_xy()] = patch.get_width()
+        physical = {p: coloured[(p, 0)] for p in range(9)}
+        assert physical[7] == pytest.approx(0.45) and physical[3] == pytest.approx(0.45)  # 2 of 4 tokens
+        assert all(physical[p] == pytest.approx(0.9) for p in (0, 2, 5))  # full pages
+        assert all(physical[p] == pytest.approx(0.9) for p in (1, 4, 6, 8))  # free pages: grey, whole
+        logical = sorted(w for (x, y), w in coloured.items() if y == 2.0)
+        assert logical == pytest.approx(sorted(physical[p] for p in (0, 2, 3, 5, 7)))  # the same fractions
+        labels = {t.get_text(): t.get_position() for t in ax.texts if t.get_position()[1] == 0.4}
+        assert labels["7"][0] == pytest.approx(7 + 0.225)  # the number centred in the coloured part
+    finally:
+        plt.close(fig)

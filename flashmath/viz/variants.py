@@ -174,7 +174,9 @@ def plot_mask_example(
 def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figsize=(8.0, 3.4)):
     """Logical pages of each sequence (top row, one group per sequence, side by side) and where they lie in the pool
     of physical pages (bottom row), an arrow per page: the arrows run between the two rows only, so none crosses a
-    page box. ``block_table (B, max_pages)``, ``seqlens (B,)``: as :func:`flashmath.packed.paged_attention`."""
+    page box. Every page, logical or physical, is coloured over the fraction of its ``page_size`` slots that hold a
+    token (thin lines mark the slots), with its number centred in the coloured part.
+    ``block_table (B, max_pages)``, ``seqlens (B,)``: as :func:`flashmath.packed.paged_attention`."""
     import matplotlib.pyplot as plt
 
     table, lengths = np.asarray(block_table), np.asarray(seqlens)
@@ -183,16 +185,24 @@ def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figs
     B = len(lengths)
     top = 2.0  # the logical row is at y = top; the physical pool is the row at y = 0
     owner = {}
+
+    def page(x, y, filled, color, label):
+        """One page box at (x, y): coloured over filled / page_size of its width, a thin line between token slots."""
+        width = filled / page_size * 0.9
+        ax.add_patch(plt.Rectangle((x, y), width, 0.8, color=color, alpha=0.8))
+        ax.add_patch(plt.Rectangle((x, y), 0.9, 0.8, fill=False, ec="k", lw=0.6))
+        for slot in range(1, page_size):
+            ax.plot([x + slot * 0.9 / page_size] * 2, [y, y + 0.8], color="k", lw=0.3, alpha=0.4)
+        ax.text(x + (width if filled else 0.9) / 2, y + 0.4, label, ha="center", va="center", fontsize=9)
+
     start = 0  # the x of the group of sequence b: the groups follow each other, one empty slot between them
     for b in range(B):
         pages = -(-int(lengths[b]) // page_size)
         for j in range(pages):
             filled = min(page_size, int(lengths[b]) - j * page_size)
             x = start + j
-            ax.add_patch(plt.Rectangle((x, top), filled / page_size * 0.9, 0.8, color=colors(b), alpha=0.8))
-            ax.add_patch(plt.Rectangle((x, top), 0.9, 0.8, fill=False, ec="k", lw=0.6))
-            ax.text(x + 0.45, top + 0.4, f"{j}", ha="center", va="center", fontsize=9)
-            owner[int(table[b, j])] = (b, x)
+            page(x, top, filled, colors(b), f"{j}")
+            owner[int(table[b, j])] = (b, x, filled)
         ax.text(
             start + (pages - 0.1) / 2,
             top + 0.95,
@@ -205,10 +215,13 @@ def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figs
         start += pages + 1
     for p in range(n_pages):
         b_x = owner.get(p)
-        ax.add_patch(plt.Rectangle((p, 0), 0.9, 0.8, color=colors(b_x[0]) if b_x else "#dddddd", alpha=0.8))
-        ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=9)
+        if b_x:  # a page in use: coloured as much as its logical page
+            page(p, 0, b_x[2], colors(b_x[0]), f"{p}")
+        else:  # a free page: grey, no slot lines
+            ax.add_patch(plt.Rectangle((p, 0), 0.9, 0.8, color="#dddddd", alpha=0.8))
+            ax.text(p + 0.45, 0.4, f"{p}", ha="center", va="center", fontsize=9)
         if b_x:
-            b, x = b_x
+            b, x, _filled = b_x
             ax.annotate(
                 "",
                 xy=(p + 0.45, 0.8),
@@ -220,9 +233,9 @@ def plot_paged_cache(block_table, seqlens, page_size: int, n_pages: int, *, figs
     ax.set_yticks([top + 0.4, 0.4], [_("logical pages"), _("physical pages")], fontsize=9)
     ax.set_xticks([])
     ax.set_title(
-        _("logical pages of {page_size} tokens (shading = filled) -> physical pages, through the block table").format(
-            page_size=page_size
-        ),
+        _(
+            "logical pages -> physical pages, through the block table (pages of {page_size} tokens, shading = filled)"
+        ).format(page_size=page_size),
         fontsize=9,
     )
     for side in ("top", "right", "bottom"):
