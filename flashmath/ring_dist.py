@@ -151,8 +151,8 @@ def require_torch(chapter: str = "This chapter") -> None:
             "Install it in a terminal, in the course's folder, with its environment activated:\n"
             "{commands}\n"
             "then restart the kernel (Kernel > Restart Kernel...) and run the chapter again.\n"
-            "Run All stops here. The stored outputs below were made with PyTorch: to read them, File > Reload "
-            "Notebook\nfrom Disk (if it was saved since: git restore the notebook's file)."
+            "Run All stops here. The stored outputs below were made with PyTorch: to read them,\n"
+            "File > Reload Notebook from Disk (if it was saved since: git restore the notebook's file)."
         ).format(chapter=_(chapter), commands=commands)
     ) from None
 

@@ -580,3 +580,18 @@ def test_row_lse_missing_rescale_hint_typed_as_given_passes():
     report = exercises.check_row_lse(emulated_kernel(rescale=False))
     assert hint in messages(report), report
     assert exercises.check_row_lse(emulated_kernel()).passed  # s * exp(g - ref) + sum(exp(blk - ref)), ref = g_ref
+
+
+def test_flash_row_the_max_not_subtracted_explains_the_underflow_too():
+    def no_max_np_log(q_n, K, V, B_c):  # g stays 0; np.log(0) = -inf instead of math's ValueError
+        s, acc = 0.0, np.zeros(V.shape[1])
+        for c0 in range(0, len(K), B_c):
+            p = np.exp(K[c0 : c0 + B_c] @ q_n / math.sqrt(len(q_n)))
+            s, acc = s + p.sum(), acc + p @ V[c0 : c0 + B_c]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return acc / s, float(np.log(s))
+
+    report = chapter15.check_flash_row(no_max_np_log)
+    below = [m for name, ok, m in report.cases if not ok and name.startswith("scores of -1000")]
+    assert below and "the max not subtracted" in below[0], report
+    assert "underflows to 0" in below[0] and "0 / 0" in below[0], report

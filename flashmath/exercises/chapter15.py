@@ -210,7 +210,10 @@ def _recap_parse(answers, number):
         letter
         if letter in choices
         else PropertyFailure(
-            _("{answer} is not one of {choices}").format(answer=repr(answer), choices=_(", ").join(sorted(choices)))
+            _("{answer} is not one of {choices}").format(
+                answer=_("'{letter}'").format(letter=answer),  # zh: full-width quotes
+                choices=_(", ").join(sorted(choices)),
+            )
         )
     )
 
@@ -338,7 +341,10 @@ FLASH_ROW_MISTAKES = (
     ),
     Mistake(
         N_("the max not subtracted"),
-        N_("exp(x) overflows for scores above 709 (float64): subtract the running max"),
+        N_(
+            "exp(x) overflows for scores above 709 (float64), and when every score is far below 0 each exp(x) "
+            "underflows to 0, so s = 0 and 0 / 0: subtract the running max"
+        ),
         (_model(subtract_max=False),),
     ),
     # after the max not subtracted: both give NaN where the scores are near 2000. The unguarded forms of the two

@@ -130,7 +130,7 @@ class RingPlot(LivePlot):
             out = mid / max(float(np.hypot(*mid)), 1e-9)
             where = mid + 0.7 * out if P > 2 else mid + np.array([0.55 if r == 0 else -0.55, 0.0])
             self.sending.append(
-                ax.text(float(where[0]), float(where[1]), "", ha="center", va="center", fontsize=8.5, color=HOLD)
+                ax.text(float(where[0]), float(where[1]), "", ha="center", va="center", fontsize=9, color="#333333")
             )
 
         ax = self.ax_err
