@@ -218,12 +218,24 @@ def _recap_parse(answers, number):
     )
 
 
+class _QuizReport(CheckReport):
+    """A quiz's report: its first line counts questions answered right, not cases passed."""
+
+    def __repr__(self) -> str:
+        lines = super().__repr__().split("\n")
+        right = sum(ok for _name, ok, _message in self.cases)
+        lines[0] = _("{title}: {right} of {total} questions right").format(
+            title=self.title, right=right, total=len(self.cases)
+        )
+        return "\n".join(lines)
+
+
 @exercise("15.1", solution="recap_quiz", solutions="flashmath.solutions_triton", property_cases=0, quiz=True)
 def check_recap_quiz(answers) -> CheckReport:
     """Check a learner's ``{question number: letter}`` for :data:`RECAP_QUESTIONS` (exercise 15.1), one case per
     question through the harness (:func:`~flashmath.exercises._cases.check_function`); a wrong letter is answered
     with why that choice is wrong, naming the chapter to revisit."""
-    return check_quiz(
+    report = check_quiz(
         "check_recap_quiz",
         answers,
         [(f"{number}. {_(question[0])}", number) for number, question in RECAP_QUESTIONS.items()],
@@ -235,6 +247,9 @@ def check_recap_quiz(answers) -> CheckReport:
             _(RECAP_QUESTIONS[number][3][letter]),
         ),
     )
+    if not isinstance(answers, dict):  # one case, "the answers": not a question
+        return report
+    return _QuizReport(report.title, report.cases)
 
 
 # ------------------------------------------------------------------------------------------------------------------

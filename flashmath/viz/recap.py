@@ -188,7 +188,7 @@ class CourseMapPlot(LivePlot):
                 "else than the final one (the one idea of the course)"
             ),
             fontsize=9,
-            color=IDEA,
+            color="#a04d00",  # the outline's orange, darker: legible as 9-point text on white
         )
         self.caption = self.fig.text(0.01, 0.072, "", fontsize=10.5, fontweight="bold")
         self.detail = self.fig.text(0.01, 0.018, "", fontsize=10)
