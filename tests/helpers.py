@@ -159,3 +159,21 @@ def paged_case(rng, seqlens, page_size, H_kv, D, Dv, spare=3):
         table[b, :n] = order[used : used + n]
         used += n
     return k_pages, v_pages, table, np.array(seqlens)
+
+
+def prediction_cell(path: str, cell_id: str, env: dict, capsys):
+    """A notebook's prediction cell (``my_prediction = ...``) as ``run(answer)``: runs it in ``env`` with that
+    answer (``...``, the default, keeps the placeholder) and returns what it printed."""
+    import nbformat
+
+    cells = nbformat.read(ROOT / "notebooks" / path, as_version=4).cells
+    (source,) = [c.source for c in cells if c.get("id") == cell_id]
+
+    def run(answer=...):
+        if answer is not ...:
+            exec(source.replace("my_prediction = ...", f"my_prediction = {answer!r}"), env)
+        else:
+            exec(source, env)
+        return capsys.readouterr().out
+
+    return run

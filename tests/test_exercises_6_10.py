@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests, named
+from helpers import checker_tests, named, prediction_cell
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -1379,27 +1379,18 @@ def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(caps
     """Review 35 (rev5-b): chapter 6 asks for fa2's threshold before deriving it (P6b): from B_r = 32 on for
     D = 64 and N = 16384; the cell prints the answer only after a prediction, and each common wrong answer its
     misconception."""
-    import nbformat
-    from helpers import ROOT
-
     from flashmath.exercises.predict import QUESTIONS
 
-    cells = nbformat.read(ROOT / "notebooks" / "06_tiling.ipynb", as_version=4).cells
-    (source,) = [c.source for c in cells if c.get("id") == "rule-check-06"]
-    env = {"fm": fm}
-    exec(source, env)
-    assert "32" not in capsys.readouterr().out  # the placeholder: no answer
+    run = prediction_cell("06_tiling.ipynb", "rule-check-06", {"fm": fm}, capsys)
+    assert "32" not in run()  # the placeholder: no answer
     why = QUESTIONS["P6b"].why
-    exec(source.replace("my_prediction = ...", "my_prediction = 32"), env)
-    out = capsys.readouterr().out
+    out = run(32)
     assert ": right." in out and why in out, out
     for wrong, text in QUESTIONS["P6b"].misconceptions.items():
-        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
-        out = capsys.readouterr().out
+        out = run(wrong)
         # zhrev-e 06-16: the tailored sentence already gives the general reason, which is not repeated after it
         assert "not quite" in out and text in out and why not in out, out
-    exec(source.replace("my_prediction = ...", "my_prediction = 40"), env)  # no sentence of its own
-    out = capsys.readouterr().out
+    out = run(40)  # no sentence of its own
     assert "not quite" in out and why in out, out
 
 
@@ -1407,8 +1398,6 @@ def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(ca
     """Review 35 (rev8-d): chapter 10's hardware section asks for the largest B_r on the RTX 4090 at D = 128,
     B_c = 64, 4 warps (P10b) before the FlashAttention-2 table: 128, and a 256-row tile breaks the register cap
     (194 > 127.5 KiB), not the shared one (96 <= 99 KiB); the numbers of its sentences are the model's."""
-    import nbformat
-    from helpers import ROOT
 
     from flashmath import hardware
     from flashmath.exercises.predict import QUESTIONS
@@ -1421,17 +1410,12 @@ def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(ca
     assert hardware.largest_query_tile(gpu, 128, 64, stages=1) == 256  # the whole register file
     per_row = [hardware.tile_bytes(d, 1, 64, stages=1).registers for d in (64, 128)]
     assert per_row == [520, 776]
-    cells = nbformat.read(ROOT / "notebooks" / "10_beyond.ipynb", as_version=4).cells
-    (source,) = [c.source for c in cells if c.get("id") == "tile-check-10"]
-    env = {"hardware": hardware}
-    exec(source, env)
-    assert "128" not in capsys.readouterr().out  # the placeholder: no answer
-    exec(source.replace("my_prediction = ...", "my_prediction = 128"), env)
-    out = capsys.readouterr().out
+    run = prediction_cell("10_beyond.ipynb", "tile-check-10", {"hardware": hardware}, capsys)
+    assert "128" not in run()  # the placeholder: no answer
+    out = run(128)
     assert ": right." in out and QUESTIONS["P10b"].why in out, out
     for wrong, text in QUESTIONS["P10b"].misconceptions.items():
-        exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
-        out = capsys.readouterr().out
+        out = run(wrong)
         assert "not quite" in out and text in out, out
 
 
@@ -1455,8 +1439,6 @@ def test_the_window_traffic_prediction_names_fa1_above_standard_attention_and_it
     """Review 35 (rev10-c): chapter 8 asks, before the tile sweep and its bytes table, whether fa1's traffic ends
     above (1), level with (0) or below (-1) standard attention's with the window of 12 keys (P8b): above, 5 elements
     per score (15/36 x 12) against 4; the numbers of its sentences are the package's."""
-    import nbformat
-    from helpers import ROOT
 
     import flashmath as fm
     from flashmath.data import load_heads
@@ -1474,15 +1456,11 @@ def test_the_window_traffic_prediction_names_fa1_above_standard_attention_and_it
     assert 3 * D // 8 == 12 and 2 * D // 8 == 8 and 15 / 36 * 12 == 5 and round(15 / 36 * 8, 1) == 3.3
     assert traces["fa2"].hbm_bytes[-1] < standard.bytes < traces["fa1"].hbm_bytes[-1]
     for path in ("08_masking.ipynb", "zh/08_masking.ipynb"):
-        cells = nbformat.read(ROOT / "notebooks" / path, as_version=4).cells
-        (source,) = [c.source for c in cells if c.get("id") == "predict-window-check-08"]
         env = {"fm": fm, "np": np, "q": q, "k": k, "v": v, "N": N, "M": M, "D": D}
-        exec(source, env)
-        assert "You predicted" not in capsys.readouterr().out  # the placeholder: no answer
-        exec(source.replace("my_prediction = ...", "my_prediction = 1"), env)
-        out = capsys.readouterr().out
+        run = prediction_cell(path, "predict-window-check-08", env, capsys)
+        assert "You predicted" not in run()  # the placeholder: no answer
+        out = run(1)
         assert ": right." in out and QUESTIONS["P8b"].why in out, out
         for wrong, text in QUESTIONS["P8b"].misconceptions.items():
-            exec(source.replace("my_prediction = ...", f"my_prediction = {wrong!r}"), env)
-            out = capsys.readouterr().out
+            out = run(wrong)
             assert "not quite" in out and text in out and QUESTIONS["P8b"].why not in out, out
