@@ -2498,3 +2498,14 @@ def test_the_vectorised_max_from_0_with_a_zero_sum_guard_is_named_the_max_starte
     report = exercises.check_safe_softmax(_vectorised_unshifted_guarded)  # no max at all: 1e4 fails too
     assert "the max not subtracted" in message(report, "values of 1e4")
     assert "the max started at 0" not in repr(report)
+
+
+def test_the_softmax_over_the_queries_says_what_it_does_to_one_query_only_on_the_one_query_case():
+    """Issue 35 (reviews rev10-b, rev12-b): the sentence on N = 1 (every weight 1, A the sum of V's rows) is given on
+    the case with one query, not on the cases with several."""
+    report = exercises.check_attention(ATTENTION["softmax over the wrong axis (the queries)"])
+    for name, ok, text in report.cases:
+        if ok:
+            continue
+        assert "softmax over the wrong axis (the queries)" in text, (name, text)
+        assert ("N = 1) a softmax over the queries" in text) == name.startswith("N = 1:"), (name, text)

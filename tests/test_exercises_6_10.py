@@ -948,6 +948,62 @@ def test_more_tile_step_forms_are_named(mistake):
     assert named(report) == {mistake}, report
 
 
+def _tile_step_with_max(row_max, column_axis=True):
+    """A learner's tile step, right except for the tile max ``row_max(x_tile)``; without ``column_axis`` the new max
+    is subtracted as ``x_tile - g_new`` (a learner who takes the tile max for one number)."""
+
+    def step(g, s, a, x_tile, v_tile):
+        g_new = np.maximum(g, row_max(x_tile))
+        r = np.exp(g - g_new)
+        p = np.exp(x_tile - (g_new[:, None] if column_axis else g_new))
+        s_new = s * r + p.sum(axis=1)
+        return g_new, s_new, a * (s * r / s_new)[:, None] + (p @ v_tile) / s_new[:, None]
+
+    return step
+
+
+def algorithm1_step_columns_max(g, s, a, x_tile, v_tile):
+    """Algorithm 1's form (the tile max first) with the tile max over the columns: x_tile - m broadcasts."""
+    m = x_tile.max(axis=0)
+    p = np.exp(x_tile - m)
+    g_new = np.maximum(g, m)
+    s_new = np.exp(g - g_new) * s + np.exp(m - g_new) * p.sum(axis=1)
+    return (
+        g_new,
+        s_new,
+        (a * (s * np.exp(g - g_new))[:, None] + np.exp(m - g_new)[:, None] * (p @ v_tile)) / s_new[:, None],
+    )
+
+
+# Issue 35 (review rev12-b): the tile-wide max and the max over the wrong axis, in the forms a learner writes them,
+# named on the square tile (where they run without an error) and wherever else they give numbers
+TILE_MAX_FORMS = [
+    ("the max over the whole tile", "x_tile.max(), g_new[:, None]", _tile_step_with_max(np.max)),
+    ("the max over the whole tile", "x_tile.max(), x_tile - g_new", _tile_step_with_max(np.max, column_axis=False)),
+    ("the max over the wrong axis", "axis=0, g_new[:, None]", _tile_step_with_max(lambda x: x.max(axis=0))),
+    (
+        "the max over the wrong axis",
+        "axis=0, x_tile - g_new",
+        _tile_step_with_max(lambda x: x.max(axis=0), column_axis=False),
+    ),
+    ("the max over the wrong axis", "axis=0, Algorithm 1's form", algorithm1_step_columns_max),
+    (
+        "the max over the wrong axis",
+        "axis=0 cut to the number of rows",
+        _tile_step_with_max(lambda x: x.max(axis=0)[: x.shape[0]]),
+    ),
+]
+
+
+@pytest.mark.parametrize("mistake, form, fn", TILE_MAX_FORMS, ids=[f"{m}: {f}" for m, f, _ in TILE_MAX_FORMS])
+def test_a_tile_wide_or_wrong_axis_max_is_named_in_each_form(mistake, form, fn):
+    report = exercises.check_tile_step(fn)
+    assert not report.passed
+    assert named(report) == {mistake}, report
+    square = next(text for name, _, text in report.cases if name == "a square tile (B_r = B_c = 4)")
+    assert mistake in square and "x_tile.max(axis=1)" in square, square
+
+
 WRONG = {
     "check_tile_step": TILE,
     "check_numerator_step": NUMERATOR,
@@ -1205,12 +1261,33 @@ def package_test_ratio(out, q, k, v):
     return fm.max_abs_error(out, reference) / fm.max_abs_error(fm.naive_attention(q, k, v), reference)
 
 
+def algorithm1_tile_step(g, s, a, x_tile, v_tile):
+    """Algorithm 1's lines 9-12: the tile's own max and sum first, then the merge with the row's state."""
+    m = x_tile.max(axis=1)
+    p = np.exp(x_tile - m[:, None])
+    g_new = np.maximum(g, m)
+    s_new = np.exp(g - g_new) * s + np.exp(m - g_new) * p.sum(axis=1)
+    old = (s * np.exp(g - g_new))[:, None] * a
+    return g_new, s_new, (old + np.exp(m - g_new)[:, None] * (p @ v_tile)) / s_new[:, None]
+
+
+def tile_step_keepdims_max(g, s, a, x_tile, v_tile):
+    """The row max kept as a column (B_r, 1), which broadcasts against x_tile without [:, None]."""
+    g_col = np.maximum(g[:, None], np.max(x_tile, axis=1, keepdims=True))
+    p = np.exp(x_tile - g_col)
+    r = np.exp(g - g_col[:, 0])
+    s_new = s * r + p.sum(axis=1)
+    return g_col[:, 0], s_new, (a * (s * r)[:, None] + p @ v_tile) / s_new[:, None]
+
+
 RIGHT = [
     ("check_tile_step", "the package's fa1_tile_step", lambda g, s, a, x, v: fa1_tile_step(g, s, a, x, v, None)),
     ("check_tile_step", "the solution", solutions.tile_step),
     ("check_tile_step", "log-domain, convex combination", log_domain_tile_step),
     ("check_tile_step", "Python loops, math.fsum", loop_tile_step),
     ("check_tile_step", "an output buffer zeros_like(a)", tile_step_into_a_buffer),
+    ("check_tile_step", "Algorithm 1's form, the tile max first", algorithm1_tile_step),
+    ("check_tile_step", "the row max with keepdims=True", tile_step_keepdims_max),
     (
         "check_numerator_step",
         "the package's fa2_tile_step on a copy of u",

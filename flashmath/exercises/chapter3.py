@@ -60,6 +60,18 @@ def _scaled(scale):
     return lambda q, k, v: variant(q, k, v, scale=scale)
 
 
+def _one_query_cause(q) -> str | None:
+    """The softmax over the queries on a case with one query (N = 1): what it turns the output into; other cases
+    get the mistake's general fix."""
+    if np.ndim(q) < 2 or np.shape(q)[-2] != 1:
+        return None
+    return _(
+        "each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1). With "
+        "one query (N = 1) a softmax over the queries makes every weight 1, and A becomes the sum of the rows "
+        "of V"
+    )
+
+
 MISTAKES = (
     Mistake(
         N_("no scale"),
@@ -143,12 +155,9 @@ MISTAKES = (
     ),
     Mistake(
         N_("softmax over the wrong axis (the queries)"),
-        N_(
-            "each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1). With "
-            "one query (N = 1) a softmax over the queries makes every weight 1, and A becomes the sum of the rows "
-            "of V"
-        ),
+        N_("each row of X (one query, all keys) must sum to 1, so normalise along the last axis (axis=-1)"),
         (lambda q, k, v: variant(q, k, v, shift="column", norm=-2), lambda q, k, v: variant(q, k, v, norm=-2)),
+        cause=lambda q, k, v: _one_query_cause(q),
     ),
     Mistake(
         N_("the max over the wrong axis"),

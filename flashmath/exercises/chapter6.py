@@ -171,13 +171,39 @@ TILE_MISTAKES = (
     ),
     Mistake(
         N_("the max over the whole tile"),
-        N_("each row has its own max: g_new = max(g, X.max(axis=1)), not X.max()"),
-        (_tile_model(g_of=lambda g, x: np.maximum(g, x.max())),),
+        N_(
+            "one max for the whole tile: each row needs its own, x_tile.max(axis=1), so g_new = np.maximum(g, "
+            "x_tile.max(axis=1)), subtracted from its own row: x_tile - g_new[:, None]"
+        ),
+        (
+            _tile_model(g_of=lambda g, x: np.maximum(g, x.max())),
+            # the tile max taken as a number, so g_new subtracted without a column axis (numpy raises unless the
+            # tile is square)
+            _tile_model(g_of=lambda g, x: np.maximum(g, x.max()), p_of=lambda x, g, gn: np.exp(x - max_or_zero(gn))),
+        ),
     ),
     Mistake(
         N_("the max over the wrong axis"),
-        N_("X is (B_r, B_c), one row per query: the row max is X.max(axis=1)"),
-        (_tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),),
+        N_(
+            "x_tile is (B_r, B_c), one row per query: x_tile.max(axis=0) is the max of each key column, one per "
+            "key; each row needs the max over its own keys, x_tile.max(axis=1), so g_new = np.maximum(g, "
+            "x_tile.max(axis=1))"
+        ),
+        (
+            _tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0))),
+            # the column maxima subtracted without a column axis too
+            _tile_model(
+                g_of=lambda g, x: np.maximum(g, x.max(axis=0)), p_of=lambda x, g, gn: np.exp(x - max_or_zero(gn))
+            ),
+            # Algorithm 1's form, tile max first, with the tile max over the columns: P = e^{X - m} takes it
+            # column by column (no [:, None] is needed for that), then e^{m - g_new} per row
+            _tile_model(
+                g_of=lambda g, x: np.maximum(g, x.max(axis=0)),
+                p_of=lambda x, g, gn: np.exp(x - x.max(axis=0)) * np.exp(x.max(axis=0) - gn)[:, None],
+            ),
+            # the column maxima cut to the number of rows, so that the shapes fit (B_c >= B_r)
+            _tile_model(g_of=lambda g, x: np.maximum(g, x.max(axis=0)[: len(g)])),
+        ),
     ),
     Mistake(
         N_("the row sum over the wrong axis"),
