@@ -191,7 +191,8 @@ def test_the_transposed_k_raises_where_the_shapes_differ_and_is_explained():
     from flashmath.exercises import check_dq_kernel
 
     text = repr(check_dq_kernel(wrapper(21)))
-    assert "N = M = 16, D = 32: one tile each: raised" in text and "tl.dot(dx_tile, k_tile)" in text, text
+    assert "N = M = 16, D = 32: one tile each: two blocks whose shapes do not fit" in text, text
+    assert "tl.dot(dx_tile, k_tile)" in text and "(raised " in text, text  # the hint first, Triton's error after it
 
 
 def test_the_nan_slip_fails_only_the_cases_with_an_empty_row():

@@ -209,8 +209,9 @@ def explaining(diagnosis, failing) -> dict[int, Mistake]:
 def run(report: CheckReport, name: str, fn, *args, hint=None):
     """Call ``fn(*args)``; return ``(result, True)``, or record a failure and return ``(None, False)``.
 
-    ``hint(exc) -> str | None`` may add what the exception probably means; a hint with a second parameter is
-    called ``hint(exc, args)``, for a text that depends on the inputs (a batched-array hint only for batched input).
+    ``hint(exc) -> str | None`` may add what the exception probably means; it comes first, and the exception's own
+    text follows in parentheses. A hint with a second parameter is called ``hint(exc, args)``, for a text that
+    depends on the inputs (a batched-array hint only for batched input).
     """
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -220,13 +221,9 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
         report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         extra = None if hint is None else hint(exc, args) if _takes_args(hint) else hint(exc)
-        report.add(
-            name,
-            False,
-            aside(_("raised {error}: {text}").format(error=type(exc).__name__, text=exc), extra)
-            if extra
-            else _("raised {error}: {text}").format(error=type(exc).__name__, text=exc),
-        )
+        raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
+        # our explanation first, in the learner's language; the exception's own (English) text after it
+        report.add(name, False, aside(extra, raised) if extra else raised)
     return None, False
 
 

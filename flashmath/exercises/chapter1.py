@@ -8,9 +8,9 @@ from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, chec
 from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
+from flashmath.i18n import aside
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
-from flashmath.i18n import joined
 from flashmath.softmax import compute_dtype, safe_softmax
 
 
@@ -254,7 +254,7 @@ def _name_zero_division(report: CheckReport, cases, raised) -> None:
                 if named
                 else _("the sum is 0: every exp(x - g) underflowed to 0, or the row is fully masked (all -inf)")
             )
-            report.cases[i] = (name, ok, joined(text, extra))
+            report.cases[i] = (name, ok, aside(extra, text))  # the explanation first, the exception after it
 
 
 # In the order the whole-run rule tries them (the first whose model gives the learner's answer on every failing case

@@ -312,7 +312,7 @@ def _fold_tiles(report: CheckReport, fn, name: str) -> None:
     except Exception as exc:  # the hint of the cases above, for the same shapes here: (8,) and (10,)
         raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
         hint = shape_hint(exc)
-        report.add(name, False, aside(raised, hint) if hint else raised)
+        report.add(name, False, aside(hint, raised) if hint else raised)  # the hint first, as _report.run
         return
     report.add(name, ok, "" if ok else _("the folded output differs from attention (the cases above say why)"))
 

@@ -32,6 +32,12 @@ def dtype_name(dtype) -> str:
     return name
 
 
+def plain_number(value: float) -> str:
+    """``value`` to 3 significant digits, without e-notation up to 1e5: 1000 gives "1000", 1234.5 "1230", 0.5 "0.5"."""
+    rounded = float(f"{value:.3g}")
+    return f"{rounded:.6g}" if abs(rounded) <= 1e5 else f"{rounded:.3g}"
+
+
 class OnlineSoftmaxPlot(LivePlot):
     """The online normalizer after step ``i``: three panels over the steps ``i = 1..N``.
 
@@ -279,11 +285,11 @@ class OverflowPlot(LivePlot):
         verdict = _(r"> $\ln(\max)$: the sum overflows") if lse > limit else _(r"≤ $\ln(\max)$: the sum fits")
         self.title.set_text(
             _(
-                "{dtype}, scale {scale:.3g}: {logsumexp_x} = {lse:.4g} {verdict} ({ln_max} = {limit:.2f})\n"
+                "{dtype}, scale {scale}: {logsumexp_x} = {lse:.4g} {verdict} ({ln_max} = {limit:.2f})\n"
                 "{max_x} = {max_value:.4g}; {overflowed} of {size} exponentials overflow"
             ).format(
                 dtype=dt.name,
-                scale=scale,
+                scale=plain_number(scale),
                 logsumexp_x=LOGSUMEXP_X,
                 lse=lse,
                 verdict=verdict,
