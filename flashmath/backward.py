@@ -3,27 +3,27 @@
 The forward pass keeps only ``A`` and the logsumexp ``L_n = g_n + log(s_n)`` of each row, never the ``(N, M)``
 probabilities ``Y``. The backward pass gets them back one tile at a time: ``Y_nm = exp(x_nm - L_n)`` is exact,
 since ``L_n`` already holds the row's max and sum (chapter 2). With ``dA`` the gradient of the loss with respect
-to the output, and the row term ``D_n = sum_d dA_nd A_nd`` (a dot product per row, computed once):
+to the output, and the row term ``Delta_n = sum_d dA_nd A_nd`` (a dot product per row, computed once):
 
     dV  = Y^T dA                       (each key's value gets the rows' output gradients, weighted by Y)
     dY  = dA V^T
-    dX  = Y * (dY - D)                 (the softmax Jacobian; D_n = sum_m Y_nm dY_nm = rowsum(dA * A))
+    dX  = Y * (dY - Delta)                 (the softmax Jacobian; Delta_n = sum_m Y_nm dY_nm = rowsum(dA * A))
     dQ  = scale * dX K,   dK = scale * dX^T Q
 
 With a learnable sink (chapter 13) the sink is one more column of the softmax with no value, so its ``dY`` is 0:
-the lines above are unchanged (``L_n`` includes the sink, so ``Y`` are the right probabilities, and ``D_n`` is
-still ``rowsum(dA * A)``), and the sink's own score gradient is ``Y_sink,n (0 - D_n)``. Its gradient sums that over
+the lines above are unchanged (``L_n`` includes the sink, so ``Y`` are the right probabilities, and ``Delta_n`` is
+still ``rowsum(dA * A)``), and the sink's own score gradient is ``Y_sink,n (0 - Delta_n)``. Its gradient sums that over
 every row that shares the sink (all the rows of its head, over the batch):
 
-    d sink = - sum_n P_sink,n D_n,      P_sink,n = exp(sink - L_n)
+    d sink = - sum_n P_sink,n Delta_n,      P_sink,n = exp(sink - L_n)
 
 (flash-attention's backward sums ``-exp(sink - lse) * dpsum`` over every row of every batch element of the head,
-``dpsum`` its ``D``: ``flash_attn/cute/flash_bwd_postprocess.py``; PR #2706 added the sink to the SM90/SM100
+``dpsum`` its ``Delta``: ``flash_attn/cute/flash_bwd_postprocess.py``; PR #2706 added the sink to the SM90/SM100
 backward).
 
 The loops are those of the Triton backward kernels (:mod:`flashmath.triton_backward`, chapter 12), with their
 names, so that chapter 12 prints them line for line side by side (``triton_backward.backward_line_for_line``):
-``D`` first (``_bwd_delta``); then key/value tiles outside, ``dK_j`` and ``dV_j`` on chip while the query tiles
+``Delta`` first (``_bwd_delta``); then key/value tiles outside, ``dK_j`` and ``dV_j`` on chip while the query tiles
 stream past (``_bwd_dkdv``, FlashAttention-2's Algorithm 2); then ``dQ`` either by a second sweep with query tiles
 outside, ``dQ_i`` on chip and accumulated across the key tiles (``dq_mode="separate"``, ``_bwd_dq``), or added to
 memory from the first sweep (``dq_mode="atomic"``). Both recompute a tile's ``Y`` and ``dX`` with
@@ -33,7 +33,8 @@ by 0, so a key masked for every query gets a gradient of exactly 0 whatever its 
 fully masked row (``L = -inf``) passes no gradient.
 
 Sources: T. Dao et al., "FlashAttention" (2022), section 3.1 and appendix B (the backward from the saved
-statistics); T. Dao, "FlashAttention-2" (2023), section 3.2 and Algorithm 2 (``D = rowsum(dO * O)``).
+statistics); T. Dao, "FlashAttention-2" (2023), section 3.2 and Algorithm 2 (``D = rowsum(dO * O)``,
+FlashAttention-2's name for ``Delta``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def backward_tile(
 
     Args:
         q_tile ``(..., B_r, D)``, k_tile ``(..., B_c, D)``, v_tile ``(..., B_c, Dv)``, da_tile ``(..., B_r, Dv)``:
-            the tiles of ``Q``, ``K``, ``V``, ``dA``; lse_tile, delta ``(..., B_r)``: the rows' ``L`` and ``D``.
+            the tiles of ``Q``, ``K``, ``V``, ``dA``; lse_tile, delta ``(..., B_r)``: the rows' ``L`` and ``Delta``.
         keep: ``(..., B_r, B_c)`` the attended pairs (a fully masked row has none). scale: the scale.
 
     Returns:
@@ -98,7 +99,7 @@ def backward_tile(
         y_tile = np.where(keep, np.exp(x_tile - np.where(keep, lse_tile[..., None], 0)), 0)
         # dY_ij = dA_i V_j^T
         dy_tile = np.matmul(da_tile, np.swapaxes(v_tile, -1, -2))
-        # dX_ij = Y_ij * (dY_ij - D_i)
+        # dX_ij = Y_ij * (dY_ij - Delta_i)
         dx_tile = np.where(keep, y_tile * (dy_tile - delta[..., None]), 0)
     return y_tile, dx_tile
 
@@ -150,9 +151,9 @@ def attention_backward(
         dimensions), in the compute dtype (float32 for float16 inputs, else the promoted dtype). A key masked for
         every query gets exactly 0 in ``grad_k`` and ``grad_v``; a fully masked row gets 0 in ``grad_q``. With a
         ``learnable_sink``, ``(grad_q, grad_k, grad_v, grad_sink)`` (as flash-attention's backward, which returns
-        ``dsink`` only with a sink): ``grad_sink = -sum_n P_sink,n D_n`` summed over the rows and the leading
+        ``dsink`` only with a sink): ``grad_sink = -sum_n P_sink,n Delta_n`` summed over the rows and the leading
         dimensions that share each sink, with the shape of ``learnable_sink``, in the compute dtype. A row with no
-        key has ``A = 0``, so ``D = 0``: it adds nothing.
+        key has ``A = 0``, so ``Delta = 0``: it adds nothing.
 
     Raises:
         as :func:`flashmath.attention.prepare_attention_inputs`; ValueError when ``a``, ``lse`` or ``grad_a`` do
@@ -194,7 +195,7 @@ def attention_backward(
     query_tiles, key_tiles = tiles(inp.N, block_q), tiles(inp.M, block_k)
 
     # _bwd_delta: one number per row, before any tile
-    # D_n = rowsum(dA * A)  (a fully masked row's A is not read)
+    # Delta_n = rowsum(dA * A)  (a fully masked row's A is not read)
     with np.errstate(invalid="ignore", over="ignore"):
         delta_row = np.sum(grad_a * np.where(np.isneginf(lse)[..., None], 0, a), axis=-1)  # (..., N)
 
@@ -207,7 +208,7 @@ def attention_backward(
             keep_tile = tile_keep(inp, r0, r1, c0, c1)
             if keep_tile is False:
                 continue  # every pair of the tile is masked: it adds nothing to any gradient
-            lse_tile, delta = lse[..., r0:r1], delta_row[..., r0:r1]  # (..., B_r) L_i, D_i
+            lse_tile, delta = lse[..., r0:r1], delta_row[..., r0:r1]  # (..., B_r) L_i, Delta_i
             keep = _keep_pairs(lse_tile, keep_tile, c0, c1)
             keep_t = np.swapaxes(keep, -1, -2)
             q_tile, da_tile = q_[..., r0:r1, :], grad_a[..., r0:r1, :]  # load Q_i, dA_i: (..., B_r, D), (..., B_r, Dv)
@@ -249,14 +250,14 @@ def attention_backward(
 
 
 def _sink_gradient(sink: np.ndarray, lse: np.ndarray, delta: np.ndarray, given: ArrayLike | None) -> np.ndarray:
-    """``d sink = -sum_n P_sink,n D_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink ``(...)`` of every
-    leading element, the rows' ``L`` and ``D`` ``(..., N)``, summed to the shape of the sink as given."""
+    """``d sink = -sum_n P_sink,n Delta_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink ``(...)`` of every
+    leading element, the rows' ``L`` and ``Delta`` ``(..., N)``, summed to the shape of the sink as given."""
     dtype = lse.dtype
     with np.errstate(invalid="ignore", over="ignore"):
         sink_col = sink.astype(dtype)[..., None]  # (..., 1)
         # P_sink,n = exp(sink - L_n): the probability of the sink column (0 for a -inf sink, whatever L_n)
         p_sink = np.where(sink_col == -np.inf, 0, np.exp(sink_col - np.where(np.isneginf(lse), 0, lse)))
-        # d sink = -sum_n P_sink,n D_n, over the rows of each leading element
+        # d sink = -sum_n P_sink,n Delta_n, over the rows of each leading element
         grad = -np.sum(p_sink * delta, axis=-1)  # (...)
     given_shape: tuple[int, ...] = tuple(np.shape(np.asarray(given)))
     shape = given_shape

@@ -23,7 +23,7 @@ the counter's offset half and the position of a 16 x 32 block in its subsequence
 is the one above.)
 
 The backward with dropout (FlashAttention's Algorithm 4, the course's names): ``dV = (Y * Z)^T dA``,
-``dY = (dA V^T) * Z``, ``dX = Y * (dY - D)`` and ``dQ``, ``dK`` as without dropout. ``D = rowsum(dA * A)`` still
+``dY = (dA V^T) * Z``, ``dX = Y * (dY - Delta)`` and ``dQ``, ``dK`` as without dropout. ``Delta = rowsum(dA * A)`` still
 holds, because ``A`` is the dropped output: ``sum_m Y_nm dY_nm = sum_m (Y Z)_nm (dA V^T)_nm = dA_n . A_n``.
 
 Two-dimensional inputs, float64, no mask: a demonstration of the mechanism beside chapter 12's kernels, not a
@@ -189,9 +189,9 @@ def dropout_attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The gradients of :func:`dropout_attention`, key tiles outside, each tile's mask regenerated from the state.
 
-    The loops are those of chapter 12's ``_bwd_dkdv`` (``dQ`` added from each key tile): ``D = rowsum(dA * A)``
+    The loops are those of chapter 12's ``_bwd_dkdv`` (``dQ`` added from each key tile): ``Delta = rowsum(dA * A)``
     first, then per tile pair ``Y = exp(X - L)``, ``Z`` regenerated, ``dV_j += (Y * Z)^T dA_i``, ``dY = (dA_i
-    V_j^T) * Z``, ``dX = Y * (dY - D)``, ``dK_j += dX^T Q_i``, ``dQ_i += dX K_j``, the scale once at the end. The
+    V_j^T) * Z``, ``dX = Y * (dY - Delta)``, ``dK_j += dX^T Q_i``, ``dQ_i += dX K_j``, the scale once at the end. The
     tiles need not be the forward's: the mask depends on the element, not on the tile.
 
     Args:
@@ -214,7 +214,7 @@ def dropout_attention_backward(
             f"expected a, grad_a {(N, Dv)} and lse {(N,)} from q, k, v, got {a.shape}, {grad_a.shape}, {lse.shape}"
         )
     scale = 1 / math.sqrt(q.shape[1])
-    # D_n = rowsum(dA * A): A is the dropped output, so this is rowsum(Y * dY) with dropout too
+    # Delta_n = rowsum(dA * A): A is the dropped output, so this is rowsum(Y * dY) with dropout too
     delta = np.sum(grad_a * a, axis=1)
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     for c0, c1 in tiles(M, block_k):
@@ -225,7 +225,7 @@ def dropout_attention_backward(
             z_tile = dropout_keep(seed, offset, r0, r1, c0, c1, p) / (1 - p)
             dv[c0:c1] += (y_tile * z_tile).T @ grad_a[r0:r1]  # dV_j += (Y_ij * Z_ij)^T dA_i
             dy_tile = (grad_a[r0:r1] @ v[c0:c1].T) * z_tile  # dY_ij = (dA_i V_j^T) * Z_ij
-            dx_tile = y_tile * (dy_tile - delta[r0:r1, None])  # dX_ij = Y_ij * (dY_ij - D_i)
+            dx_tile = y_tile * (dy_tile - delta[r0:r1, None])  # dX_ij = Y_ij * (dY_ij - Delta_i)
             dk[c0:c1] += dx_tile.T @ q[r0:r1]
             dq[r0:r1] += dx_tile @ k[c0:c1]
     return dq * scale, dk * scale, dv

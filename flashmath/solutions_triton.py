@@ -55,7 +55,7 @@ if triton_kernel.available():
         q_tile = tl.load(Q + rows[:, None] * D + d[None, :], mask=inside, other=0.0)  # Q_i (B_r, D)
         da_tile = tl.load(dA + rows[:, None] * D + d[None, :], mask=inside, other=0.0)  # dA_i (B_r, D)
         lse = tl.load(LSE + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
-        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)  # (B_r,) Delta_i
         dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # dQ_i, on chip for the whole sweep
         for c0 in range(0, M, BLOCK_N):  # key tile j starts at key c0 = j B_c: every key once
             cols = c0 + tl.arange(0, BLOCK_N)  # (B_c,) the tile's keys: the last tile may reach past M
@@ -68,7 +68,7 @@ if triton_kernel.available():
             # Y_ij = exp(X_ij - L_i), selected to 0 at the masked pairs (where L may be -inf: exp(+inf) = inf)
             y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0)
             dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")  # dY_ij = dA_i V_j^T
-            # dX_ij = Y_ij * (dY_ij - D_i): 0 wherever Y is 0
+            # dX_ij = Y_ij * (dY_ij - Delta_i): 0 wherever Y is 0
             dx_tile = y_tile * (dy_tile - delta[:, None])
             # dQ_i += dX_ij K_j
             dq += tl.dot(dx_tile, k_tile, input_precision="ieee")
@@ -95,7 +95,7 @@ def backward_dq(q, k, v, a, lse, grad_a, keep):
 
     N, D = q.shape
     M = k.shape[0]
-    delta = (grad_a * a).sum(dim=1)  # D_n = rowsum(dA * A), once, before the key tiles (_bwd_delta's work)
+    delta = (grad_a * a).sum(dim=1)  # Delta_n = rowsum(dA * A), once, before the key tiles (_bwd_delta's work)
     dq = torch.empty_like(q)
     backward_dq_kernel[(triton.cdiv(N, 16),)](
         q, k, v, grad_a, lse, delta, keep.to(torch.uint8), dq, N, M, D, D**-0.5,
@@ -159,7 +159,7 @@ def backward_tiles(q, k, v, a, lse, grad_a, keep, block_k):
     N, D = q.shape
     scale = 1 / math.sqrt(D)
     live = keep & ~np.isneginf(lse)[:, None]  # the attended pairs (a fully masked row attends none)
-    # D_n = rowsum(dA * A), once, before the key tiles
+    # Delta_n = rowsum(dA * A), once, before the key tiles
     d_row = np.sum(grad_a * a, axis=1)
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     for c0 in range(0, k.shape[0], block_k):
@@ -169,7 +169,7 @@ def backward_tiles(q, k, v, a, lse, grad_a, keep, block_k):
         # Y = exp(X - L): the forward's probabilities, 0 for masked pairs
         y = np.where(keep_t, np.exp(x - np.where(keep_t, lse[:, None], 0)), 0)
         dv[c0:c1] = y.T @ grad_a  # dV_j = Y^T dA
-        dx = np.where(keep_t, y * (grad_a @ v[c0:c1].T - d_row[:, None]), 0)  # dX = Y * (dY - D)
+        dx = np.where(keep_t, y * (grad_a @ v[c0:c1].T - d_row[:, None]), 0)  # dX = Y * (dY - Delta)
         dk[c0:c1] = scale * dx.T @ q  # dK_j = scale dX^T Q
         dq += scale * dx @ k[c0:c1]  # dQ accumulates over the key tiles
     return dq, dk, dv

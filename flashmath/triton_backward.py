@@ -4,10 +4,10 @@ The forward kernel (:mod:`flashmath.triton_kernel`) keeps only ``A`` and the log
 ``dA`` the gradient of the loss with respect to ``A``, the backward needs the probabilities ``Y`` again and gets
 them one tile at a time, ``Y_ij = exp(X_ij - L_i)`` (exact: ``L`` holds the row's max and sum), then
 
-    D_n = rowsum(dA * A)                 (one number per row, computed first: the preprocessing kernel)
+    Delta_n = rowsum(dA * A)                 (one number per row, computed first: the preprocessing kernel)
     dV_j = sum_i Y_ij^T dA_i             (the rows' output gradients, weighted by Y)
     dY_ij = dA_i V_j^T
-    dX_ij = Y_ij * (dY_ij - D_i)         (the softmax Jacobian: D_n = sum_m Y_nm dY_nm)
+    dX_ij = Y_ij * (dY_ij - Delta_i)         (the softmax Jacobian: Delta_n = sum_m Y_nm dY_nm)
     dK_j = scale sum_i dX_ij^T Q_i,   dQ_i = scale sum_j dX_ij K_j
 
 as :func:`flashmath.backward.attention_backward` computes them in numpy. Three kernels, the course's names on the
@@ -16,7 +16,7 @@ left, the Triton tutorial's (``06-fused-attention.py``) on the right:
 =====================  =================  ==========================================================================
 course                 kernel             what one program does
 =====================  =================  ==========================================================================
-``D``                  ``_bwd_delta``     a query tile's ``D_n = rowsum(dA * A)`` (``Delta`` in the tutorial)
+``Delta``              ``_bwd_delta``     a query tile's ``Delta_n = rowsum(dA * A)`` (``Delta`` in the tutorial)
 ``dK_j``, ``dV_j``     ``_bwd_dkdv``      one key tile: ``dk``, ``dv`` in registers (float32) while every query tile
                                           that sees the keys streams past; written to HBM once
 ``dQ_i``               ``_bwd_dq``        one query tile: ``dq`` in registers while the key tiles stream past
@@ -62,21 +62,21 @@ the wrapper around the same three kernels, which stay as chapter 12 prints them:
   then ``at::sum_out`` over ``num_heads / num_heads_k``); here the broadcast ``k``, ``v`` are copied ``G`` times
   too (the kernels read ``K + b * sk_b``, one key/value head per program), memory a GPU kernel would not spend.
 * a learnable sink is one more column of the softmax with no value. The forward's logsumexp ``L_n`` already
-  includes it, so ``Y_ij = exp(X_ij - L_i)`` are the right probabilities, ``D_n = rowsum(dA * A)`` is unchanged
-  and so is ``dX_ij = Y_ij * (dY_ij - D_i)``: the kernels run as they are. The sink's own score gradient is
-  ``P_sink,n (0 - D_n)`` (its ``dY`` is 0: no value), and the sink gets the sum over every row that shares it
+  includes it, so ``Y_ij = exp(X_ij - L_i)`` are the right probabilities, ``Delta_n = rowsum(dA * A)`` is unchanged
+  and so is ``dX_ij = Y_ij * (dY_ij - Delta_i)``: the kernels run as they are. The sink's own score gradient is
+  ``P_sink,n (0 - Delta_n)`` (its ``dY`` is 0: no value), and the sink gets the sum over every row that shares it
   (the rows of its query head, over the batch):
 
-      d sink = - sum_n P_sink,n D_n,      P_sink,n = exp(sink - L_n)
+      d sink = - sum_n P_sink,n Delta_n,      P_sink,n = exp(sink - L_n)
 
-  computed in PyTorch after ``_bwd_delta``, from the ``(B, N)`` arrays ``L`` and ``D`` (an elementwise product
+  computed in PyTorch after ``_bwd_delta``, from the ``(B, N)`` arrays ``L`` and ``Delta`` (an elementwise product
   and one sum per head: no tiles, no atomics, deterministic). flash-attention computes the same sum in a separate
   pass after the main backward kernel: ``flash_attn/cute/flash_bwd_postprocess.py`` (``dsink_row_term``: one
-  row's ``-exp(sink - lse) * dpsum``, ``dpsum`` its ``D``; ``DSinkReduceKernel``: one thread block per query head
+  row's ``-exp(sink - lse) * dpsum``, ``dpsum`` its ``Delta``; ``DSinkReduceKernel``: one thread block per query head
   sums it over the rows and the batch, or the dQ postprocess kernel folds it in), added to the CuTe backward by
   Dao-AILab/flash-attention#2706 (#2752, still open, brings the sink to the SM80/SM120 *forward*). With a finite sink
   ``L_n >= sink`` is never ``-inf``; a row with no key has ``L_n = sink``, ``P_sink,n = 1`` and ``A = 0``, so
-  ``D_n = 0``: it adds nothing. A ``-inf`` sink is no sink (``P_sink = 0``; the kernels' gradients are bitwise
+  ``Delta_n = 0``: it adds nothing. A ``-inf`` sink is no sink (``P_sink = 0``; the kernels' gradients are bitwise
   those without one); a NaN sink makes its head's gradients NaN (but for the ``dQ`` rows of rows with no key,
   which have no pair to differentiate through: 0, as always).
 
@@ -87,7 +87,8 @@ alone, so it neither needs nor takes the threshold.
 Requires the ``triton`` extra, like :mod:`flashmath.triton_kernel` (importing this module imports that one, which
 switches Triton to its interpreter on a machine without a CUDA GPU). ``import flashmath`` never imports it.
 
-Sources: T. Dao, "FlashAttention-2" (2023), section 3.1 and Algorithm 2 (``D = rowsum(dO * O)``, atomic ``dQ``);
+Sources: T. Dao, "FlashAttention-2" (2023), section 3.1 and Algorithm 2 (``D = rowsum(dO * O)``, the course's
+``Delta``; atomic ``dQ``);
 T. Dao et al., "FlashAttention" (2022), appendix B.2 (the softmax Jacobian, the recomputation); Triton's tutorial
 ``06-fused-attention.py`` (``_attn_bwd_preprocess``, ``_attn_bwd_dkdv``, ``_attn_bwd_dq``); the sink's gradient:
 flash-attention ``flash_attn/cute/flash_bwd_postprocess.py`` (commit 01afd16) and PR #2706; the reference formula
@@ -151,7 +152,7 @@ if available():
         inside = (rows[:, None] < N) & (dv[None, :] < Dv)
         a_tile = tl.load(A + b * sa_b + rows[:, None] * sa_n + dv[None, :], mask=inside, other=0.0).to(tl.float32)
         da_tile = tl.load(dA + b * sd_b + rows[:, None] * sd_n + dv[None, :], mask=inside, other=0.0).to(tl.float32)
-        # D_n = rowsum(dA * A)
+        # Delta_n = rowsum(dA * A)
         delta = tl.sum(da_tile * a_tile, 1)  # (B_r,) float32
         tl.store(Delta + b * N + rows, delta, mask=rows < N)
 
@@ -204,7 +205,7 @@ if available():
         for r0 in range(lo, N, BLOCK_M):
             rows = r0 + tl.arange(0, BLOCK_M)  # (B_r,) query indices n
             lse = tl.load(LSE + b * N + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
-            delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+            delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) Delta_i
             keep = _keep_pairs(Keep, b, rows, cols, lse, sp_b, sp_n, sp_m, N, M, offset, CAUSAL, HAS_KEEP)
             # load Q_i, dA_i: (B_r, D), (B_r, Dv); a row that attends none of the tile's keys is not loaded
             row_used = tl.max(keep.to(tl.int32), 1) > 0  # (B_r,)
@@ -224,7 +225,7 @@ if available():
             dv_acc += tl.dot(tl.trans(y_tile).to(da_tile.dtype), da_tile, input_precision="ieee")
             # dY_ij = dA_i V_j^T
             dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")
-            # dX_ij = Y_ij * (dY_ij - D_i)
+            # dX_ij = Y_ij * (dY_ij - Delta_i)
             dx_tile = tl.where(keep, y_tile * (dy_tile - delta[:, None]), 0.0)
             # dK_j += dX_ij^T Q_i  (the scale once, at the end)
             dk += tl.dot(tl.trans(dx_tile).to(q_tile.dtype), q_tile, input_precision="ieee")
@@ -265,7 +266,7 @@ if available():
         d = tl.arange(0, BLOCK_D)
         dv = tl.arange(0, BLOCK_DV)
         lse = tl.load(LSE + b * N + rows, mask=rows < N, other=float("-inf"))  # (B_r,) L_i
-        delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) D_i
+        delta = tl.load(Delta + b * N + rows, mask=rows < N, other=0.0)  # (B_r,) Delta_i
         # load Q_i, dA_i once: a fully masked row (L = -inf) is not loaded
         row_ok = (rows < N) & (lse != float("-inf"))
         q_tile = tl.load(
@@ -298,7 +299,7 @@ if available():
             y_tile = tl.where(keep, tl.exp(x_tile - lse[:, None]), 0.0)
             # dY_ij = dA_i V_j^T
             dy_tile = tl.dot(da_tile, tl.trans(v_tile), input_precision="ieee")
-            # dX_ij = Y_ij * (dY_ij - D_i)
+            # dX_ij = Y_ij * (dY_ij - Delta_i)
             dx_tile = tl.where(keep, y_tile * (dy_tile - delta[:, None]), 0.0)
             # dQ_i += dX_ij K_j  (accumulated across the key tiles, on chip; the scale once, at the end)
             dq += tl.dot(dx_tile.to(k_tile.dtype), k_tile, input_precision="ieee")
@@ -374,7 +375,7 @@ def triton_attention_backward(
         ``(grad_q, grad_k, grad_v)`` with the shapes of ``q``, ``k``, ``v`` (summed over broadcast dimensions) and
         the inputs' promoted dtype: numpy arrays for numpy inputs, tensors on the inputs' device for tensors. With a
         ``learnable_sink``, ``(grad_q, grad_k, grad_v, grad_sink)`` (as :func:`flashmath.attention_backward`):
-        ``grad_sink = -sum_n P_sink,n D_n`` summed over the rows and the leading dimensions that share each sink,
+        ``grad_sink = -sum_n P_sink,n Delta_n`` summed over the rows and the leading dimensions that share each sink,
         with the shape of ``learnable_sink``; in its dtype for a floating-point tensor (as flash-attention's
         ``dsink``), else float32; a tensor where the inputs are tensors, else a numpy array.
 
@@ -508,15 +509,15 @@ def triton_attention_backward(
 
 
 def _sink_gradient(sink, lse, delta, heads, given, device):
-    """``d sink = -sum_n P_sink,n D_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink of each program ``(B,)``
-    (float64, checked) and the float32 ``L``, ``D`` ``(B, N)``; summed over the rows, then over the leading
+    """``d sink = -sum_n P_sink,n Delta_n`` with ``P_sink,n = exp(sink - L_n)``, from the sink of each program ``(B,)``
+    (float64, checked) and the float32 ``L``, ``Delta`` ``(B, N)``; summed over the rows, then over the leading
     dimensions ``heads`` that share a sink of the shape ``given`` has, in its dtype for a floating-point tensor."""
     sink_col = torch.from_numpy(sink.astype(np.float32)).to(device)[:, None]  # (B, 1), as the forward kernel's
     # P_sink,n = exp(sink - L_n): the sink column's probability (0 for a -inf sink: no sink, whatever L_n)
     p_sink = torch.where(
         sink_col == float("-inf"), 0.0, torch.exp(sink_col - torch.where(lse == float("-inf"), 0.0, lse))
     )
-    # d sink = -sum_n P_sink,n D_n, over the rows of each (batch, head) element
+    # d sink = -sum_n P_sink,n Delta_n, over the rows of each (batch, head) element
     grad = -(p_sink * delta).sum(dim=1).reshape(heads)
     shape = given_shape = tuple(given.shape) if hasattr(given, "shape") else tuple(np.shape(given))
     while len(shape) > grad.dim() and shape[0] == 1:  # as check_sink: leading axes of size 1 dropped
@@ -532,12 +533,12 @@ def _sink_gradient(sink, lse, delta, heads, given, device):
 # ------------------------------------------------------------------------------------------------------------------
 
 BACKWARD_RULES = (
-    "D_n = rowsum(dA * A)",
+    "Delta_n = rowsum(dA * A)",
     "X_ij = Q_i K_j^T",
     "Y_ij = exp(X_ij - L_i)",
     "dV_j += Y_ij^T dA_i",
     "dY_ij = dA_i V_j^T",
-    "dX_ij = Y_ij * (dY_ij - D_i)",
+    "dX_ij = Y_ij * (dY_ij - Delta_i)",
     "dK_j += dX_ij^T Q_i",
     "dQ_i += dX_ij K_j",
 )

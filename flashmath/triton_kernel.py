@@ -296,7 +296,7 @@ def triton_flash_attention(
             list; also ``(B, H)`` or a scalar), as :func:`flashmath.flash.flash_attention`'s: each program starts its
             rows at ``(m_i, l_i, acc) = (sink, 1, 0)`` (compile-time switch ``HAS_SINK``; the sink in float32). The
             logsumexp includes the sink; a row with no key gives 0 and logsumexp = the sink; ``-inf`` is no sink.
-            Differentiable: a sink tensor that requires grad gets ``d sink = -sum_n exp(sink - L_n) D_n``
+            Differentiable: a sink tensor that requires grad gets ``d sink = -sum_n exp(sink - L_n) Delta_n``
             (chapter 12's ``D``; :mod:`flashmath.triton_backward`).
         rescale_threshold: FlashAttention-4's lazy rescaling, log2 units (:func:`flashmath.flash.flash_attention`):
             a row keeps its old ``m_i`` unless the tile's max exceeds it by more than ``rescale_threshold ln 2``

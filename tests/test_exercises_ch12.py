@@ -106,12 +106,12 @@ def scale_missing_from_dq_and_dk(q, k, v, a, lse, grad_a, keep, block_k):
 
 WRONG = {
     "check_backward_tiles": {
-        "D forgotten": learner(forget_delta=True),
+        "Delta forgotten": learner(forget_delta=True),
         "Y not recomputed from the logsumexp": learner(tile_softmax=True),
-        "D from the wrong arrays": learner(d_from_q=True),
-        "D with the wrong sign": learner(d_plus=True),
-        "D computed per key tile": learner(d_per_tile=True),
-        "dX = Y * dY - D (the parentheses missing)": learner(no_parens=True),
+        "Delta from the wrong arrays": learner(d_from_q=True),
+        "Delta with the wrong sign": learner(d_plus=True),
+        "Delta computed per key tile": learner(d_per_tile=True),
+        "dX = Y * dY - Delta (the parentheses missing)": learner(no_parens=True),
         "dQ from the values": learner(dq_from_values=True),
         "exp(X) / exp(L) instead of exp(X - L)": learner(exp_over_exp=True),
         "NaN on a fully masked row": learner(times_keep=True),
@@ -125,7 +125,7 @@ WRONG = {
         "the scale missing from both dQ and dK": scale_missing_from_dq_and_dk,
         "dQ not accumulated across key tiles": learner(overwrite_dq=True),
         "gradients leaking into masked keys": learner(no_mask=True),
-        "D summed over the whole array": learner(d_total=True),
+        "Delta summed over the whole array": learner(d_total=True),
         "the scale applied twice": learner(dx_scaled=True),
         "sqrt(D) instead of 1/sqrt(D)": learner(sqrt_d=True),
         "the scale 1/D instead of 1/sqrt(D)": learner(scale_one_over_d=True),

@@ -423,7 +423,7 @@ def test_minus_inf_sink_is_no_sink_bitwise_and_nan_sink_is_nan():
 @pytest.mark.parametrize("causal", [False, True])
 def test_sink_float16_errors(causal):
     """dq, dk, dv: at most twice naive float16's error, as above. d sink has one number per head, too few for that
-    rule (naive float16 is sometimes lucky on four numbers): its error comes from ``D_n = rowsum(dA * A)`` with
+    rule (naive float16 is sometimes lucky on four numbers): its error comes from ``Delta_n = rowsum(dA * A)`` with
     ``A`` and ``dA`` rounded to float16 (unit roundoff u = 2^-11), so it is held within ``u S``,
     ``S = sum_n P_sink,n sum_d |dA_nd A_nd|`` per head (measured: at most 0.06 u S over 8 seeds, naive float16 0.11)."""
     _, q, k, v, grad_a = inputs(73, 48, 64, 32, 32, batch=(4,))  # N <= M: every row sees a key

@@ -8,11 +8,12 @@
   Triton's interpreter; its mistakes are :data:`DQ_MISTAKES`, each modelled by a float32 numpy emulation of the
   kernel's tiles with one slip switched on (:func:`_dq_model`).
 
-12.1's mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``D`` forgotten, from the wrong arrays, with the
-wrong sign or per key tile; ``Y`` not recomputed from the logsumexp, or as ``exp(X) / exp(L)`` (overflows above 709);
-NaN on a fully masked row; a transpose wrong; a wrong scale in ``X``, ``dV``, ``dQ`` or ``dK``; ``dQ`` not accumulated
-across key tiles; tile bounds one off; the last, shorter tile skipped; gradients leaking into masked keys. Each model
-is the whole tiled backward with one switch, so that it gives what a learner's code gives on every case.
+12.1's mistake models (:data:`BACKWARD_MISTAKES`) are the classic ones: ``Delta`` forgotten, from the wrong arrays,
+with the wrong sign or per key tile; ``Y`` not recomputed from the logsumexp, or as ``exp(X) / exp(L)`` (overflows
+above 709); NaN on a fully masked row; a transpose wrong; a wrong scale in ``X``, ``dV``, ``dQ`` or ``dK``; ``dQ``
+not accumulated across key tiles; tile bounds one off; the last, shorter tile skipped; gradients leaking into masked
+keys. Each model is the whole tiled backward with one switch, so that it gives what a learner's code gives on every
+case.
 """
 
 from __future__ import annotations
@@ -68,10 +69,10 @@ def _model(
 
     ``y``: ``"lse"`` (right), ``"tile softmax"``, ``"exp"`` (exp(X) without L), ``"exp / exp"`` (exp(X) / exp(L),
     inf / inf above 709), ``"times keep"`` (exp(X - L) * keep: inf * 0 = NaN on a fully masked row). ``scale_x``: the
-    factor of ``X`` (None: 1/sqrt(D)). ``d_from``: the second array of ``D = rowsum(grad_a * ...)``, ``"a"``, ``"q"``
-    or ``"one"`` (rowsum(grad_a)), or ``"a alone"`` (rowsum(a)). ``ends``: the tile's end moved by this many keys
-    (``-1``: the last key of each tile skipped; ``+1``: one key shared with the next tile). ``partial=False``: the
-    last, shorter tile skipped. ``d_from="all"``: D one number, summed over the whole array. ``y="everywhere"``:
+    factor of ``X`` (None: 1/sqrt(D)). ``d_from``: the second array of ``Delta = rowsum(grad_a * ...)``, ``"a"``,
+    ``"q"`` or ``"one"`` (rowsum(grad_a)), or ``"a alone"`` (rowsum(a)). ``ends``: the tile's end moved by this many
+    keys (``-1``: the last key of each tile skipped; ``+1``: one key shared with the next tile). ``partial=False``: the
+    last, shorter tile skipped. ``d_from="all"``: Delta one number, summed over the whole array. ``y="everywhere"``:
     exp(X - L) at every pair, masked or not, nothing selected. ``dx_scaled``: dX multiplied by the scale as well;
     ``dq_power``, ``dk_power``: dQ, dK multiplied by scale ** power (0: no scale, -1: sqrt(D)). ``untouched``: the
     keys and values no row attends read as 0 (a learner's guard against padding that may hold anything).
@@ -79,7 +80,7 @@ def _model(
     L read as 0 on a fully masked row before exp(X - L) (a guard, then the mask ignored). ``y="masked x"``: X set to
     -inf at the masked pairs, then exp(X - L) unselected (NaN on a fully masked row). ``select_dx``: whether dX is
     selected with the mask (None: where Y is). ``dq_keys_used``: dQ from the keys with those no row attends read as 0.
-    ``parens=False``: dX = Y * dY - D, the parentheses missing. ``dq_from_v``: dQ from the values, dX V_j.
+    ``parens=False``: dX = Y * dY - Delta, the parentheses missing. ``dq_from_v``: dQ from the values, dX V_j.
     """
     N, D = q.shape
     M = k.shape[0]
@@ -139,10 +140,10 @@ def _mistake(**switch):
 
 BACKWARD_MISTAKES = (
     Mistake(
-        N_("D forgotten"),
+        N_("Delta forgotten"),
         N_(
-            "the softmax Jacobian gives dX = Y * (dY - D) with D_n = rowsum(dA * A), not Y * dY: subtract each "
-            "row's D (computed once, before the key tiles)"
+            "the softmax Jacobian gives dX = Y * (dY - Delta) with Delta_n = rowsum(dA * A), not Y * dY: subtract each "
+            "row's Delta (computed once, before the key tiles)"
         ),
         (_mistake(delta=False),),
     ),
@@ -155,23 +156,23 @@ BACKWARD_MISTAKES = (
         (_mistake(y="tile softmax"), _mistake(y="exp")),
     ),
     Mistake(
-        N_("D from the wrong arrays"),
-        N_("D_n = rowsum(dA * A): the output's gradient times the forward's output a, row by row"),
+        N_("Delta from the wrong arrays"),
+        N_("Delta_n = rowsum(dA * A): the output's gradient times the forward's output a, row by row"),
         (_mistake(d_from="q"), _mistake(d_from="one"), _mistake(d_from="a alone")),
     ),
     Mistake(
-        N_("D summed over the whole array"),
-        N_("D is one number per row: D_n = rowsum(dA * A), np.sum(grad_a * a, axis=1), not np.sum(grad_a * a)"),
+        N_("Delta summed over the whole array"),
+        N_("Delta is one number per row: Delta_n = rowsum(dA * A), np.sum(grad_a * a, axis=1), not np.sum(grad_a * a)"),
         (_mistake(d_from="all"),),
     ),
     Mistake(
-        N_("D with the wrong sign"),
-        N_("dX = Y * (dY - D), D subtracted: the softmax Jacobian is diag(y) - y y^T"),
+        N_("Delta with the wrong sign"),
+        N_("dX = Y * (dY - Delta), Delta subtracted: the softmax Jacobian is diag(y) - y y^T"),
         (_mistake(d_sign=-1),),
     ),
     Mistake(
-        N_("dX = Y * dY - D (the parentheses missing)"),
-        N_("D is subtracted from dY before the product: dX = Y * (dY - D), not Y * dY - D"),
+        N_("dX = Y * dY - Delta (the parentheses missing)"),
+        N_("Delta is subtracted from dY before the product: dX = Y * (dY - Delta), not Y * dY - Delta"),
         (_mistake(parens=False), _mistake(parens=False, select_dx=False)),
     ),
     Mistake(
@@ -180,10 +181,10 @@ BACKWARD_MISTAKES = (
         (_mistake(dq_from_v=True),),
     ),
     Mistake(
-        N_("D computed per key tile"),
+        N_("Delta computed per key tile"),
         N_(
-            "D_n = rowsum(dA * A) is a sum over every key of the row; rowsum(dY * Y) over one key tile is only that "
-            "tile's part: compute D once, from dA and A, before the key tiles"
+            "Delta_n = rowsum(dA * A) is a sum over every key of the row; rowsum(dY * Y) over one key tile is only "
+            "that tile's part: compute Delta once, from dA and A, before the key tiles"
         ),
         (_mistake(d_per_tile=True),),
     ),
@@ -226,7 +227,7 @@ BACKWARD_MISTAKES = (
     Mistake(
         N_("the scale applied twice"),
         N_(
-            "dX = Y * (dY - D) has no scale: the scale enters once, in dQ = scale dX K and dK = scale dX^T Q (it "
+            "dX = Y * (dY - Delta) has no scale: the scale enters once, in dQ = scale dX K and dK = scale dX^T Q (it "
             "comes from X = scale Q K^T)"
         ),
         (_mistake(dx_scaled=True), _mistake(dq_power=2, dk_power=2)),
@@ -417,8 +418,8 @@ def _dq_model(
     (``exp(X - L) * keep``: ``inf * 0``), ``"masked x"`` (``X`` set to -inf at the masked pairs, then ``exp(X - L)``).
     ``select``: ``Y`` selected with ``keep`` (False: the mask forgotten); ``select_dx``: ``dX`` selected too (the
     right kernel needs not: ``Y`` is 0 there). ``lse_axis``, ``d_axis``: ``"keys"`` for a row vector without
-    ``[:, None]``, which broadcasts along the keys. ``d_sign``: ``-1`` for ``dY + D``; ``parens=False``:
-    ``Y * dY - D``; ``d_per_tile``: ``D`` as the tile's
+    ``[:, None]``, which broadcasts along the keys. ``d_sign``: ``-1`` for ``dY + Delta``; ``parens=False``:
+    ``Y * dY - Delta``; ``d_per_tile``: ``Delta`` as the tile's
     ``rowsum(Y * dY)``. ``operand``: ``"k"`` (right), ``"v"`` (``dX V_j``), ``"k^T"`` (``dX K_j^T``, only when
     ``BLOCK_D == B_c``). ``scale_power``: ``dQ`` times ``scale ** power``. ``starts``: the key tiles' first keys,
     ``"right"`` (``range(0, M, B_c)``), ``"whole tiles"`` (``range(0, M - M % B_c, B_c)``), ``"M - B_c"``
@@ -527,7 +528,7 @@ DQ_MISTAKES = (
         (_dq_mistake(select=False),),
     ),
     Mistake(
-        N_("a row's L or D broadcast along the keys"),
+        N_("a row's L or Delta broadcast along the keys"),
         N_(
             "lse and delta hold one number per row, shape (B_r,); against a (B_r, B_c) tile Triton lines up the last "
             "axes, so lse alone is read along the keys: write lse[:, None] and delta[:, None]"
@@ -535,19 +536,19 @@ DQ_MISTAKES = (
         (_dq_mistake(lse_axis="keys"), _dq_mistake(d_axis="keys"), _dq_mistake(lse_axis="keys", d_axis="keys")),
     ),
     Mistake(
-        N_("D with the wrong sign"),
-        N_("dX = Y * (dY - D), D subtracted: the softmax Jacobian is diag(y) - y y^T"),
+        N_("Delta with the wrong sign"),
+        N_("dX = Y * (dY - Delta), Delta subtracted: the softmax Jacobian is diag(y) - y y^T"),
         (_dq_mistake(d_sign=-1),),
     ),
     Mistake(
-        N_("dX = Y * dY - D (the parentheses missing)"),
-        N_("D is subtracted from dY before the product: dx_tile = y_tile * (dy_tile - delta[:, None])"),
+        N_("dX = Y * dY - Delta (the parentheses missing)"),
+        N_("Delta is subtracted from dY before the product: dx_tile = y_tile * (dy_tile - delta[:, None])"),
         (_dq_mistake(parens=False), _dq_mistake(parens=False, select_dx=True)),
     ),
     Mistake(
-        N_("D computed per key tile"),
+        N_("Delta computed per key tile"),
         N_(
-            "D_n = rowsum(dA * A) is a sum over every key of the row, computed once by the wrapper (delta); "
+            "Delta_n = rowsum(dA * A) is a sum over every key of the row, computed once by the wrapper (delta); "
             "tl.sum(y_tile * dy_tile, 1) is only this tile's part: use delta[:, None]"
         ),
         (_dq_mistake(d_per_tile=True),),
@@ -623,7 +624,7 @@ def _dq_cases(rng):
     empty[5] = False
     k_big = rng.standard_normal((24, 8))
     q_big = rng.standard_normal((20, 8))
-    # rows 0-3: scores near 98 with key 3 and 97.5 with key 5 (two keys share the row: dY - D does not cancel)
+    # rows 0-3: scores near 98 with key 3 and 97.5 with key 5 (two keys share the row: dY - Delta does not cancel)
     pair = k_big[[3, 5]]
     q_big[:4] = np.linalg.solve(pair @ pair.T, [98.0 * np.sqrt(8), 97.5 * np.sqrt(8)]) @ pair
     return [

@@ -96,8 +96,8 @@ class BackwardSweepPlot(LivePlot):
         self.fig.legend(
             handles=handles, loc="outside lower center", ncols=2, fontsize=10, frameon=False, handlelength=1.2
         )
-        ax.set_xticks(range(self.n_k), [str(j + 1) for j in range(self.n_k)])
-        ax_q.set_yticks(range(self.n_q), [str(i + 1) for i in range(self.n_q)])
+        ax.set_xticks(range(self.n_k), [str(j) for j in range(self.n_k)])
+        ax_q.set_yticks(range(self.n_q), [str(i) for i in range(self.n_q)])
         ax.tick_params(labelleft=False)
         ax_k.tick_params(labelbottom=False)
         self.title = self.fig.suptitle("", fontsize=11)
@@ -123,21 +123,21 @@ class BackwardSweepPlot(LivePlot):
                     queries[i2] = 1  # partial sums in HBM, added atomically
                 if step == len(self.steps) - 1:
                     queries[:] = 2
-            rule = _("dK_{j}, dV_{j} += ... (on chip)").format(j=j + 1) + (
-                _(";  dQ_{i} += atomically in HBM").format(i=i + 1) if self.dq_mode == "atomic" else ""
+            rule = _("dK_{j}, dV_{j} += ... (on chip)").format(j=j) + (
+                _(";  dQ_{i} += atomically in HBM").format(i=i) if self.dq_mode == "atomic" else ""
             )
         else:
             keys[:] = 2
             queries[:i] = 2  # earlier query tiles: dQ_i written
             queries[i] = 1  # this program's dQ_i, on chip
-            rule = _("dQ_{i} += dX K_{j} (on chip)").format(i=i + 1, j=j + 1)
+            rule = _("dQ_{i} += dX K_{j} (on chip)").format(i=i, j=j)
         self.pairs.set_data(pairs)
         self.keys.set_data(keys[None, :])
         self.queries.set_data(queries[:, None])
         name = "_bwd_dkdv" if kernel == "dkdv" else "_bwd_dq"
         self.title.set_text(
             _("step {step} of {steps}: {name}, query tile {i}, key tile {j}").format(
-                step=step + 1, steps=len(self.steps), name=name, i=i + 1, j=j + 1
+                step=step + 1, steps=len(self.steps), name=name, i=i, j=j
             )
             + "\n"
             + rule

@@ -81,7 +81,7 @@ CHAPTERS = (
     ),
     Chapter(
         N_("The backward pass as Triton kernels"),
-        r"$dX = Y \odot (dY - D)$",
+        r"$dX = Y \odot (dY - \Delta)$",
         N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
     ),
     Chapter(N_("One loop, many attentions"), N_("score_mod, mask_mod per tile")),
