@@ -71,12 +71,13 @@ LANGUAGES = ("en", "zh_CN")
 _state: dict = {"language": "en", "translation": _gettext.NullTranslations()}
 
 
-def set_language(language: str) -> None:
+def set_language(language: str, *, font: bool = True) -> None:
     """Select the language of the package's learner-facing text for the rest of the session.
 
     Args:
         language: ``"en"`` (the default) or ``"zh_CN"`` (simplified Chinese). Selecting ``"zh_CN"`` also registers
             the package's Chinese font with matplotlib (:func:`flashmath.fonts.use_chinese_font`); ``"en"`` undoes it.
+        font: False: the text only, matplotlib untouched (a process that draws nothing, such as a ring's rank).
 
     Raises:
         ValueError: ``language`` is not one of :data:`LANGUAGES`.
@@ -88,12 +89,13 @@ def set_language(language: str) -> None:
         translation: _gettext.NullTranslations = _gettext.NullTranslations()
     else:
         translation = _gettext.translation(DOMAIN, localedir=LOCALE_DIR, languages=[language])
-    from flashmath import fonts  # only now: importing the package must not import matplotlib
+    if font:
+        from flashmath import fonts  # only now: importing the package must not import matplotlib
 
-    if language == "en":
-        fonts.stop_chinese_font()
-    else:
-        fonts.use_chinese_font()
+        if language == "en":
+            fonts.stop_chinese_font()
+        else:
+            fonts.use_chinese_font()
     _state.update(language=language, translation=translation)
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import pickle
 import shutil
@@ -62,6 +63,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flashmath._checks import size
+from flashmath.i18n import aside, get_language, set_language
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.ring import (
@@ -215,7 +217,9 @@ def _wait(requests: list, timeout: float, what: str) -> float:
         try:
             request.wait(timeout=datetime.timedelta(seconds=timeout))
         except Exception as error:
-            raise RuntimeError(f"{what}: {type(error).__name__}: {error}") from error
+            raise RuntimeError(
+                _("{what}: {error}").format(what=what, error=f"{type(error).__name__}: {error}")
+            ) from error
     return time.perf_counter() - start
 
 
@@ -249,9 +253,15 @@ class _Completion:
         if self.thread is not None:
             self.thread.join(self.timeout * len(self.requests) + 5.0)
             if self.thread.is_alive():
-                raise RuntimeError(f"{self.what}: not completed after {self.timeout * len(self.requests):.0f} s")
+                raise RuntimeError(
+                    _("{what}: not completed after {seconds} s").format(
+                        what=self.what, seconds=f"{self.timeout * len(self.requests):.0f}"
+                    )
+                )
         if self.error is not None:
-            raise RuntimeError(f"{self.what}: {type(self.error).__name__}: {self.error}") from self.error
+            raise RuntimeError(
+                _("{what}: {error}").format(what=self.what, error=f"{type(self.error).__name__}: {self.error}")
+            ) from self.error
         return self.done
 
 
@@ -303,7 +313,9 @@ def rank_ring_forward(
         step = ring_step(layout, causal, rank, t)
         requests: list = []
         posted = time.time()
-        what = f"rank {rank}, step {t}: the key/value transfer (to rank {(rank + 1) % P}, from rank {(rank - 1) % P})"
+        what = _("rank {r}, step {t}: the key/value transfer (to rank {to}, from rank {source})").format(
+            r=rank, t=t, to=(rank + 1) % P, source=(rank - 1) % P
+        )
         if t < P - 1:
             # the next shard (that of rank (r - t - 1) mod P) is received while this one is used
             rows = layout.kv_size((rank - t - 1) % P)
@@ -378,7 +390,7 @@ def rank_ring_backward(
             rows = layout.kv_size((rank - t - 1) % P)
             k_next = torch.empty(k_t.shape[:-2] + (rows, k_t.shape[-1]), dtype=k_t.dtype)
             v_next = torch.empty(v_t.shape[:-2] + (rows, v_t.shape[-1]), dtype=v_t.dtype)
-            kv_requests, sent_kv, _ = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=4 * t)
+            kv_requests, sent_kv, _received = _exchange(dist, [k_t, v_t], [k_next, v_next], rank, P, tag=4 * t)
             sent += sent_kv
         start = time.perf_counter()
         grads = ring_backward_step(
@@ -397,7 +409,11 @@ def rank_ring_backward(
         waited = 0.0
         if arriving is not None:  # dK_s, dV_s of the shard now held, sent by rank r - 1 after its step t - 1
             waited += _wait(
-                arriving[0], timeout, f"rank {rank}, step {t}: the gradient transfer from rank {(rank - 1) % P}"
+                arriving[0],
+                timeout,
+                _("rank {r}, step {t}: the gradient transfer from rank {source}").format(
+                    r=rank, t=t, source=(rank - 1) % P
+                ),
             )
             dk_t, dv_t = arriving[1], arriving[2]
         if grads is not None:
@@ -410,18 +426,22 @@ def rank_ring_backward(
             rows_d = layout.kv_size((rank - t - 1) % P)
             dk_next = torch.empty(dk_t.shape[:-2] + (rows_d, dk_t.shape[-1]), dtype=dk_t.dtype)
             dv_next = torch.empty(dv_t.shape[:-2] + (rows_d, dv_t.shape[-1]), dtype=dv_t.dtype)
-            d_requests, sent_d, _ = _exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2)
+            d_requests, sent_d, _received_d = _exchange(dist, [dk_t, dv_t], [dk_next, dv_next], rank, P, tag=4 * t + 2)
             arriving = (d_requests, dk_next, dv_next)
             sent += sent_d
         else:
             arriving = ([], dk_t, dv_t)
         counts["sent_bytes"].append(sent)
-        waited += _wait(kv_requests, timeout, f"rank {rank}, step {t}: the key/value transfer")
+        waited += _wait(kv_requests, timeout, _("rank {r}, step {t}: the key/value transfer").format(r=rank, t=t))
         counts["wait_s"].append(waited)
         if t < P - 1:
             k_t, v_t = k_next, v_next
     assert arriving is not None
-    _wait(arriving[0], timeout, f"rank {rank}: the gradients' last hop home from rank {(rank - 1) % P}")
+    _wait(
+        arriving[0],
+        timeout,
+        _("rank {r}: the gradients' last hop home from rank {source}").format(r=rank, source=(rank - 1) % P),
+    )
     return dq, arriving[1].numpy(), arriving[2].numpy(), counts
 
 
@@ -458,18 +478,22 @@ def _run_jobs(rank: int, jobs: list, timeout: float, fault: tuple | None, workdi
     progress = workdir / f"progress{rank}"
     for index, job in enumerate(jobs):
         if fault is not None and fault[0] == rank and index == 0:
-            progress.write_text(f"fault injected ({fault[1]})")
+            _note(progress, N_("fault injected ({fault})"), fault=fault[1])
             if fault[1] == "raise":
-                raise ValueError(f"fault injected on rank {rank} (run_rings(..., inject_fault=({rank}, 'raise')))")
+                raise ValueError(
+                    _("fault injected on rank {r} ({call})").format(
+                        r=rank, call=f"run_rings(..., inject_fault=({rank}, 'raise'))"
+                    )
+                )
             if fault[1] == "exit":
                 os._exit(3)
             time.sleep(10 * timeout)  # "hang"
         layout, opts = job["layout"], job["options"]
-        progress.write_text(f"in job {index}'s forward ring")
+        _note(progress, N_("in job {index}'s forward ring"), index=index)
         a, lse, counts = rank_ring_forward(job["q"], job["k"], job["v"], layout, rank, timeout=timeout, **opts)
         result = {"a": a, "lse": lse, "counts": counts}
         if job.get("grad_a") is not None:
-            progress.write_text(f"in job {index}'s backward ring")
+            _note(progress, N_("in job {index}'s backward ring"), index=index)
             dq, dk, dv, bcounts = rank_ring_backward(
                 job["q"],
                 job["k"],
@@ -484,7 +508,7 @@ def _run_jobs(rank: int, jobs: list, timeout: float, fault: tuple | None, workdi
             )
             result.update(dq=dq, dk=dk, dv=dv, backward_counts=bcounts)
         results.append(result)
-        progress.write_text(f"job {index} done")
+        _note(progress, N_("job {index} done"), index=index)
     return results
 
 
@@ -500,6 +524,8 @@ def _guarded(rank: int, world_size: int, workdir: str, port: int, timeout: float
     """Run ``body(jobs, dist, path)`` in this rank's process group; write its result or the error (see
     :func:`ring_worker`), then end the process."""
     path = Path(workdir)
+    if (path / "language").exists():  # the launcher's language: the messages this rank composes are in it
+        set_language((path / "language").read_text(), font=False)
     try:
         from threadpoolctl import threadpool_limits
 
@@ -666,17 +692,17 @@ def _assemble(ri: Any, results: list, with_grads: bool, wall: float) -> RingRun:
 def _exit_description(code: int | None) -> str:
     if code is not None and code < 0:
         try:
-            return f"killed by signal {signal.Signals(-code).name}"
+            return _("killed by signal {name}").format(name=signal.Signals(-code).name)
         except ValueError:  # pragma: no cover
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
+            return _("killed by signal {name}").format(name=-code)
+    return _("exit code {code}").format(code=code)
 
 
 def _failure(workdir: Path, world_size: int, died: dict, terminated: list) -> RingError:
-    """The :class:`RingError` of a failed launch. First the ranks that died without a Python exception (exited or
-    were killed: ``died`` maps them to their exit codes), which their peers cannot have caused; then the ranks that
-    raised, earliest first (each wrote ``error{rank}.pkl`` before its connections closed, so a peer that failed
-    because of it comes later)."""
+    """The :class:`RingError` of a failed launch, in the selected language (:mod:`flashmath.i18n`). First the ranks
+    that died without a Python exception (exited or were killed: ``died`` maps them to their exit codes), which
+    their peers cannot have caused; then the ranks that raised, earliest first (each wrote ``error{rank}.pkl`` before
+    its connections closed, so a peer that failed because of it comes later)."""
     errors = []
     for r in range(world_size):
         path = workdir / f"error{r}.pkl"
@@ -685,18 +711,30 @@ def _failure(workdir: Path, world_size: int, died: dict, terminated: list) -> Ri
                 errors.append((pickle.load(file), r))
     errors.sort(key=lambda item: item[0]["time"])
     parts = [
-        f"rank {r} of {world_size} died without a Python exception ({_exit_description(c)})" for r, c in died.items()
+        _("rank {r} of {P} died without a Python exception ({how})").format(r=r, P=world_size, how=_exit_description(c))
+        for r, c in died.items()
     ]
-    parts += [f"rank {r} of {world_size} raised {e['type']}: {e['message']}" for e, r in errors]
-    ranks = list(died) + [r for _, r in errors]
+    parts += [
+        _("rank {r} of {P} raised {error}").format(r=r, P=world_size, error=f"{e['type']}: {e['message']}")
+        for e, r in errors
+    ]
+    ranks = list(died) + [r for _r, r in errors]
     if not parts:  # pragma: no cover - a failure always leaves one or the other
-        return RingError(f"the ring of {world_size} ranks failed without a report", [])
-    message = "first: " + parts[0] + ("; then " + "; ".join(p[:300] for p in parts[1:]) if parts[1:] else "")
+        return RingError(_("the ring of {P} ranks failed without a report").format(P=world_size), [])
+    if parts[1:]:
+        message = _("first: {first}; then {rest}").format(first=parts[0], rest=_("; ").join(p[:300] for p in parts[1:]))
+    else:
+        message = _("first: {first}").format(first=parts[0])
     if terminated:
-        message += f"; still running then, terminated: rank{'s' if len(terminated) > 1 else ''} "
-        message += ", ".join(f"{r} ({_progress(workdir, r)})" for r in terminated)
+        still = _(", ").join(aside(str(r), _progress(workdir, r)) for r in terminated)
+        template = (
+            _("; still running then, terminated: ranks {ranks}")
+            if len(terminated) > 1
+            else _("; still running then, terminated: rank {ranks}")
+        )
+        message += template.format(ranks=still)
     if errors and not died:
-        message += f"\n--- rank {errors[0][1]}'s traceback ---\n{errors[0][0]['traceback']}"
+        message += "\n" + _("--- rank {r}'s traceback ---").format(r=errors[0][1]) + f"\n{errors[0][0]['traceback']}"
     return RingError(message, ranks)
 
 
@@ -763,6 +801,7 @@ def _launch(target: Any, inputs: list, timeout: float, extra: tuple = ()) -> lis
     try:
         for r in range(P):
             _write(workdir / f"in{r}.pkl", inputs[r])
+        (workdir / "language").write_text(get_language())
         # the rendezvous: a TCPStore served by this process on a port the system picks (no race for a free port)
         store = dist.TCPStore(
             "127.0.0.1", 0, P + 1, True, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False
@@ -822,17 +861,39 @@ def _join(processes: list, workdir: Path, deadline: float, timeout: float, grace
         died = {r: processes[r].exitcode for r in failed if not (workdir / f"error{r}.pkl").exists()}
         raise _failure(workdir, P, died, running)
     if running:
-        progress = {r: _progress(workdir, r) for r in running}
+        progress = _(", ").join(_("rank {r}: {progress}").format(r=r, progress=_progress(workdir, r)) for r in running)
+        template = (
+            _(
+                "ranks {ranks} of {P} still running after the deadline of {timeout} s (terminated); "
+                "last progress: {progress}"
+            )
+            if len(running) > 1
+            else _(
+                "rank {ranks} of {P} still running after the deadline of {timeout} s (terminated); "
+                "last progress: {progress}"
+            )
+        )
         raise RingError(
-            f"rank{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} of {P} still running after the "
-            f"deadline of {timeout:g} s (terminated); last progress: {progress}",
+            template.format(ranks=_(", ").join(map(str, running)), P=P, timeout=f"{timeout:g}", progress=progress),
             running,
         )
 
 
+def _note(path: Path, template: str, **values: object) -> None:
+    """Write a rank's progress: the English template and its values (the parent translates it, :func:`_progress`)."""
+    path.write_text(json.dumps([template, values]))
+
+
 def _progress(workdir: Path, rank: int) -> str:
+    """A rank's last progress note, in the selected language: "not started" when it wrote none."""
     path = workdir / f"progress{rank}"
-    return path.read_text() if path.exists() else "not started"
+    if not path.exists():
+        return _("not started")
+    try:
+        template, values = json.loads(path.read_text())
+    except ValueError:  # pragma: no cover - a note cut short by the rank's death
+        return path.read_text()
+    return _(template).format(**values)
 
 
 def run_ring(

@@ -355,3 +355,32 @@ def test_the_gloo_ring_without_pytorch_says_what_to_install(monkeypatch):
     q, k, v = make(np.random.default_rng(0), 8, 8, 4, 4)
     with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[distributed\]'"):
         run_ring(q, k, v, world_size=2)
+
+
+def test_a_failed_launchs_message_is_in_the_selected_language(tmp_path):
+    """The RingError of a failed gloo launch (chapter 14 promises it names the rank) is composed in the parent process
+    from catalog messages, the ranks' progress notes included: English by default, Chinese once zh_CN is selected
+    (zhrev-o 14-7). Needs no PyTorch: the message is built from the files the ranks leave in the launch's folder."""
+    from flashmath import i18n
+    from flashmath.ring_dist import _failure, _note
+
+    _note(tmp_path / "progress0", "in job {index}'s forward ring", index=2)
+    english = str(_failure(tmp_path, 2, {1: 3}, [0]))
+    assert english == (
+        "first: rank 1 of 2 died without a Python exception (exit code 3); "
+        "still running then, terminated: rank 0 (in job 2's forward ring)"
+    )
+    i18n.set_language("zh_CN")
+    try:
+        chinese = str(_failure(tmp_path, 2, {1: 3}, [0]))
+        not_started = str(_failure(tmp_path, 3, {2: -9}, [1]))
+    finally:
+        i18n.set_language("en")
+    assert chinese == (
+        "最先出错的是：rank 1（共 2 个）没有抛出 Python 异常就退出了（退出码 3）；"
+        "当时仍在运行、随即被终止的 rank：0（正在算例 2 的前向环中）"
+    )
+    assert not_started == (
+        "最先出错的是：rank 2（共 3 个）没有抛出 Python 异常就退出了（被信号 SIGKILL 终止）；"
+        "当时仍在运行、随即被终止的 rank：1（尚未开始）"
+    )

@@ -26,6 +26,9 @@ MASKED = "#e6e6e6"  # pairs no device ever merges (the causal mask)
 FLOOR = 1e-17  # the log axis of the running error: an error of exactly 0 is drawn here
 
 
+_DARK = {0, 2, 3, 4, 5}  # the indices of DEVICE_COLORS dark enough for white text on them
+
+
 def _color(device: int) -> str:
     return DEVICE_COLORS[device % len(DEVICE_COLORS)]
 
@@ -70,7 +73,7 @@ class RingPlot(LivePlot):
         ValueError: a trace of one device; ``step`` outside ``0 .. P - 1``. TypeError: ``step`` not an integer.
     """
 
-    def __init__(self, trace, *, step: int = 0, figsize=(10.0, 5.4), dpi: int = DPI, pyplot: bool = False):
+    def __init__(self, trace, *, step: int = 0, figsize=(10.0, 6.0), dpi: int = DPI, pyplot: bool = False):
         self.trace = trace
         self.P = trace.layout.num_devices
         if self.P < 2:
@@ -106,13 +109,14 @@ class RingPlot(LivePlot):
         ax.axis("off")
         angles = np.pi / 2 - 2 * np.pi * np.arange(P) / P  # device 0 at the top, clockwise
         self.centres = np.stack([np.cos(angles), np.sin(angles)], axis=1)
-        radius = 0.27 if P <= 4 else 0.2
+        # large enough that "holds K, V of 3" and "(skipped)" under it fit inside the circle (both languages)
+        radius = 0.42 if P <= 4 else 0.2
         self.holding, self.sending = [], []
         for r in range(P):
             x, y = self.centres[r]
             ax.add_patch(Circle((x, y), radius, facecolor=_color(r), alpha=0.25, edgecolor=_color(r), lw=1.5))
-            ax.text(x, y + 0.06, _("device {r}").format(r=r), ha="center", va="center", fontsize=9, fontweight="bold")
-            self.holding.append(ax.text(x, y - 0.1, "", ha="center", va="center", fontsize=9))
+            ax.text(x, y + 0.04, _("device {r}").format(r=r), ha="center", va="bottom", fontsize=9, fontweight="bold")
+            self.holding.append(ax.text(x, y + 0.02, "", ha="center", va="top", fontsize=8.5))
             nx, ny = self.centres[(r + 1) % P]
             ax.add_patch(
                 FancyArrowPatch(
@@ -208,7 +212,15 @@ def plot_ring_timeline(run, *, figsize=(9.0, 3.2), dpi: int = DPI):
         for r in range(P):
             posted, started, computed, done = timeline[t, r, :4]
             ax.barh(r - 0.12, computed - started, left=started, height=0.42, color=_color(t), edgecolor="k", lw=0.5)
-            ax.text((started + computed) / 2, r - 0.12, f"{t}", ha="center", va="center", fontsize=8.5)
+            ax.text(
+                (started + computed) / 2,
+                r - 0.12,
+                f"{t}",
+                ha="center",
+                va="center",
+                fontsize=11,
+                color="white" if t % len(DEVICE_COLORS) in _DARK else "black",
+            )
             if t < P - 1:
                 ax.barh(r + 0.27, done - posted, left=posted, height=0.14, color=HOLD)
     ax.set_yticks(range(P), [_("rank {r}").format(r=r) for r in range(P)])
