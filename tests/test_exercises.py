@@ -1109,6 +1109,55 @@ def test_the_natural_merge_without_a_guard_and_with_python_max_is_named_as_those
         assert named and all(name in msg for msg in named), (name, msgs)
 
 
+def test_math_exp_of_each_max_alone_gets_the_hint_of_its_np_exp_form():
+    """rev14-a: ``math.exp(g1)`` raises OverflowError where ``np.exp`` gives inf; on the maxima of 800 and 799 only
+    the exponential of a max alone overflows, so that case gets the same hint as the np.exp form. With maxima 1e4
+    apart an inverted factor overflows too, and the hint names no single mistake."""
+
+    def alone(g1, s1, g2, s2, exp=math.exp):
+        g = float(np.maximum(g1, g2))
+        if g == -math.inf:
+            return -math.inf, 0.0
+        return g, (s1 * exp(g1) + s2 * exp(g2)) / exp(g)
+
+    def inverted(g1, s1, g2, s2):
+        g = float(np.maximum(g1, g2))
+        if g == -math.inf:
+            return -math.inf, 0.0
+        return g, s1 * math.exp(g - g1) + s2 * math.exp(g - g2)
+
+    by_math = {name: msg for name, ok, msg in exercises.check_merge(alone).cases if not ok}
+    by_np = {name: msg for name, ok, msg in exercises.check_merge(lambda *a: alone(*a, exp=np.exp)).cases if not ok}
+    assert (
+        list(by_math)
+        == list(by_np)
+        == [
+            "maxima 1e4 apart (no overflow)",
+            "maxima of 800 and 799 (no overflow: never exp of a max alone)",
+        ]
+    )
+    hint = "looks like the exponential of each max taken alone"
+    assert hint in by_math["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    assert "OverflowError" in by_math["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    assert "math.exp overflowed" in by_math["maxima 1e4 apart (no overflow)"]
+    assert hint in by_np["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    inv = {name: msg for name, ok, msg in exercises.check_merge(inverted).cases if not ok}
+    assert "math.exp overflowed" in inv["maxima 1e4 apart (no overflow)"]
+    assert all(hint not in msg for msg in inv.values())
+
+
+def test_a_right_merge_with_math_exp_passes():
+    def right(g1, s1, g2, s2):
+        g = float(np.maximum(g1, g2))
+        if g == -math.inf:
+            return -math.inf, 0.0
+        if g == math.inf:  # the parts whose max is +inf keep their sums
+            return g, (s1 if g1 == g else 0.0) + (s2 if g2 == g else 0.0)
+        return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
+
+    assert exercises.check_merge(right).passed
+
+
 @pytest.mark.parametrize(
     "right",
     [

@@ -795,10 +795,29 @@ def check_merge(fn) -> CheckReport:
         MERGE_MISTAKES,
         merge_properties(),
         diagnosis=lambda args, answers: _ConsistentDiagnosis(args, answers, MERGE_MISTAKES, same_state),
+        hint=_merge_hint,
     )
 
 
-def _check_states(title, fn, cases, reference, mistakes, properties=(), diagnosis=None) -> CheckReport:
+def _merge_hint(exc, args) -> str | None:
+    """What an ``OverflowError`` of a merge means (``math.exp`` raises where ``np.exp`` gives inf, review rev14-a).
+
+    With two finite maxima less than 709 apart no ``exp`` of a difference of them can overflow, so only the
+    exponential of a max alone explains it: the same hint as for its ``np.exp`` form. With maxima 1e4 apart an
+    inverted factor ``exp(g - g_k)`` overflows as well, and the hint names no single mistake."""
+    if not isinstance(exc, OverflowError):
+        return _state_hint(exc)
+    g1, g2 = (float(a) for a in (args[0], args[2]))
+    if math.isfinite(g1) and math.isfinite(g2) and abs(g1 - g2) < 709:
+        (alone,) = (m for m in MERGE_MISTAKES if m.name == "the exponential of each max taken alone")
+        return alone.message()
+    return _(
+        "math.exp overflowed: every exponent must be <= 0, g1 - g and g2 - g with g = max(g1, g2) (never a max "
+        "alone, nor g - g1 or g - g2)"
+    )
+
+
+def _check_states(title, fn, cases, reference, mistakes, properties=(), diagnosis=None, hint=None) -> CheckReport:
     """A checker of a function of numbers that returns a state ``(g, s)``, on the one harness."""
     return check_function(
         title,
@@ -814,7 +833,7 @@ def _check_states(title, fn, cases, reference, mistakes, properties=(), diagnosi
         convert=_pair,
         describe=_state_describe,
         check_form=False,
-        hint=_state_hint,
+        hint=_state_hint if hint is None else hint,
         diagnosis=diagnosis,
     )
 
