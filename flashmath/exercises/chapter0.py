@@ -73,7 +73,10 @@ MISTAKES = (
     ),
     Mistake(
         N_("the columns of K instead of its rows"),
-        N_("q_n @ K sums over the keys: K is (M, D) with one key per row, so x_m = K[m, :] . q_n, that is K @ q_n"),
+        N_(
+            "q_n @ K sums over the keys: K is (M, D) with one key per row, so x[m] = K[m, :] . q_n (code indices, "
+            "from 0), that is K @ q_n"
+        ),
         (_columns,),
     ),
     Mistake(
@@ -113,7 +116,7 @@ def score_row_properties():
 
 @exercise("0.1", MISTAKES, solution="score_row", property_cases=2)
 def check_score_row(fn) -> CheckReport:
-    """Check a learner's ``fn(q_n, K) -> x`` with ``x_m = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
+    """Check a learner's ``fn(q_n, K) -> x`` with ``x[m] = q_n . K[m, :] / sqrt(D)`` (chapter 0, exercise 0.1).
 
     The property battery first (:func:`score_row_properties`: one key of width one, negative-only q_n and K; the
     inputs unchanged and the result's form on every case), then a small query and keys, ``D = 1``, a single key,

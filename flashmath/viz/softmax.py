@@ -21,6 +21,14 @@ OVERFLOW_DTYPES = tuple(name for name, dtype in DTYPES.items() if dtype.kind == 
 ZERO = "#ff7f0e"  # the direct softmax's silent zeros
 
 
+LEGEND_9PT = {**LEGEND_ABOVE, "fontsize": 9}  # chapter 1's overflow legends: 9 pt, 10 px at the stored 80 dpi
+
+
+def minus(text: str) -> str:
+    """``text`` with its hyphen-minus signs as the minus sign U+2212, as the printed outputs write them."""
+    return text.replace("-", "\u2212")
+
+
 def dtype_name(dtype) -> str:
     """``dtype`` (a name or a numpy dtype) as one of :data:`OVERFLOW_DTYPES`; ValueError for any other."""
     try:
@@ -104,7 +112,7 @@ class OnlineSoftmaxPlot(LivePlot):
         ax_r.axhline(1, color="k", lw=0.5, ls=":")
         ax_r.set_ylim(0, 1.65)  # room above the bars for the key
         ax_r.set_yticks([0, 1])
-        ax_r.set_ylabel(_("rescale\nfactor"))
+        ax_r.set_ylabel(_("rescale\nfactor"), linespacing=1.3)  # the two rotated lines must not touch
         ax_r.legend(
             handles=[
                 Patch(color=HOLD, label=_("factor 1: the max held")),
@@ -153,8 +161,8 @@ class OnlineSoftmaxPlot(LivePlot):
             title = _("step 0: nothing read yet, $g_0 = -\\infty$, $s_0 = 0$")
         else:
             x, g, r, s = self.x[i - 1], self.g[i - 1], self.r[i - 1], self.s[i - 1]
-            title = _("step $i$ = {i}: $x_i$ = {x:.3f}, $g_i$ = {g:.3f}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
-                i=i, x=x, g=g, r=r, s=s
+            title = _("step $i$ = {i}: $x_i$ = {x}, $g_i$ = {g}, rescale = {r:.3f}, $s_i$ = {s:.4f}").format(
+                i=i, x=minus(f"{x:.3f}"), g=minus(f"{g:.3f}"), r=r, s=s
             )
         self.title.set_text(title)
 
@@ -209,7 +217,7 @@ class OverflowPlot(LivePlot):
             labels=[_("$x_i$ in the dtype"), _("red bar: exp($x_i$) = inf"), LOGSUMEXP_X, _("ln(max of the dtype)")],
             handler_map={tuple: HandlerTuple(ndivide=None)},  # the red bar and the cross above it, side by side
             ncol=4,
-            **LEGEND_ABOVE,
+            **LEGEND_9PT,
         )
 
         width = 0.4
@@ -239,7 +247,7 @@ class OverflowPlot(LivePlot):
                 ),
             ],
             ncol=2,
-            **LEGEND_ABOVE,
+            **LEGEND_9PT,
         )
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(
