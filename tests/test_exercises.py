@@ -2522,7 +2522,7 @@ def test_a_python_loop_with_the_max_started_at_0_raising_zero_division_is_named(
     for case in failures(report):
         assert "raised ZeroDivisionError" in message(report, case)
     assert "the max started at 0" in message(report, "property: a row masked entirely")
-    assert 'the same as for "property: a row masked entirely' in repr(report)
+    assert 'the same reason as for "property: a row masked entirely' in repr(report)
     report = exercises.check_safe_softmax(_loop_softmax(0.0, guard_sum=True))
     assert failures(report) == ["property: values far below 0"]
     assert "the max started at 0" in message(report, "property: values far below 0")
@@ -2559,3 +2559,54 @@ def test_the_softmax_over_the_queries_says_what_it_does_to_one_query_only_on_the
             continue
         assert "softmax over the wrong axis (the queries)" in text, (name, text)
         assert ("N = 1) a softmax over the queries" in text) == name.startswith("N = 1:"), (name, text)
+
+
+def test_a_prediction_not_accepted_never_prints_as_the_answer(capsys):
+    """Review 35 (rev14-c): a prediction of 2.0001 for an answer of 2 printed "You predicted 2; the answer is 2: not
+    quite" (the guess rounded to 4 digits); a prediction that is not accepted prints with the digits that tell it
+    from the answer, and an accepted one stays rounded."""
+    exercises.check_prediction(2.0001, 2.0)
+    exercises.check_prediction(0.12501, 0.125, tolerance=0.0)
+    exercises.check_prediction(0.36789, math.exp(-1))  # right within 5 %: rounded as before
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "You predicted 2.0001; the answer is 2: not quite."
+    assert lines[1] == "You predicted 0.12501; the answer is 0.125: not quite."
+    assert lines[2] == "You predicted 0.3679; the answer is 0.3679: right."
+
+
+def test_expected_and_got_that_differ_never_print_alike():
+    """Review 35 (rev14-e): for np.clip in 13.3 the property case printed "expected the scores = [[5, 0.125, -5]],
+    got [[5, 0.125, -5]]" (4 decimals); the shared formatter prints as many more decimals as it takes to tell two
+    arrays (or numbers) apart, and 4 when they print apart anyway."""
+    from flashmath.exercises._report import fmt
+
+    report = exercises.check_softcap(lambda qk, scale, cap: np.clip(qk * scale, -cap, cap))
+    (text,) = [m for name, ok, m in report.cases if not ok and name.startswith("property: +inf, 1 and -inf")]
+    expected, got = text.split("; largest difference")[0].split(", got ")
+    assert "0.12497" in expected and "0.125" in got, text
+    assert expected.split(" = ", 1)[1] != got, text
+    want, have = np.array([1.0, 0.124974, 2.0]), np.array([1.0, 0.125, 2.0])
+    assert fmt(want, have) != fmt(have, want)
+    assert fmt(np.array([1.0, 0.5]), np.array([1.0, 0.25])) == "[1. , 0.5]"  # apart at 4 decimals: unchanged
+    assert fmt(np.float64(2.0001), np.float64(2.0)) == "2.0001"
+    big, other = np.arange(20.0), np.arange(20.0)
+    other[10] += 1e-7
+    assert "10.0000001" in fmt(other, big) and "10.0000001" not in fmt(big, other)
+
+
+def test_a_case_that_refers_to_an_earlier_one_keeps_its_own_numbers():
+    """Review 35 (rev9-f to rev14-f): in 14.1, "device 0 of P = 2: the same as for 'property: the last device: r =
+    P - 1' above" hid the case's own expected and got behind another case's label. The case now prints its own
+    numbers, and only the reason refers to the earlier case, by the label printed for it."""
+    report = exercises.check_zigzag_chunks(lambda P, r: (r, 2 * P - r))
+    lines = repr(report).splitlines()
+    line = next(line for line in lines if "device 0 of P = 2" in line)
+    assert line == (
+        '  FAIL  device 0 of P = 2: expected second chunk = 3, got 4: the same reason as for "property: the last '
+        'device: r = P - 1" above'
+    ), line
+    earlier = next(
+        i for i, line in enumerate(lines) if line.startswith("  FAIL  property: the last device: r = P - 1:")
+    )
+    assert earlier < lines.index(line)
+    assert "looks like the second chunk off by one (2P - r)" in lines[earlier]

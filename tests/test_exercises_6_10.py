@@ -1398,7 +1398,7 @@ def test_one_cause_that_fails_several_cases_is_explained_once(capsys):
     failed = [name for name, ok, _ in report.cases if not ok]
     text = repr(report)
     assert len(failed) >= 3 and text.count(TILE_INPUT_MODIFIED.message()) == 1, text
-    assert text.count(f'the same as for "{failed[0]}" above') == len(failed) - 1, text
+    assert text.count(f'the same reason as for "{failed[0]}" above') == len(failed) - 1, text
 
 
 def test_tile_step_in_place_names_the_state_argument_and_gives_its_own_example():

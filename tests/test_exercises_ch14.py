@@ -204,6 +204,7 @@ STEP_BYTES = {
     ),
     "something sent after the last step": lambda M, P, t, r, b, z: rows_of(M, P, (r - t) % P, z) * b,
     "M / P rows for every shard": lambda M, P, t, r, b, z: 0 if t >= P - 1 else M // P * b,
+    "ceil(M / P) rows for every shard": lambda M, P, t, r, b, z: 0 if t >= P - 1 else math.ceil(M / P) * b,
     "zig-zag chunks of M // (2P) rows each": lambda M, P, t, r, b, z: (
         0 if t >= P - 1 else (2 * (M // (2 * P)) if z else rows_of(M, P, (r - t) % P, False)) * b
     ),
@@ -266,3 +267,46 @@ def test_step_bytes_floor_chunks_are_named_as_a_sizing_mistake():
 
     report = exercises.check_step_bytes(floor_everywhere)
     assert named(report) == {"zig-zag chunks of M // (2P) rows each", "M / P rows for every shard"}, report
+
+
+def test_step_bytes_ceil_shards_are_not_named_as_two_index_mistakes():
+    """The right shard index with every shard ceil(M / P) rows failed 3 cases, and the report named "the shard
+    received" on two and "the ring turned the wrong way" on the third (rev14-f): each index model matched its cases'
+    bytes by coincidence, and a code writes the shard index one way only. Named now by its own model on all three;
+    without that model, the two index mistakes are never named together (two mistakes of one part)."""
+    from flashmath.exercises._report import Diagnosis, explaining
+
+    def ceil_shards(M, P, t, r, row_bytes, zigzag):
+        if t >= P - 1:
+            return 0
+        return math.ceil(M / P) * row_bytes  # the shard of (r - t) mod P, every one ceil(M / P) rows
+
+    report = exercises.check_step_bytes(ceil_shards)
+    failed = [message for _, ok, message in report.cases if not ok]
+    assert len(failed) == 3, report
+    assert named(report) == {"ceil(M / P) rows for every shard"}, report
+    assert all("ceil(M / P) rows for every shard" in message for message in failed), report
+    assert "mod P)" not in repr(report), report
+
+    checker = exercises.check_step_bytes
+    cases = [args for _, args in checker_cases(checker)]
+    answers = [ceil_shards(*args) for args in cases]
+    failing = [i for i, args in enumerate(cases) if answers[i] != exercises.chapter14._step_bytes_reference(*args)]
+    assert len(failing) == 3
+    without = tuple(m for m in exercises.chapter14.STEP_BYTES_MISTAKES if m.name != "ceil(M / P) rows for every shard")
+    diagnosis = Diagnosis(cases, answers, without, lambda a, b: float(a) == float(b))
+    index_mistakes = {m.name for m in without if m.part == "the shard index"}
+    assert len(index_mistakes) == 3
+    assert len({m.name for m in explaining(diagnosis, failing).values()} & index_mistakes) <= 1
+
+
+def checker_cases(checker):
+    """The cases ``(name, args)`` a checker runs, in order, read from the calls it makes to a recording function."""
+    seen = []
+
+    def record(*args):
+        seen.append(args)
+        return 0
+
+    report = checker(record)
+    return [(name, args) for (name, _, _), args in zip(report.cases, seen, strict=True)]

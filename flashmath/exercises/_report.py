@@ -66,21 +66,37 @@ class CheckReport:
         return "\n".join(lines)
 
 
-SAME_AS_ABOVE = N_('the same as for "{case}" above')
+SAME_AS_ABOVE = N_('the same reason as for "{case}" above')
 _LONG = 60  # a message at least this long is printed once; a later case that ends with it refers to it
+_SEPARATORS = (": ", "\uff1a", "\u3002")  # where a message's own words end and its reason starts: ": ", "：", "。"
 
 
 def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
-    """``message`` for the failing case ``name``, with a long explanation already printed for an earlier case
-    replaced by :data:`SAME_AS_ABOVE`, which names that case: one cause that fails several cases is explained once,
-    and every case is still listed."""
+    """``message`` for the failing case ``name``, with the reason of a long message already printed for an earlier
+    case replaced by :data:`SAME_AS_ABOVE`, which names that case by the label printed for it: one cause that fails
+    several cases is explained once, and every case is still listed with its own words (its expected and got
+    values, which may equal the earlier case's: "device 0 of P = 2: expected second chunk = 3, got 4: the same
+    reason as for ..." says both what this case got and why)."""
     for earlier, case in printed:
         if message.endswith(earlier):
-            same = _(SAME_AS_ABOVE).format(case=_case_name(case))
-            return message[: -len(earlier)] + same  # the case's own words first, with their separator
+            keep = len(message) - len(earlier) + _reason_start(earlier)
+            return message[:keep] + _(SAME_AS_ABOVE).format(case=_case_name(case))
     if len(message) >= _LONG:
         printed.append((message, name))
     return message
+
+
+def _reason_start(message: str) -> int:
+    """Where the reason of a message starts: at the named mistake ("looks like ..."), else after its first
+    separator (``"expected x = 1, got 2: "`` are the case's own words), 0 when it has neither."""
+    looks_like = _(LOOKS_LIKE).split("{name}")[0]  # "looks like " in the selected language
+    if looks_like and looks_like in message:
+        return message.index(looks_like)
+    ends = [message.find(sep) + len(sep) for sep in _SEPARATORS if sep in message]
+    return min(ends) if ends else 0
+
+
+LOOKS_LIKE = N_("looks like {name}: {fix}")
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,9 @@ class Mistake:
             bits, whose expected and got print alike).
         cause: ``cause(*args) -> str | None``, when one mistake fails different cases for different reasons: the
             explanation for the case with these arguments (already translated), which replaces ``fix`` there.
+        part: the part of the code the mistake is in (``"the shard index"``), when several mistakes of a catalogue
+            are other ways to write that one part: a code has only one of them, so :meth:`Diagnosis.covering` never
+            names two of one part together (each would explain its cases by coincidence).
     """
 
     name: str
@@ -105,11 +124,12 @@ class Mistake:
     compare: Callable | None = None
     show_difference: bool = False
     cause: Callable | None = None
+    part: str = ""
 
     def message(self, args: tuple | None = None) -> str:
         """The message, for the case with arguments ``args`` when given (see ``cause``)."""
         fix = quiet(self.cause, *args) if self.cause is not None and args is not None else None
-        return _("looks like {name}: {fix}").format(name=_(self.name), fix=fix or _(self.fix))
+        return _(LOOKS_LIKE).format(name=_(self.name), fix=fix or _(self.fix))
 
 
 PROPERTY_PREFIX = "property: "  # how _cases.property_cases names a property case
@@ -175,13 +195,16 @@ class Diagnosis:
         """Two mistakes that together explain every case of ``failing``, when no one mistake does: ``{case index:
         mistake}``, each failing case given to the first of the two (in the catalogue's order) whose model gives the
         learner's answer there, and each of the two explaining a failing case the other does not. Empty when no
-        pair does (a learner's code with two slips, say a max started at 0 and Python's ``max``, which drops NaN)."""
+        pair does (a learner's code with two slips, say a max started at 0 and Python's ``max``, which drops NaN),
+        and never two mistakes of one :attr:`Mistake.part`."""
         failing = list(failing)
         rows = self._rows
         for a, (first, row_a) in enumerate(rows):
             for second, row_b in rows[a + 1 :]:
                 if second is first or not all(row_a[i] or row_b[i] for i in failing):
                     continue
+                if first.part and first.part == second.part:
+                    continue  # two ways to write one part of the code: a code has only one of them
                 if all(row_a[i] for i in failing) or all(row_b[i] for i in failing):
                     continue  # one alone explains the run: explaining() names it
                 return {i: first if row_a[i] else second for i in failing}
@@ -246,28 +269,62 @@ def fmt(a, other=None) -> str:
 
     The four values are its first ones, or, when ``other`` (the array it is compared with, of the same shape) agrees
     with it there, the four from the first position where the two differ (:func:`first_difference`), so that the
-    expected and the got previews of one message show where they part. A boolean array (a mask) is shown as
-    ``True``/``False``, not as the numbers ``1.``/``0.``.
+    expected and the got previews of one message show where they part. The values have 4 decimals, or, when the two
+    previews would print alike while the numbers differ, as many more as it takes to tell them apart (expected
+    ``[0.124974]``, got ``[0.125]``, not ``[0.125]`` twice); a single number has 6 significant digits, or more the
+    same way (:func:`apart`). A boolean array (a mask) is shown as ``True``/``False``, not as the numbers
+    ``1.``/``0.``.
     """
     a = np.asarray(a)
     if a.dtype != np.bool_:
         a = a.astype(np.float64)
+    b = _numbers_like(other, a)
     if a.ndim == 0:
-        return str(a.item()) if a.dtype == np.bool_ else f"{a.item():.6g}"  # 2, not numpy's "2."
-
-    def show(values) -> str:  # "True", not numpy's padded " True"
-        return np.array2string(values, precision=4, separator=", ", formatter={"bool": str})
+        if a.dtype == np.bool_:
+            return str(a.item())
+        return apart(float(a.item()), float(b.item()))[0] if b is not None else f"{a.item():.6g}"  # 2, not "2."
 
     if a.size <= 8:
-        return show(a).replace("\n", "")  # one line
+        return _show(a, _decimals(a, b))
     start = first_difference(a, other) if other is not None else 0
     if start < 4:
-        first = show(a.ravel()[:4])[:-1]  # "[a, b, c, d"
+        shown = slice(0, 4)
+        first = _show(a.ravel()[shown], _decimals(a.ravel()[shown], None if b is None else b.ravel()[shown]))[:-1]
         return _("an array of shape {shape} starting {first}, ...]").format(shape=a.shape, first=first)
-    values = show(a.ravel()[start : start + 4])[:-1]
+    shown = slice(start, start + 4)
+    values = _show(a.ravel()[shown], _decimals(a.ravel()[shown], None if b is None else b.ravel()[shown]))[:-1]
     return _("an array of shape {shape}, from {at} on {values}, ...]").format(
         shape=a.shape, at=at(np.unravel_index(start, a.shape)), values=values
     )
+
+
+def _show(values, precision: int = 4) -> str:
+    """``values`` as numpy prints them, on one line, with ``precision`` decimals; a boolean as ``True`` (not numpy's
+    padded ``" True"``)."""
+    return np.array2string(values, precision=precision, separator=", ", formatter={"bool": str}).replace("\n", "")
+
+
+def _numbers_like(other, a):
+    """``other`` as a float64 array of ``a``'s shape, for the digits :func:`fmt` prints; None for a mask, another
+    shape or anything that is not numbers."""
+    if other is None or a.dtype == np.bool_:
+        return None
+    try:
+        b = np.asarray(other, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return b if b.shape == a.shape and np.asarray(other).dtype != np.bool_ else None
+
+
+def _decimals(a, b) -> int:
+    """The decimals :func:`fmt` prints ``a`` with: 4, or, when ``b`` (what it is compared with) differs from it but
+    prints alike with 4, the fewest up to 17 with which the two print differently."""
+    if b is None or a.dtype == np.bool_ or np.array_equal(a, b, equal_nan=True):
+        return 4
+    for precision in range(4, 18):
+        if _show(a, precision) != _show(b, precision):
+            return precision
+    return 4
 
 
 def first_difference(a, b) -> int:

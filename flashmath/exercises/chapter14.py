@@ -364,6 +364,8 @@ def _bytes_model(shard, *, last=True, zigzag_read=True, sizes="floor"):
     return model
 
 
+SHARD_INDEX = "the shard index"  # the mistakes that write it another way: one code has only one of them
+
 # A wrong size can give, on some cases, the bytes of another device's shard, and a wrong index the bytes of a
 # wrongly sized one: the cases tell them apart (M = 14 under zig-zag: both shards 7 rows, but chunks of
 # M // (2P) = 3 give 6, so the shard received no longer explains that sizing mistake's failures)
@@ -372,16 +374,19 @@ STEP_BYTES_MISTAKES = (
         N_("the device's own shard at every step"),
         N_("at step t device r holds, and passes on, the shard of device (r - t) mod P, its own only at step 0"),
         (_bytes_model(lambda P, t, r: r),),
+        part=SHARD_INDEX,
     ),
     Mistake(
         N_("the ring turned the wrong way ((r + t) mod P)"),
         N_("device r receives from r - 1: at step t it holds the shard of device (r - t) mod P"),
         (_bytes_model(lambda P, t, r: (r + t) % P),),
+        part=SHARD_INDEX,
     ),
     Mistake(
         N_("the shard received, not the one sent ((r - t - 1) mod P)"),
         N_("after step t device r sends the shard it computed with, that of (r - t) mod P"),
         (_bytes_model(lambda P, t, r: (r - t - 1) % P),),
+        part=SHARD_INDEX,
     ),
     Mistake(
         N_("something sent after the last step"),
@@ -398,6 +403,14 @@ STEP_BYTES_MISTAKES = (
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) // int(P) * int(row_bytes),
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) / int(P) * int(row_bytes),
         ),
+    ),
+    Mistake(
+        N_("ceil(M / P) rows for every shard"),
+        N_(
+            "rounding M / P up gives every shard the size of the largest; when P does not divide M the shards differ "
+            "by a row: shard s has floor((s + 1) M / P) - floor(s M / P) rows (per chunk under zig-zag)"
+        ),
+        (lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else -(-int(M) // int(P)) * int(row_bytes),),
     ),
     Mistake(
         N_("zig-zag chunks of M // (2P) rows each"),

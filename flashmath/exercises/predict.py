@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from flashmath.exercises._report import apart
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.i18n import then
@@ -85,8 +86,11 @@ def check_prediction(
             (text for wrong, text in (misconceptions or {}).items() if _matches(raw, float(wrong), tolerance)), ""
         )
     )
-    text = _("You predicted {guess:.4g}{note}; the answer is {answer:.4g}: {verdict}.").format(
-        guess=guess, note=note, answer=answer, verdict=verdict
+    shown_guess, shown_answer = f"{guess:.4g}", f"{answer:.4g}"
+    if not right and shown_guess == shown_answer:  # 2.0001 is not 2: as many digits as it takes to tell them apart
+        shown_guess, shown_answer = apart(guess, answer)
+    text = _("You predicted {guess}{note}; the answer is {answer}: {verdict}.").format(
+        guess=shown_guess, note=note, answer=shown_answer, verdict=verdict
     )
     if misconception and not why_after_tailored:  # the tailored sentence already gives the general reason
         why = ""
