@@ -383,10 +383,7 @@ QUESTIONS: dict[str, Question] = {
                 "ceil(log2 6) = 3."
             ),
             6: N_("One level per range gives 6, but a level merges all its pairs at once, halving the count."),
-            1: N_(
-                "1 level would merge all six at once, but a merge takes two states: each level halves the "
-                "count, 6 -> 3 -> 2 -> 1."
-            ),
+            1: N_("1 level would merge all six at once, but a merge takes two states: each level halves the count."),
             4: N_("4 counts the lists 6, 3, 2, 1; the levels are the steps between them: three."),
         },
     ),
@@ -401,8 +398,9 @@ QUESTIONS: dict[str, Question] = {
                 "256 fits only the whole register file (256 KiB), but a block of 4 warps holds at most 127.5 KiB of it."
             ),
             64: N_(
-                "64 halves the A100's 128 for twice the D, but a row's registers grow only from 520 to 776 bytes "
-                "(its B_c = 64 scores do not grow with D): 128 rows need 97 KiB, within 127.5."
+                "64 halves the A100's 128 for twice the D, but a row's registers grow only from 520 to 776 bytes (its "
+                "B_c = 64 scores do not grow with D). With Q, K and V in float16, as in the table, 128 rows fit; in "
+                "float32 they would need 128 KiB of shared memory, and 64 would be right."
             ),
         },
     ),
