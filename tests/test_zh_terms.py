@@ -59,7 +59,7 @@ BANNED: list[tuple[str, str, str]] = [
     (r"关注", "可见 / 参与注意力", "zhrev-g 01-2: attend is 可见 or 参与注意力 in the glossary"),
     (r"遮住", "被掩码", "zhrev-l 14-2: a hidden (masked) step or key is 被掩码, as the glossary says"),
     (r"参与注意力的对数|\) 对数", "(query, key) 对的个数", "zhrev-l 14-1: 对数 is the logarithm"),
-    (r"性质用例|【性质", "边界用例", "zhrev-h 13-2: the empty input, a masked row, NaN are edge cases"),
+    (r"性质用例|【性质|边界用例", "特殊用例", "zhrev-h 13-2, zhrev-p 00-3: an all-negative input is no edge; special case fits all"),
 ]
 
 
