@@ -1141,6 +1141,12 @@ def test_math_exp_of_each_max_alone_gets_the_hint_of_its_np_exp_form():
     assert "OverflowError" in by_math["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
     assert "math.exp overflowed" in by_math["maxima 1e4 apart (no overflow)"]
     assert hint in by_np["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    # rev15-a: math.exp raised, so its message speaks of the OverflowError, not of the np.exp form's inf / inf = NaN
+    assert "inf / inf" not in by_math["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    assert (
+        "math.exp of a max above 709 raises" in by_math["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    )
+    assert "inf / inf = NaN" in by_np["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
     inv = {name: msg for name, ok, msg in exercises.check_merge(inverted).cases if not ok}
     assert "math.exp overflowed" in inv["maxima 1e4 apart (no overflow)"]
     assert all(hint not in msg for msg in inv.values())
@@ -1436,6 +1442,21 @@ def test_float32_on_large_scores_is_not_ruled_out():
             assert "does not explain" not in text
     text = message(exercises.check_attention(in_float32), "N != M")
     assert "they agree to" in text and "such as float32 (about 1e-7 relative)" in text and "formula" not in text
+
+
+def test_a_nan_message_previews_the_first_nan():
+    """rev15-a 3.1 nit 1: the max over axis -2 on the rows at very different levels got "(NaN: 0 / 0 or inf /
+    inf?...)" after a preview from index 0 that showed no NaN; both previews now start at the first NaN, as for the
+    global max (whose first difference is that NaN anyway)."""
+    for mistake in ("the max over the wrong axis", "the global max instead of each row's max"):
+        text = message(exercises.check_attention(ATTENTION[mistake]), "rows at very different levels")
+        assert "(NaN: 0 / 0 or inf / inf?" in text, text
+        got = text.split(", got ", 1)[1]
+        assert "from [1, 0] on [nan" in got, text
+        assert "expected an array of shape (3, 4), from [1, 0] on" in text, text
+    # without a NaN the preview still starts where the two arrays part
+    text = message(exercises.check_attention(ATTENTION["no scale"]), "N != M")
+    assert "nan" not in text and "NaN" not in text
 
 
 def test_the_max_not_subtracted_names_underflow_where_exp_underflows():

@@ -264,16 +264,17 @@ def pick(mistakes, *names):
     return tuple(by_name[name] for name in names)
 
 
-def fmt(a, other=None) -> str:
+def fmt(a, other=None, start: int | None = None) -> str:
     """An array for a message: in full when it has at most 8 numbers, else its shape and four of its values.
 
     The four values are its first ones, or, when ``other`` (the array it is compared with, of the same shape) agrees
     with it there, the four from the first position where the two differ (:func:`first_difference`), so that the
-    expected and the got previews of one message show where they part. The values have 4 decimals, or, when the two
-    previews would print alike while the numbers differ, as many more as it takes to tell them apart (expected
-    ``[0.124974]``, got ``[0.125]``, not ``[0.125]`` twice); a single number has 6 significant digits, or more the
-    same way (:func:`apart`). A boolean array (a mask) is shown as ``True``/``False``, not as the numbers
-    ``1.``/``0.``.
+    expected and the got previews of one message show where they part; ``start`` (a flat position) overrides that
+    position, for a message about one particular entry (the first NaN of a got array, say). The values have 4
+    decimals, or, when the two previews would print alike while the numbers differ, as many more as it takes to tell
+    them apart (expected ``[0.124974]``, got ``[0.125]``, not ``[0.125]`` twice); a single number has 6 significant
+    digits, or more the same way (:func:`apart`). A boolean array (a mask) is shown as ``True``/``False``, not as the
+    numbers ``1.``/``0.``.
     """
     a = np.asarray(a)
     if a.dtype != np.bool_:
@@ -286,7 +287,8 @@ def fmt(a, other=None) -> str:
 
     if a.size <= 8:
         return _show(a, _decimals(a, b))
-    start = first_difference(a, other) if other is not None else 0
+    if start is None:
+        start = first_difference(a, other) if other is not None else 0
     if start < 4:
         shown = slice(0, 4)
         first = _show(a.ravel()[shown], _decimals(a.ravel()[shown], None if b is None else b.ravel()[shown]))[:-1]

@@ -12,7 +12,7 @@ import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, close, run
+from flashmath.exercises._report import LOOKS_LIKE, CheckReport, Diagnosis, Mistake, close, run
 from flashmath.exercises.chapter1 import softmax_cases
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -799,6 +799,12 @@ def check_merge(fn) -> CheckReport:
     )
 
 
+MATH_EXP_ALONE = N_(
+    "math.exp of a max above 709 raises OverflowError: never take exp of a max alone; take exp of differences, "
+    "s1 exp(g1 - g) + s2 exp(g2 - g), each <= 1"
+)
+
+
 def _merge_hint(exc, args) -> str | None:
     """What an ``OverflowError`` of a merge means (``math.exp`` raises where ``np.exp`` gives inf, review rev14-a).
 
@@ -810,7 +816,8 @@ def _merge_hint(exc, args) -> str | None:
     g1, g2 = (float(a) for a in (args[0], args[2]))
     if math.isfinite(g1) and math.isfinite(g2) and abs(g1 - g2) < 709:
         (alone,) = (m for m in MERGE_MISTAKES if m.name == "the exponential of each max taken alone")
-        return alone.message()
+        # its own fix, not the np.exp form's "(inf / inf = NaN)": math.exp raised before any division (rev15-a)
+        return _(LOOKS_LIKE).format(name=_(alone.name), fix=_(MATH_EXP_ALONE))
     return _(
         "math.exp overflowed: every exponent must be <= 0, g1 - g and g2 - g with g = max(g1, g2) (never a max "
         "alone, nor g - g1 or g - g2)"

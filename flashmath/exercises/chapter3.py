@@ -313,8 +313,12 @@ SHAPE_TEXT = N_("expected shape {expected} = (..., N, Dv), got {got}")
 def _describe(a, expected):
     if a.shape != expected.shape:
         return _(SHAPE_TEXT).format(expected=expected.shape, got=a.shape), a, expected
-    text = _("expected {expected}, got {got}").format(expected=fmt(expected, a), got=fmt(a, expected))
-    if np.isnan(a).any() and not np.isnan(expected).any():
+    nan = np.isnan(a).any() and not np.isnan(expected).any()
+    start = int(np.argmax(np.isnan(a).ravel())) if nan else None  # the preview shows the NaN it speaks of
+    text = _("expected {expected}, got {got}").format(
+        expected=fmt(expected, a, start=start), got=fmt(a, expected, start=start)
+    )
+    if nan:
         text += _(" (NaN: 0 / 0 or inf / inf? Subtract each row's own max before exp)")
     return text, a, expected
 
