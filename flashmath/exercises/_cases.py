@@ -56,8 +56,9 @@ PROPERTIES = (
 INTEGER_OUT = Mistake(
     N_("an integer result"),
     N_(
-        "the result is made of fractions: cast to a float type, never back to an integer input's "
-        "dtype (x.astype(x.dtype) turns [3, 1, 2] into [0, 0, 0]); integers in give float64 out"
+        "the result is made of fractions: cast to a float type, and never cast the result back to an integer "
+        "input's dtype (y.astype(x.dtype) turns the answer for [3, 1, 2] into [0, 0, 0]); integers in give "
+        "float64 out"
     ),
 )
 DTYPE_OUT = Mistake(

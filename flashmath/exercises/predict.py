@@ -235,16 +235,17 @@ QUESTIONS: dict[str, Question] = {
         misconceptions={
             1: N_(
                 "1 is the fa2 order's count: there each query tile is loaded once; fa1 swaps the loops, so "
-                "Q streams past every key tile."
+                "Q streams past every key tile, T_c = ceil(46 / 4) = 12 times."
             ),
             6: N_(
-                "6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key tile."
+                "6 is T_r = ceil(46 / 8), the number of query tiles: fa1 reads all of them again for every key "
+                "tile, T_c = ceil(46 / 4) = 12 times."
             ),
-            11.5: N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4)."),
+            11.5: N_("46 / 4 = 11.5, but the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4) = 12."),
             11: N_("11 is 46 / 4 rounded down: the last key tile, of 2 keys, is a tile too: T_c = ceil(46 / 4) = 12."),
             46: N_(
                 "46 counts one pass per key, but keys are loaded a tile at a time: one pass over Q per key "
-                "tile of B_c = 4."
+                "tile of B_c = 4, T_c = ceil(46 / 4) = 12."
             ),
             13: N_(
                 "13 = T_c + 1 is the count of the stores of A', g and s (written once before the key "
@@ -255,6 +256,7 @@ QUESTIONS: dict[str, Question] = {
                 "pass reads all of Q once: T_c = 12 passes."
             ),
         },
+        why_after_tailored=False,
     ),
     "P6b": Question(
         why=N_(
