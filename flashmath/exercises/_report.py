@@ -244,7 +244,7 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
         report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         extra = None if hint is None else hint(exc, args) if _takes_args(hint) else hint(exc)
-        raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=exc)
+        raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=str(exc).strip())
         # our explanation first, in the learner's language; the exception's own (English) text after it
         report.add(name, False, aside(extra, raised) if extra else raised)
     return None, False
@@ -494,7 +494,7 @@ INPUT_MODIFIED = Mistake(
     N_("the input modified in place"),
     N_(
         "your function changed an array it was given (for "
-        "example x -= x.max() or q /= ...); work on a copy: x = x - x.max()"
+        "example x -= x.max() or q /= ...); work on a copy: x = x - x.max() or q = q / ..."
     ),
 )
 # Named by error_note, whose hint says "... computed in a lower precision than float64 ...".
