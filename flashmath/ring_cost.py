@@ -24,12 +24,24 @@ models. Three ways to split one sequence of ``N`` queries and ``M`` keys over ``
 The counts are exact, in bytes: ``row_bytes`` is the size of one sequence position of the arrays concerned, over all
 batch elements and heads (:func:`kv_row_bytes` computes it for ``K`` and ``V``).
 
+Memory held (:func:`context_parallel_costs`): the ring keeps its running output ``A`` and logsumexp ``L`` in float32
+whatever the input width, as ring-flash-attention does (``ring_flash_attn/utils.py``, ``update_out_and_lse``:
+``out = block_out.to(torch.float32)``; the logsumexp flash-attn returns is float32) and PyTorch 2.13's ring
+(``_SDPAMerger.step`` converts each step's output and logsumexp to float32 while
+``_ContextParallelOptions.convert_to_f32``, default True); and while it merges a step it also holds that step's own
+output ``A_s`` (at the input width, as the kernel writes it) and ``L_s``. The all-gather and Ulysses run one
+attention kernel, whose output has the input width and whose logsumexp is float32 (flash-attn's ``mha_fwd``:
+``out = torch::empty_like(q)``, ``softmax_lse`` of ``at::kFloat``). Temporaries of the merge are not counted (both
+rings above also make a float32 copy of ``A_s`` to merge it).
+
 Sources: H. Liu et al., Ring Attention (arXiv:2310.01889), section 3; Llama Team, "The Llama 3 Herd of Models"
 (arXiv:2407.21783), section 3.3.2 (all-gather based context parallelism, ``2 x CP`` chunks); S. A. Jacobs et al.,
 "DeepSpeed Ulysses" (arXiv:2309.14509) and the DeepSpeed blog ``blogs/deepspeed-ulysses/README.md`` ("an aggregate
 communication volume per link of 4Nh/P"; all-to-all over heads); PyTorch 2.13,
 ``torch/distributed/tensor/experimental/_context_parallel/_attention.py`` (``_ContextParallelOptions.rotate_method =
-_RotateMethod.ALL_GATHER``; ring handlers only for the CUDA SDPA kernels) and
+_RotateMethod.ALL_GATHER``, ``convert_to_f32 = True``, ``_SDPAMerger``; ring handlers only for the CUDA SDPA kernels);
+ring-flash-attention (github.com/zhuzilin/ring-flash-attention), ``ring_flash_attn/utils.py``; flash-attn
+``csrc/flash_attn/flash_api.cpp`` (``mha_fwd``) and
 ``torch/distributed/tensor/_sharding_prop.py`` (an operator without a sharding strategy goes through its
 decomposition).
 """
@@ -124,18 +136,21 @@ def ring_held_bytes_model(
     q_row_bytes: int,
     state_row_bytes: int,
     kv_row_bytes: int,
+    step_row_bytes: int = 0,
     zigzag: bool = False,
 ) -> np.ndarray:
     """Bytes each device holds during each forward step, ``(P, P)`` ints ``[t, r]``: its queries and running state
-    ``(A, L)`` (``n_r x (q_row_bytes + state_row_bytes)``), the key/value shard it computes with, and before the last
-    step the shard arriving. At most about ``3 / P`` of the ``N + M`` rows: ``O(N / P x D)``, against
-    :func:`single_device_bytes` for one device."""
+    ``(A, L)`` (``n_r x (q_row_bytes + state_row_bytes)``), the step's own output ``(A_s, L_s)`` while it is merged
+    (``n_r x step_row_bytes``; default 0: the simulations' ``held_bytes`` count only the arrays kept from step to
+    step), the key/value shard it computes with, and before the last step the shard arriving. At most about
+    ``3 / P`` of the ``N + M`` rows: ``O(N / P x D)``, against :func:`single_device_bytes` for one device."""
     P = size(num_devices, "num_devices", 1)
     n, m = shard_rows(N, P, zigzag=zigzag), shard_rows(M, P, zigzag=zigzag)
+    step_row_bytes = size(step_row_bytes, "step_row_bytes")
     return np.array(
         [
             [
-                n[r] * (q_row_bytes + state_row_bytes)
+                n[r] * (q_row_bytes + state_row_bytes + step_row_bytes)
                 + m[(r - t) % P] * kv_row_bytes
                 + (m[(r - t - 1) % P] * kv_row_bytes if t < P - 1 else 0)
                 for r in range(P)
@@ -200,41 +215,49 @@ def context_parallel_costs(
     Dv: int | None = None,
     batch: int = 1,
     itemsize: int = 8,
+    state_itemsize: int | None = None,
     ulysses_keeps_inputs: bool = True,
 ) -> dict[str, dict]:
     """The three methods side by side for self-attention (``M = N``), per device, forward of one layer.
 
     Args:
+        itemsize: bytes of one element of ``Q``, ``K``, ``V`` and of an attention kernel's output.
+        state_itemsize: bytes of one element of the ring's running ``(A, L)`` and of every logsumexp; default
+            ``max(itemsize, 4)``: float32, as real rings keep them (module docstring), or the input width if wider.
         ulysses_keeps_inputs: charge Ulysses, during the attention, for its own ``n_r`` tokens of ``Q``, ``K``, ``V``
             of every head (the sequence-sharded inputs of its first all-to-all, kept beside the head-sharded
-            copies); False counts the head-sharded arrays alone. An assumption that decides the memory verdict:
-            with it the ring holds the least, without it Ulysses does (its ``K, V`` are ``N`` rows of ``H_kv / P``
-            heads, half the ring's two shards).
+            copies); False counts the head-sharded arrays alone (its ``K, V`` are ``N`` rows of ``H_kv / P`` heads,
+            half the ring's two shards).
 
     Returns:
         ``{method: {"received_bytes", "peak_bytes", "feasible", "overlapped"}}`` for each of :data:`METHODS`:
-        the most bytes any device receives; the most bytes any device holds during the attention (queries, output
-        and logsumexp of its rows, and the keys and values it has: two shards for the ring, all ``N`` rows after the
-        all-gather, ``N`` rows of its ``H / P`` heads for Ulysses, with its own inputs unless
-        ``ulysses_keeps_inputs=False``); whether it can run (Ulysses without repeating key/value heads: ``H`` and
-        ``H_kv`` divisible by ``P``); whether the transfers overlap the attention's computation (the ring's do, step
-        by step; the all-gather and the all-to-alls come before and after it). Ulysses' bytes are None when not
-        feasible.
+        the most bytes any device receives; the most bytes any device holds during the attention (its queries; for
+        the ring its running ``(A, L)`` at ``state_itemsize`` and the step's own output ``A_s`` at ``itemsize`` with
+        ``L_s``, for the others the kernel's output at ``itemsize`` and its logsumexp; and the keys and values it
+        has: two shards for the ring, all ``N`` rows after the all-gather, ``N`` rows of its ``H / P`` heads for
+        Ulysses, with its own inputs unless ``ulysses_keeps_inputs=False``); whether it can run (Ulysses without
+        repeating key/value heads: ``H`` and ``H_kv`` divisible by ``P``); whether the transfers overlap the
+        attention's computation (the ring's do, step by step; the all-gather and the all-to-alls come before and
+        after it). Ulysses' bytes are None when not feasible.
     """
     P = size(num_devices, "num_devices", 1)
     Dv = D if Dv is None else Dv
     kv_row = kv_row_bytes(D, Dv, kv_heads=kv_heads, batch=batch, itemsize=itemsize)
+    acc = max(itemsize, 4) if state_itemsize is None else size(state_itemsize, "state_itemsize", 1)
     q_row = batch * heads * D * itemsize
-    state_row = batch * heads * (Dv + 1) * itemsize  # A and the logsumexp L
+    state_row = batch * heads * (Dv + 1) * acc  # the ring's running A and L, float32
+    out_row = batch * heads * (Dv * itemsize + acc)  # a kernel's output (input width) and its logsumexp
     n = shard_rows(N, P)
     ring_received = allgather_bytes_model(N, P, row_bytes=kv_row)  # every other shard, once
-    ring_held = ring_held_bytes_model(N, N, P, q_row_bytes=q_row, state_row_bytes=state_row, kv_row_bytes=kv_row)
+    ring_held = ring_held_bytes_model(
+        N, N, P, q_row_bytes=q_row, state_row_bytes=state_row, kv_row_bytes=kv_row, step_row_bytes=out_row
+    )
     uly = ulysses_bytes_model(N, P, heads=heads, kv_heads=kv_heads, D=D, Dv=Dv, batch=batch, itemsize=itemsize)
     uly_ok = uly is not None
     # Ulysses during the attention: all N tokens of H / P heads of Q, A, L and of H_kv / P heads of K, V, beside the
     # device's own n_r tokens of every head (which the layer keeps)
     kept = int(n.max()) * (q_row + kv_row) if ulysses_keeps_inputs else 0
-    uly_peak = (N * (q_row + state_row + kv_row) // P + kept) if uly_ok else None
+    uly_peak = (N * (q_row + out_row + kv_row) // P + kept) if uly_ok else None
     return {
         "ring": {
             "received_bytes": int(ring_received.max()),
@@ -244,7 +267,7 @@ def context_parallel_costs(
         },
         "all-gather": {
             "received_bytes": int(ring_received.max()),
-            "peak_bytes": int(n.max() * (q_row + state_row) + N * kv_row),
+            "peak_bytes": int(n.max() * (q_row + out_row) + N * kv_row),
             "feasible": True,
             "overlapped": False,
         },
@@ -267,17 +290,21 @@ def context_parallel_table(
     devices: tuple = (2, 4, 8, 16),
     batch: int = 1,
     itemsize: int = 8,
+    state_itemsize: int | None = None,
     ulysses_keeps_inputs: bool = True,
 ) -> list[dict]:
     """When each method wins: one row per ``P`` in ``devices``.
 
     Returns:
         ``[{"P", "ring", "all-gather", "ulysses" (received bytes per device, None when Ulysses cannot split the
-        heads), "fewest_bytes" (the feasible methods that receive the fewest, a tuple: the ring and the all-gather
-        always tie), "least_memory" (likewise, by peak bytes)}]``. With ``N = M`` and ``G = H / H_kv``, Ulysses
-        receives fewer bytes than the ring exactly when ``P > G + 1`` (module docstring); the ring and Ulysses hold
-        ``O(N / P)``, the all-gather ``O(N)`` of keys and values. ``ulysses_keeps_inputs``: as
-        :func:`context_parallel_costs` (it decides "least_memory" between the ring and Ulysses).
+        heads), "peak_bytes" ({method: the most bytes a device holds, None when not feasible}), "fewest_bytes" (the
+        feasible methods that receive the fewest, a tuple: the ring and the all-gather always tie), "least_memory"
+        (likewise, by peak bytes)}]``. With ``N = M`` and ``G = H / H_kv``, Ulysses receives fewer bytes than the
+        ring exactly when ``P > G + 1`` (module docstring); the ring and Ulysses hold ``O(N / P)``, the all-gather
+        ``O(N)`` of keys and values, and Ulysses runs only while ``P`` divides ``H`` and ``H_kv``: the ring's
+        memory halves with each doubling of ``P`` for any head count, but per query row it holds the most (its
+        float32 running output beside the step's own output), so at small ``P`` it can hold the most of the three.
+        ``state_itemsize``, ``ulysses_keeps_inputs``: as :func:`context_parallel_costs`.
     """
     table = []
     for P in devices:
@@ -290,6 +317,7 @@ def context_parallel_table(
             Dv=Dv,
             batch=batch,
             itemsize=itemsize,
+            state_itemsize=state_itemsize,
             ulysses_keeps_inputs=ulysses_keeps_inputs,
         )
         feasible = {m: c for m, c in costs.items() if c["feasible"]}
@@ -299,6 +327,7 @@ def context_parallel_table(
             {
                 "P": P,
                 **{m: costs[m]["received_bytes"] for m in METHODS},
+                "peak_bytes": {m: costs[m]["peak_bytes"] for m in METHODS},
                 "fewest_bytes": tuple(m for m in METHODS if m in feasible and feasible[m]["received_bytes"] == fewest),
                 "least_memory": tuple(m for m in METHODS if m in feasible and feasible[m]["peak_bytes"] == least),
             }

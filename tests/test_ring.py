@@ -333,8 +333,58 @@ def test_ulysses_receives_fewer_bytes_than_the_ring_exactly_when_p_exceeds_g_plu
             assert row["ulysses"] == row["ring"]
         else:
             assert row["ulysses"] > row["ring"] and row["fewest_bytes"] == ("ring", "all-gather")
-        if P > 2:  # all-gather holds all N keys and values; the ring two shards (all N rows when P = 2)
-            assert "all-gather" not in row["least_memory"]
+        # all-gather holds all N keys and values; the ring two shards of N / P rows
+        assert row["peak_bytes"]["all-gather"] >= N * kv_row_bytes(64, kv_heads=H_kv)
+        assert row["peak_bytes"]["ulysses"] is None if H_kv % P else row["peak_bytes"]["ulysses"] > 0
+
+
+def test_memory_model_counts_the_rings_float32_state_and_the_steps_output():
+    # chapter 14's layer: H = 32, H_kv = 8, D = 128, bfloat16 inputs, N = 128K tokens; MiB held per device
+    MiB, N, H, H_kv, D = 2**20, 131072, 32, 8, 128
+    table = context_parallel_table(N, heads=H, kv_heads=H_kv, D=D, itemsize=2, devices=(2, 4, 8, 16))
+    held = {row["P"]: {m: (b // MiB if b is not None else None) for m, b in row["peak_bytes"].items()} for row in table}
+    assert held == {
+        2: {"ring": 2576, "all-gather": 1544, "ulysses": 2056},
+        4: {"ring": 1288, "all-gather": 1028, "ulysses": 1028},
+        8: {"ring": 644, "all-gather": 770, "ulysses": 514},
+        16: {"ring": 322, "all-gather": 641, "ulysses": None},
+    }
+    assert [row["least_memory"] for row in table] == [
+        ("all-gather",),
+        ("all-gather", "ulysses"),
+        ("ulysses",),
+        ("ring",),
+    ]
+    # the ring at P = 4, term by term: Q (bfloat16), running A and L (float32), the step's A_s (bfloat16) and L_s
+    # (float32), two key/value shards (bfloat16)
+    n = N // 4
+    ring = n * (H * D * 2 + H * (D + 1) * 4 + H * (D * 2 + 4)) + 2 * n * kv_row_bytes(D, kv_heads=H_kv, itemsize=2)
+    assert context_parallel_costs(N, 4, heads=H, kv_heads=H_kv, D=D, itemsize=2)["ring"]["peak_bytes"] == ring
+    # a bfloat16 running state and logsumexps save 2 bytes per element of A, L and L_s on the ring
+    narrow = context_parallel_costs(N, 4, heads=H, kv_heads=H_kv, D=D, itemsize=2, state_itemsize=2)
+    assert narrow["ring"]["peak_bytes"] == ring - n * H * (D + 2) * 2
+    wide = context_parallel_costs(N, 4, heads=H, kv_heads=H_kv, D=D, itemsize=2)
+    assert all(narrow[m]["peak_bytes"] < wide[m]["peak_bytes"] for m in ("all-gather", "ulysses"))  # their L
+    # float64 inputs: the state is never narrower than the inputs
+    assert context_parallel_costs(1024, 4, heads=2, kv_heads=2, D=8) == context_parallel_costs(
+        1024, 4, heads=2, kv_heads=2, D=8, state_itemsize=8
+    )
+    # the step's own output is held at every step, beside the running state
+    base = dict(q_row_bytes=3, state_row_bytes=5, kv_row_bytes=7)
+    with_step = ring_held_bytes_model(13, 13, 3, step_row_bytes=11, **base)
+    assert np.array_equal(with_step - ring_held_bytes_model(13, 13, 3, **base), np.tile(shard_rows(13, 3) * 11, (3, 1)))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 8])
+def test_the_rings_memory_halves_with_each_doubling_of_p_for_any_head_count(kv_heads):
+    N = 1 << 14
+    costs = {P: context_parallel_costs(N, P, heads=8, kv_heads=kv_heads, D=64, itemsize=2) for P in (2, 4, 8, 16)}
+    ring = [costs[P]["ring"]["peak_bytes"] for P in (2, 4, 8, 16)]
+    assert all(a == 2 * b for a, b in zip(ring, ring[1:], strict=False))
+    assert all(costs[P]["ulysses"]["feasible"] == (kv_heads % P == 0) for P in costs)  # Ulysses stops at P = H_kv
+    assert all(
+        costs[P]["all-gather"]["peak_bytes"] > N * kv_row_bytes(64, kv_heads=kv_heads, itemsize=2) for P in costs
+    )
 
 
 def test_ring_memory_is_of_order_n_over_p():
