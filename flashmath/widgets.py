@@ -544,7 +544,8 @@ def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: in
         N: the grid. mask_mod: for ``"custom"``, a function ``param -> mask_mod`` (FlexAttention's signature).
 
     Returns:
-        :func:`live_widget` with a ``mask`` dropdown, a ``param`` slider and a ``tile size`` selection slider.
+        :func:`live_widget` with a ``mask or variant`` dropdown (ALiBi, softcap and a learnable sink are no masks),
+        a ``param`` slider and a ``tile size`` selection slider.
 
     Raises:
         ValueError / TypeError: as :func:`flashmath.variants.mask_example`; a block that is not offered.
@@ -565,7 +566,12 @@ def mask_explorer(*, kind: str = "causal", param: int = 8, block: int = 8, N: in
         return cache[key]
 
     plot = viz.MaskExplorerPlot(example, kind=kind, param=param, block=block, N=N)
-    kinds = widgets.Dropdown(options=[(_(k), k) for k in MASK_KINDS], value=kind, description=_("mask"))
+    kinds = widgets.Dropdown(
+        options=[(_(k), k) for k in MASK_KINDS],
+        value=kind,
+        description=_("mask or variant"),
+        style={"description_width": "initial"},
+    )
     slider = widgets.IntSlider(value=param, min=1, max=N, step=1, description=_("param"), continuous_update=True)
     tile = widgets.SelectionSlider(options=blocks, value=block, description=_("tile size"), continuous_update=True)
     return live_widget(plot, kind=kinds, param=slider, block=tile)

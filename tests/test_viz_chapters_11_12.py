@@ -168,3 +168,12 @@ def test_a_chinese_box_title_keeps_its_last_latin_word_on_its_line():
     assert _wrap("用 Triton kernel 实现反向传播") == "用 Triton kernel 实现\n反向传播"
     assert _wrap("一二三四五 attentionattention") == "一二三四五\nattentionattention"  # 29 units: too long
     assert _wrap("One loop, many attentions") == "One loop, many\nattentions"  # English: textwrap at 22
+
+
+def test_a_chinese_box_title_that_wraps_breaks_after_its_colon():
+    """zhrev-s 15-8: FlashAttention-2：最后只除一次 broke as 最后 / 只除一次; a title that fits stays on one line."""
+    from flashmath.viz.recap import _wrap
+
+    assert _wrap("FlashAttention-2：最后只除一次") == "FlashAttention-2：\n最后只除一次"
+    assert _wrap("跨设备：环形注意力") == "跨设备：环形注意力"
+    assert _wrap("去掉数据依赖：一个循环") == "去掉数据依赖：一个循环"

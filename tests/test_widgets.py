@@ -475,8 +475,8 @@ def test_mask_explorer_redraws_for_every_kind_parameter_and_tile():
     ui = quiet(widgets.mask_explorer, kind="causal", param=8, block=8, N=32)
     seen = {rendered(ui)}
     for kind in MASK_KINDS[1:]:
-        seen.add(move(ui, control(ui, "mask"), kind))
-    move(ui, control(ui, "mask"), "window")
+        seen.add(move(ui, control(ui, "mask or variant"), kind))
+    move(ui, control(ui, "mask or variant"), "window")
     seen.add(move(ui, control(ui, "param"), 3))
     seen.add(move(ui, control(ui, "tile"), 4))
     assert len(seen) == len(MASK_KINDS) + 2

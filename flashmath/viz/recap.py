@@ -232,13 +232,21 @@ def _plain(entry: Chapter) -> str:
     )
 
 
+def _width(text: str) -> int:
+    """Width in Latin characters, a CJK character counting twice."""
+    return sum(2 if ord(c) >= 0x2E80 else 1 for c in text)
+
+
 def _wrap(title: str, width: int = 22, last_word: int = 28) -> str:
     """A box's title on lines of about ``width`` Latin characters; a Chinese character counts twice (it is about
     twice as wide) and a line may break after it, as between words. A Latin word that ends the title stays on its
     line when the line then holds at most ``last_word`` (the box has room for about 32), rather than standing alone
-    on the next one."""
+    on the next one. A title that wraps and has a full-width colon early enough breaks after the colon."""
     if title.isascii():
         return textwrap.fill(title, width)
+    head, colon, rest = title.partition("：")
+    if colon and rest and _width(title) > width and _width(head) < width:  # break after the colon, not mid-phrase
+        return head + colon + "\n" + _wrap(rest, width, last_word)
     pieces = re.findall(r"[\u2e80-\uffff]|[^\s\u2e80-\uffff]+|\s+", title)  # one CJK character, a word, spaces
     lines, line, used = [], "", 0
     for i, piece in enumerate(pieces):
