@@ -407,8 +407,8 @@ STEP_BYTES_MISTAKES = (
     Mistake(
         N_("ceil(M / P) rows for every shard"),
         N_(
-            "rounding M / P up gives every shard the size of the largest; when P does not divide M the shards differ "
-            "by a row: shard s has floor((s + 1) M / P) - floor(s M / P) rows (per chunk under zig-zag)"
+            "rounding M / P up does not give the shards' sizes; when P does not divide M the shards differ by a row: "
+            "shard s has floor((s + 1) M / P) - floor(s M / P) rows (per chunk under zig-zag)"
         ),
         (lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else -(-int(M) // int(P)) * int(row_bytes),),
     ),
