@@ -101,7 +101,7 @@ class MaskExplorerPlot(LivePlot):
             blank, cmap=KIND_CMAP, vmin=0, vmax=2, extent=extent, interpolation="nearest"
         )
         self.grids = [LineCollection([], colors="k", linewidths=0.5) for _grid in range(2)]
-        titles = (_(UNCHANGED_TITLE), _("tiles"))
+        titles = (_(UNCHANGED_TITLE), _("tile kinds"))
         for ax, grid, title in zip((self.ax_scores, self.ax_tiles), self.grids, titles, strict=True):
             ax.add_collection(grid)
             ax.set_xlabel(_("key m"), fontsize=9)
