@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from flashmath.i18n import display_width
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.viz.axes import index
@@ -232,11 +233,6 @@ def _plain(entry: Chapter) -> str:
     )
 
 
-def _width(text: str) -> int:
-    """Width in Latin characters, a CJK character counting twice."""
-    return sum(2 if ord(c) >= 0x2E80 else 1 for c in text)
-
-
 def _wrap(title: str, width: int = 22, last_word: int = 28) -> str:
     """A box's title on lines of about ``width`` Latin characters; a Chinese character counts twice (it is about
     twice as wide) and a line may break after it, as between words. A Latin word that ends the title stays on its
@@ -245,7 +241,8 @@ def _wrap(title: str, width: int = 22, last_word: int = 28) -> str:
     if title.isascii():
         return textwrap.fill(title, width)
     head, colon, rest = title.partition("：")
-    if colon and rest and _width(title) > width and _width(head) < width:  # break after the colon, not mid-phrase
+    # break after the colon, not mid-phrase
+    if colon and rest and display_width(title) > width and display_width(head) < width:
         return head + colon + "\n" + _wrap(rest, width, last_word)
     pieces = re.findall(r"[\u2e80-\uffff]|[^\s\u2e80-\uffff]+|\s+", title)  # one CJK character, a word, spaces
     lines, line, used = [], "", 0
