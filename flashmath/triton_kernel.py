@@ -83,6 +83,7 @@ __all__ = [
     "interpreted",
     "triton_flash_attention",
     "differentiable_attention",
+    "compile_for_target",
     "FlashAttentionFunction",
     "line_for_line",
     "kernel_source",
@@ -516,6 +517,61 @@ if available():
             dq, dk, dv = grads[:3]
             dsink = grads[3] if ctx.sink is not None and ctx.needs_input_grad[3] else None
             return dq, dk, dv, dsink, None, None
+
+
+def compile_for_target(q, k, v, *, capability: int, **kwargs):
+    """Compile, without running it, the launch that ``triton_flash_attention(q, k, v, **kwargs)`` would make, for
+    an NVIDIA GPU of compute capability ``capability`` (80 for an A100, 90 for an H100), on any machine.
+
+    The wrapper builds the launch's arguments as usual; instead of launching, they go through the steps of Triton's
+    ``JITFunction.run`` (its binder specializes them: a pointer or an integer divisible by 16 is compiled as such;
+    ``_pack_args``), and ``triton.compile`` takes the kernel down to a cubin with Triton's bundled ``ptxas``. Used
+    by :func:`flashmath.triton_aot.compile_forward`, which runs it in a child process.
+
+    Args:
+        q, k, v: PyTorch tensors on the CPU, as for :func:`triton_flash_attention` (their values are not read).
+        capability: compute capability times 10. kwargs: the other arguments of :func:`triton_flash_attention`.
+
+    Returns:
+        Triton's ``CompiledKernel`` (``metadata.shared``: shared memory in bytes; ``asm``: "ptx", "cubin", ...).
+
+    Raises:
+        RuntimeError: Triton is in its interpreter (this needs ``TRITON_INTERPRET=0`` before ``import triton``).
+    """
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    global _fa2_forward, kernel_device
+    kernel, device = _fa2_forward, kernel_device
+    if not hasattr(kernel, "_pack_args"):
+        raise RuntimeError("compiling for a GPU needs TRITON_INTERPRET=0 set before Triton is imported")
+    launch: dict = {}
+
+    class StandIn:  # takes the kernel's place for one call of the wrapper: records the launch, runs nothing
+        def __getitem__(self, grid):
+            def record(*args, **kwargs):
+                launch.update(args=args, kwargs=kwargs)
+
+            return record
+
+    _fa2_forward, kernel_device = StandIn(), lambda *_: torch.device("cpu")  # no GPU here, interpreter off
+    try:
+        triton_flash_attention(q, k, v, **kwargs)  # the returned (uncomputed) output is not used
+    finally:
+        _fa2_forward, kernel_device = kernel, device
+    args, options = launch["args"], dict(launch["kwargs"])
+    # as JITFunction.run (Triton 3.9): the options it adds, the binder's specialization, then _pack_args
+    options["debug"] = options.get("debug", kernel.debug) or knobs.runtime.debug
+    options["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    options["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, parsed = binder(*args, **options)
+    parsed, signature, constexprs, attrs = kernel._pack_args(backend, options, bound, specialization, parsed)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target, options=parsed.__dict__)
 
 
 def differentiable_attention(

@@ -1,0 +1,174 @@
+"""Chapter 11's kernel compiled for an NVIDIA GPU on a machine that has none: what it needs per program.
+
+Triton compiles for a GPU it does not run on: its code generator and the ``ptxas`` assembler it ships (in
+``triton/backends/nvidia/bin``) need no device. :func:`compile_forward` compiles the kernel of
+:func:`flashmath.triton_kernel.triton_flash_attention` as a launch on that GPU would
+(:func:`flashmath.triton_kernel.compile_for_target`: the wrapper builds the launch's arguments from float16 tensors
+``(1, 8, 1024, D)``, Triton's own launcher code specializes them, and ``triton.compile`` takes the result down to a
+cubin for the chosen compute capability). Nothing runs: the report gives what the compiled program asks of the chip
+(shared memory, registers per thread, spills), not its speed or its results.
+
+The compile runs in a child Python process with ``TRITON_INTERPRET=0``: a process that has imported
+:mod:`flashmath.triton_kernel` on a machine without a GPU holds the kernel as an interpreted function, which
+cannot be compiled. The child uses an empty cache directory so that ``ptxas`` runs and Triton prints its
+report (``TRITON_DUMP_PTXAS_LOG=1``), whose register and spill lines are read back.
+
+Requires the ``triton`` extra on Linux (Triton's NVIDIA backend and its ``ptxas``); written for Triton 3.9, whose
+launcher internals (``create_function_from_signature``, ``JITFunction._pack_args``) it calls as a launch does.
+
+Sources: Triton 3.9, ``runtime/jit.py`` (``JITFunction.run``: the binder, ``_pack_args``, ``compile``),
+``backends/nvidia/compiler.py`` (``make_cubin`` runs ``ptxas -v``; ``knobs.nvidia.dump_ptxas_log``), and
+``tools/compile.py`` (Triton's ahead-of-time compiler, which compiles for a ``--target`` such as ``cuda:80:32``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from flashmath._checks import integer
+
+__all__ = ["CAPABILITIES", "CompiledForward", "compile_forward"]
+
+CAPABILITIES = {80: "A100", 86: "RTX 30xx", 89: "L4, RTX 40xx", 90: "H100"}
+"""The compute capabilities :func:`compile_forward` accepts, with GPUs of each (8.0 to 9.0: Triton 3.9's
+``tl.dot`` on the matrix units these chips share; 10.0 and up compile to other instructions, chapter 11)."""
+
+_MARK = "FLASHMATH_AOT "  # the child's result line
+
+
+@dataclass(frozen=True)
+class CompiledForward:
+    """What one program of the compiled forward kernel needs on the chip (per thread block; nothing ran).
+
+    Attributes:
+        capability: the compute capability compiled for (80 = ``sm_80``).
+        block_q, block_k, num_stages, num_warps, head_dim: the settings compiled.
+        shared_bytes: dynamic shared memory per program, bytes (``metadata.shared`` of the compiled kernel).
+        registers: 32-bit registers per thread (``ptxas``: "Used N registers"; at most 255).
+        spill_store_bytes, spill_load_bytes: bytes each thread stores to and loads from local memory (off chip)
+            because its registers ran out (``ptxas``: "bytes spill stores", "bytes spill loads"); 0 = no spill.
+        async_copies: whether the key/value loads became asynchronous copies (``cp.async`` in the PTX), the
+            instructions that let the next tiles load while this one is computed (software pipelining).
+    """
+
+    capability: int
+    block_q: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+    head_dim: int
+    shared_bytes: int
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    async_copies: bool
+
+
+_DEFAULTS = {"block_q": 64, "block_k": 64, "num_stages": 2, "num_warps": 4, "head_dim": 64, "capability": 80}
+
+
+def compile_forward(*settings: Mapping[str, int], timeout: float = 300.0) -> list[CompiledForward]:
+    """Compile chapter 11's forward kernel (float16, no mask) for NVIDIA GPUs, here, without one.
+
+    Args:
+        settings: one mapping per compile, with any of these keys (the default in brackets): ``block_q`` and
+            ``block_k`` (64), ``B_r`` and ``B_c``, powers of two from 16 to 256; ``num_stages`` (2), the
+            software pipelining depth, 1 to 4; ``num_warps`` (4), warps per program, 1, 2, 4 or 8; ``head_dim``
+            (64), ``D`` of ``q``, ``k`` and ``v``, 16 to 128; ``capability`` (80), the compute capability times 10,
+            a key of :data:`CAPABILITIES` (80 for an A100, 90 for an H100). All compile in one child process.
+        timeout: seconds all the compiles may take (``ptxas`` needs seconds when a setting spills).
+
+    Returns:
+        One :class:`CompiledForward` per mapping, in order.
+
+    Raises:
+        TypeError, ValueError: an unknown key, or a setting that is not an integer or is out of range (the message
+        gives the range). flashmath.triton_kernel.ExtraNotInstalled: PyTorch or Triton missing. RuntimeError: a
+        compile failed (the message carries Triton's error) or took longer than ``timeout``.
+    """
+    checked = [_checked(dict(setting)) for setting in settings]
+    from flashmath.triton_setup import require_triton
+
+    require_triton()
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=cache, TRITON_DUMP_PTXAS_LOG="1")
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, set to keep its warning quiet
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", "flashmath.triton_aot", json.dumps(checked)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"compiling took longer than timeout={timeout} seconds") from None
+    return _report(checked, child.returncode, child.stdout, child.stderr)
+
+
+def _checked(setting: dict[str, int]) -> dict[str, int]:
+    """One compile's settings, defaults filled in, each checked (see :func:`compile_forward`)."""
+    unknown = sorted(set(setting) - set(_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown setting {unknown[0]!r}: the settings are {', '.join(_DEFAULTS)}")
+    checked = {name: integer(setting.get(name, default), name) for name, default in _DEFAULTS.items()}
+    for name in ("block_q", "block_k"):
+        value = checked[name]
+        if not 16 <= value <= 256 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two from 16 to 256, got {value}")
+    rules = {"num_stages": (1, 2, 3, 4), "num_warps": (1, 2, 4, 8), "capability": tuple(CAPABILITIES)}
+    for name, allowed in rules.items():
+        if checked[name] not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {checked[name]}")
+    if not 16 <= checked["head_dim"] <= 128:
+        raise ValueError(f"head_dim must be from 16 to 128, got {checked['head_dim']}")
+    return checked
+
+
+def _report(settings: list[dict[str, int]], returncode: int, stdout: str, stderr: str) -> list[CompiledForward]:
+    """The child's output read back: one result line and one ``ptxas`` report per compile, in order."""
+    results = [json.loads(line[len(_MARK) :]) for line in stdout.splitlines() if line.startswith(_MARK)]
+    used = re.findall(r"Used (\d+) registers", stdout)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", stdout)
+    if returncode != 0 or not len(results) == len(used) == len(spills) == len(settings):
+        detail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the kernel did not compile: {detail}")
+    return [
+        CompiledForward(
+            **setting,
+            shared_bytes=found["shared_bytes"],
+            registers=int(registers),
+            spill_store_bytes=int(stores),
+            spill_load_bytes=int(loads),
+            async_copies=found["async_copies"],
+        )
+        for setting, found, registers, (stores, loads) in zip(settings, results, used, spills, strict=True)
+    ]
+
+
+def _compile_here(settings: dict[str, int]) -> dict[str, object]:
+    """The child's work: one compile, summed up as the parent reads it."""
+    import torch
+
+    from flashmath.triton_kernel import compile_for_target
+
+    # N = M = 1024 as chapter 11's GPU cell: sizes and strides divisible by 16, as in any aligned launch
+    q = torch.zeros(1, 8, 1024, settings["head_dim"], dtype=torch.float16)
+    compiled = compile_for_target(
+        q, q, q, capability=settings["capability"], block_q=settings["block_q"], block_k=settings["block_k"],
+        num_warps=settings["num_warps"], num_stages=settings["num_stages"],
+    )  # fmt: skip
+    return {"shared_bytes": int(compiled.metadata.shared), "async_copies": "cp.async" in compiled.asm["ptx"]}
+
+
+if __name__ == "__main__":  # the child process of compile_forward: each result line follows its ptxas report
+    for setting in json.loads(sys.argv[1]):
+        print(_MARK + json.dumps(_compile_here(setting)), flush=True)
