@@ -1237,8 +1237,6 @@ WRONG = {
 # A wrong solution may rightly show a second mistake of the catalogue too (for example a reversed loop is both out
 # of key order and summed in another order): {(checker, mistake): the other names allowed}.
 ALSO = {
-    ("check_attention", "V transposed"): {"k.T on a batched array"},  # a matmul error: the hint names both
-    ("check_attention", "k.T on a batched array"): {"V transposed"},
     ("check_online_normalizer", "the first element counted twice"): {
         "an element read twice",
         "the empty vector not handled",
@@ -1495,9 +1493,19 @@ def test_the_batched_hint_only_for_batched_input():
     plain = message(report, "N != M")
     assert "raised ValueError" in plain and "k.T on a batched array" not in plain and "not transposed" in plain
     batched = message(report, "batch and heads")
-    assert "k.T on a batched array" in batched and "V transposed" in batched
+    assert "V transposed" in batched and "k.T on a batched array" not in batched, batched  # rev18-a
     assert "looks like V transposed" in message(report, "square values")
     assert exercises.check_attention(solutions.attention).passed
+
+
+def test_a_batched_k_t_error_names_only_k_t():
+    """Reviews rev15-a to rev18-a (3.1): a batched `k.T` raising in `q @ k.T` was also asked "Or V transposed?",
+    a mistake that does not explain the failure. The hint names only the product that raised."""
+    for kt in (lambda k: k.T, lambda k: np.transpose(k)):
+        batched = message(exercises.check_attention(attention_with(kt=kt)), "batch and heads")
+        assert "k.T on a batched array" in batched and "V transposed" not in batched, batched
+    v_swapped = message(exercises.check_attention(ATTENTION["V transposed"]), "batch and heads")
+    assert "V transposed" in v_swapped and "k.T on a batched array" not in v_swapped, v_swapped
 
 
 def test_an_unnamed_wrong_update_gets_the_largest_difference():
@@ -2155,7 +2163,7 @@ def test_each_prediction_cell_names_the_misconception_of_its_common_wrong_answer
     from flashmath.exercises.predict import QUESTIONS
 
     (key,) = [ast.literal_eval(k.value) for k in call.keywords if k.arg == "question"]
-    env = {"np": np, "math": math, "fm": fm, "rng": np.random.default_rng(0), "heads": load_heads()}
+    env = {"np": np, "math": math, "fm": fm, "rng": np.random.default_rng(0), "SEED": 0, "heads": load_heads()}
     wrongs, texts = list(QUESTIONS[key].misconceptions), list(QUESTIONS[key].misconceptions.values())
     assert len(wrongs) >= 2  # the common wrong answers (two may share a sentence: one per row or column)
     for wrong, text in zip(wrongs, texts, strict=True):

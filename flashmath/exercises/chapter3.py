@@ -275,17 +275,36 @@ def attention_properties():
     )
 
 
+def _matmul_error(a, b) -> str | None:
+    try:
+        np.matmul(a, b)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _batched_matmul_errors(q, k, v) -> dict[str, set[str | None]]:
+    """The error texts the two batched shape mistakes raise: ``q @ k.T`` (``k.T`` reverses every axis) and ``Y @ V``
+    with V transposed (the scores right, ``v.T`` or ``np.swapaxes(v, -1, -2)``); ``None`` where a product runs."""
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    y = np.zeros(np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2]))
+    return {"k.T": {_matmul_error(q, k.T)}, "v.T": {_matmul_error(y, v.T), _matmul_error(y, np.swapaxes(v, -1, -2))}}
+
+
 def _hint(exc, args=()) -> str | None:
     """What an exception of the learner's code probably means; ``args`` are the case's ``(q, k, v)``: the hint on
-    ``k.T`` only applies to batched input (more than 2 axes), where ``k.T`` reverses the batch axes too."""
+    ``k.T`` only applies to batched input (more than 2 axes), where ``k.T`` reverses the batch axes too, and only
+    when ``q @ k.T`` raises the same error as the learner's code (else ``Y @ v.T`` is named when it does)."""
     text = str(exc)
     if "einstein" in text or "subscripts" in text:
         return _("{name}? {fix}").format(name=_(EINSUM_2D.name), fix=_(EINSUM_2D.fix))
     if "matmul" in text:
         if any(np.ndim(a) > 2 for a in args):
-            return _("{name}? {fix}. Or V transposed? A = Y V with V (..., M, Dv) as given").format(
-                name=_(K_T.name), fix=_(K_T.fix)
-            )
+            raised = _batched_matmul_errors(*args)
+            if text in raised["k.T"]:
+                return _("{name}? {fix}").format(name=_(K_T.name), fix=_(K_T.fix))
+            if text in raised["v.T"]:
+                return _("V transposed? A = Y V with V (..., M, Dv) as given, not transposed")
         return _(
             "the shapes of the two products? X = Q K^T is q @ np.swapaxes(k, -1, -2) (k.T for 2-D input), (N, D) @ "
             "(D, M); A = Y V is y @ v, (N, M) @ (M, Dv), with V as given, not transposed"
