@@ -310,3 +310,43 @@ def checker_cases(checker):
 
     report = checker(record)
     return [(name, args) for (name, _, _), args in zip(report.cases, seen, strict=True)]
+
+
+def test_step_bytes_sizing_messages_hold_on_every_case_they_can_be_shown_on():
+    """The "M / P rows" and "ceil(M / P) rows" explanations say: when P does not divide M, the shards differ by a row
+    and, under zig-zag, the chunks differ by a row and the shards (two chunks) may differ by two (rev18-b: on "M = 19,
+    P = 4, step 1, device 3, zig-zag" the shards have 5, 4, 6 and 4 rows). Each model fails only where P does not
+    divide M, and there every clause holds; the checker's cases include shards two rows apart."""
+    from flashmath.ring_cost import shard_rows
+
+    by_name = {m.name: m for m in exercises.chapter14.STEP_BYTES_MISTAKES}
+    sizing = [by_name["M / P rows for every shard"], by_name["ceil(M / P) rows for every shard"]]
+    for mistake in sizing:
+        assert "differ by a row" in mistake.fix and "may differ by two rows" in mistake.fix
+    cases = [args for _, args in checker_cases(exercises.check_step_bytes)]
+    spreads = set()
+    for args in cases:
+        M, P, z = int(args[0]), int(args[1]), bool(args[5])
+        for mistake in sizing:
+            wrong = any(
+                float(model(*args)) != exercises.chapter14._step_bytes_reference(*args) for model in mistake.models
+            )
+            if not wrong:
+                continue
+            assert M % P, (mistake.name, args)  # shown only where P does not divide M
+            contiguous = shard_rows(M, P)
+            assert contiguous.max() - contiguous.min() == 1
+            if z:
+                chunks = shard_rows(M, 2 * P)
+                assert chunks.max() - chunks.min() == 1
+                shards = shard_rows(M, P, zigzag=True)
+                assert 1 <= shards.max() - shards.min() <= 2
+                spreads.add(int(shards.max() - shards.min()))
+    assert 2 in spreads  # the message's "may differ by two" is shown on such a case
+    for M in range(1, 60):
+        for P in range(1, 9):
+            shards = shard_rows(M, P, zigzag=True)
+            if M % P == 0:  # both models are right here: every shard M / P rows, zig-zag or not
+                assert (shards == M // P).all() and (shard_rows(M, P) == M // P).all()
+            else:
+                assert np.ptp(shard_rows(M, P)) == 1 and np.ptp(shard_rows(M, 2 * P)) == 1 and np.ptp(shards) <= 2

@@ -11,7 +11,7 @@ import pytest
 from flashmath import widgets
 from flashmath.ring import ring_trace
 from flashmath.viz import figure_signature
-from flashmath.viz.ring import RingPlot, pair_steps, plot_ring_balance, plot_ring_timeline
+from flashmath.viz.ring import RingPlot, pair_steps, plot_context_parallel, plot_ring_balance, plot_ring_timeline
 
 matplotlib.use("Agg")
 
@@ -52,7 +52,7 @@ def test_ring_plot_colours_each_pair_by_its_step_and_device():
     plot = RingPlot(trace, step=0)
     pictures = {figure_signature(plot.update(step=t).fig) for t in range(4)}
     assert len(pictures) == 4
-    assert plot.holding[1].get_text().startswith("holds K, V of 2")  # step 3: the shard of (1 - 3) mod 4
+    assert plot.holding[1].get_text().startswith("holds shard 2")  # step 3: the shard of (1 - 3) mod 4
     assert plot.errors[-1].max() == 0  # the last step is the final state
     with pytest.raises(ValueError, match="step"):
         plot.update(step=4)
@@ -103,3 +103,30 @@ def test_ring_plot_error_labels_stay_inside_their_panel(P):
         top = plot.ax_err.get_window_extent(renderer).y1
         for label in plot.bar_labels:
             assert label.get_window_extent(renderer).y1 < top - 1, (P, t, label.get_text())
+
+
+def test_context_parallel_figure_draws_the_table():
+    """Chapter 14's cost figure: one bar per feasible method and P, labelled with its MiB, the table's winners (and
+    only they) outlined, "n/a" where Ulysses cannot split the heads."""
+    import matplotlib.pyplot as plt
+
+    from flashmath.ring_cost import METHODS, context_parallel_table
+
+    table = context_parallel_table(131072, heads=32, kv_heads=8, D=128, itemsize=2, devices=(2, 4, 8, 16))
+    fig = plot_context_parallel(table)
+    for ax, value, best in zip(
+        fig.axes[:2],
+        (lambda row, m: row[m], lambda row, m: row["peak_bytes"][m]),
+        ("fewest_bytes", "least_memory"),
+        strict=True,
+    ):
+        expected = [(value(row, m), m in row[best]) for row in table for m in METHODS if value(row, m) is not None]
+        bars = ax.patches
+        assert len(bars) == len(expected) == 11
+        for bar, (got, won) in zip(bars, expected, strict=True):
+            assert bar.get_width() == pytest.approx(got / 2**20)
+            assert (bar.get_linewidth() > 0) == won
+        texts = [t.get_text() for t in ax.texts]
+        assert texts.count("Ulysses: n/a") == 1
+        assert [t for t in texts if t.isdigit()] == [f"{got / 2**20:.0f}" for got, _ in expected]
+    plt.close(fig)

@@ -396,8 +396,10 @@ STEP_BYTES_MISTAKES = (
     Mistake(
         N_("M / P rows for every shard"),
         N_(
-            "when P does not divide M the shards differ by a row: shard s has floor((s + 1) M / P) - floor(s M / P) "
-            "rows (per chunk under zig-zag)"
+            "when P does not divide M the shards are not all M / P rows: shard s has floor((s + 1) M / P) - "
+            "floor(s M / P) rows, so the shards differ by a row; under zig-zag the same formula with 2P in place of P "
+            "gives the chunks, which differ by a row, and shard s is chunks s and 2P - 1 - s, so the shards may "
+            "differ by two rows"
         ),
         (
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) // int(P) * int(row_bytes),
@@ -407,8 +409,10 @@ STEP_BYTES_MISTAKES = (
     Mistake(
         N_("ceil(M / P) rows for every shard"),
         N_(
-            "rounding M / P up does not give the shards' sizes; when P does not divide M the shards differ by a row: "
-            "shard s has floor((s + 1) M / P) - floor(s M / P) rows (per chunk under zig-zag)"
+            "rounding M / P up does not give the shards' sizes: when P does not divide M, shard s has "
+            "floor((s + 1) M / P) - floor(s M / P) rows, so the shards differ by a row; under zig-zag the same formula "
+            "with 2P in place of P gives the chunks, which differ by a row, and shard s is chunks s and 2P - 1 - s, so "
+            "the shards may differ by two rows"
         ),
         (lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else -(-int(M) // int(P)) * int(row_bytes),),
     ),

@@ -6,20 +6,29 @@ the ring of devices with the key/value shard each holds and the bytes it passes 
 state measured against its final one. :func:`plot_ring_timeline` draws the recorded timeline of a
 :class:`flashmath.ring_dist.RingRun` (compute and transfers of every rank at every step), and
 :func:`plot_ring_balance` the causal work of each device at each step, from the schedule alone, for the contiguous
-and the zig-zag layouts. Nothing here computes attention.
+and the zig-zag layouts; :func:`plot_context_parallel` the bytes each device receives and holds for the ring, the
+all-gather and DeepSpeed-Ulysses (:func:`flashmath.ring_cost.context_parallel_table`). Nothing here computes
+attention.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.patches import Circle, FancyArrowPatch
+from matplotlib.patches import Circle, FancyArrowPatch, Patch
 
 from flashmath.i18n import gettext as _
 from flashmath.viz.axes import index
 from flashmath.viz.live import LivePlot
 from flashmath.viz.style import DPI, HOLD, UNSEEN
 
-__all__ = ["DEVICE_COLORS", "RingPlot", "pair_steps", "plot_ring_balance", "plot_ring_timeline"]
+__all__ = [
+    "DEVICE_COLORS",
+    "RingPlot",
+    "pair_steps",
+    "plot_context_parallel",
+    "plot_ring_balance",
+    "plot_ring_timeline",
+]
 
 DEVICE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 MASKED = "#e6e6e6"  # pairs no device ever merges (the causal mask)
@@ -109,7 +118,7 @@ class RingPlot(LivePlot):
         ax.axis("off")
         angles = np.pi / 2 - 2 * np.pi * np.arange(P) / P  # device 0 at the top, clockwise
         self.centres = np.stack([np.cos(angles), np.sin(angles)], axis=1)
-        # large enough that "holds K, V of 3" and "(skipped)" under it fit inside the circle (both languages)
+        # large enough that "holds shard 3" and "(skipped)" under it fit inside the circle (both languages)
         radius = 0.42 if P <= 4 else 0.2
         self.holding, self.sending = [], []
         for r in range(P):
@@ -166,7 +175,7 @@ class RingPlot(LivePlot):
         frames = self.trace.frames[t]
         for r in range(P):
             frame = frames[r]
-            held = _("holds K, V of {s}").format(s=frame.step.shard)
+            held = _("holds shard {s}").format(s=frame.step.shard)
             if frame.step.skipped:
                 held += "\n" + _("(skipped)")
             self.holding[r].set_text(held)
@@ -263,7 +272,7 @@ def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int 
         busy = work.sum() / (lengths.sum() * num_devices)
         name = _("zig-zag") if zigzag else _("contiguous")
         ax.set_title(
-            _("{name}: {total:,.0f} pairs of time, devices busy {busy:.1%}").format(
+            _("{name}: time {total:,.0f} pairs, devices busy {busy:.1%}").format(
                 name=name, total=lengths.sum(), busy=busy
             ),
             fontsize=9,
@@ -276,5 +285,69 @@ def plot_ring_balance(N: int, num_devices: int, *, figsize=(9.5, 3.6), dpi: int 
             N=N, P=num_devices
         ),
         fontsize=10,
+    )
+    return fig
+
+
+def plot_context_parallel(table, *, figsize=(9.0, 3.9), dpi: int = DPI):
+    """The costs of :func:`flashmath.ring_cost.context_parallel_table` as grouped bars, one group per ``P``: left the
+    MiB each device receives, right the MiB it holds during the attention, for the ring, the all-gather and
+    DeepSpeed-Ulysses, each bar labelled with its MiB (rounded), the cheapest of each group (ties included: the
+    table's ``fewest_bytes`` and ``least_memory``) outlined in black, "n/a" where Ulysses
+    cannot split the heads.
+
+    Returns:
+        the matplotlib Figure (made through pyplot).
+    """
+    import matplotlib.pyplot as plt
+
+    from flashmath.ring_cost import METHODS
+
+    MiB = 2**20
+    names = {"ring": _("ring"), "all-gather": "all-gather", "ulysses": "Ulysses"}
+    colours = {"ring": DEVICE_COLORS[0], "all-gather": DEVICE_COLORS[1], "ulysses": DEVICE_COLORS[2]}
+    fig, axes = plt.subplots(1, 2, figsize=figsize, dpi=dpi, layout="constrained", sharey=True)
+    panels = (
+        (_("MiB each device receives"), lambda row, m: row[m], "fewest_bytes"),
+        (_("MiB each device holds during the attention"), lambda row, m: row["peak_bytes"][m], "least_memory"),
+    )
+    height = 0.28
+    for ax, (title, value, best) in zip(axes, panels, strict=True):
+        top = max(value(row, m) or 0 for row in table for m in METHODS) / MiB
+        for g, row in enumerate(table):
+            for k, m in enumerate(METHODS):
+                y = g + (k - 1) * height
+                got = value(row, m)
+                if got is None:
+                    ax.text(top * 0.01, y, _("Ulysses: n/a"), ha="left", va="center", fontsize=9, color="#333333")
+                    continue
+                won = m in row[best]
+                ax.barh(
+                    y,
+                    got / MiB,
+                    height=height * 0.9,
+                    color=colours[m],
+                    edgecolor="k" if won else "none",
+                    lw=1.5 if won else 0,
+                )
+                ax.text(
+                    got / MiB + top * 0.015,
+                    y,
+                    f"{got / MiB:.0f}",
+                    ha="left",
+                    va="center",
+                    fontsize=9,
+                )
+        ax.set_xlim(0, top * 1.15)  # room for the labels of the longest bars
+        ax.set_xlabel("MiB")
+        ax.set_title(title, fontsize=9.5)
+        ax.spines[["top", "right"]].set_visible(False)
+    axes[0].set_yticks(range(len(table)), [f"P = {row['P']}" for row in table])
+    axes[0].set_ylim(len(table) - 0.45, -0.55)  # top to bottom, the last row's "n/a" clear of the axis
+    handles = [Patch(color=colours[m], label=names[m]) for m in METHODS]
+    axes[1].legend(handles=handles, loc="lower right", fontsize=9, frameon=False)  # beside the short bars of P = 16
+    fig.suptitle(
+        _("per device and layer; outlined in black: the fewest bytes (left) and the least memory (right) at each P"),
+        fontsize=9.5,
     )
     return fig
