@@ -357,6 +357,8 @@ def source_of(name, namespace: dict, names, module: str) -> str:
             names=", ".join(names), module=module
         )
     if name not in names:
-        raise ValueError(f"no solution called {name!r}; choose one of {names}")
+        raise ValueError(
+            _("no solution called {name!r}; choose one of: {names}").format(name=name, names=", ".join(names))
+        )
     value = namespace[name]
     return inspect.getsource(value) if callable(value) else f"{name} = {value!r}"

@@ -1771,8 +1771,18 @@ def test_show_prints_a_solution_and_the_derivations(capsys):
         assert f"def {name}" in capsys.readouterr().out
     solutions.show("merge_three")
     assert "associative" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="choose one of"):
+    with pytest.raises(ValueError, match="no solution called 'nope'; choose one of: score_row, safe_softmax"):
         solutions.show("nope")
+
+
+def test_an_unknown_solution_name_is_answered_in_the_selected_language():
+    """A mistyped name after "Stuck?" gets the catalog's message, as the checkers' own errors do."""
+    fm.set_language("zh_CN")
+    try:
+        with pytest.raises(ValueError, match="没有 'tile_stpe' 这个参考答案；可以查看的有：score_row, "):
+            solutions.show("tile_stpe")
+    finally:
+        fm.set_language("en")
 
 
 def test_the_report_keeps_the_order_of_the_cases_when_some_raise():

@@ -292,6 +292,14 @@ def test_the_solutions_can_be_shown():
         assert f"def {name}(" in solutions.source_of(name, vars(solutions), solutions.__all__, "solutions")
 
 
+def test_a_wrong_shape_outside_the_catalogue_is_stated_without_a_mistake_name():
+    """The shapes and the rule, not "looks like a wrong shape": no mistake of chapter 13 is named that."""
+    report = exercises.check_softcap(lambda qk, scale, cap: (cap * np.tanh(qk * scale / cap))[..., None])
+    failed = [message for _, ok, message in report.cases if not ok]
+    assert failed and all("expected shape" in m and "looks like" not in m for m in failed), failed
+    assert all(m.endswith("the result must have the shape of the reference's (see the expected shape)") for m in failed)
+
+
 def test_an_integer_mask_is_caught_as_not_boolean():
     def window_as_ints(q, kv, N, M, left, right):  # 0/1 instead of False/True
         return ((kv >= q + M - N - left) & (kv <= q + M - N + right)).astype(int)

@@ -365,7 +365,11 @@ def check_function(
             # of the checker's own may say which it is
             if WRONG_SHAPE.message() in form_text:
                 mistake = mistake_for(i)  # a named mistake explains the shape: its message replaces the generic one
-                form_text = form_text.replace(WRONG_SHAPE.message(), mistake.message(args)) if mistake else form_text
+                if mistake is not None:
+                    form_text = form_text.replace(WRONG_SHAPE.message(), mistake.message(args))
+                elif all(getattr(m, "name", None) != WRONG_SHAPE.name for m in (*(mistakes or ()), not_answer)):
+                    # no mistake of this exercise is called a wrong shape: the rule alone, without the name
+                    form_text = form_text.replace(WRONG_SHAPE.message(), _(WRONG_SHAPE.fix))
             elif BOOL_OUT.message() in form_text and not _zero_one(raws, answers) and (mistake := mistake_for(i)):
                 form_text = form_text.replace(BOOL_OUT.message(), mistake.message(args))
             report.add(name, False, form_text)

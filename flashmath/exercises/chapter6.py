@@ -172,8 +172,8 @@ TILE_MISTAKES = (
     Mistake(
         N_("the max over the whole tile"),
         N_(
-            "one max for the whole tile: each row needs its own, x_tile.max(axis=1), so g_new = np.maximum(g, "
-            "x_tile.max(axis=1)), subtracted from its own row: x_tile - g_new[:, None]"
+            "each row needs its own max, x_tile.max(axis=1), so g_new = np.maximum(g, x_tile.max(axis=1)), "
+            "subtracted from its own row: x_tile - g_new[:, None]"
         ),
         (
             _tile_model(g_of=lambda g, x: np.maximum(g, x.max())),
