@@ -2649,3 +2649,17 @@ def test_a_case_that_refers_to_an_earlier_one_keeps_its_own_numbers():
     )
     assert earlier < lines.index(line)
     assert "looks like the second chunk off by one (2P - r)" in lines[earlier]
+
+
+def test_safe_softmax_says_a_function_returned_none():
+    """A function that returns None (a forgotten return) is told so, not "got nan" (zhrev-y 01-9)."""
+    text = repr(exercises.check_safe_softmax(lambda x: None))
+    assert "returned None" in text and "got nan" not in text
+
+
+def test_the_same_reason_closes_the_parenthesis_it_replaces():
+    """A repeated reason that starts inside a note in parentheses replaces the whole note and closes it (zhrev-y
+    01-9): 'got [nan, nan, nan] (the same reason as for "..." above)', no "(" left open."""
+    text = repr(exercises.check_safe_softmax(lambda x: np.full(np.shape(x), np.nan)))
+    line = next(line for line in text.splitlines() if "the same reason as for" in line)
+    assert line.endswith(" above)") and line.count("(") == line.count(")"), line

@@ -199,8 +199,8 @@ STEP_BYTES = {
     "the ring turned the wrong way ((r + t) mod P)": lambda M, P, t, r, b, z: (
         0 if t >= P - 1 else rows_of(M, P, (r + t) % P, z) * b
     ),
-    "the shard received, not the one sent ((r - t - 1) mod P)": lambda M, P, t, r, b, z: (
-        0 if t >= P - 1 else rows_of(M, P, (r - t - 1) % P, z) * b
+    "the shard received at this step (that of device (r - t - 1) mod P), not the one to send": (
+        lambda M, P, t, r, b, z: 0 if t >= P - 1 else rows_of(M, P, (r - t - 1) % P, z) * b
     ),
     "something sent after the last step": lambda M, P, t, r, b, z: rows_of(M, P, (r - t) % P, z) * b,
     "M / P rows for every shard": lambda M, P, t, r, b, z: 0 if t >= P - 1 else M // P * b,

@@ -35,9 +35,9 @@ from flashmath.exercises._report import (
     modified,
     run,
 )
+from flashmath.i18n import display_width, joined
 from flashmath.i18n import gettext as _  # the learner-facing text (flashmath.i18n)
 from flashmath.i18n import gettext_noop as N_
-from flashmath.i18n import joined
 
 #: The property battery, in the order a checker runs it (the first two on every case, the rest as edge cases).
 PROPERTIES = (
@@ -354,7 +354,7 @@ def check_function(
         if answer is None:
             # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
             form = (
-                _("expected ({form})").format(form=", ".join(names))
+                _("expected ({form})").format(form=_(", ").join(names) if _wide(names) else ", ".join(names))
                 if len(names) > 1
                 else _("expected {name}").format(name=names[0])
             )
@@ -387,6 +387,12 @@ def check_function(
             difference = largest_difference(got, want) if mistake.show_difference else ""
             report.add(name, False, joined(f"{text}{difference}", mistake.message(args)))
     return report.in_order([name for name, _ in cases])
+
+
+def _wide(names) -> bool:
+    """True when a name holds a wide character (a translated name, "第一份"): the names are then listed with the
+    language's own separator (``_(", ")``), code names ("A, lse") with a comma."""
+    return any(display_width(name) > len(name) for name in names)
 
 
 class PropertyFailure:

@@ -80,7 +80,12 @@ def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
     for earlier, case in printed:
         if message.endswith(earlier):
             keep = len(message) - len(earlier) + _reason_start(earlier)
-            return message[:keep] + _(SAME_AS_ABOVE).format(case=_case_name(case))
+            same = _(SAME_AS_ABOVE).format(case=_case_name(case))
+            if (opened := _unclosed_bracket(message[:keep])) >= 0:
+                # the reason starts inside a note in parentheses ("got nan (NaN: ..."): the note is replaced whole,
+                # so its parenthesis is closed ("got nan (the same reason as for ... above)")
+                return aside(message[:opened].rstrip(), same.rstrip("\u3002"))
+            return message[:keep] + same
     if len(message) >= _LONG:
         printed.append((message, name))
     return message
@@ -94,6 +99,17 @@ def _reason_start(message: str) -> int:
         return message.index(looks_like)
     ends = [message.find(sep) + len(sep) for sep in _SEPARATORS if sep in message]
     return min(ends) if ends else 0
+
+
+def _unclosed_bracket(text: str) -> int:
+    """Where the outermost parenthesis of ``text`` that is not closed opens ("(" or "\uff08"), -1 when every one is."""
+    opened: list[int] = []
+    for i, ch in enumerate(text):
+        if ch in "(\uff08":
+            opened.append(i)
+        elif ch in ")\uff09" and opened:
+            opened.pop()
+    return opened[0] if opened else -1
 
 
 LOOKS_LIKE = N_("looks like {name}: {fix}")

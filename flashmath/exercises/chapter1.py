@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import DTYPE_OUT, INTEGER_OUT, WRONG_SHAPE, check_function, property_cases
+from flashmath.exercises._cases import (
+    DTYPE_OUT,
+    INTEGER_OUT,
+    WRONG_SHAPE,
+    PropertyFailure,
+    check_function,
+    property_cases,
+)
 from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import INPUT_MODIFIED, LOWER_PRECISION, CheckReport, Mistake, fmt
 from flashmath.exercises._report import same as _same
@@ -416,6 +423,8 @@ def check_safe_softmax(fn) -> CheckReport:
             raised.append(False)
             raise
         raised.append(False)
+        if out is None:  # a forgotten return: said so, not "got nan" (np.asarray(None, float) is NaN)
+            return PropertyFailure(_("returned None: return the probabilities y (is a return statement missing?)"))
         return out
 
     report = check_function(

@@ -383,7 +383,7 @@ STEP_BYTES_MISTAKES = (
         part=SHARD_INDEX,
     ),
     Mistake(
-        N_("the shard received, not the one sent ((r - t - 1) mod P)"),
+        N_("the shard received at this step (that of device (r - t - 1) mod P), not the one to send"),
         N_("after step t device r sends the shard it computed with, that of (r - t) mod P"),
         (_bytes_model(lambda P, t, r: (r - t - 1) % P),),
         part=SHARD_INDEX,

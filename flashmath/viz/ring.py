@@ -109,7 +109,11 @@ class RingPlot(LivePlot):
         self.pairs = ax.imshow(np.ones((layout.N, layout.M, 3)), interpolation="nearest", origin="upper", aspect="auto")
         ax.set_xlabel(_("key position m"))
         ax.set_ylabel(_("query position n"))
-        ax.set_title(_("(query, key) pairs: merged now (full), before (pale)"), fontsize=9)
+        ax.set_title(
+            _("(query, key) pairs: merged now (full), before (pale), not yet (white), masked (grey)"),
+            fontsize=9,
+            loc="left",
+        )
 
         ax = self.ax_ring
         ax.set_xlim(-1.75, 1.75)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
 from flashmath._checks import DTYPES
 from flashmath.i18n import gettext as _
@@ -195,6 +198,7 @@ class OverflowPlot(LivePlot):
         if self.x.ndim != 1 or self.x.size == 0:
             raise ValueError(f"x must be a non-empty 1-D vector, got shape {self.x.shape}")
         self._studies: dict = {}  # (scale, dtype name) -> flashmath.softmax.OverflowStudy
+        self._first_scale = scale  # with the slider's scales, where _reserve_label_room looks for the widest ticks
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, scale=scale, dtype=dtype)
 
     def _build(self) -> None:
@@ -207,6 +211,7 @@ class OverflowPlot(LivePlot):
         self.limit_line = ax_e.axhline(0, color=JUMP, ls="--", lw=1)
         self.lse_line = ax_e.axhline(0, color="k", ls=":", lw=1.2)
         ax_e.set_ylabel("$x_i$")
+        self._reserve_label_room(L)
         ax_e.legend(
             handles=[
                 Patch(color=SEEN, label=_("$x_i$ in the dtype")),
@@ -262,11 +267,46 @@ class OverflowPlot(LivePlot):
             self.title,
         )
 
-    def _update(self, scale, dtype) -> None:
+    def _study(self, scale, dtype):
         key = (float(scale), dtype_name(dtype))
         if key not in self._studies:  # computed by flashmath.softmax once per state, then only drawn
             self._studies[key] = overflow_study(self.x, key[0], key[1])
-        study = self._studies[key]
+        return key, self._studies[key]
+
+    @staticmethod
+    def _ylim(study) -> tuple[float, float]:
+        """The upper panel's limits for a state: its values and both lines, rounded outward (see nice_limits)."""
+        return nice_limits(*limits(np.concatenate([study.x, [study.limit, study.lse]]), pad=0.15))
+
+    def _reserve_label_room(self, L: int) -> None:
+        """Pin the upper panel's y label left of the widest tick labels of any state (every dtype, the slider's
+        scales 1 to 1000 and this plot's own): the layout is computed once, for the first state, so a label placed
+        next to that state's ticks would be pushed out of the figure by wider ones ("-1000" at 1000x)."""
+        ax = self.ax_e
+        canvas: Any = self.fig.canvas  # Agg: FigureCanvasAgg, or pyplot's inline backend (Agg too)
+        renderer = canvas.get_renderer()
+        size = ax.yaxis.get_major_ticks()[0].label1.get_fontsize()
+        texts = set()
+        for scale in {*np.logspace(0, 3, 61).tolist(), float(self._first_scale)}:
+            for dtype in OVERFLOW_DTYPES:
+                lo, hi = self._ylim(self._study(scale, dtype)[1])
+                ax.set_ylim(lo, hi)
+                ticks = [t for t in ax.yaxis.get_major_locator().tick_values(lo, hi) if lo <= t <= hi]
+                texts.update(ax.yaxis.get_major_formatter().format_ticks(ticks))
+        probe = self.fig.text(0, 0, "", fontsize=size)
+        widest = 0.0
+        for text in texts:
+            probe.set_text(text)
+            widest = max(widest, probe.get_window_extent(renderer).width * 72 / self.fig.dpi)  # points
+        probe.remove()
+        tick = ax.yaxis.get_major_ticks()[0]
+        offset = tick.get_tick_padding() + tick.get_pad() + widest + ax.yaxis.labelpad  # points left of the axes
+        ax.yaxis.set_label_coords(
+            0, 0.5, transform=offset_copy(ax.transAxes, fig=self.fig, x=-offset, y=0, units="points")
+        )
+
+    def _update(self, scale, dtype) -> None:
+        key, study = self._study(scale, dtype)
         dt, x64, lse, limit, overflowed = study.dtype, study.x, study.lse, study.limit, study.overflowed
         y_direct, y_safe = study.direct, study.safe
         steps = np.arange(1, x64.size + 1)
@@ -279,7 +319,7 @@ class OverflowPlot(LivePlot):
         self.limit_line.set_ydata([limit, limit])
         self.lse_line.set_ydata([lse, lse])
         # both lines always show; nice limits change only every few moves of the scale slider (a new background)
-        ylim = nice_limits(*limits(np.concatenate([x64, [limit, lse]]), pad=0.15))
+        ylim = self._ylim(study)
         if ylim != self.ax_e.get_ylim():
             self.ax_e.set_ylim(*ylim)
             # new ticks; the limits are all that changes in the background: only the y axis is drawn again
@@ -303,7 +343,7 @@ class OverflowPlot(LivePlot):
                 verdict=verdict,
                 ln_max=r"$\ln(\max)$",
                 limit=limit,
-                max_x=r"$\max\, x$",
+                max_x=r"$\mathrm{max}_i\, x_i$",
                 max_value=float(np.max(x64)),
                 overflowed=int(overflowed.sum()),
                 size=x64.size,
