@@ -6,12 +6,12 @@ Triton compiles for a GPU it does not run on: its code generator and the ``ptxas
 (:func:`flashmath.triton_kernel.compile_for_target`: the wrapper builds the launch's arguments from float16 tensors
 ``(1, 8, 1024, D)``, Triton's own launcher code specializes them, and ``triton.compile`` takes the result down to a
 cubin for the chosen compute capability). Nothing runs: the report gives what the compiled program asks of the chip
-(shared memory, registers per thread, spills), not its speed or its results.
+(shared memory, registers and local memory per thread), not its speed or its results.
 
 The compile runs in a child Python process with ``TRITON_INTERPRET=0``: a process that has imported
 :mod:`flashmath.triton_kernel` on a machine without a GPU holds the kernel as an interpreted function, which
 cannot be compiled. The child uses an empty cache directory so that ``ptxas`` runs and Triton prints its
-report (``TRITON_DUMP_PTXAS_LOG=1``), whose register and spill lines are read back.
+report (``TRITON_DUMP_PTXAS_LOG=1``), whose register, stack-frame and spill lines are read back.
 
 Requires the ``triton`` extra on Linux (Triton's NVIDIA backend and its ``ptxas``); written for Triton 3.9, whose
 launcher internals (``create_function_from_signature``, ``JITFunction._pack_args``) it calls as a launch does.
@@ -52,10 +52,15 @@ class CompiledForward:
         block_q, block_k, num_stages, num_warps, head_dim: the settings compiled.
         shared_bytes: dynamic shared memory per program, bytes (``metadata.shared`` of the compiled kernel).
         registers: 32-bit registers per thread (``ptxas``: "Used N registers"; at most 255).
-        spill_store_bytes, spill_load_bytes: bytes each thread stores to and loads from local memory (off chip)
-            because its registers ran out (``ptxas``: "bytes spill stores", "bytes spill loads"); 0 = no spill.
-        async_copies: whether the key/value loads became asynchronous copies (``cp.async`` in the PTX), the
-            instructions that let the next tiles load while this one is computed (software pipelining).
+        local_bytes: local memory per thread (off chip), bytes: the stack frame where a thread keeps what its
+            registers cannot hold (``ptxas``: "bytes stack frame"); for this kernel, which has no local arrays, 0
+            means no spill. On a GPU, the launched kernel's ``n_spills`` reports local memory per thread in 32-bit
+            words (``CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4``, Triton 3.9's ``backends/nvidia/driver.c``).
+        spill_store_bytes, spill_load_bytes: bytes written and read by the spill instructions in the code, each
+            counted once however often it runs (``ptxas``: "bytes spill stores", "bytes spill loads").
+        async_copies: whether the key/value loads became asynchronous copies from HBM to shared memory
+            (``cp.async`` in the PTX), which the compiler issues ahead of their use (how much they overlap the
+            computation is its schedule, which this does not measure).
     """
 
     capability: int
@@ -66,6 +71,7 @@ class CompiledForward:
     head_dim: int
     shared_bytes: int
     registers: int
+    local_bytes: int
     spill_store_bytes: int
     spill_load_bytes: int
     async_copies: bool
@@ -137,7 +143,7 @@ def _report(settings: list[dict[str, int]], returncode: int, stdout: str, stderr
     """The child's output read back: one result line and one ``ptxas`` report per compile, in order."""
     results = [json.loads(line[len(_MARK) :]) for line in stdout.splitlines() if line.startswith(_MARK)]
     used = re.findall(r"Used (\d+) registers", stdout)
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", stdout)
+    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", stdout)
     if returncode != 0 or not len(results) == len(used) == len(spills) == len(settings):
         detail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the kernel did not compile: {detail}")
@@ -146,11 +152,12 @@ def _report(settings: list[dict[str, int]], returncode: int, stdout: str, stderr
             **setting,
             shared_bytes=found["shared_bytes"],
             registers=int(registers),
+            local_bytes=int(frame),
             spill_store_bytes=int(stores),
             spill_load_bytes=int(loads),
             async_copies=found["async_copies"],
         )
-        for setting, found, registers, (stores, loads) in zip(settings, results, used, spills, strict=True)
+        for setting, found, registers, (frame, stores, loads) in zip(settings, results, used, spills, strict=True)
     ]
 
 

@@ -57,13 +57,9 @@ def test_the_ptxas_report_is_read_per_compile():
         ]
     )
     first, second = _report(settings, 0, stdout, "")
-    assert (first.capability, first.registers, first.shared_bytes, first.spill_store_bytes) == (80, 163, 24640, 0)
-    assert (second.capability, second.registers, second.spill_store_bytes, second.spill_load_bytes) == (
-        90,
-        255,
-        352,
-        320,
-    )
+    assert (first.capability, first.registers, first.shared_bytes, first.local_bytes) == (80, 163, 24640, 0)
+    assert (second.capability, second.registers, second.local_bytes) == (90, 255, 8)
+    assert (second.spill_store_bytes, second.spill_load_bytes) == (352, 320)
     assert first.async_copies and not second.async_copies
 
 
@@ -79,10 +75,8 @@ def test_the_compiled_kernel_needs_at_least_the_data_it_holds():
         threads = 32 * setting["num_warps"]
         data_registers = (need.scores + need.accumulator + need.row_states) / (4 * threads)
         assert compiled.capability == setting["capability"] and compiled.head_dim == 64
-        # registers: the data is a lower bound, unless the compiler spilled; never above 255
-        assert data_registers <= compiled.registers <= 255 or compiled.spill_store_bytes > 0
-        assert compiled.registers <= 255
-        # shared memory: at least one stage of K and V tiles; the model's count with its stages, plus barriers
-        model = tile_bytes(64, setting["block_q"], setting["block_k"], stages=setting["num_stages"])
-        assert need.kv_tiles <= compiled.shared_bytes <= model.q_tile + model.kv_tiles + 1024
+        # registers: the data is a lower bound, unless the compiler spilled to local memory; never above 255
+        assert compiled.registers <= 255 and (compiled.registers >= data_registers or compiled.local_bytes > 0)
+        # shared memory: at least one stage of K and V tiles
+        assert compiled.shared_bytes >= need.kv_tiles
         assert compiled.async_copies  # aligned float16 loads become cp.async: the loop is pipelined
