@@ -92,10 +92,12 @@ class SplitKVPlot(LivePlot):
         self.nodes = [
             # the tree is drawn with elbows (a child's edge drops straight down to a bar halfway between the
             # levels, and the parent's stub rises straight up from it): no edge runs level with a dot or above a leaf
-            ax_t.annotate("", (0, 0), xytext=(5, 0), textcoords="offset points", va="center", fontsize=8, visible=False)
+            ax_t.annotate(
+                "", (0, 0), xytext=(5, 0), textcoords="offset points", va="center", fontsize=10, visible=False
+            )
             for _node in range(self.max_nodes)
         ]
-        ax_t.set_title(_("each node: the logsumexp $L$ of the keys below it"), fontsize=8, loc="right")
+        ax_t.set_title(_("each node: the logsumexp $L$ of the keys below it"), fontsize=10, loc="right")
 
         parts_all = [a for t in self.traces.values() for a, _lse in t.parts]
         values = np.concatenate(
