@@ -204,6 +204,57 @@ def test_row_lse_a_row_not_reduced_is_explained():
 
 
 @needs_triton
+def test_row_lse_tl_log2_at_the_end_is_named_base_2_and_never_told_float64():
+    """Review rev18-c: a kernel right but for tl.log2 at the end was told, on the values near 1e4, to compute in
+    float64; the kernel must be float32 (which meets the 1e-5 tolerance), so only base 2 explains the failure."""
+    from flashmath import triton_kernel  # noqa: F401, I001  (first: without a GPU it switches Triton to its interpreter)
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def log2_kernel(X, L, n_cols, stride_row, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        g = tl.full([1], float("-inf"), tl.float32)
+        s = tl.zeros([1], tl.float32)
+        for c0 in range(0, n_cols, BLOCK):
+            cols = c0 + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_row + cols, mask=cols < n_cols, other=float("-inf"))
+            g_new = tl.maximum(g, tl.max(x, 0))
+            g_ref = tl.where(g_new == float("-inf"), 0.0, g_new)
+            s = s * tl.exp(g - g_ref) + tl.sum(tl.exp(x - g_ref), 0)
+            g = g_new
+        tl.store(L + row + tl.arange(0, 1), g + tl.log2(s))  # base 2 at the end only
+
+    def log2_at_the_end(x):
+        out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+        if x.shape[0] > 0:
+            log2_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=32)
+        return out
+
+    report = chapter11.check_row_lse(log2_at_the_end)
+    failing = [(name, message) for name, ok, message in report.cases if not ok]
+    assert failing and not report.passed
+    near_1e4 = [message for name, message in failing if name.startswith("values near 1e4")]
+    assert near_1e4, report
+    for name, message in failing:
+        assert "looks like base 2 instead of e" in message, (name, message)
+        assert "float64" not in message, (name, message)
+
+
+@needs_torch
+def test_row_lse_base_2_in_the_loop_only_is_named_and_an_unknown_error_gets_no_precision_hint():
+    report = chapter11.check_row_lse(emulated_kernel(exp=np.exp2))  # tl.exp2 in the loop, tl.log at the end
+    assert not report.passed and "looks like base 2 instead of e" in messages(report), report
+
+    def off_by_a_little(x):  # no mistake of the catalogue: L + 1e-3
+        return emulated_kernel()(x) + 1e-3
+
+    text = messages(chapter11.check_row_lse(off_by_a_little))
+    assert "largest difference" in text and "float64" not in text and "float32" not in text, text
+
+
+@needs_triton
 def test_row_lse_solution_passes_in_triton():
     from flashmath import solutions_triton
 

@@ -269,6 +269,7 @@ def check_function(
     diagnosis: Callable | None = None,
     arg_names: Sequence[str] | None = None,
     modified_mistake: Mistake = INPUT_MODIFIED,
+    note: Callable = error_note,
 ) -> CheckReport:
     """Run ``fn`` on every case ``(name, args)``, check the property battery, compare with ``reference(*args)`` and
     name the mistake.
@@ -292,6 +293,8 @@ def check_function(
         arg_names: the names of ``fn``'s parameters, so that an argument changed in place is named.
         modified_mistake: the message for an argument changed in place (default :data:`INPUT_MODIFIED`, whose
             examples are generic; an exercise may give examples in its own names).
+        note: ``note(got, want) -> str``, added to a wrong answer's message when no mistake is named (default
+            :func:`~flashmath.exercises._report.error_note`).
     """
     report = CheckReport(title)
     compare = compare or same_arrays
@@ -382,7 +385,7 @@ def check_function(
         text, got, want = describe(answer, expected)
         mistake = mistake_for(i)
         if mistake is None:
-            report.add(name, False, text + error_note(got, want))
+            report.add(name, False, text + note(got, want))
         else:
             difference = largest_difference(got, want) if mistake.show_difference else ""
             report.add(name, False, joined(f"{text}{difference}", mistake.message(args)))

@@ -21,7 +21,7 @@ import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, Said, check_function, check_quiz, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, fmt
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, error_note, fmt
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
@@ -72,7 +72,7 @@ def _blockwise(
     *,
     rescale: bool = True,
     g0: float = -np.inf,
-    base2: bool = False,
+    base2: bool | str = False,
     inverted: bool | str = False,
     terms_old: bool = False,
     guard: bool = True,
@@ -90,8 +90,11 @@ def _blockwise(
     ``block_max_only``: the new max is the block's own, ``tl.max(x, 0)`` without ``tl.maximum(g, ...)``;
     ``result(g, s)``: the logsumexp taken from the final state in another way than ``g + log(s)``; ``unshifted``:
     the block's terms as exp(x) divided by exp(g_ref) afterwards, ``"sum"`` (sum(exp(x)) / exp(g_ref)) or
-    ``"each"`` (sum(exp(x) / exp(g_ref))): equal in exact arithmetic, inf / inf in float32 above 88.7."""
-    exp, log = (np.exp2, np.log2) if base2 else (np.exp, np.log)
+    ``"each"`` (sum(exp(x) / exp(g_ref))): equal in exact arithmetic, inf / inf in float32 above 88.7. ``base2``:
+    ``True`` for tl.exp2 and tl.log2 throughout, ``"log"`` for tl.log2 at the end only, ``"exp"`` for tl.exp2 in the
+    loop only."""
+    exp = np.exp2 if base2 in (True, "exp") else np.exp
+    log = np.log2 if base2 in (True, "log") else np.log
 
     def model(x, *_wide):
         x = np.asarray(x, np.float32)
@@ -245,10 +248,10 @@ ROW_LSE_MISTAKES = (
     Mistake(
         N_("base 2 instead of e"),
         N_(
-            "tl.exp2 and tl.log2 need the scores multiplied by log2(e) and the result divided by it; use tl.exp "
-            "and tl.log"
+            "tl.exp2 and tl.log2 work in base 2: exp(x) = exp2(x * log2(e)) and log(s) = log2(s) / log2(e); the "
+            "logsumexp is in base e, so use tl.exp and tl.log (in the loop and at the end)"
         ),
-        tuple(_blockwise(b, base2=True) for b in BLOCKS),
+        tuple(_blockwise(b, base2=flavour) for flavour in (True, "log", "exp") for b in BLOCKS),
     ),
     Mistake(
         N_("the row stride ignored"),
@@ -457,6 +460,8 @@ def check_row_lse(fn) -> CheckReport:
         diagnosis=_RowLseDiagnosis,
         hint=_kernel_hint,
         not_answer=Said(_("expected one logsumexp per row, a tensor of shape (R,)")),
+        # the kernel computes in float32, which meets the 1e-5 tolerance: no "compute in float64" hint
+        note=functools.partial(error_note, precision_hint=False),
     )
 
 
