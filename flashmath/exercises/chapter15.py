@@ -123,7 +123,7 @@ RECAP_QUESTIONS = {
         },
     ),
     7: (
-        N_("In the Triton kernel (chapter 11), acc lives in"),
+        N_("In the Triton kernel (chapter 11) on an A100 or H100, acc lives in"),
         {"a": N_("HBM"), "b": N_("shared memory"), "c": N_("registers")},
         "c",
         {
