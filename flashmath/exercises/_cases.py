@@ -356,8 +356,14 @@ def check_function(
         expected = convert(raw)
         if answer is None:
             # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
+            # translated names are listed in the language's own brackets ("应返回（第一份、第二份）"), code names as
+            # the tuple they are in code ("expected (g_new, s_new, A'_new)")
             form = (
-                _("expected ({form})").format(form=_(", ").join(names) if _wide(names) else ", ".join(names))
+                (
+                    _("expected ({form})").format(form=_(", ").join(names))
+                    if _wide(names)
+                    else _("expected {tuple}").format(tuple="(" + ", ".join(names) + ")")
+                )
                 if len(names) > 1
                 else _("expected {name}").format(name=names[0])
             )

@@ -177,7 +177,7 @@ def scores_clipped(step) -> Mistake:
     )
 
 
-NOT_A_STATE = Mistake(N_("not a triple"), N_("return the three arrays (g_new, s_new, A'_new)"))
+NOT_A_STATE = Mistake(N_("not a triple"), N_("return the three arrays together, as one tuple"))
 
 
 def tile_cases(rng, state: str = "(g, s, A')"):
