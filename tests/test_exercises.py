@@ -56,6 +56,7 @@ SCORE_ROW = {
     "a cosine similarity": score_row_cosine,
     "the input modified in place": score_row_scaled_in_place,
     "a wrong shape": lambda q, K: (np.asarray(K) @ q / math.sqrt(len(q)))[:, None],
+    "q_n and K broadcast to a matrix": lambda q, K: np.asarray(q) * np.asarray(K) / math.sqrt(len(q)),
     "a lower precision": lambda q, K: solutions.score_row(np.float32(q), np.float32(K)),
     "D**1/2 (precedence)": lambda q, K: np.asarray(K, dtype=float) @ np.asarray(q, dtype=float) / len(q) ** 1 / 2,
     "math.isqrt (an integer square root)": lambda q, K: (

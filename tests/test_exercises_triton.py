@@ -429,6 +429,16 @@ def test_flash_row_a_logsumexp_that_is_not_one_number_is_explained():
     assert "lse_n must be one number (a float), got ndarray of shape (2,)" in messages(report)
 
 
+def test_flash_row_an_array_alone_is_reported_as_an_ndarray_on_every_case():
+    """Returning a_n alone: every case says "got ndarray", the one whose V counts divisions too (its arrays are of
+    the checker's own subclass, whose name the learner never wrote)."""
+    right = learner_flash_row()
+    report = chapter15.check_flash_row(lambda q_n, K, V, B_c: right(q_n, K, V, B_c)[0])
+    failed = [message for _name, ok, message in report.cases if not ok]
+    assert len(failed) == len(report.cases) and all("got ndarray" in m for m in failed), failed
+    assert "Counted" not in messages(report)
+
+
 def algorithm_1_row(q_n, K, V, B_c):
     """FlashAttention's Algorithm 1 for one row: the output normalised after every tile, two exponentials a tile."""
     g, s, a = -math.inf, 0.0, np.zeros(V.shape[1])

@@ -85,6 +85,14 @@ MISTAKES = (
         (_cosine,),
     ),
     INPUT_MODIFIED,
+    Mistake(
+        N_("q_n and K broadcast to a matrix"),
+        N_(
+            "return a 1-D array of the M scores, K @ q_n / sqrt(D): q_n * K broadcasts to an (M, D) matrix "
+            "instead of summing over d"
+        ),
+        (lambda q, K: np.asarray(q) * np.asarray(K) / math.sqrt(len(q)), lambda q, K: np.asarray(q) * np.asarray(K)),
+    ),
     WRONG_SHAPE,
     LOWER_PRECISION,
 )

@@ -595,15 +595,20 @@ def _flash_row_call(fn, args):
     try:
         a, lse = out
     except (TypeError, ValueError):
-        return PropertyFailure(_("expected a pair (a_n, lse_n), got {type}").format(type=type(out).__name__))
+        return PropertyFailure(_("expected a pair (a_n, lse_n), got {type}").format(type=_type_name(out)))
     try:
         return np.asarray(a), float(lse)
     except (TypeError, ValueError):
         return PropertyFailure(
             _("lse_n must be one number (a float), got {type} of shape {shape}").format(
-                type=type(lse).__name__, shape=np.shape(lse)
+                type=_type_name(lse), shape=np.shape(lse)
             )
         )
+
+
+def _type_name(value) -> str:
+    """The type of the learner's value as they know it: an array computed from the counted ``V`` is an ndarray."""
+    return "ndarray" if isinstance(value, np.ndarray) else type(value).__name__
 
 
 def _flash_row_reference(q_n, K, V, B_c):

@@ -126,7 +126,7 @@ class Question:
 #: ``question="P8"`` to :func:`check_prediction`, and both editions print the sentences in their language.
 QUESTIONS: dict[str, Question] = {
     "P0": Question(
-        why=N_("x_m is x[m - 1]: the math counts from 1, Python from 0, and x[-1] is x_46."),
+        why=N_("x_m is x[m - 1], and x[-1] is x_46."),
         misconceptions={
             43: N_("43 is the math's count, which starts at 1: Python starts at 0, so every index is one less."),
             44: N_("One step the wrong way: Python's index is one less than the math's (m - 1), not one more."),

@@ -77,8 +77,11 @@ CHAPTERS = (
     ),
     Chapter(
         N_("A GPU kernel in Triton"),
-        N_("m_i, l_i, acc in registers"),
-        N_("acc in registers is s A', divided by l_i once, when the last key tile is done"),
+        N_("m_i, l_i, acc on chip"),
+        N_(
+            "acc (in registers on an A100 or H100, in tensor memory on a B200) is s A', divided by l_i once, when "
+            "the last key tile is done"
+        ),
     ),
     Chapter(
         N_("The backward pass as Triton kernels"),
@@ -90,8 +93,8 @@ CHAPTERS = (
         N_("Across devices: ring attention"),
         N_(r"merge $(A, L)$ of key shards round a ring"),
         N_(
-            "a device's (A, L) after t ring steps is attention over the key shards it has seen; after P steps it is "
-            "exact"
+            "after t steps of the ring, a device's (A, L) is attention over the key shards it has received only; "
+            "after P steps it is exact"
         ),
     ),
     Chapter(N_("Recap"), N_("the final result is right")),
