@@ -356,12 +356,14 @@ def check_function(
         expected = convert(raw)
         if answer is None:
             # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
-            form = (
-                _("expected ({form})").format(form=_(", ").join(names) if _wide(names) else ", ".join(names))
-                if len(names) > 1
-                else _("expected {name}").format(name=names[0])
-            )
-            report.add(name, False, joined(form, not_answer.message()) if not_answer else form)
+            if len(names) == 2:  # a pair: "expected (A, lse)", in Chinese the two names joined by 和
+                form = _("expected ({first}, {second})").format(first=names[0], second=names[1])
+            elif len(names) > 2:
+                form = _("expected ({form})").format(form=_(", ").join(names) if _wide(names) else ", ".join(names))
+            else:
+                form = _("expected {name}").format(name=names[0])
+            # a Chinese form ends with its full stop; joined() adds its own between the two sentences
+            report.add(name, False, joined(form.rstrip("\u3002"), not_answer.message()) if not_answer else form)
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model
