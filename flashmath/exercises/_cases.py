@@ -356,18 +356,20 @@ def check_function(
         expected = convert(raw)
         if answer is None:
             # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
-            # translated names are listed in the language's own brackets ("应返回（第一份、第二份）"), code names as
-            # the tuple they are in code ("expected (g_new, s_new, A'_new)")
-            form = (
-                (
+            if len(names) == 2:  # a pair: "expected (A, lse)", in Chinese the two names joined by 和
+                form = _("expected ({first}, {second})").format(first=names[0], second=names[1])
+            elif len(names) > 2:
+                # translated names are listed in the language's own brackets, code names as the tuple they are in
+                # code ("expected (g_new, s_new, A'_new)")
+                form = (
                     _("expected ({form})").format(form=_(", ").join(names))
                     if _wide(names)
                     else _("expected {tuple}").format(tuple="(" + ", ".join(names) + ")")
                 )
-                if len(names) > 1
-                else _("expected {name}").format(name=names[0])
-            )
-            report.add(name, False, joined(form, not_answer.message()) if not_answer else form)
+            else:
+                form = _("expected {name}").format(name=names[0])
+            # a Chinese form may end with its full stop; joined() adds its own between the two sentences
+            report.add(name, False, joined(form.rstrip("\u3002"), not_answer.message()) if not_answer else form)
             continue
         if check_form and (form_text := form_problem(raws[i], raw, n_out, names)) is not None:
             # a wrong shape, or a mask that is not boolean and wrong in its values too (a 0/-inf bias): a model

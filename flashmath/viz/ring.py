@@ -159,7 +159,7 @@ class RingPlot(LivePlot):
         ax.set_ylim(FLOOR, top)
         ax.set_yticks([10.0**e for e in range(0, -17, -4)])  # 1 .. 1e-16, below the labels' headroom
         ax.set_xticks(range(P), [_("device {r}").format(r=r) for r in range(P)], fontsize=8.5)
-        ax.set_ylabel(_("max |A - final A|"), fontsize=9)
+        ax.set_ylabel(_(r"$\max\,|A - A_{\rm final}|$"), fontsize=9)
         self.bar_labels = [ax.text(r, FLOOR * 3, "", ha="center", va="bottom", fontsize=8.5) for r in range(P)]
         ax.set_title(_("each device's running output against its final one"), fontsize=9)
         self.title = self.fig.suptitle("", fontsize=10.5)
@@ -346,12 +346,12 @@ def plot_context_parallel(table, *, figsize=(9.0, 3.9), dpi: int = DPI):
         ax.set_xlabel("MiB")
         ax.set_title(title, fontsize=9.5)
         ax.spines[["top", "right"]].set_visible(False)
-    axes[0].set_yticks(range(len(table)), [f"P = {row['P']}" for row in table])
+    axes[0].set_yticks(range(len(table)), [f"$P = {row['P']}$" for row in table])
     axes[0].set_ylim(len(table) - 0.45, -0.55)  # top to bottom, the last row's "n/a" clear of the axis
     handles = [Patch(color=colours[m], label=names[m]) for m in METHODS]
     axes[1].legend(handles=handles, loc="lower right", fontsize=9, frameon=False)  # beside the short bars of P = 16
     fig.suptitle(
-        _("per device and layer; outlined in black: the fewest bytes (left) and the least memory (right) at each P"),
+        _("per device and layer; outlined in black: the fewest bytes (left) and the least memory (right) at each $P$"),
         fontsize=9.5,
     )
     return fig
