@@ -357,7 +357,11 @@ def check_function(
         if answer is None:
             # one output: its name ("expected the kind"); several: their tuple ("expected (A, lse)")
             form = (
-                _("expected ({form})").format(form=_(", ").join(names) if _wide(names) else ", ".join(names))
+                (
+                    _("expected ({names})").format(names=_(", ").join(names))
+                    if _wide(names)
+                    else _("expected ({form})").format(form=", ".join(names))
+                )
                 if len(names) > 1
                 else _("expected {name}").format(name=names[0])
             )
