@@ -69,6 +69,14 @@ BANNED: list[tuple[str, str, str]] = [
         "特殊用例",
         "zhrev-h 13-2, zhrev-p 00-3: an all-negative input is no edge; special case fits all",
     ),
+    (r"局部内存", "本地内存（local memory）", "zhrev-ac 11-7: the glossary's spill goes to 本地内存"),
+    (r"寄存器堆", "寄存器文件", "zhrev-ac 11-4: chapter 10 and the glossary say 寄存器文件"),
+    (r"流水化", "流水线化", "zhrev-ac 11-9: the prose pipelines with 流水线化"),
+    (
+        r"(?<![（\w.`])program(?![\w`])",
+        "程序（program 只在首次出现的括注里）",
+        "zhrev-ac 11-1, 11-6: a Triton program is 程序 in Chinese text, figures and feedback",
+    ),
 ]
 
 

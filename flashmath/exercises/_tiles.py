@@ -64,14 +64,19 @@ def _reshaped_equal(answer, wrong) -> bool:
     return differs
 
 
-def shape_mistake(reference) -> Mistake:
-    """The mistake of right numbers in a wrong shape, for a checker whose right answer is ``reference(*args)``."""
+#: The fix for a wrong shape in a tile's exercise (per-row quantities (B_r,), outputs (B_r, Dv)).
+TILE_SHAPE_FIX = N_(
+    "the numbers are right but an array has another shape: keep per-row quantities 1-D (B_r,) (no "
+    "keepdims=True, or .ravel() them) and outputs (B_r, Dv)"
+)
+
+
+def shape_mistake(reference, fix: str = TILE_SHAPE_FIX) -> Mistake:
+    """The mistake of right numbers in a wrong shape, for a checker whose right answer is ``reference(*args)``;
+    ``fix`` (marked with ``N_``) names the shapes the exercise asks for."""
     return Mistake(
         N_("an answer of the wrong shape"),
-        N_(
-            "the numbers are right but an array has another shape: keep per-row quantities 1-D (B_r,) (no "
-            "keepdims=True, or .ravel() them) and outputs (B_r, Dv)"
-        ),
+        fix,
         (reference,),
         compare=_reshaped_equal,
     )

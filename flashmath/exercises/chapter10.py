@@ -336,7 +336,13 @@ MERGE_STATES_MISTAKES = (
         ),
     ),
     MERGE_INPUT_MODIFIED,
-    shape_mistake(lambda *args: _merge_reference(*args)),
+    shape_mistake(
+        lambda *args: _merge_reference(*args),
+        N_(
+            "the numbers are right but an array has another shape: keep per-row quantities 1-D (N,) (no "
+            "keepdims=True, or .ravel() them) and outputs (N, D_v)"
+        ),
+    ),
     Mistake(N_("not a pair"), N_("return (A, lse)"), ()),
 )
 

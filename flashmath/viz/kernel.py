@@ -23,7 +23,7 @@ STAGES = (1, 2, 3, 4)
 KiB = 1024
 # translated where they are drawn (the language may be selected after this module is imported)
 SHARED_PARTS = (N_("Q tile"), N_("K, V tiles"))
-REGISTER_PARTS = (N_("scores X, P"), "acc = s A'", "g, s (m_i, l_i)")
+REGISTER_PARTS = (N_("scores $X$, $P$"), "acc = $sA'$", N_("$g$, $s$ (m_i, l_i)"))
 PART_COLORS = ("#1f77b4", "#aec7e8", "#2ca02c", "#98df8a", "#8c564b")
 
 
@@ -145,10 +145,11 @@ class KernelMemoryPlot(LivePlot):
             patch.set_x(left / KiB)
             patch.set_width(size / KiB)
         fits = [name for name, gpu in sorted(GPUS.items()) if need.shared <= gpu.shared_per_block_bytes]
+        shared = need.shared / KiB
         self.totals[0].set_text(
-            _("{size:.1f} KiB: fits one block on {gpus}").format(
-                size=need.shared / KiB, gpus=", ".join(fits) or _("none of them")
-            )
+            _("{size:.1f} KiB: fits one block on {gpus}").format(size=shared, gpus=_(", ").join(fits))
+            if fits
+            else _("{size:.1f} KiB: fits one block on none of them").format(size=shared)
         )
         self.totals[1].set_text(f"{need.registers / KiB:.1f} KiB")
         per_thread = _registers_per_thread(need, num_warps)
@@ -157,7 +158,7 @@ class KernelMemoryPlot(LivePlot):
         self.thread_text.set_text(f"{per_thread:.0f}")
         self.title.set_text(
             _(
-                "one program: BLOCK_M = B_r = {block_q}, BLOCK_N = B_c = {block_k}, D = {D} ({dtype}), "
+                "one program: BLOCK_M = $B_r$ = {block_q}, BLOCK_N = $B_c$ = {block_k}, $D$ = {D} ({dtype}), "
                 "num_stages = {num_stages}, num_warps = {num_warps} ({threads} threads)"
             ).format(
                 block_q=block_q,
@@ -190,7 +191,7 @@ def plot_kernel_timings(sizes, timings: dict, *, figsize=(6.5, 3.6)):
         ax.plot(sizes, ms, "o-", label=name, color=color)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel(_("N = M (sequence length)"))
+    ax.set_xlabel(_("$N = M$ (sequence length)"))
     ax.set_ylabel(_("ms per call"))
     ax.legend(fontsize=8)
     return fig

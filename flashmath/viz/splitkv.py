@@ -173,8 +173,9 @@ class SplitKVPlot(LivePlot):
                 # is near the right edge
                 left = depth > 0 and x > 0.9 * self.M
                 node.xy = (x, depth)
-                node.set_position((-5 if left else 5, 0) if depth else (0, 6))
+                node.set_position((-5 if left else 5, 0) if depth else (0, 4))
                 node.set_horizontalalignment("right" if left else "left" if depth else "center")
+                node.set_verticalalignment("center" if depth else "bottom")  # a leaf's digits clear its dot
                 lse = float(np.ravel(lse)[0])
                 value = f"{lse:.2f}" if np.isfinite(lse) else f"{lse}"
                 node.set_text(value if crowded else f"$L$={value}")
