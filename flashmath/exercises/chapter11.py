@@ -488,7 +488,8 @@ WHERE = {
         {"shared memory"},
         N_(
             "streamed: one tile per step, staged in shared memory for the matrix "
-            "unit (up to num_stages buffers when the loads are pipelined; how many, the compiled kernel in the chapter shows)"
+            "unit (up to num_stages buffers when the loads are pipelined; how many, "
+            "the compiled kernel in the chapter shows)"
         ),
     ),
     "x_tile, p_tile": (
