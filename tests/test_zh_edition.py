@@ -640,3 +640,20 @@ def test_the_missing_extras_are_explained_in_chinese(monkeypatch):
         assert f"    {command}" in str(triton_error.value) and command in str(kernel_error.value)
     for command in ring_dist.INSTALL_COMMANDS:
         assert f"    {command}" in str(torch_error.value)
+
+
+# a closing ** right after full-width punctuation closes only before whitespace or punctuation (CommonMark's
+# right-flanking rule): "**出处：**flash-attn" shows its asterisks in JupyterLab, GitHub and nbviewer
+_UNCLOSED_BOLD = re.compile(r"\*\*[^*\n]*?[\u3000-\u303f\uff00-\uffef]\*\*(?=[^\s\W])")
+
+
+@pytest.mark.parametrize("path", ZH_NOTEBOOKS, ids=lambda p: p.name)
+def test_bold_after_full_width_punctuation_is_closed(path):
+    nb = nbformat.read(path, as_version=4)
+    bad = [
+        f"cell {i} ({cell.id}): {match.group(0)!r}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown"
+        for match in _UNCLOSED_BOLD.finditer(cell.source)
+    ]
+    assert not bad, "bold that Markdown leaves open (add a space after the closing **):\n" + "\n".join(bad)
