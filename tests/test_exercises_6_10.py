@@ -1414,6 +1414,41 @@ def test_tile_step_in_place_names_the_state_argument_and_gives_its_own_example()
     assert unchanged.startswith("a (argument 3) was changed"), unchanged
 
 
+def numerator_u_in_place(g, s, u, x_tile, v_tile):
+    g_new = np.maximum(g, x_tile.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r = np.exp(g - ref)
+    x_tile -= ref[:, None]  # allowed: the score tile may be overwritten
+    p = np.exp(x_tile)
+    u *= r[:, None]  # the caller's numerator rescaled in place
+    u += p @ v_tile
+    return g_new, s * r + p.sum(axis=1), u
+
+
+def numerator_s_in_place(g, s, u, x_tile, v_tile):
+    g_new, s_new, u_new = solutions.numerator_step(g, s, u, x_tile, v_tile)
+    s *= 0  # reuses the caller's array
+    s += s_new
+    return g_new, s, u_new
+
+
+@pytest.mark.parametrize(
+    "step, arg", [(numerator_u_in_place, "u (argument 3)"), (numerator_s_in_place, "s (argument 2)")]
+)
+def test_numerator_step_in_place_names_the_state_argument_and_gives_its_own_example(step, arg):
+    """Review 35 (rev20-c): a 7.1 step that updates ``s`` or ``u`` in place is told, in its first message and in
+    the case of the state left unchanged, which argument it changed, with an example in 7.1's names (u *= ...,
+    s += ...), not chapter 1's (x -= x.max()), and that x_tile may be overwritten, as 6.1's message says."""
+    report = exercises.check_numerator_step(step)
+    failed = [(name, msg) for name, ok, msg in report.cases if not ok]
+    first = failed[0][1]
+    assert first.startswith(f"{arg} was changed: looks like the input modified in place"), first
+    assert "u *= ..." in first and "s += ..." in first and "x_tile you may overwrite" in first, first
+    assert "x.max()" not in first, first
+    (unchanged,) = [msg for name, msg in failed if name == "the state given (g, s, U) is left unchanged"]
+    assert unchanged.startswith(f"{arg} was changed"), unchanged
+
+
 def test_tile_step_missing_old_weight_names_both_causes():
     """Review 35 (rev6-b): A' r + P V / s_new (the factor s / s_new missing) is explained as 5.1 explains it: the
     old average's weight, and s overwritten before the line as one possible cause."""

@@ -55,6 +55,17 @@ def _numerator_model(u_update=None, s_update=None, base=np.exp, rescale=None, g_
     return model
 
 
+#: the arguments of 7.1's step, so that a state changed in place is named
+NUMERATOR_ARGS = ("g", "s", "u", "x_tile", "v_tile")
+#: a state changed in place, with examples in 7.1's own names (the step may overwrite x_tile, not the state)
+NUMERATOR_INPUT_MODIFIED = Mistake(
+    INPUT_MODIFIED.name,
+    N_(
+        "your function wrote into the state it was given (g, s or u), for example with u *= ... or s += ...; "
+        "x_tile you may overwrite, the state you may not: build new arrays instead, an expression such as "
+        "u_new = u * ... + ... makes a new one"
+    ),
+)
 NOT_A_NUMERATOR = Mistake(N_("not a triple"), N_("return the three arrays (g_new, s_new, U_new)"))
 NUMERATOR_MISTAKES = (
     Mistake(
@@ -195,7 +206,7 @@ NUMERATOR_MISTAKES = (
         ),
     ),
     scores_clipped(numerator_step_reference),
-    INPUT_MODIFIED,
+    NUMERATOR_INPUT_MODIFIED,
     shape_mistake(numerator_step_reference),
     NOT_A_NUMERATOR,
 )
@@ -224,8 +235,18 @@ def check_numerator_step(fn) -> CheckReport:
         hint=shape_hint,
         properties=tile_properties("(g, s, U)"),
         call=score_tile_copied,
+        arg_names=NUMERATOR_ARGS,
+        modified_mistake=NUMERATOR_INPUT_MODIFIED,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[2][1], always=True)
+    inputs_unchanged(
+        report,
+        fn,
+        _("the state given (g, s, U) is left unchanged"),
+        cases[2][1],
+        always=True,
+        arg_names=NUMERATOR_ARGS,
+        mistake=NUMERATOR_INPUT_MODIFIED,
+    )
     return report
 
 
