@@ -43,6 +43,11 @@ def learner(mistake=None):
             x = (q @ k.T / dtype.type(math.sqrt(D))).astype(dtype)
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             naive = (e / e.sum(axis=-1, keepdims=True)) @ v
+        elif mistake == "softmax in input dtype":  # the products in float32, the softmax on arrays of the input dtype
+            x = (q32 @ k32.T / np.float32(math.sqrt(D))).astype(dtype)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            y = e / e.sum(axis=-1, keepdims=True)
+            naive = (y.astype(np.float32) @ v32).astype(dtype)
         elif mistake in ("no scale", "no scale anywhere", "axis 0", "no max"):  # the recipe, each with one slip
             unscaled = mistake in ("no scale", "no scale anywhere")
             x = (q32 @ k32.T / (np.float32(1) if unscaled else np.float32(math.sqrt(D)))).astype(dtype)
@@ -99,7 +104,8 @@ def test_the_solution_and_another_right_answer_pass():
 @pytest.mark.parametrize(
     "mistake, named",
     [
-        ("input dtype", "seems to compute in bfloat16 throughout"),
+        ("input dtype", "seems to compute in bfloat16 instead of float32"),
+        ("softmax in input dtype", "seems to compute in bfloat16 instead of float32"),
         ("only the output", "seems to round only its output"),
         ("low-precision reference", "measured against a reference stored in"),
         ("mean", "ratio of the mean errors"),

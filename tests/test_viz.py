@@ -6,6 +6,7 @@ import re
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.text import Text
 from PIL import Image
 
 import flashmath as fm
@@ -208,7 +209,7 @@ def test_split_kv_tree_shows_only_its_own_levels_and_its_leaf_labels_clear_the_e
     rng = np.random.default_rng(2)
     q, k, v = rng.standard_normal((1, 3)), rng.standard_normal((46, 3)), rng.standard_normal((46, 2))
     traces = {p: fm.split_kv_trace(q, k, v, p) for p in (3, 16)}
-    plot = viz.SplitKVPlot(traces, (q @ k.T)[0], dpi=80)
+    plot = viz.SplitKVPlot(traces, (q @ k.T)[0], dpi=100)
     for p, rows in ((16, 5), (3, 3), (16, 5)):
         plot.update(splits=p)
         plot.rgb()
@@ -224,6 +225,11 @@ def test_split_kv_tree_shows_only_its_own_levels_and_its_leaf_labels_clear_the_e
         box = label.get_window_extent(renderer)
         inside = (pixels[:, 0] > box.x0) & (pixels[:, 0] < box.x1) & (pixels[:, 1] > box.y0) & (pixels[:, 1] < box.y1)
         assert not inside.any(), label.get_text()
+    # review rev20-d: the first leaf label clears the y-axis spine, and every text is at least 12.5 px to the em
+    # (its digits and capitals 9 px high) at the notebook's dpi=100
+    assert leaves[0].get_window_extent(renderer).x0 > plot.ax_t.get_window_extent(renderer).x0 + 10
+    texts = [t for t in plot.fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert min(t.get_fontsize() for t in texts) * 100 / 72 >= 12.5
 
 
 def test_scale_figure_entropy_legend_is_above_its_axes():

@@ -143,12 +143,10 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
             (
                 max_abs_error(out, ref) / max_abs_error(_naive_in_input_dtype(q, k, v), ref),
                 _(
-                    "your naive attention seems to compute in {dtype} throughout: its matrix products, max and sums "
-                    "accumulate in {dtype}. A framework stores X, Y and A in {dtype} but computes each in float32 "
-                    "(GPUs "
-                    "accumulate in float32): cast to np.float32 before each product and the softmax, and round to "
-                    "{dtype} "
-                    "only when a result is stored"
+                    "some step of your naive attention seems to compute in {dtype} instead of float32: its matrix "
+                    "products, its softmax (the max, the exponentials and their sum), or both. A framework stores X, "
+                    "Y and A in {dtype} but computes each in float32 (GPUs accumulate in float32): cast to np.float32 "
+                    "before each product and the softmax, and round to {dtype} only when a result is stored"
                 ).format(dtype=dtype),
             ),
             (

@@ -73,8 +73,11 @@ class SplitKVPlot(LivePlot):
         keys = np.arange(1, M + 1)
         self.ax_x, self.ax_t, self.ax_a = self.fig.subplots(3, 1, height_ratios=[1, 1.3, 1.2])
         ax_x, ax_t, ax_a = self.ax_x, self.ax_t, self.ax_a
+        # half a range of the most split trace on each side: the first and last leaf labels clear the axes' edges
+        pad = M / (2 * max(self.traces))
+        self.xlim = (0.5 - pad, M + 0.5 + pad)
         for ax in (ax_x, ax_t):
-            ax.set_xlim(0.5, M + 0.5)
+            ax.set_xlim(*self.xlim)
         self.x_bars = ax_x.bar(keys, finite_or_nan(self.scores), color=RANGE_COLORS[0], width=0.8)
         self.boundaries = ax_x.vlines([], 0, 1, transform=ax_x.get_xaxis_transform(), colors="k", linestyles=":")
         ax_x.set_ylim(*limits(self.scores))
@@ -104,7 +107,7 @@ class SplitKVPlot(LivePlot):
             [np.ravel(np.asarray(a)[..., self.dims]) for a in parts_all]
             + [np.ravel(next(iter(self.traces.values())).output[..., self.dims])]
         )
-        ax_a.set_xlim(0.5, M + 0.5)
+        ax_a.set_xlim(*self.xlim)
         ax_a.set_ylim(*limits(values))
         ax_a.set_xlabel(_("key m (each range's output drawn at the middle of its keys)"))
         ax_a.set_ylabel(_("$A_p$ (dots), merged (--)"))
@@ -118,7 +121,7 @@ class SplitKVPlot(LivePlot):
                 for c, d in zip(DIM_COLORS, self.dims, strict=False)
             ],
             ncol=len(self.dims),
-            **LEGEND_ABOVE,
+            **{**LEGEND_ABOVE, "fontsize": 9},  # 9 points: at the notebook's dpi=100 its letters are 9 px high
         )
         self.title = self.fig.suptitle("", fontsize=11)
         self.live(
