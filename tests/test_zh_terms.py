@@ -71,6 +71,8 @@ BANNED: list[tuple[str, str, str]] = [
     ),
     (r"局部内存", "本地内存（local memory）", "zhrev-ac 11-7: the glossary's spill goes to 本地内存"),
     (r"寄存器堆", "寄存器文件", "zhrev-ac 11-4: chapter 10 and the glossary say 寄存器文件"),
+    (r"遮蔽", "被掩码", "zhrev-ad 11-6: a masked row or key is 被掩码, as the glossary says"),
+    (r"载入", "读入", "zhrev-ad 11-6: a load is 读入, as the glossary says"),
     (r"流水化", "流水线化", "zhrev-ac 11-9: the prose pipelines with 流水线化"),
     (
         r"(?<![（\w.`])program(?![\w`])",
