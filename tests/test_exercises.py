@@ -803,6 +803,30 @@ def block_step_algorithm_1(g_prev, s_prev, a_prev, x_block, v_block):
 BLOCK_STEP["the block's own max not moved to the new max"] = block_step_algorithm_1
 
 
+def block_step_numerator_not_moved(g_prev, s_prev, a_prev, x_block, v_block):
+    """rev20-b: Algorithm 1's l~ moved to the new max by exp(m~ - g), its numerator P~ V not."""
+    x, V = np.asarray(x_block, dtype=np.float64), np.asarray(v_block, dtype=np.float64)
+    m_tilde = x.max()
+    g = np.maximum(g_prev, m_tilde)
+    if g == -math.inf:
+        return g, 0.0, np.zeros(np.shape(a_prev))
+    p_tilde = np.exp(x - m_tilde)
+    s = s_prev * np.exp(g_prev - g) + p_tilde.sum() * np.exp(m_tilde - g)
+    return g, s, (np.asarray(a_prev) * s_prev * np.exp(g_prev - g) + p_tilde @ V) / s  # P~ V still against m~
+
+
+BLOCK_STEP["the block's numerator not moved to the new max"] = block_step_numerator_not_moved
+
+
+@pytest.mark.parametrize("fn", [block_step_algorithm_1, block_step_numerator_not_moved])
+def test_a_block_not_moved_to_the_new_max_fails_the_real_row_too(fn):
+    # rev20-b: every block of 8 of the real row in key order raised the max (m~ = g_m), so both passed the fold
+    report = exercises.check_block_step(fn)
+    failed = [name for name, ok, _ in report.cases if not ok]
+    assert any(name.startswith("a real score row folded in blocks of 8 keys") for name in failed), report
+    assert "a block of 3 keys below the old max" in failed, report
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Set 2's kinds (issue 34, third pass): a learner's code for each new mistake, and other usual forms of old ones
 # ----------------------------------------------------------------------------------------------------------------

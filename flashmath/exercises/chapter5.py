@@ -557,15 +557,14 @@ def block_properties():
     )
 
 
-def _fold(report, name, step, x, v, expected, block=1):
-    """Fold ``step`` over a whole row in blocks; report whether the final ``A'`` equals ``expected``."""
+def _fold(report, name, step, x, v, expected, block=1, first=0):
+    """Fold ``step`` over a whole row in blocks of ``block`` keys, from key ``first`` (0-based) to the end of the row,
+    then from key 0 to key ``first``; report whether the final ``A'`` equals ``expected``."""
     state = (-np.inf, 0.0, np.zeros(v.shape[1]))
-    for start in range(0, x.size, block):
-        chunk = (
-            (float(x[start]), v[start].copy())
-            if block == 1
-            else (x[start : start + block].copy(), v[start : start + block].copy())
-        )
+    spans = [(start, min(start + block, x.size)) for start in range(first, x.size, block)]
+    spans += [(start, min(start + block, first)) for start in range(0, first, block)]
+    for start, stop in spans:
+        chunk = (float(x[start]), v[start].copy()) if block == 1 else (x[start:stop].copy(), v[start:stop].copy())
         out, ok = run(report, name, step, *state, *chunk, hint=_hint)
         if not ok:
             return
@@ -628,9 +627,10 @@ def check_one_loop_step(fn) -> CheckReport:
     return report
 
 
-def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_a=False):
+def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_sum=False):
     """Algorithm 1 of FlashAttention: the block's own max m~ = max(x_block), its sum l~ = sum exp(x - m~) and
-    P~ V = exp(x - m~) V, merged without moving the block's part from m~ to the new max g."""
+    P~ V = exp(x - m~) V, merged without moving the block's part from m~ to the new max g (``move_sum``: l~ moved by
+    exp(m~ - g), P~ V not)."""
     x = np.atleast_1d(np.asarray(x_block, dtype=np.float64))
     V = np.atleast_2d(np.asarray(v_block, dtype=np.float64))
     a_prev = np.asarray(a_prev, dtype=np.float64)
@@ -639,9 +639,14 @@ def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_a=False):
     if g == -np.inf:
         return g, 0.0, np.zeros_like(a_prev)
     e = np.exp(x - m_block)  # relative to the block's max: right only when m~ = g
-    s = s_prev * np.exp(g_prev - g) + e.sum()
-    a = a_prev * s_prev * np.exp(g_prev - g) / s + (e @ V) * (np.exp(m_block - g) if move_a else 1.0) / s
+    s = s_prev * np.exp(g_prev - g) + e.sum() * (np.exp(m_block - g) if move_sum else 1.0)
+    a = a_prev * s_prev * np.exp(g_prev - g) / s + (e @ V) / s
     return g, s, a
+
+
+def _block_sum_moved(g_prev, s_prev, a_prev, x_block, v_block):
+    """:func:`_block_local` with l~ moved to the new max by exp(m~ - g) and P~ V not."""
+    return _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_sum=True)
 
 
 def _one_key_max(which):
@@ -759,6 +764,15 @@ BLOCK_MISTAKES = (
             (_block_local,),
             same_state,
         ),
+        Mistake(
+            N_("the block's numerator not moved to the new max"),
+            N_(
+                "the block's sum l~ = sum exp(x_i - m~) was moved to the new max by exp(m~ - g_m), but not its "
+                "numerator sum exp(x_i - m~) V_i: multiply it by exp(m~ - g_m) too (or take exp(x_i - g_m) at once); "
+                "it matters for a block whose max m~ stays below g_m"
+            ),
+            (_block_sum_moved,),
+        ),
         NOT_A_TRIPLE,
         LOWER_PRECISION,
     )
@@ -773,8 +787,9 @@ def check_block_step(fn) -> CheckReport:
     ``g_m = max(g_{m-b}, x_{m-b+1}, ..., x_m)``, ``s_m = s_{m-b} e^{g_{m-b} - g_m} + sum_i e^{x_i - g_m}`` and
     ``A'_m = A'_{m-b} s_{m-b} e^{g_{m-b} - g_m} / s_m + sum_i e^{x_i - g_m} / s_m V_i``; with ``b = 1`` it is the
     recurrence of the chapter. Cases: one key, a block under the old max, a block whose max jumps, the first
-    block from the empty state, a key 1000 above the old max, and a real row folded in blocks of 8 keys (46 = 5 x 8
-    + 6). Named mistakes: :data:`BLOCK_MISTAKES`.
+    block from the empty state, a key 1000 above the old max, and a real row of 46 keys folded in blocks of 8 keys
+    from key 25 on (keys 25-32, 33-40, 41-46, then 1-8, 9-16, 17-24: the max rises in the first three blocks and
+    holds in the last three, which catches a block not moved to the new max). Named mistakes: :data:`BLOCK_MISTAKES`.
     """
     rng = np.random.default_rng(5)
     a_prev = np.array([0.2, 0.4, -0.6])
@@ -796,5 +811,8 @@ def check_block_step(fn) -> CheckReport:
         "check_block_step", fn, cases, block_reference, BLOCK_MISTAKES, block_properties(), BLOCK_ARGS
     )
     x, v, expected = _real_row()
-    _fold(report, _("a real score row folded in blocks of 8 keys gives the attention output"), fn, x, v, expected, 8)
+    name = _(
+        "a real score row folded in blocks of 8 keys from key 25 on (keys 25-46, then 1-24) gives the attention output"
+    )
+    _fold(report, name, fn, x, v, expected, block=8, first=24)
     return report
