@@ -456,6 +456,48 @@ def test_numpy_slips_that_raise_are_explained():
     assert "left or right is None" in text, text
 
 
+def _in(language, fn):
+    """``fn()`` with the catalogue of ``language`` selected, then English again."""
+    fm.set_language(language)
+    try:
+        return fn()
+    finally:
+        fm.set_language("en")
+
+
+def test_a_hinted_error_repeats_only_the_same_reason():
+    """Review zhrev-ah 13-2: a later case that raises the same hinted error says only "the same reason as for ...
+    above", not the hint's first clause followed by it (which read as if the rule were caused by the earlier case),
+    in both languages."""
+
+    def with_and(q, kv, doc):
+        return (doc[q] == doc[kv]) and (kv <= q)
+
+    for language, separator in (("en", ": "), ("zh_CN", "\u2014\u2014")):
+        text = _in(language, lambda: repr(exercises.check_document_mask(with_and)))
+        same = _in(language, lambda: fm.i18n.gettext('the same reason as for "{case}" above').split("{case}")[0])
+        repeats = [line for line in text.splitlines() if same in line]
+        assert len(repeats) >= 2, text
+        for line in repeats:
+            assert line.split(separator, 1)[1].startswith(same), line
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2])
+def test_a_tile_kind_that_never_changes_is_told_so_and_no_mistake_is_named(kind):
+    """Review zhrev-ah 13-3: ``return 1`` for every tile was told two contradicting mistakes (each explains some of
+    the failing cases, the pair all of them, and neither is what the code does); it is told that the function returns
+    the same kind for every tile, with no mistake named, in both languages."""
+    from flashmath.exercises.chapter13 import SAME_KIND_EVERYWHERE
+
+    text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: kind))
+    assert f"your function returns {kind} for every tile" in text and "looks like" not in text, text
+    for language in ("en", "zh_CN"):
+        text = _in(language, lambda: repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: kind)))
+        plain = _in(language, lambda: fm.i18n.gettext(SAME_KIND_EVERYWHERE).format(kind=kind))
+        looks_like = _in(language, lambda: fm.i18n.gettext("looks like {name}: {fix}").split("{name}")[0])
+        assert plain in text and looks_like not in text, text
+
+
 def test_a_word_for_the_tile_kind_is_told_to_be_a_number():
     text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: "empty"))
     assert "return the number 0 (empty), 1 (partial) or 2 (full)" in text, text

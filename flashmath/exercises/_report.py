@@ -93,10 +93,17 @@ def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
 
 def _reason_start(message: str) -> int:
     """Where the reason of a message starts: at the named mistake ("looks like ..."), else after its first
-    separator (``"expected x = 1, got 2: "`` are the case's own words), 0 when it has neither."""
+    separator (``"expected x = 1, got 2: "`` are the case's own words), 0 when it has neither, and 0 for an
+    exception explained by a hint (``"and, or, not and if take one truth value, ...: ... (raised ValueError: ...)"``,
+    :func:`run`), whose every word is the reason: a repeat says only "the same reason as for ... above" (review
+    zhrev-ah 13-2), not the hint's first clause followed by it."""
     looks_like = _(LOOKS_LIKE).split("{name}")[0]  # "looks like " in the selected language
     if looks_like and looks_like in message:
         return message.index(looks_like)
+    raised = _(RAISED).split("{error}")[0]  # "raised " in the selected language
+    opened = _unclosed_bracket(message[:-1]) if message.endswith((")", "\uff09")) else -1
+    if raised and opened > 0 and not message.startswith(raised) and message[opened + 1 :].startswith(raised):
+        return 0
     ends = [message.find(sep) + len(sep) for sep in _SEPARATORS if sep in message]
     return min(ends) if ends else 0
 
@@ -113,6 +120,7 @@ def _unclosed_bracket(text: str) -> int:
 
 
 LOOKS_LIKE = N_("looks like {name}: {fix}")
+RAISED = N_("raised {error}: {text}")
 
 
 @dataclass(frozen=True)
@@ -260,7 +268,7 @@ def run(report: CheckReport, name: str, fn, *args, hint=None):
         report.add(name, False, _("not implemented yet"))
     except Exception as exc:  # the learner's code may raise anything; report it, don't propagate
         extra = None if hint is None else hint(exc, args) if _takes_args(hint) else hint(exc)
-        raised = _("raised {error}: {text}").format(error=type(exc).__name__, text=str(exc).strip())
+        raised = _(RAISED).format(error=type(exc).__name__, text=str(exc).strip())
         # our explanation first, in the learner's language; the exception's own (English) text after it
         report.add(name, False, aside(extra, raised) if extra else raised)
     return None, False

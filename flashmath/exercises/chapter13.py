@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import Said, check_function, property_cases
+from flashmath.exercises._cases import Said, check_function, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake
 from flashmath.i18n import Filled
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -773,12 +773,42 @@ TILE_KIND_MISTAKES = (
 )
 
 
+SAME_KIND_EVERYWHERE = N_(
+    "your function returns {kind} for every tile: the kind depends on where the tile lies relative to the diagonal (0 "
+    "empty, 1 partial, 2 full)"
+)
+
+
+class _TileKindDiagnosis(Diagnosis):
+    """:class:`Diagnosis` over :data:`TILE_KIND_MISTAKES`, except for an answer that returns one kind for every tile
+    (review zhrev-ah 13-3): every such answer is explained by two of the mistakes together (``return 1`` by the
+    inclusive end where the right kind is 0 and by the swapped partial/full codes where it is 2), and neither says
+    what the code does, so the report says that instead."""
+
+    def __init__(self, cases, answers, mistakes, same):
+        super().__init__(cases, answers, mistakes, same)
+        kinds = {float(np.asarray(a).ravel()[0]) for a in answers if a is not None and np.asarray(a).size == 1}
+        answered = [a for a in answers if a is not None]
+        # one kind on every answered case (at least two, so that "every tile" is more than one)
+        self.constant = kinds.pop() if len(kinds) == 1 and len(answered) > 1 else None
+
+    def explaining(self, failing) -> Mistake | None:
+        if self.constant is not None and list(failing):
+            kind = int(self.constant) if self.constant.is_integer() else self.constant
+            return Said(_(SAME_KIND_EVERYWHERE).format(kind=kind))
+        return super().explaining(failing)
+
+    def covering(self, failing) -> dict[int, Mistake]:
+        return {} if self.constant is not None else super().covering(failing)
+
+
 @exercise("13.5", TILE_KIND_MISTAKES, solution="tile_kind")
 def check_tile_kind(fn) -> CheckReport:
     """Check ``fn(r0, r1, c0, c1, N, M) -> 0 | 1 | 2`` (EMPTY, PARTIAL, FULL) for tile ``[r0, r1) x [c0, c1)`` of
     the bottom-right causal mask. The property cases: tiles of one element or one row, and numpy integer bounds.
-    Named mistakes: :data:`TILE_KIND_MISTAKES`; an answer that is not a number (``"empty"``) is told to return 0, 1
-    or 2."""
+    Named mistakes: :data:`TILE_KIND_MISTAKES`; an answer that gives one kind for every tile is told so
+    (:data:`SAME_KIND_EVERYWHERE`), with no mistake named; an answer that is not a number (``"empty"``) is told to
+    return 0, 1 or 2."""
     cases = [
         (
             _("tile rows {r0}:{r1}, keys {c0}:{c1} of N = {N}, M = {M}").format(r0=r0, r1=r1, c0=c0, c1=c1, N=N, M=M),
@@ -826,6 +856,7 @@ def check_tile_kind(fn) -> CheckReport:
         names=(_("the kind"),),
         properties=properties,
         hint=_array_hint,
+        diagnosis=lambda args, answers: _TileKindDiagnosis(args, answers, TILE_KIND_MISTAKES, same_arrays),
         not_answer=Mistake(
             N_("a word for the kind"),
             N_("return the number 0 (empty), 1 (partial) or 2 (full), not a word such as 'empty'"),
