@@ -61,6 +61,9 @@ class CompiledForward:
         async_copies: whether the key/value loads became asynchronous copies from HBM to shared memory
             (``cp.async`` in the PTX), which the compiler issues ahead of their use (how much they overlap the
             computation is its schedule, which this does not measure).
+        warnings: what ``ptxas`` flagged in this compile besides its report, one message per line: its warning
+            lines and its coded notes such as "(C7511) Potential Performance Loss: wgmma.mma_async instructions
+            are serialized due to insufficient register resources ..." (``ptxas-blackwell``, sm_90a); empty if none.
     """
 
     capability: int
@@ -75,6 +78,30 @@ class CompiledForward:
     spill_store_bytes: int
     spill_load_bytes: int
     async_copies: bool
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def arch(self) -> str:
+        """The target Triton compiles for: ``sm_80``, and ``sm_90a`` from 9.0 up (the architecture-specific
+        target, which has the ``wgmma`` instructions; ``sm_arch_from_capability`` in Triton 3.9's
+        ``backends/nvidia/compiler.py``)."""
+        return f"sm_{self.capability}{'a' if self.capability >= 90 else ''}"
+
+
+_WARNING = re.compile(r"^ptxas[\w-]*\s+(?:warning\s*:\s*(.+)|info\s*:\s*(\(C\d+\).+))$")
+
+
+def _warnings(stdout: str) -> list[tuple[str, ...]]:
+    """``ptxas``'s warnings and coded notes, one tuple per compile: those printed before each result line."""
+    found: list[tuple[str, ...]] = []
+    current: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(_MARK):
+            found.append(tuple(current))
+            current = []
+        elif match := _WARNING.match(line.strip()):
+            current.append((match.group(1) or match.group(2)).strip())
+    return found
 
 
 _DEFAULTS = {"block_q": 64, "block_k": 64, "num_stages": 2, "num_warps": 4, "head_dim": 64, "capability": 80}
@@ -156,8 +183,11 @@ def _report(settings: list[dict[str, int]], returncode: int, stdout: str, stderr
             spill_store_bytes=int(stores),
             spill_load_bytes=int(loads),
             async_copies=found["async_copies"],
+            warnings=flagged,
         )
-        for setting, found, registers, (frame, stores, loads) in zip(settings, results, used, spills, strict=True)
+        for setting, found, registers, (frame, stores, loads), flagged in zip(
+            settings, results, used, spills, _warnings(stdout), strict=True
+        )
     ]
 
 

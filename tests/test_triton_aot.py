@@ -61,6 +61,35 @@ def test_the_ptxas_report_is_read_per_compile():
     assert (second.capability, second.registers, second.local_bytes) == (90, 255, 8)
     assert (second.spill_store_bytes, second.spill_load_bytes) == (352, 320)
     assert first.async_copies and not second.async_copies
+    assert first.arch == "sm_80" and second.arch == "sm_90a" and first.warnings == second.warnings == ()
+
+
+def test_ptxas_warnings_are_kept_per_compile():
+    settings = [
+        {"block_q": 128, "block_k": 128, "num_stages": 3, "num_warps": 4, "head_dim": 64, "capability": c}
+        for c in (80, 90)
+    ]
+    note = (
+        "(C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient "
+        "register resources for the wgmma pipeline in the function '_fa2_forward' in line 1043"
+    )
+    stdout = "\n".join(
+        [
+            "ptxas info    : Compiling entry function '_fa2_forward' for 'sm_80'",
+            "    288 bytes stack frame, 352 bytes spill stores, 320 bytes spill loads",
+            "ptxas info    : Used 255 registers, used 1 barriers, 288 bytes cumulative stack size",
+            'FLASHMATH_AOT {"shared_bytes": 82048, "async_copies": true}',
+            f"ptxas-blackwell info    : {note}",
+            "ptxas-blackwell info    : Compiling entry function '_fa2_forward' for 'sm_90a'",
+            "ptxas-blackwell warning : Registers are spilled to local memory",
+            "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+            "ptxas-blackwell info    : Used 255 registers, used 1 barriers",
+            'FLASHMATH_AOT {"shared_bytes": 114816, "async_copies": true}',
+        ]
+    )
+    first, second = _report(settings, 0, stdout, "")
+    assert first.warnings == ()  # the "info" lines without a code are the report, not warnings
+    assert second.warnings == (note, "Registers are spilled to local memory")
 
 
 @needs_triton
