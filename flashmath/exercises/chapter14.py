@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function, property_cases, same_arrays
+from flashmath.exercises._cases import as_arrays, check_function, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
 from flashmath.exercises._report import CheckReport, Diagnosis, Mistake
 from flashmath.exercises._tiles import inputs_unchanged, shape_hint
@@ -512,4 +512,5 @@ def check_step_bytes(fn) -> CheckReport:
         not_answer=Mistake(N_("not a number"), N_("return the number of bytes, an integer")),
         properties=properties,
         diagnosis=lambda args, answers: _IndexAlone(args, answers, STEP_BYTES_MISTAKES, same_arrays),
+        convert=lambda out: None if out is None else as_arrays(out, 1),  # None is no number, not NaN
     )
