@@ -63,7 +63,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flashmath._checks import size
-from flashmath.i18n import aside, get_language, set_language
+from flashmath.i18n import LANGUAGES, aside, get_language, set_language
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 from flashmath.ring import (
@@ -101,15 +101,16 @@ waits time out after half of it."""
 
 INSTALL_COMMANDS = (
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
-    'pip install -e ".[distributed]"',
+    'pip install -e ".[distributed]" -c constraints.txt',
 )
 """The distributed extra from the course's folder, in its activated environment: PyTorch's CPU build first, then the
-extra (README, "Ring attention on several processes")."""
+extra, with the versions that made the stored outputs (``constraints.txt``; README, "Ring attention on several
+processes")."""
 
 INSTALL_HINT = N_(
     "the gloo ring needs PyTorch: install the CPU build, then the distributed extra (README, 'Ring attention on "
     "several processes'): pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
-    "pip install -e '.[distributed]'"
+    "pip install -e '.[distributed]' -c constraints.txt"
 )
 
 
@@ -861,7 +862,7 @@ def _join(processes: list, workdir: Path, deadline: float, timeout: float, grace
         died = {r: processes[r].exitcode for r in failed if not (workdir / f"error{r}.pkl").exists()}
         raise _failure(workdir, P, died, running)
     if running:
-        progress = _(", ").join(_("rank {r}: {progress}").format(r=r, progress=_progress(workdir, r)) for r in running)
+        progress = _("; ").join(_("rank {r}: {progress}").format(r=r, progress=_progress(workdir, r)) for r in running)
         template = (
             _(
                 "ranks {ranks} of {P} still running after the deadline of {timeout} s (terminated); "
@@ -1089,34 +1090,52 @@ def _report(args: argparse.Namespace, q: Any, k: Any, v: Any, grad_a: Any, run: 
     model = ring_bytes_model(args.length, P, row_bytes=row, zigzag=args.zigzag)
     bytes_ok = np.array_equal(run.sent_bytes, model)
     work = ring_work(run.layout, args.causal)
+    # the report in the language chosen with --lang (main sets it), through the catalog like every other message
+    head = (
+        _("ring attention on {P} gloo processes: {sizes}")
+        if P > 1
+        else _("ring attention on {P} gloo process: {sizes}")
+    )
     print(
-        f"ring attention on {P} gloo process{'es' if P > 1 else ''}: N = {args.length}, B = {args.batch}, "
-        f"H = {args.heads}, H_kv = {args.kv_heads}, D = {args.dim}, causal = {args.causal}, zigzag = {args.zigzag}"
+        head.format(
+            P=P,
+            sizes=f"N = {args.length}, B = {args.batch}, H = {args.heads}, H_kv = {args.kv_heads}, D = {args.dim}, "
+            f"causal = {args.causal}, zigzag = {args.zigzag}",
+        )
     )
     for name, err in errors.items():
-        print(f"  max |{name} - one process| = {err:.1e}")
+        print("  " + _("max |{name} - one process| = {err}").format(name=name, err=f"{err:.1e}"))
     print(
-        f"  forward bytes sent per rank (all steps): {run.sent_bytes.sum(axis=0).tolist()}; model: "
-        f"{model.sum(axis=0).tolist()}; equal: {bytes_ok}"
+        "  "
+        + _("forward bytes sent per rank (all steps): {sent}; model: {model}; equal: {equal}").format(
+            sent=run.sent_bytes.sum(axis=0).tolist(), model=model.sum(axis=0).tolist(), equal=bytes_ok
+        )
     )
     if run.backward_sent_bytes is not None:
         back = ring_backward_bytes_model(args.length, P, row_bytes=row, zigzag=args.zigzag)
         back_ok = np.array_equal(run.backward_sent_bytes, back)
         bytes_ok = bytes_ok and back_ok
         print(
-            f"  backward bytes sent per rank (K, V and dK, dV): {run.backward_sent_bytes.sum(axis=0).tolist()}; "
-            f"model: {back.sum(axis=0).tolist()}; equal: {back_ok}"
+            "  "
+            + _("backward bytes sent per rank (K, V and dK, dV): {sent}; model: {model}; equal: {equal}").format(
+                sent=run.backward_sent_bytes.sum(axis=0).tolist(), model=back.sum(axis=0).tolist(), equal=back_ok
+            )
         )
     print(
-        f"  pairs that attend per rank (a tile-skipping kernel's work): {work['visible_pairs'].tolist()}; score "
-        f"entries with every block whole: {work['score_entries'].tolist()}"
+        "  "
+        + _(
+            "pairs that attend per rank (a tile-skipping kernel's work): {pairs}; score entries with every block "
+            "whole: {entries}"
+        ).format(pairs=work["visible_pairs"].tolist(), entries=work["score_entries"].tolist())
     )
     print(
-        f"  compute s per rank: {np.round(run.compute_s.sum(axis=0), 4).tolist()}; "
-        f"waiting s: {np.round(run.wait_s.sum(axis=0), 4).tolist()}"
+        "  "
+        + _("compute s per rank: {compute}; waiting s: {wait}").format(
+            compute=np.round(run.compute_s.sum(axis=0), 4).tolist(), wait=np.round(run.wait_s.sum(axis=0), 4).tolist()
+        )
     )
     ok = max(errors.values()) <= 1e-13 and bytes_ok
-    print("  OK" if ok else "  MISMATCH")
+    print("  " + (_("OK") if ok else _("MISMATCH")))
     return 0 if ok else 1
 
 
@@ -1181,7 +1200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (every rank builds the same inputs)")
     parser.add_argument("--world-size", type=int, default=2, help="processes to launch without torchrun (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="deadline in seconds")
+    parser.add_argument(
+        "--lang",
+        choices=LANGUAGES,
+        default="en",
+        help="language of the report: en (default) or zh_CN, as flashmath.set_language",
+    )
     args = parser.parse_args(argv)
+    set_language(args.lang, font=False)  # as each launched rank does with the launcher's language
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _torchrun_rank(args)
     q, k, v, grad_a = _problem(args)

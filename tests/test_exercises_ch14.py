@@ -187,6 +187,40 @@ def test_ring_step_that_overwrites_the_state_is_caught():
     assert not report.passed and "left unchanged" in repr(report), report
 
 
+def test_ring_step_softmax_without_its_max_fails():
+    """A step whose softmax takes e^x without subtracting the row's max passed every case while the "large
+    logsumexps" case held scores of at most about 32 (rev21-d): that case's largest scores are now 712, 690 and 705,
+    and e^712 overflows float64. It fails there alone, and no mistake of the catalogue is named for it (not
+    "e^L without a reference point", whose model overflows on every row of that case)."""
+
+    def no_max(a, lse, q, k, v, keep):
+        x = q @ k.T / np.sqrt(q.shape[1])
+        p = np.where(keep, np.exp(x), 0.0)  # no max subtracted
+        s = p.sum(axis=1)
+        seen = s > 0
+        a_s = np.zeros((q.shape[0], v.shape[1]))
+        a_s[seen] = (p @ v)[seen] / s[seen, None]
+        with np.errstate(divide="ignore"):
+            lse_s = np.log(s)
+        return right_merge(a, lse, a_s, lse_s)
+
+    case = exercises.chapter14._ring_step_cases()[5]
+    assert case[0].startswith("large logsumexps")
+    q, k = case[1][2], case[1][3]
+    assert np.allclose((q @ k.T / np.sqrt(q.shape[1])).max(axis=1), [712.0, 690.0, 705.0])
+    report = exercises.check_ring_step(no_max)
+    failed = [name for name, ok, _ in report.cases if not ok]
+    assert failed == [case[0]], report
+    assert named(report) == set(), report
+
+
+def test_ring_step_that_ignores_the_step_fails_on_large_scores():
+    """Returning the running state unchanged passed the "large logsumexps" case while its step added e^-690 or so
+    (rev21-d); with scores near 710 the step weighs e^(L_s - L) of about e^-8 or more there."""
+    report = exercises.check_ring_step(lambda a, lse, q, k, v, keep: (a.copy(), lse.copy()))
+    assert any(name.startswith("large logsumexps") and not ok for name, ok, _ in report.cases), report
+
+
 # ---- 14.3 ----------------------------------------------------------------------------------------------------------
 
 
@@ -350,3 +384,25 @@ def test_step_bytes_sizing_messages_hold_on_every_case_they_can_be_shown_on():
                 assert (shards == M // P).all() and (shard_rows(M, P) == M // P).all()
             else:
                 assert np.ptp(shard_rows(M, P)) == 1 and np.ptp(shard_rows(M, 2 * P)) == 1 and np.ptp(shards) <= 2
+
+
+def test_step_bytes_rounded_up_boundaries_get_no_two_contradicting_names():
+    """Shard sizes from boundaries rounded up, ceil((s + 1) M / P) - ceil(s M / P), with the right index: the report
+    named "the shard received" on four cases and "M / P rows for every shard" on a fifth (rev21-d), two models
+    that each explained some failing cases and together all of them. A mistake is named now only when its one model
+    gives the learner's answer on every failing case: here none does, so none is named."""
+
+    def ceil_boundaries(M, P, t, r, row_bytes, zigzag):
+        if t >= P - 1:
+            return 0
+        s = (r - t) % P
+
+        def rows(n, c):
+            return math.ceil((c + 1) * M / n) - math.ceil(c * M / n)
+
+        return (rows(2 * P, s) + rows(2 * P, 2 * P - 1 - s) if zigzag else rows(P, s)) * row_bytes
+
+    report = exercises.check_step_bytes(ceil_boundaries)
+    assert not report.passed, report
+    assert named(report) == set(), report
+    assert "looks like" not in repr(report), report

@@ -38,6 +38,7 @@ def test_the_commands_are_pyproject_and_readme_and_the_chapter():
     section = readme[readme.index("## Ring attention on several processes") :]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1).splitlines()
     assert block[: len(ring_dist.INSTALL_COMMANDS)] == list(ring_dist.INSTALL_COMMANDS)
+    assert ring_dist.INSTALL_COMMANDS[1].endswith(" -c constraints.txt")  # the versions of the stored outputs
     chapter = (ROOT / "notebooks" / "14_ring_attention.ipynb").read_text()
     assert all(command.replace('"', '\\"') in chapter for command in ring_dist.INSTALL_COMMANDS)
     assert 'ring_dist.require_torch(\\"Chapter 14\\")' in chapter

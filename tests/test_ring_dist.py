@@ -26,6 +26,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
+from flashmath import ring_dist  # noqa: E402
 from flashmath.backward import attention_backward  # noqa: E402
 from flashmath.flash import flash_attention  # noqa: E402
 from flashmath.ring import ring_attention, ring_attention_backward  # noqa: E402
@@ -232,3 +233,21 @@ def test_torchrun_runs_the_ring_from_a_terminal():
     # the forward's bytes and, with --backward, the backward's, each against its model
     assert "forward bytes sent per rank" in done.stdout and "backward bytes sent per rank" in done.stdout
     assert "equal: False" not in done.stdout
+
+
+def test_the_report_is_in_the_language_given_with_lang(capsys):
+    """`--lang zh_CN` prints rank 0's report through the catalog in Chinese (zhrev-ah 14-2); English by default."""
+    from flashmath.i18n import get_language, set_language
+
+    before = get_language()
+    try:
+        argv = ["--world-size", "2", "--length", "20", "--dim", "4", "--heads", "2", "--kv-heads", "1", "--causal"]
+        assert ring_dist.main([*argv, "--lang", "zh_CN"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("在 2 个 gloo 进程上运行环形注意力：N = 20") and out.rstrip().endswith("通过"), out
+        assert "ring attention" not in out and "bytes sent" not in out, out
+        assert ring_dist.main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("ring attention on 2 gloo processes: N = 20") and out.rstrip().endswith("OK"), out
+    finally:
+        set_language(before, font=False)

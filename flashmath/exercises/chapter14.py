@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import check_function, property_cases
+from flashmath.exercises._cases import as_arrays, check_function, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Mistake
+from flashmath.exercises._report import CheckReport, Diagnosis, Mistake
 from flashmath.exercises._tiles import inputs_unchanged, shape_hint
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -258,7 +258,11 @@ def _ring_step_cases():
     causal = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=bool)
     hidden_row = every.copy()
     hidden_row[1] = False
-    big = 40 * q  # scores near 700 and more: e^L overflows float64
+    # each row's largest score q . k / sqrt(D) set to 712, 690 and 705: e^712 overflows float64 (above about 709.8),
+    # so a softmax without its max subtracted fails on row 0 alone; the running L near 720 overflow e^L on every row
+    x = q @ k.T / np.sqrt(D)
+    top = np.take_along_axis(x, np.abs(x).argmax(axis=-1, keepdims=True), axis=-1)[:, 0]
+    big = q * (np.array([712.0, 690.0, 705.0]) / top)[:, None]
     state_big = (a0, np.array([720.0, 715.0, 730.0]))
     return [
         (_("the first step: the running state empty (A = 0, L = -inf)"), (*empty, q, k, v, every)),
@@ -365,6 +369,7 @@ def _bytes_model(shard, *, last=True, zigzag_read=True, sizes="floor"):
 
 
 SHARD_INDEX = "the shard index"  # the mistakes that write it another way: one code has only one of them
+ONE_SIZE = "one size for every shard"  # M / P rounded down or up: one code rounds one way
 
 # A wrong size can give, on some cases, the bytes of another device's shard, and a wrong index the bytes of a
 # wrongly sized one: the cases tell them apart (M = 14 under zig-zag: both shards 7 rows, but chunks of
@@ -405,6 +410,7 @@ STEP_BYTES_MISTAKES = (
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) // int(P) * int(row_bytes),
             lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else int(M) / int(P) * int(row_bytes),
         ),
+        part=ONE_SIZE,
     ),
     Mistake(
         N_("ceil(M / P) rows for every shard"),
@@ -415,6 +421,7 @@ STEP_BYTES_MISTAKES = (
             "the shards may differ by two rows"
         ),
         (lambda M, P, t, r, row_bytes, zigzag: 0 if int(t) >= int(P) - 1 else -(-int(M) // int(P)) * int(row_bytes),),
+        part=ONE_SIZE,
     ),
     Mistake(
         N_("zig-zag chunks of M // (2P) rows each"),
@@ -439,6 +446,23 @@ STEP_BYTES_MISTAKES = (
         (_bytes_model(lambda P, t, r: (r - t) % P, zigzag_read=False),),
     ),
 )
+
+
+class _IndexAlone(Diagnosis):
+    """The catalogue's diagnosis, except that a mistake of the shard index is named only when its model alone gives
+    the learner's answer on every failing case, never as one of two that share the failing cases: an index model
+    gives the bytes of a wrongly sized shard by coincidence on some cases (shard boundaries rounded up look like
+    the shard received on four cases and like M / P rows on a fifth), and the two names would contradict each
+    other. M / P rounded down and rounded up are one part (a code rounds one way); two sizing mistakes of other parts
+    together (M // P rows and zig-zag chunks of M // (2P) rows) are still named."""
+
+    def covering(self, failing) -> dict[int, Mistake]:
+        every = self._rows
+        self._rows = [(mistake, row) for mistake, row in every if mistake.part != SHARD_INDEX]
+        try:
+            return super().covering(failing)
+        finally:
+            self._rows = every
 
 
 @exercise("14.3", STEP_BYTES_MISTAKES, solution="ring_step_bytes")
@@ -487,4 +511,6 @@ def check_step_bytes(fn) -> CheckReport:
         check_form=False,
         not_answer=Mistake(N_("not a number"), N_("return the number of bytes, an integer")),
         properties=properties,
+        diagnosis=lambda args, answers: _IndexAlone(args, answers, STEP_BYTES_MISTAKES, same_arrays),
+        convert=lambda out: None if out is None else as_arrays(out, 1),  # None is no number, not NaN
     )
