@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashmath._checks import integer
+from flashmath.tiling import check_kernel_block
 
 __all__ = ["CAPABILITIES", "CompiledForward", "compile_forward"]
 
@@ -154,9 +155,7 @@ def _checked(setting: dict[str, int]) -> dict[str, int]:
         raise TypeError(f"unknown setting {unknown[0]!r}: the settings are {', '.join(_DEFAULTS)}")
     checked = {name: integer(setting.get(name, default), name) for name, default in _DEFAULTS.items()}
     for name in ("block_q", "block_k"):
-        value = checked[name]
-        if not 16 <= value <= 256 or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two from 16 to 256, got {value}")
+        checked[name] = check_kernel_block(checked[name], name, _DEFAULTS[name])
     rules = {"num_stages": (1, 2, 3, 4), "num_warps": (1, 2, 4, 8), "capability": tuple(CAPABILITIES)}
     for name, allowed in rules.items():
         if checked[name] not in allowed:

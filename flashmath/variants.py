@@ -691,7 +691,9 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
         note = _("prefix-LM: the first {param} keys seen by every query, causal after").format(param=param)
     elif kind == "ALiBi":
         change = -(2.0**-param) * np.abs(n - m)
-        note = _("ALiBi: bias -{slope:g} |n - m| on the causal scores (same tiles as causal)").format(slope=2.0**-param)
+        note = _(
+            "ALiBi: bias -s |n - m| on the causal scores, slope s = 2^-{param} = {slope:.3g} (same tiles as causal)"
+        ).format(param=param, slope=2.0**-param)
     elif kind == "softcap":
         cap = param / 4
         x = np.random.default_rng(0).standard_normal((N, N)) * 3  # sample scaled scores

@@ -17,7 +17,7 @@ from flashmath.triton_aot import _report, compile_forward
     ("setting", "error", "words"),
     [
         ({"block": 64}, TypeError, "unknown setting 'block'"),
-        ({"block_q": 48}, ValueError, "block_q must be a power of two from 16 to 256, got 48"),
+        ({"block_q": 48}, ValueError, "block_q must be a power of two from 16 to 256 .*, got 48"),
         ({"block_k": 512}, ValueError, "block_k must be a power of two"),
         ({"num_warps": 3}, ValueError, "num_warps must be one of 1, 2, 4, 8, got 3"),
         ({"num_stages": 0}, ValueError, "num_stages must be one of 1, 2, 3, 4"),
@@ -27,7 +27,7 @@ from flashmath.triton_aot import _report, compile_forward
     ],
 )
 def test_bad_settings_are_refused_before_compiling(setting, error, words):
-    with pytest.raises(error, match=words.replace("(", r"\(")):
+    with pytest.raises(error, match=words):
         compile_forward(dict(setting))
 
 

@@ -117,7 +117,7 @@ class KernelMemoryPlot(LivePlot):
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
         ax_thread.text(
-            0.35, 255 * 1.1, _("255 per thread\n(more spill\noff chip)"), color=JUMP, fontsize=8, va="bottom"
+            0.35, 255 * 1.1, _("255 per thread\n(the rest spill to\nlocal memory)"), color=JUMP, fontsize=8, va="bottom"
         )
         ax_thread.set_yscale("log")
         ax_thread.set_ylim(1, self.per_thread_max * 4)
