@@ -2688,3 +2688,32 @@ def test_the_same_reason_closes_the_parenthesis_it_replaces():
     text = repr(exercises.check_safe_softmax(lambda x: np.full(np.shape(x), np.nan)))
     line = next(line for line in text.splitlines() if "the same reason as for" in line)
     assert line.endswith(" above)") and line.count("(") == line.count(")"), line
+
+
+@pytest.mark.parametrize(
+    ("language", "message"),
+    [
+        ("en", "A: expected [1, 2], got [1, 3]: the row's max was not subtracted, so large scores overflowed to inf"),
+        (
+            "zh_CN",
+            "输出 A：应为 [1, 2]，得到 [1, 3]：这一行的最大值没有减去，所以很大的分数溢出成了 inf，请先减去最大值。",
+        ),
+    ],
+)
+def test_a_repeated_reason_keeps_the_values_after_a_name_in_front(language, message):
+    """Review zhrev-ah (chapter 13): a message that puts the output's name first ("A：应为 ...，得到 ...：reason", the
+    Chinese order) lost its expected and got values when repeated ("A：说明同上……"): the reason starts after the
+    value the case got, not at the first separator."""
+    from flashmath.exercises._report import _shortened
+
+    previous = fm.i18n.get_language()
+    fm.set_language(language)
+    try:
+        printed: list = []
+        assert _shortened("case one", message, printed) == message
+        repeat = _shortened("case two", message, printed)
+    finally:
+        fm.set_language(previous)
+    own_words = message[: message.index("[1, 3]") + len("[1, 3]")]
+    assert repeat.startswith(own_words) and "case one" in repeat, repeat
+    assert len(repeat) < len(message), repeat

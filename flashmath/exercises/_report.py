@@ -104,7 +104,11 @@ def _reason_start(message: str) -> int:
     opened = _unclosed_bracket(message[:-1]) if message.endswith((")", "\uff09")) else -1
     if raised and opened > 0 and not message.startswith(raised) and message[opened + 1 :].startswith(raised):
         return 0
-    ends = [message.find(sep) + len(sep) for sep in _SEPARATORS if sep in message]
+    # the case's own words run to the value it got: a name in front ("A：应为 1，得到 2：...", where the Chinese
+    # puts the output's name first) is not where the reason starts
+    got = _(GOT)
+    start = message.find(got) + len(got) if got in message else 0
+    ends = [message.find(sep, start) + len(sep) for sep in _SEPARATORS if sep in message[start:]]
     return min(ends) if ends else 0
 
 
@@ -120,6 +124,7 @@ def _unclosed_bracket(text: str) -> int:
 
 
 LOOKS_LIKE = N_("looks like {name}: {fix}")
+GOT = N_(", got ")  # what separates a case's expected value from the value it got (its translation: "，得到")
 RAISED = N_("raised {error}: {text}")
 
 
