@@ -32,9 +32,10 @@ class TileSweepPlot(LivePlot):
     """The tiled loop after ``t`` tile steps, in the order ``fa1`` or ``fa2``, on one (query, key) grid.
 
     Left: the ``N x M`` scores (grey, masked pairs white) cut into ``B_r x B_c`` tiles: the tiles done (blue),
-    skipped because fully masked (grey), the current one (red), and the band that stays on chip during the inner
-    loop (the query tile's rows for fa2, the key tile's columns for fa1). Middle and right: every row's running
-    max ``g_n`` and sum ``s_n`` after the step (the current tile's rows in red; grey ticks: the final values).
+    skipped because fully masked (grey), the current one (red; a skipped one stays grey, outlined in red), and the
+    band that stays on chip during the inner loop (the query tile's rows for fa2, the key tile's columns for fa1).
+    Middle and right: every row's running max ``g_n`` and sum ``s_n`` after the step (the current tile's rows in
+    red; grey ticks: the final values).
     Bottom: bytes moved between HBM and the chip so far, step by step for both orders (dashed: standard attention,
     which stores X and Y), and per array for the current order (outlines: the totals of the whole run).
     ``update(step=t, order=...)``, ``0 <= t <= T`` (0 = nothing done yet).
@@ -233,7 +234,7 @@ class TileSweepPlot(LivePlot):
         status = np.zeros(trace.grid)
         for k in range(t):
             status[tuple(trace.tiles[k])] = SKIPPED if trace.skipped[k] else DONE
-        if t:
+        if t and not trace.skipped[t - 1]:  # a skipped current tile stays grey, outlined in red like any current one
             status[tuple(trace.tiles[t - 1])] = CURRENT
         self.tile_mesh.set_array(status.ravel())
 
