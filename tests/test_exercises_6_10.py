@@ -1449,6 +1449,18 @@ def test_numerator_step_in_place_names_the_state_argument_and_gives_its_own_exam
     assert unchanged.startswith(f"{arg} was changed"), unchanged
 
 
+def test_finish_in_place_names_the_state_argument_and_gives_its_own_example():
+    """Review 35 (rev-d-07-5): a 7.2 finish that divides ``u`` in place is told which argument it changed, with an
+    example in 7.2's names (u /= s[:, None]), not chapter 1's (x -= x.max(), q /= ...)."""
+    report = exercises.check_finish(finish_in_place)
+    failed = [(name, msg) for name, ok, msg in report.cases if not ok]
+    first = failed[0][1]
+    assert first.startswith("u (argument 3) was changed: looks like the input modified in place"), first
+    assert "u /= s[:, None]" in first and "x.max()" not in first and "q /=" not in first, first
+    (unchanged,) = [msg for name, msg in failed if name == "the state given (g, s, U) is left unchanged"]
+    assert unchanged.startswith("u (argument 3) was changed"), unchanged
+
+
 def test_tile_step_missing_old_weight_names_both_causes():
     """Review 35 (rev6-b): A' r + P V / s_new (the factor s / s_new missing) is explained as 5.1 explains it: the
     old average's weight, and s overwritten before the line as one possible cause."""

@@ -66,6 +66,16 @@ NUMERATOR_INPUT_MODIFIED = Mistake(
         "u_new = u * ... + ... makes a new one"
     ),
 )
+#: the arguments of 7.2's finish, so that a state changed in place is named
+FINISH_ARGS = ("g", "s", "u")
+#: a state changed in place, with examples in 7.2's own names
+FINISH_INPUT_MODIFIED = Mistake(
+    INPUT_MODIFIED.name,
+    N_(
+        "your function wrote into the state it was given (g, s or u), for example with u /= s[:, None] or "
+        "g += np.log(s): build new arrays instead, an expression such as a = u / s[:, None] makes a new one"
+    ),
+)
 NOT_A_NUMERATOR = Mistake(N_("not a triple"), N_("return the three arrays (g_new, s_new, U_new)"))
 NUMERATOR_MISTAKES = (
     Mistake(
@@ -365,7 +375,7 @@ FINISH_MISTAKES = (
             _finish_model(a_of=lambda g, s, u: u / s),
         ),
     ),
-    INPUT_MODIFIED,
+    FINISH_INPUT_MODIFIED,
     shape_mistake(finish_reference),
     NOT_A_PAIR,
 )
@@ -408,6 +418,16 @@ def check_finish(fn) -> CheckReport:
         not_answer=NOT_A_PAIR,
         hint=shape_hint,
         properties=properties,
+        arg_names=FINISH_ARGS,
+        modified_mistake=FINISH_INPUT_MODIFIED,
     )
-    inputs_unchanged(report, fn, _("the state given (g, s, U) is left unchanged"), cases[1][1], always=True)
+    inputs_unchanged(
+        report,
+        fn,
+        _("the state given (g, s, U) is left unchanged"),
+        cases[1][1],
+        always=True,
+        arg_names=FINISH_ARGS,
+        mistake=FINISH_INPUT_MODIFIED,
+    )
     return report

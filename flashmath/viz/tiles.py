@@ -372,7 +372,8 @@ def plot_op_counts(
 
 
 def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
-    """Boolean masks drawn side by side (attend = dark), one panel each with its title (a static pyplot figure).
+    """Boolean masks drawn side by side (attend = dark), one panel each with its title, and a colour key above them
+    (a static pyplot figure).
 
     Args:
         masks: ``{title: (N, M) boolean array}``.
@@ -389,10 +390,13 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
     fig, axes = plt.subplots(
         rows, columns, figsize=figsize or (3.2 * columns, 2.6 * rows), layout="constrained", squeeze=False
     )
+    from matplotlib.patches import Patch
+
+    cmap, norm = plt.get_cmap("Blues"), plt.Normalize(vmin=-0.3, vmax=1.2)
     for ax, (title, mask) in zip(axes.ravel(), masks.items(), strict=False):
         mask = np.asarray(mask, dtype=bool)
         N, M = mask.shape
-        ax.imshow(mask, cmap="Blues", vmin=-0.3, vmax=1.2, extent=(0.5, M + 0.5, N + 0.5, 0.5))
+        ax.imshow(mask, cmap=cmap, norm=norm, extent=(0.5, M + 0.5, N + 0.5, 0.5))
         ax.set_xticks(np.arange(1, M + 1))
         ax.set_yticks(np.arange(1, N + 1))
         ax.set_xticks(np.arange(0.5, M + 1), minor=True)
@@ -404,4 +408,6 @@ def plot_masks(masks: dict, *, columns: int = 2, figsize=None):
         ax.set_ylabel(_("query $n$"), fontsize=8)
     for ax in axes.ravel()[len(masks) :]:
         ax.set_visible(False)
+    key = [Patch(color=cmap(norm(1)), label=_("attended")), Patch(color=cmap(norm(0)), label=_("masked"))]
+    fig.legend(handles=key, loc="outside upper center", ncols=2, fontsize=8, frameon=False)
     return fig
