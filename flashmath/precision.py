@@ -302,8 +302,9 @@ class PrecisionStudy:
         return self.misrounded[i, j].copy()
 
     def ratio(self, dtype: DTypeLike, order: str = "fa2") -> np.ndarray:
-        """FlashAttention's test quantity: error of ``flash_attention`` over error of naive attention, both in
-        ``dtype`` against float64, at every tile size ``(n_blocks,)``. The test passes where it is at most 2.
+        """FlashAttention's test quantity, the course's version: error of ``flash_attention`` over error of naive
+        attention, both in ``dtype`` against the unrounded float64 reference (FlashAttention's ``out_ref`` is rounded
+        to ``dtype``), at every tile size ``(n_blocks,)``. The test passes where it is at most 2.
 
         Raises:
             ValueError: ``order`` not ``"fa1"`` or ``"fa2"``; a dtype the study does not hold.

@@ -225,7 +225,8 @@ def merge_states(a1, lse1, a2, lse2):
 
 
 def flash_test_ratio(out, q, k, v):
-    """Chapter 9: FlashAttention's test quantity, the error of out over the error of naive low-precision attention."""
+    """Chapter 9: the course's version of FlashAttention's test quantity, the error of out over the error of naive
+    low-precision attention, both against the unrounded float64 reference."""
     q, k, v = (np.asarray(a) for a in (q, k, v))
     dtype = q.dtype  # float16 or bfloat16: what a framework stores X, Y and A in
     D = q.shape[-1]

@@ -550,10 +550,23 @@ MERGE_MORE = {
             lambda a1, l1, a2, l2, L: (
                 np.exp(l1 - L)[:, None] * a1 + np.where(np.isneginf(l2)[:, None], 0, np.exp(l2 - L)[:, None] * a2)
             )
-        )
+        ),
+        lambda a1, l1, a2, l2: merge_against_the_max_unguarded(a1, l1, a2, l2),
     ],
     "the weights swapped": [merge_with(lambda a1, l1, a2, l2, L: solutions.merge_states(a1, l2, a2, l1)[0])],
 }
+
+
+def merge_against_the_max_unguarded(a1, l1, a2, l2):
+    """10.1 as a reviewer wrote it (review rev-e, round 22), in the FlashAttention-2 style of chapter 2: the shares
+    e^{L_p - m} / (e^{L_1 - m} + e^{L_2 - m}) against the larger logsumexp m, L = m + log(sum), no empty part
+    selected away: NaN where an empty part's output holds NaN or inf (0 * NaN) and where both are empty (-inf + inf)."""
+    with np.errstate(all="ignore"):
+        m = np.maximum(l1, l2)
+        w1, w2 = np.exp(l1 - m), np.exp(l2 - m)
+        total = w1 + w2
+        return (w1[:, None] * a1 + w2[:, None] * a2) / total[:, None], m + np.log(total)
+
 
 # issue 34, second pass: the mistakes set 1 showed, each written as a learner would
 

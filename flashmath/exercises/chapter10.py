@@ -90,22 +90,36 @@ def _weights(l1, l2, lse):
     return np.exp(l1 - lse)[..., None], np.exp(l2 - lse)[..., None]
 
 
-def _weighted_empty_parts(weights):
+def _weighted_empty_parts(weights, lse_of=None):
     """The merges that multiply an empty part's output by its weight, in both parts or in one (the other selected
-    away), the weights from ``weights(l1, l2, L)``."""
+    away), the weights from ``weights(l1, l2, L)``, the merged logsumexp from ``lse_of`` (np.logaddexp if None)."""
     return (
-        _merge_model(lambda a1, l1, a2, l2, L: weights(l1, l2, L)[0] * a1 + weights(l1, l2, L)[1] * a2),
+        _merge_model(lambda a1, l1, a2, l2, L: weights(l1, l2, L)[0] * a1 + weights(l1, l2, L)[1] * a2, lse_of),
         _merge_model(
             lambda a1, l1, a2, l2, L: (
                 weights(l1, l2, L)[0] * a1 + np.where(l2[..., None] == -np.inf, 0, weights(l1, l2, L)[1] * a2)
-            )
+            ),
+            lse_of,
         ),
         _merge_model(
             lambda a1, l1, a2, l2, L: (
                 weights(l1, l2, L)[1] * a2 + np.where(l1[..., None] == -np.inf, 0, weights(l1, l2, L)[0] * a1)
-            )
+            ),
+            lse_of,
         ),
     )
+
+
+def _shares_against_max(l1, l2, lse):
+    """The shares as chapter 2 writes them, e^{L_p - m} / (e^{L_1 - m} + e^{L_2 - m}) with m the larger logsumexp
+    (FlashAttention-2's reference), unguarded: NaN where both parts are empty (-inf - (-inf))."""
+    m, total = _shift_max(l1, l2), _shift_total(l1, l2)
+    return (np.exp(l1 - m) / total)[..., None], (np.exp(l2 - m) / total)[..., None]
+
+
+def _lse_against_max(l1, l2):
+    """The merged logsumexp m + log(e^{L_1 - m} + e^{L_2 - m}), unguarded: NaN where both parts are empty."""
+    return _shift_max(l1, l2) + np.log(_shift_total(l1, l2))
 
 
 def _guarded_weights(l1, l2, lse):
@@ -176,11 +190,15 @@ MERGE_STATES_MISTAKES = (
         N_("an empty part multiplied by its weight (0 * NaN, and -inf - (-inf))"),
         N_(
             "a part with L = -inf has no keys: select it away with np.where instead of multiplying its output by its "
-            "weight. Its weight e^{L_p - L} is 0 when the other part has keys, and 0 * NaN (or 0 * inf) is NaN; when "
-            "both parts are empty L = -inf too, and e^{-inf + inf} is NaN whatever the outputs hold: such a row gets "
-            "A = 0 and L = -inf"
+            "weight. Its weight e^{L_p - L} (or e^{L_p - m} over their sum, m the larger logsumexp, as in chapter 2) "
+            "is 0 when the other part has keys, and 0 * NaN (or 0 * inf) is NaN; when both parts are empty L and m "
+            "are -inf too, and e^{-inf + inf} is NaN whatever the outputs hold: such a row gets A = 0 and L = -inf"
         ),
-        _weighted_empty_parts(_weights),
+        (
+            *_weighted_empty_parts(_weights),
+            # chapter 2's form, the shares against the larger logsumexp and L = m + log(sum), neither part selected
+            _weighted_empty_parts(_shares_against_max, _lse_against_max)[0],
+        ),
     ),
     Mistake(
         N_("e^{L_p} without a common reference"),

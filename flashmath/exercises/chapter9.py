@@ -2,8 +2,9 @@
 
 The learner writes ``fn(out, q, k, v) -> ratio``: the largest absolute error of ``out`` (an attention output
 computed from the low-precision inputs ``q``, ``k``, ``v``) divided by the largest absolute error of naive attention
-in the inputs' dtype, both measured against the float64 reference of the same inputs. FlashAttention's tests
-require the ratio to be at most 2.
+in the inputs' dtype, both measured against the float64 reference of the same inputs (FlashAttention's tests round
+their reference to the inputs' dtype; the course keeps it unrounded, chapter 9). FlashAttention's tests require the
+ratio to be at most 2.
 
 The checker runs ``fn`` on float16 and bfloat16 inputs with outputs of known quality, and names the classic
 mistakes by the ratio they give: the naive attention computed entirely in the input dtype (its matrix products and
@@ -161,10 +162,10 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
             (
                 max_abs_error(out, low_ref) / max_abs_error(naive, low_ref),
                 _(
-                    "the errors seem measured against a reference stored in {dtype}. A reference in the precision "
-                    "being "
-                    "judged hides exactly the errors you are measuring: compute the reference in float64 from the same "
-                    "inputs (fm.attention does) and compare in float64"
+                    "the errors seem measured against a reference stored in {dtype}. FlashAttention's tests do round "
+                    "their reference (out_ref) to the inputs' dtype; this exercise asks for the unrounded float64 one, "
+                    "which keeps the output's own rounding in view: compute it from the same inputs (fm.attention "
+                    "does) and compare in float64"
                 ).format(dtype=dtype),
             ),
             (
@@ -489,7 +490,8 @@ NOT_A_NUMBER = Said(N_("expected one number (the ratio of two errors), not a tup
 
 @exercise("9.1", solution="flash_test_ratio")
 def check_flash_test_ratio(fn) -> CheckReport:
-    """Check a learner's ``fn(out, q, k, v) -> ratio``, FlashAttention's test quantity (chapter 9).
+    """Check a learner's ``fn(out, q, k, v) -> ratio``, the course's version of FlashAttention's test quantity
+    (chapter 9).
 
     The ratio is ``max |out - A| / max |naive - A|`` with ``A`` the float64 attention of the given inputs and
     ``naive`` attention in the inputs' dtype with ``X``, ``Y`` and ``A`` each rounded to it, computed in float32
