@@ -72,7 +72,7 @@ def test_the_normal_form_reads_math_as_code():
 # Exercises whose prompts name every case of their checker, not only the property cases, in the checker's words
 # (the others describe their remaining cases in their own words: "a max that jumps (by 3 and by 1000)"); and the
 # cases of other exercises that their prompts name verbatim.
-EVERY_CASE_NAMED = ("1.1", "2.1", "2.2")
+EVERY_CASE_NAMED = ("1.1", "2.1", "2.2", "4.1")
 CASES_NAMED = {
     "3.1": ["square values (M = Dv = 5, where v.T also runs), D = 5"],
     "8.2": ["the state given (g, s, A') is left unchanged"],
