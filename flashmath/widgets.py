@@ -586,7 +586,7 @@ def ring_player(
     causal: bool = False,
     zigzag: bool = False,
     value: int = 0,
-    interval: int = 600,
+    interval: int = 250,
 ):
     """Chapter 14: a ring of ``num_devices`` simulated devices, step by step (:class:`flashmath.viz.ring.RingPlot`).
 
@@ -594,7 +594,7 @@ def ring_player(
         q ``(..., N, D)``, k ``(..., M, D)``, v ``(..., M, Dv)``, num_devices, causal, zigzag: as
             :func:`flashmath.ring.ring_trace` (computed once, here; at least 2 devices).
         value: the step shown first. interval: milliseconds between Play frames (a ring has few steps: each frame
-            stays long enough to be read).
+            stays as long as the module's rule for defaults allows, 250 ms).
 
     Returns:
         :func:`live_widget` with a ``step`` slider over ``0 .. P - 1`` and a Play button.

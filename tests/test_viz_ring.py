@@ -60,6 +60,48 @@ def test_ring_plot_colours_each_pair_by_its_step_and_device():
         RingPlot(ring_trace(q, k, v, 1))
 
 
+def test_ring_plot_pairs_take_the_colour_of_their_device_and_step():
+    """Each pair's colour at step t: its device's colour where merged at t, pale where merged before, white where
+    not yet, grey where the causal mask hides it."""
+    from matplotlib.colors import to_rgb
+
+    from flashmath.viz.ring import MASKED, _color
+
+    trace = ring_trace(q, k, v, 4, causal=True, zigzag=True)
+    steps, devices = pair_steps(trace)
+    plot = RingPlot(trace)
+    for t in range(4):
+        plot.update(step=t)
+        got = plot.pairs.to_rgba(plot.pairs.get_array())[..., :3]
+        assert got.shape == (*steps.shape, 3)
+        for (n, m), step in np.ndenumerate(steps):
+            colour = np.array(to_rgb(_color(devices[n, m])))
+            if step < 0:
+                expected = np.array(to_rgb(MASKED))
+            elif step > t:
+                expected = np.ones(3)
+            else:
+                expected = colour if step == t else 0.3 * colour + 0.7
+            np.testing.assert_allclose(got[n, m], expected, err_msg=f"step {t}, pair {(n, m)}")
+
+
+def test_a_ring_moved_through_its_steps_shows_what_a_fresh_one_shows():
+    """Blitting leaves nothing of an earlier step behind, and the bytes labels, drawn once for each set of them in
+    a layer over a kept base (nothing is sent after the last step), give a full draw's pixels."""
+    trace = ring_trace(q, k, v, 4, causal=True, zigzag=True)
+    layered, full = RingPlot(trace), RingPlot(trace)
+    for t in (1, 2, 3, 2, 0, 3, 1):
+        layered.update(step=t)
+        full.update(step=t)
+        full._changed = ()  # the whole figure drawn for each new background
+        np.testing.assert_array_equal(layered.rgb(), full.rgb(), err_msg=f"step {t}")
+        np.testing.assert_array_equal(layered.rgb(), RingPlot(trace, step=t).rgb(), err_msg=f"step {t}, fresh")
+        sent = [text.get_text() for text in layered.sending]
+        assert all(s.endswith(" bytes") for s in sent) if t < 3 else not any(s.strip() for s in sent), (t, sent)
+        assert layered.step_label.get_text() == f"step {t} of 4"
+    assert layered._base is not None and len(layered._backgrounds) == 2  # the layers were used, one per set
+
+
 def test_balance_and_timeline_figures():
     import matplotlib.pyplot as plt
 

@@ -370,6 +370,7 @@ def test_play_runs_at_four_frames_a_second_or_more_by_default():
         "scale": lambda **kw: widgets.scale_explorer(sweep, **kw),
         "loop swap": lambda **kw: widgets.loop_swap_player(fm.safe_softmax(q @ k.T), v, **kw),
         "one loop": lambda **kw: widgets.one_loop_player(q, k, v, **kw),
+        "ring": lambda **kw: widgets.ring_player(*small_head(N=4, M=4), 2, **kw),
     }
     for name, player in players.items():
         assert play_of(player()).interval <= 250, name  # four frames a second or more by default

@@ -14,6 +14,7 @@ attention.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.colors import ListedColormap, NoNorm, to_rgb
 from matplotlib.patches import Circle, FancyArrowPatch, Patch
 
 from flashmath.i18n import gettext as _
@@ -69,10 +70,10 @@ class RingPlot(LivePlot):
 
     Left: the ``N x M`` (query, key) pairs of the sequence; a pair takes the colour of the device that owns its
     query, full where the device merges it at step ``t``, pale where it did earlier, white where it has not yet,
-    grey where the causal mask hides it for good. Top right: the ring; each device shows the key/value shard it
-    holds at step ``t`` and the arrow to the next device the bytes it sends after the step. Bottom right: each
-    device's running output against its final one, ``max |A_r - A_r(final)|`` (log scale; 0 drawn at the bottom):
-    not the answer until the device has merged every shard it sees.
+    grey where the causal mask hides it for good. Top right: the ring, the step in its corner; each device shows the
+    key/value shard it holds at step ``t`` and the arrow to the next device the bytes it sends after the step.
+    Bottom right: each device's running output against its final one, ``max |A_r - A_r(final)|`` (log scale; 0
+    drawn at the bottom): not the answer until the device has merged every shard it sees.
 
     Args:
         trace: from :func:`flashmath.ring.ring_trace` (at least 2 devices).
@@ -93,20 +94,36 @@ class RingPlot(LivePlot):
         self.errors = np.array(
             [[float(np.abs(trace.frames[t][r].a - final[r]).max()) for r in range(self.P)] for t in range(self.P)]
         )
+        # each step's picture of the pairs, computed once (a step only picks its array), as places in the colour
+        # table of _build: 0 masked, 1 not merged yet, 2 + r merged now by device r, 2 + P + r merged before by it
+        t = np.arange(self.P)[:, None, None]
+        merged, device = self.step_of >= 0, self.device_of
+        now = np.where(self.step_of == t, 2 + device, 1)
+        self.pair_index = np.where(merged, np.where(self.step_of < t, 2 + self.P + device, now), 0).astype(np.uint16)
         super().__init__(figsize=figsize, dpi=dpi, pyplot=pyplot, step=step)
 
     def __len__(self) -> int:
         return self.P
 
     def _build(self) -> None:
-        layout, P = self.trace.layout, self.P
+        P = self.P
         grid = self.fig.add_gridspec(2, 2, width_ratios=[1.0, 1.15], height_ratios=[1.35, 1.0])
         self.ax_pairs = self.fig.add_subplot(grid[:, 0])
         self.ax_ring = self.fig.add_subplot(grid[0, 1])
         self.ax_err = self.fig.add_subplot(grid[1, 1])
 
         ax = self.ax_pairs
-        self.pairs = ax.imshow(np.ones((layout.N, layout.M, 3)), interpolation="nearest", origin="upper", aspect="auto")
+        # a mesh of the pairs in the colours of pair_index (NoNorm: an index is a colour's place), drawn as imshow's
+        # nearest-neighbour image of them would be (the same cells, to within 1 of 255 in a colour) in a seventh of
+        # its time: no resampling of the whole panel at every step
+        full = np.array([to_rgb(_color(r)) for r in range(P)])
+        colours = ListedColormap(np.concatenate([[to_rgb(MASKED), (1.0, 1.0, 1.0)], full, 0.3 * full + 0.7]))
+        N, M = self.step_of.shape
+        self.pairs = ax.pcolormesh(
+            np.arange(M + 1) - 0.5, np.arange(N + 1) - 0.5, self.pair_index[0], cmap=colours, norm=NoNorm()
+        )
+        ax.set_xlim(-0.5, M - 0.5)
+        ax.set_ylim(N - 0.5, -0.5)  # query 0 at the top
         ax.set_xlabel(_("key position m"))
         ax.set_ylabel(_("query position n"))
         ax.set_title(
@@ -162,38 +179,40 @@ class RingPlot(LivePlot):
         ax.set_ylabel(_(r"$\max\,|A - A_{\rm final}|$"), fontsize=9)
         self.bar_labels = [ax.text(r, FLOOR * 3, "", ha="center", va="bottom", fontsize=8.5) for r in range(P)]
         ax.set_title(_("each device's running output against its final one"), fontsize=9)
-        self.title = self.fig.suptitle("", fontsize=10.5)
-        self.live(self.pairs, *self.holding, *self.sending, self.bars, *self.bar_labels, self.title)
+        # what a step changes is live; the rest is drawn once: the title says what t means, the ring panel's
+        # corner which step this is; the bytes sent are the same at most steps (a background for each set of them)
+        self.fig.suptitle(
+            _("at step t (t = 0 .. P - 1), device r holds the key/value shard of device (r - t) mod P"), fontsize=10.5
+        )
+        self.step_label = self.ax_ring.text(
+            0.0, 1.0, "", transform=self.ax_ring.transAxes, ha="left", va="top", fontsize=10.5, fontweight="bold"
+        )
+        self._sent: tuple | None = None  # the texts of self.sending in the background
+        self.live(self.pairs, *self.holding, self.bars, *self.bar_labels, self.step_label)
 
     def _update(self, step) -> None:
         t = index(step, "step", self.P)
-        layout, P = self.trace.layout, self.P
-        rgb = np.ones((layout.N, layout.M, 3))
-        rgb[self.step_of < 0] = np.array([int(MASKED[i : i + 2], 16) / 255 for i in (1, 3, 5)])
-        for r in range(P):
-            colour = np.array([int(_color(r)[i : i + 2], 16) / 255 for i in (1, 3, 5)])
-            mine = self.device_of == r
-            rgb[mine & (self.step_of == t)] = colour
-            rgb[mine & (self.step_of >= 0) & (self.step_of < t)] = 0.3 * colour + 0.7
-        self.pairs.set_data(rgb)
+        P = self.P
+        self.pairs.set_array(self.pair_index[t])
         frames = self.trace.frames[t]
+        # nothing is sent after the last step: a space, which draws nothing but has a place (where the background's
+        # layer of these texts is drawn: an empty text has none, and its background would be a full draw)
+        sent = tuple(_("{b} bytes").format(b=frame.sent_bytes) if t < P - 1 else " " for frame in frames)
         for r in range(P):
             frame = frames[r]
             held = _("holds shard {s}").format(s=frame.step.shard)
             if frame.step.skipped:
                 held += "\n" + _("(skipped)")
             self.holding[r].set_text(held)
-            sent = frame.sent_bytes
-            self.sending[r].set_text(_("{b} bytes").format(b=sent) if t < P - 1 else "")
+            self.sending[r].set_text(sent[r])
             error = self.errors[t, r]
             self.bars.patches[r].set_height(max(error, FLOOR) - FLOOR)
             self.bar_labels[r].set_text(_error_label(error))
             self.bar_labels[r].set_y(max(error, FLOOR) * 1.5)
-        self.title.set_text(
-            _("step {t} of {P} (t = 0 .. P - 1): device r holds the key/value shard of device (r - t) mod P").format(
-                t=t, P=P
-            )
-        )
+        self.step_label.set_text(_("step {t} of {P}").format(t=t, P=P))
+        if sent != self._sent:  # a background of their own, drawn over the rest once (kept for the next visit)
+            self._sent = sent
+            self.redraw_background(key=sent, changed=self.sending)
 
 
 def _error_label(error: float) -> str:
