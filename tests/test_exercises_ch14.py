@@ -114,11 +114,21 @@ def step_plain_exp(a, lse, q, k, v, keep):
     return (e[:, None] * a + e_s[:, None] * a_s) / (e + e_s)[:, None], np.log(e + e_s)
 
 
+def step_exp_everywhere(a, lse, q, k, v, keep):
+    """No reference point anywhere: the step's softmax as e^x over its sum, the merge on e^L (rev-g, round 22)."""
+    e = np.exp(np.where(keep, q @ k.T / math.sqrt(q.shape[1]), -np.inf))
+    s = e.sum(axis=1)
+    a_s = e @ v / s[:, None]
+    total = np.exp(lse) + s
+    return (np.exp(lse)[:, None] * a + s[:, None] * a_s) / total[:, None], np.log(total)
+
+
 RING_STEP = {
     "merged without rescaling": step_without_rescaling,
     "the step's output replaces the running one": step_replacing,
     "the logsumexp as the max of the two": step_max_lse,
     "e^L without a reference point": step_plain_exp,
+    "no max in the step, e^L in the merge": step_exp_everywhere,
     "the scale 1/sqrt(D) forgotten": lambda a, lse, q, k, v, keep: learner_step(a, lse, q, k, v, keep, scale=1.0),
     "the mask ignored": lambda a, lse, q, k, v, keep: learner_step(a, lse, q, k, v, keep, mask=False),
     "a row that sees no key: -inf - (-inf)": lambda a, lse, q, k, v, keep: learner_step(
@@ -175,6 +185,21 @@ def test_ring_step_plain_exp_names_0_over_0_not_overflow_for_an_empty_row():
     assert "overflows for L near 710" in failed["large logsumexps (L near 720: e^L overflows)"], report
     empty = failed["a row with no key yet and none in the shard stays (0, -inf)"]
     assert "0/0" in empty and "overflows" not in empty, report
+
+
+def test_ring_step_exp_everywhere_names_each_failing_case_with_its_cause():
+    """A step with no max and a merge on e^L (rev-g, round 22) failed five cases with numbers only; it is named on
+    every one: overflow where the scores and L are near 710, 0/0 where a row sees no key of the shard."""
+    with np.errstate(all="ignore"):
+        report = exercises.check_ring_step(step_exp_everywhere)
+    failed = {name: message for name, ok, message in report.cases if not ok}
+    assert len(failed) == 5, report
+    assert all("no max in the step, e^L in the merge" in message for message in failed.values()), report
+    for name, message in failed.items():
+        if name.startswith("large logsumexps"):
+            assert "overflow" in message and "0/0" not in message, report
+        else:
+            assert "0/0" in message and "not an overflow" in message, report
 
 
 def test_ring_step_that_overwrites_the_state_is_caught():

@@ -180,6 +180,29 @@ def _step_model(merge="logaddexp", **state):
     return model
 
 
+def _exp_everywhere_model(a, lse, q, k, v, keep):
+    """The step's softmax without its max, e^x, and the merge on the same scale, e^L: ``(e^L A + s A_s) / (e^L +
+    s)`` with ``s`` the sum of the step's e^x."""
+    q, k, v, a, lse = (np.asarray(t, dtype=np.float64) for t in (q, k, v, a, lse))
+    with np.errstate(all="ignore"):
+        e = np.exp(np.where(keep, q @ k.T / np.sqrt(q.shape[-1]), -np.inf))
+        s = e.sum(axis=-1)
+        a_s = (e @ v) / s[:, None]
+        total = np.exp(lse) + s
+        return (np.exp(lse)[:, None] * a + s[:, None] * a_s) / total[:, None], np.log(total)
+
+
+def _exp_everywhere_cause(a, lse, q, k, v, keep):
+    """The cause of "no max in the step, e^L in the merge" on a case with a row that sees no key of the shard: its
+    sum of e^x is 0 and A_s is 0/0, not an overflow (None elsewhere)."""
+    if np.asarray(keep).any(axis=-1).all():
+        return None
+    return _(
+        "a row that sees no key of the shard has a sum of e^x of 0, so its A_s = 0/0 = NaN, not an overflow: such a "
+        "row gets nothing from this step, (A_s, L_s) = (0, -inf), and keeps its state: guard it"
+    )
+
+
 def _exp_weights_cause(lse, keep):
     """The cause of "e^L without a reference point" on a case with a row that has seen nothing yet and sees no key
     of the shard: there e^L and e^{L_s} are both 0 and the weights 0/0, not an overflow (None elsewhere)."""
@@ -234,6 +257,17 @@ RING_STEP_MISTAKES = (
         ),
         (_step_model("exp"),),
         cause=lambda a, lse, q, k, v, keep: _exp_weights_cause(lse, keep),
+    ),
+    # after "e^L without a reference point", which names a step with its max and a merge on e^L
+    Mistake(
+        N_("no max in the step, e^L in the merge"),
+        N_(
+            "the step sums e^x with no max subtracted and the merge adds e^L: both overflow for a score or an L "
+            "near 710; subtract the row's max in the step's softmax (chapter 2), then weight the two states by "
+            "e^{L - L_new} and e^{L_s - L_new}, with L_new = np.logaddexp(L, L_s)"
+        ),
+        (_exp_everywhere_model,),
+        cause=_exp_everywhere_cause,
     ),
     Mistake(
         N_("the scale 1/sqrt(D) forgotten"),
