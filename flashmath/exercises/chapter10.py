@@ -131,7 +131,7 @@ MERGE_STATES_MISTAKES = (
     Mistake(
         N_("merged without rescaling"),
         N_(
-            "each part is weighted by its share of the sum, e^{L_p - L}; the plain average of the outputs ignores "
+            "weight each range by its share of the sum, e^{L_p - L}; the plain average of the outputs ignores "
             "how much weight each range holds"
         ),
         (

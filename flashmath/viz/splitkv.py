@@ -216,9 +216,12 @@ class SplitKVPlot(LivePlot):
         else:
             ranges = _("{splits} key ranges of {small} or {large} keys").format(splits=splits, small=small, large=large)
         levels = len(trace.levels) - 1
-        merged_in = (_("merged in {levels} level") if levels == 1 else _("merged in {levels} levels")).format(
-            levels=levels
-        )
+        if levels == 0:  # one range: the slider's lowest setting
+            merged_in = _("nothing to merge")
+        else:
+            merged_in = (_("merged in {levels} level") if levels == 1 else _("merged in {levels} levels")).format(
+                levels=levels
+            )
         self.title.set_text(
             _("{ranges}, {merged}: $L$ = {lse:.4f}").format(
                 ranges=ranges, merged=merged_in, lse=float(np.ravel(trace.lse)[0])
