@@ -597,7 +597,8 @@ KEEP_SOME_ROWS = np.array([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], bool)  # k
 @pytest.mark.parametrize("f", WITH_KERNEL, ids=with_kernel_ids)
 def test_nan_in_a_key_masked_for_some_rows_of_a_tile(f):
     """Issue 33, fault 11, the exception of ``flashmath.inputs``' conventions. A NaN ``k`` row is absent from the
-    rows that mask it everywhere (its score is selected away). A NaN ``v`` row is absent from them in numpy, but not
+    rows that mask it in every forward (its score is selected away; not in the backward kernels' ``dQ``:
+    tests/test_triton_backward.py). A NaN ``v`` row is absent from them in numpy, but not
     in the kernel when another row of the same query tile attends that key: the tile's ``P V`` product multiplies it
     by the masked rows' weight 0, and 0 x NaN is NaN (a matrix unit has no per-key path). A key that every row of the
     tile masks is not even loaded, so it stays absent there too (test_masked_keys_are_absent_in_every_variant)."""

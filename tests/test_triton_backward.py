@@ -167,6 +167,41 @@ def test_nan_in_an_attended_key_gives_nan_gradients():
     assert torch.isnan(dq).all() and torch.isnan(dk[3]).all()  # every row attends key 3
 
 
+@pytest.mark.parametrize("dq_mode", ["separate", "atomic"])
+def test_nan_in_the_k_row_of_a_key_some_rows_of_the_tile_mask_reaches_their_dq(dq_mode):
+    """Chapter 12 and flashmath.inputs: the k row of a key that some rows of a query tile attend and others mask
+    enters the tile's ``dX K`` product with weight 0 for the rows that mask it, so a NaN there makes their dQ NaN
+    (numpy selects it away: finite), while a finite value gives numpy's dQ to float32 rounding (review rev-f-12-1)."""
+    _, q, k, v, grad_a = inputs(5, 8, 8, 16, 16)
+    grad_a[5:] = 0  # the loss reads rows 0-4 only: causal, they mask key 5 (rows 5-7 attend it, one tile of 16)
+    k_nan = k.copy()
+    k_nan[5] = np.nan
+    ref_dq = numpy_grads(q, k_nan, v, grad_a, causal=True)[0]
+    kw = dict(block_q=16, block_k=16, causal=True, dq_mode=dq_mode)
+    a, dq, _, _ = kernel_grads(q, k_nan, v, grad_a, **kw)
+    assert torch.isfinite(a[:5]).all() and torch.isnan(a[5:]).all()  # the forward selects the score away
+    assert np.isfinite(ref_dq[:5]).all() and np.isnan(ref_dq[5:]).all()
+    assert torch.isnan(dq).any(dim=1).all(), "rows 0-4 too: their dX is 0 at key 5, and 0 x NaN is NaN"
+    k_big = k.copy()
+    k_big[5] = 1e3  # finite: weight 0 times a number is 0, the kernels' rows 0-4 equal numpy's
+    _, dq, _, _ = kernel_grads(q, k_big, v, grad_a, **kw)
+    err = np.abs(dq[:5].double().numpy() - ref_dq[:5]).max()
+    assert err <= TOL * (1 + np.abs(ref_dq[:5]).max()), f"dq rows 0-4: max error {err:.2e}"
+
+
+def test_nan_in_the_q_or_da_row_of_a_query_reaches_the_dk_or_dv_of_the_keys_it_masks():
+    """The same exception through ``dX^T Q`` and ``Y^T dA``: causal, row 2 attends keys 0-2 and masks keys 3-7 of
+    its tile; a NaN in its q row reaches their dK, a NaN in its dA row their dV (numpy: keys 0-2 only)."""
+    _, q, k, v, grad_a = inputs(5, 8, 8, 16, 16)
+    for which, grad in (("q", 1), ("grad_a", 2)):  # dk from q, dv from dA
+        q_nan, grad_nan = q.copy(), grad_a.copy()
+        (q_nan if which == "q" else grad_nan)[2] = np.nan
+        ref = numpy_grads(q_nan, k, v, grad_nan, causal=True)[grad]
+        got = kernel_grads(q_nan, k, v, grad_nan, block_q=16, block_k=16, causal=True)[1 + grad]
+        assert np.isnan(ref[:3]).all() and np.isfinite(ref[3:]).all(), which
+        assert torch.isnan(got).any(dim=1).all(), f"NaN in {which}[2]: keys 3-7 too (0 x NaN)"
+
+
 def test_batch_heads_and_broadcast_leading_dimensions():
     rng = np.random.default_rng(3)
     q = rng.standard_normal((2, 3, 20, 16))
