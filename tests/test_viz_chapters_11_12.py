@@ -60,6 +60,37 @@ def test_kernel_memory_plot_draws_the_bytes_of_tile_bytes():
     assert "fits one block on A100, H100" in plot.totals[0].get_text()
 
 
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_kernel_memory_plot_keeps_its_texts_off_the_lines_the_bars_and_the_legend(language):
+    """At the extreme settings (the longest totals, the longest bars), in both languages: no total crosses a limit
+    line or a bar, and the legend lies outside both axes (zhrev-ai-11-20: the Chinese total ran over the A100
+    line; at 256 x 256 the register bar covered the legend)."""
+    from matplotlib.transforms import Bbox
+
+    from flashmath import i18n
+
+    i18n.set_language(language)
+    try:
+        plot = KernelMemoryPlot(64)
+        ax_chip, ax_thread = plot.fig.axes
+        legend = plot.fig.legends[0]
+        for block_q, block_k, stages, warps in ((16, 16, 1, 16), (64, 64, 2, 4), (128, 128, 3, 1), (256, 256, 4, 1)):
+            plot.update(block_q=block_q, block_k=block_k, num_stages=stages, num_warps=warps)
+            plot.rgb()
+            renderer = plot.fig.canvas.get_renderer()
+            lines = [Bbox(ax_chip.transData.transform(seg)) for c in ax_chip.collections for seg in c.get_segments()]
+            boxes = [*lines, *(patch.get_window_extent(renderer) for patch in plot.segments)]
+            assert len(lines) == 3
+            for total in plot.totals:
+                box = total.get_window_extent(renderer)
+                assert box.x0 > ax_chip.bbox.x0 and box.x1 < ax_chip.bbox.x1, total.get_text()
+                assert not any(box.overlaps(other) for other in boxes), (total.get_text(), block_q, block_k)
+            box = legend.get_window_extent(renderer)
+            assert not box.overlaps(ax_chip.bbox) and not box.overlaps(ax_thread.bbox)
+    finally:
+        i18n.set_language("en")
+
+
 @pytest.mark.parametrize(
     "state, match", [({"block_q": 48}, "block_q"), ({"num_warps": 3}, "num_warps"), ({"num_stages": 0}, "num_stages")]
 )

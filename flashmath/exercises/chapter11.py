@@ -302,7 +302,10 @@ def _row_lse_cases():
         (_("rows of 300 values rising from -4 to 4 (several blocks, the max jumps between them)"), trend),
         (_("values near 1e4 (exp(1e4) overflows unless the max is subtracted)"), 1e4 + rng.standard_normal((2, 50))),
         (_("negative rows of 37 values (padding read as 0 would count)"), -8.0 + rng.standard_normal((3, 37))),
-        (_("rows of -1000 (a running max started at 0 underflows)"), -1000.0 + rng.standard_normal((2, 64))),
+        (
+            _("rows of -1000 (with the running max started at 0, exp underflows to 0)"),
+            -1000.0 + rng.standard_normal((2, 64)),
+        ),
         (_("-inf entries (masked), and a fully masked row: its logsumexp is -inf, not NaN"), masked),
         (_("one column"), rng.standard_normal((4, 1))),
         (
@@ -542,8 +545,8 @@ def _where_verdict(quantity: str, place: str, answer=None) -> tuple[str, str]:
     learner's word, is named where it was mapped: "SRAM" is read as shared memory)."""
     what, why = _where_wrong(quantity, place)
     if place == "shared memory" and isinstance(answer, str) and answer.strip().lower() == "sram":
-        what = _("{answer} read as shared memory (registers are on-chip SRAM too): {what}").format(
-            answer=repr(answer), what=what
+        what = _("'{answer}' read as shared memory (registers are on-chip SRAM too): {what}").format(
+            answer=answer.strip(), what=what
         )
     return what, why
 

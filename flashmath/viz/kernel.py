@@ -61,7 +61,7 @@ class KernelMemoryPlot(LivePlot):
         block_k: int = 64,
         num_stages: int = 2,
         num_warps: int = 4,
-        figsize=(10.0, 3.8),
+        figsize=(10.0, 4.3),
         dpi: int = DPI,
         pyplot: bool = False,
     ):
@@ -91,29 +91,38 @@ class KernelMemoryPlot(LivePlot):
                 patch.set_label(_(part))
                 self.segments.append(patch)
                 legend.append(patch)
+        # each limit line spans only the row of the bar it limits, never the total written above the bar, so
+        # that no total crosses a line, however long it is in any language; the lines are drawn over the bars
+        # (live, after them), and the legend sits below the axes, where no bar can reach it
         limit_styles = {"A100": ":", "H100": "--"}
         for name, style in limit_styles.items():
             x = GPUS[name].shared_per_block_bytes / KiB
             label = _("{name}: shared memory per block, {x:.0f} KiB").format(name=name, x=x)
-            legend.append(ax_chip.axvline(x, ymin=0.5, color="#7f7f7f", ls=style, lw=1.2, label=label))
+            legend.append(ax_chip.vlines(x, -0.32, 0.45, color="#7f7f7f", ls=style, lw=1.2, label=label))
         register_file = GPUS["H100"].register_bytes / KiB
-        legend.append(
-            ax_chip.axvline(
+        legend.insert(
+            5,  # beside the register parts (the legend fills its columns downwards)
+            ax_chip.vlines(
                 register_file,
-                ymax=0.5,
+                0.68,
+                1.6,
                 color=JUMP,
                 ls="--",
                 lw=1.2,
                 label=_("register file of one SM, {size:.0f} KiB").format(size=register_file),
-            )
+            ),
         )
         ax_chip.set_yticks([0, 1], [_("shared\nmemory"), _("registers")], fontsize=9)
         ax_chip.set_ylim(1.6, -0.6)
         ax_chip.set_xlim(0, max(self.shared_max, self.registers_max) * 1.05)
         ax_chip.set_xlabel(_("KiB per program (one query tile)"), fontsize=9)
         ax_chip.tick_params(labelsize=8)
-        ax_chip.legend(handles=legend, fontsize=8, loc="lower right", ncols=2, framealpha=1, edgecolor="none")
-        self.totals = [ax_chip.text(0, row - 0.38, "", fontsize=9, va="center") for row in (0, 1)]
+        self.fig.legend(handles=legend, fontsize=8, loc="outside lower left", ncols=4, frameon=False)
+        # a few points right of the axis line, above the bar (and above the tops of the limit lines)
+        self.totals = [
+            ax_chip.annotate("", (0, row - 0.44), xytext=(3, 0), textcoords="offset points", fontsize=9, va="center")
+            for row in (0, 1)
+        ]
         (self.thread_bar,) = ax_thread.bar([0], [0.0], width=0.6, color=SEEN)
         ax_thread.axhline(255, color=JUMP, ls="--", lw=1)
         ax_thread.text(
@@ -123,11 +132,12 @@ class KernelMemoryPlot(LivePlot):
         ax_thread.set_ylim(1, self.per_thread_max * 4)
         ax_thread.set_xlim(-0.4, 1.3)
         ax_thread.set_xticks([])
-        ax_thread.set_ylabel(_("32-bit registers per thread\n(data only)"), fontsize=9)
+        ax_thread.set_ylabel(_("32-bit registers per thread\n(data only)"), fontsize=9, linespacing=1.4)
         ax_thread.tick_params(labelsize=8)
         self.thread_text = ax_thread.text(0, 1.3, "", ha="center", fontsize=8, color="white", fontweight="bold")
         self.title = self.fig.suptitle("", fontsize=10)
-        self.live(*self.segments, *self.totals, self.thread_bar, self.thread_text, self.title)
+        limits = [artist for artist in legend if artist not in self.segments]
+        self.live(*self.segments, *limits, *self.totals, self.thread_bar, self.thread_text, self.title)
 
     def _update(self, block_q: int, block_k: int, num_stages: int, num_warps: int) -> None:
         for value, name, allowed in (
