@@ -280,7 +280,8 @@ FIGURE_1 = MemoryHierarchy(
     source="T. Dao et al., FlashAttention (2022), Figure 1 (left) and section 2.1",
 )
 """The memory hierarchy of FlashAttention's Figure 1 (left): SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), DRAM
-12.8 GB/s (> 1 TB). The figure names no GPU; its numbers are the A100's of section 2.1: 40-80 GB of HBM at 1.5-2.0
-TB/s, and 192 KB of on-chip SRAM in each of 108 streaming multiprocessors, read at about 19 TB/s. NVIDIA counts a KB
+12.8 GB/s (> 1 TB). The figure names no GPU; its GPU numbers are the A100's of section 2.1: 40-80 GB of HBM at
+1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of 108 streaming multiprocessors, read at about 19 TB/s (the DRAM
+numbers are the figure's alone). NVIDIA counts a KB
 of on-chip memory as 1024 bytes (its 164 KB carve-out is the 164 KiB of :data:`GPUS`), so the SMs hold 108 x 192 KiB
 = 21.2 MB, which the figure rounds to 20 MB; chapter 1's picture says so (``108 SMs × 192 KiB ≈ 20 MB``)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flashmath.i18n import aside
+from flashmath.i18n import aside, get_language
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
@@ -59,11 +59,19 @@ class CheckReport:
                 message = _shortened(name, message, printed)
             lines.append(
                 f"  {_(PASS) if ok else _(FAIL)}  {_case_name(name)}"
-                + ("" if ok or not message else _(": {message}").format(message=message))
+                + ("" if ok or not message else _(": {message}").format(message=_ended(message)))
             )
         if self.passed:
             lines.append(_("All good."))
         return "\n".join(lines)
+
+
+def _ended(message: str) -> str:
+    """``message`` as a Chinese sentence ends, with a full stop ("。") when it has none (an expected/got message
+    assembled from parts ends with a value: "应为 0，得到的是 nan"); English messages are printed as they are."""
+    if get_language().startswith("zh") and not message.endswith(("\u3002", "\uff01", "\uff1f")):
+        return message + "\u3002"
+    return message
 
 
 SAME_AS_ABOVE = N_('the same reason as for "{case}" above')
