@@ -2,8 +2,8 @@
 
 :class:`BackwardSweepPlot` draws the grid of (query tile, key tile) pairs, the pairs visited so far and the one of
 the current step, with a strip above for the key tiles (``dK_j``, ``dV_j``: not started, on chip, written to HBM)
-and a strip on the left for the query tiles (``dQ_i``: 0, partial, final). The steps are
-:func:`flashmath.triton_backward.backward_schedule` (pure Python: no Triton needed to draw).
+and a strip on the left for the query tiles (``dQ_i``: 0, on chip or partial sums in HBM, final), both keyed above
+the grid. The steps are :func:`flashmath.triton_backward.backward_schedule` (pure Python: no Triton needed to draw).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class BackwardSweepPlot(LivePlot):
         self.queries = ax_q.imshow(np.zeros((self.n_q, 1)), cmap=STATE_COLORS, vmax=2, **kw)
         ax.set_xlabel(_("key tile $j$"), fontsize=10)
         ax_q.set_ylabel(_("query tile $i$"), fontsize=10)
-        ax_k.set_title(_("dK_j, dV_j: grey 0, orange on chip, green written"), fontsize=10, loc="left")
+        self.key = ax_k.set_title("\n", fontsize=10, loc="left")  # the strips' colours, dQ_i's by dq_mode (_update)
         ax_q.set_xticks([])
         ax_k.set_yticks([])
         ax_q.set_xlabel("$dQ_i$", fontsize=10)
@@ -101,7 +101,7 @@ class BackwardSweepPlot(LivePlot):
         ax.tick_params(labelleft=False)
         ax_k.tick_params(labelbottom=False)
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.pairs, self.keys, self.queries, self.title)
+        self.live(self.pairs, self.keys, self.queries, self.title, self.key)
 
     def _update(self, step, dq_mode="separate") -> None:
         check_dq_mode(dq_mode)
@@ -119,10 +119,9 @@ class BackwardSweepPlot(LivePlot):
             keys[:j] = 2  # earlier key tiles: dK_j, dV_j written to HBM
             keys[j] = 1  # this program's dK_j, dV_j: on chip
             if self.dq_mode == "atomic":
-                for _kernel, i2, _j in self.steps[: step + 1]:  # not "_": the gettext of this module
-                    queries[i2] = 1  # partial sums in HBM, added atomically
-                if step == len(self.steps) - 1:
-                    queries[:] = 2
+                last = {i2: k for k, (_kernel, i2, _j) in enumerate(self.steps)}  # not "_": this module's gettext
+                for _kernel, i2, _j in self.steps[: step + 1]:
+                    queries[i2] = 2 if last[i2] < step else 1  # every add done: complete; else partial sums
             rule = _("dK_{j}, dV_{j} += ... (on chip)").format(j=j) + (
                 _(";  dQ_{i} += atomically in HBM").format(i=i) if self.dq_mode == "atomic" else ""
             )
@@ -131,6 +130,12 @@ class BackwardSweepPlot(LivePlot):
             queries[:i] = 2  # earlier query tiles: dQ_i written
             queries[i] = 1  # this program's dQ_i, on chip
             rule = _("dQ_{i} += dX K_{j} (on chip)").format(i=i, j=j)
+        dq_key = (
+            _("dQ_i (left): grey 0, orange partial sums in HBM, green complete")
+            if self.dq_mode == "atomic"
+            else _("dQ_i (left): grey 0, orange on chip, green written")
+        )
+        self.key.set_text(_("dK_j, dV_j: grey 0, orange on chip, green written") + "\n" + dq_key)
         self.pairs.set_data(pairs)
         self.keys.set_data(keys[None, :])
         self.queries.set_data(queries[:, None])
