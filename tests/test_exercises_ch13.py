@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests
+from helpers import checker_tests, prediction_cell
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -101,6 +101,13 @@ SOFTCAP = {
     "c inside out: tanh(x c) / c": lambda qk, scale, cap: np.tanh(cap * (qk * scale)) / cap,
 }
 
+
+def alibi_on_the_whole_grid(s, slope, N, M):
+    # review rev-j-13-7: "q_idx is just np.arange(N)": the grid rebuilt from the sizes (a tile then fails to broadcast)
+    n, m = np.arange(N)[:, None], np.arange(M)[None, :]
+    return s - slope * np.abs(n + M - N - m)
+
+
 ALIBI = {
     "ALiBi's sign": lambda s, slope, q, kv, N, M: s + slope * abs(q + M - N - kv),
     "the top-left alignment when N != M": lambda s, slope, q, kv, N, M: s - slope * abs(q - kv),
@@ -110,6 +117,9 @@ ALIBI = {
     "the offset N - M instead of M - N": lambda s, slope, q, kv, N, M: s - slope * abs(kv - (q + N - M)),
     "the slope read as an exponent": lambda s, slope, q, kv, N, M: s - 2**-slope * abs(q + M - N - kv),
     "the bias multiplied instead of added": lambda s, slope, q, kv, N, M: s * np.exp(-slope * abs(q + M - N - kv)),
+    "the bias built from N and M instead of q_idx and kv_idx": lambda s, slope, q, kv, N, M: alibi_on_the_whole_grid(
+        s, slope, N, M
+    ),
 }
 
 
@@ -264,6 +274,19 @@ def sink_after_the_loop(x, v, sink):
     return acc / s, g + np.log(s)
 
 
+def sink_with_the_mean_value(x, v, sink):
+    # review rev-j-13-8: the sink given a value in the numerator, the mean of the values (sgl-kernel-npu PR #216's bot)
+    lse = np.logaddexp.reduce(np.append(x, sink))
+    return np.exp(x - lse) @ v + np.exp(sink - lse) * v.mean(axis=0), lse
+
+
+def sink_lse_of_the_keys(x, v, sink):
+    # review rev-j-13-8: the output right, but L = log(sum e^x) over the keys alone, written with the keys' max
+    lse = np.logaddexp.reduce(np.append(x, sink))
+    g = np.max(x, initial=-np.inf)
+    return np.exp(x - lse) @ v, g + np.log(np.sum(np.exp(x - g)))
+
+
 SINK = {
     "the sink lost: attention without it": sink_forgotten,
     "the sink's own term left out of s": sink_not_in_the_sum,
@@ -271,6 +294,7 @@ SINK = {
     "the sink left out of the max": sink_against_zero,
     "NaN for a row with no key": sink_nan_when_masked,
     "the sink added after the loop, outside the max and the rescaling": sink_after_the_loop,
+    "the logsumexp without the sink": sink_lse_of_the_keys,
 }
 
 WRONG = {
@@ -367,7 +391,8 @@ def softcap_from_a_variant(qk, scale, cap):
 
 
 def alibi_from_a_variant(score, slope, q, kv, N, M):
-    return make_variant(N, M, (), alibi_slopes=[slope]).scores(score, 0, N, 0, M)
+    # the tile's bounds from its index arrays (the whole grid or a tile of it)
+    return make_variant(N, M, (), alibi_slopes=[slope]).scores(score, q.min(), q.max() + 1, kv.min(), kv.max() + 1)
 
 
 def kind_from_the_mask(r0, r1, c0, c1, N, M):
@@ -501,6 +526,38 @@ def test_a_tile_kind_that_never_changes_is_told_so_and_no_mistake_is_named(kind)
 def test_a_word_for_the_tile_kind_is_told_to_be_a_number():
     text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: "empty"))
     assert "return the number 0 (empty), 1 (partial) or 2 (full)" in text, text
+    # review rev-j-13-9: the number expected and the word got
+    text = repr(exercises.check_tile_kind(lambda r0, r1, c0, c1, N, M: "full"))
+    assert "expected the kind = 0, got 'full': looks like a word for the kind" in text, text
+
+
+def test_an_alibi_built_on_the_whole_grid_fails_the_tile_and_is_named():
+    """Review rev-j-13-7: every case passed the whole N x M grid, so a bias rebuilt from np.arange(N) and
+    np.arange(M) passed; the tile case catches it, named with 13.1's diagnosis, whether the learner's code fails to
+    broadcast there or cuts the whole grid's bias to the tile's shape."""
+
+    def cut_to_the_tile(s, slope, q, kv, N, M):
+        return s - slope * np.abs(np.arange(N)[:, None] + M - N - np.arange(M)[None, :])[: s.shape[0], : s.shape[1]]
+
+    name = "the bias built from N and M instead of q_idx and kv_idx"
+    tile = "a tile: q_idx rows 1..3 and kv_idx keys 2..5 of N = 5, M = 7"
+    for wrong in (ALIBI[name], cut_to_the_tile):
+        report = exercises.check_alibi(wrong)
+        failed = {case: message for case, ok, message in report.cases if not ok}
+        assert list(failed) == [tile] and f"looks like {name}" in failed[tile], report
+    assert exercises.check_alibi(solutions.alibi).passed
+
+
+def test_a_sink_given_a_value_and_a_logsumexp_without_it_are_named_on_every_failing_case():
+    """Review rev-j-13-8: both failed with numbers only; each is now named, on every case it fails."""
+    for wrong, name in (
+        (sink_with_the_mean_value, "the sink added to the numerator too"),
+        (sink_lse_of_the_keys, "the logsumexp without the sink"),
+    ):
+        report = exercises.check_sink_row(wrong)
+        failed = [message for _, ok, message in report.cases if not ok]
+        assert len(failed) >= 8, report
+        assert all(f"looks like {name}" in m or "the same reason as for" in m for m in failed), report
 
 
 def segments_from_unique(q, kv, doc):
@@ -547,7 +604,7 @@ def test_alibi_property_cases_are_square_so_top_left_fails_only_where_named():
     report = check_alibi(ALIBI["the top-left alignment when N != M"])
     failed = [line for line in str(report).splitlines() if line.strip().startswith("FAIL")]
     assert "PASS  property: an all -inf row (masked) stays -inf" in str(report)
-    assert len(failed) == 3 and all("N = M" not in line.split(":")[0] for line in failed)
+    assert len(failed) == 4 and all("N = M" not in line.split(":")[0] for line in failed)  # the tile has N != M
     assert all("top-left alignment" in line for line in failed)
 
 
@@ -565,3 +622,51 @@ def test_a_tile_called_empty_when_its_first_key_is_on_the_last_rows_diagonal_fai
     assert "expected the kind = 1, got 0" in text, text
     for right in (solutions.tile_kind, kind_from_the_mask, kind_from_block_mask):
         assert exercises.check_tile_kind(right).passed
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The chapter's two predictions (review rev-j-13-5): the answer each cell computes, and its common wrong answers
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_window_tiles_prediction_is_150_and_names_its_wrong_answers(capsys):
+    """P13: window (511, 0) at N = M = 4096, 128 x 128 tiles: 28 query tiles compute 5 key tiles, the first four 1 to
+    4, so 150 (60 partial, 90 full, 874 skipped); each misconception's number is the wrong count it explains."""
+    from flashmath.exercises.predict import QUESTIONS
+    from flashmath.variants import block_mask
+
+    counts = block_mask(4096, 4096, window=(511, 0)).counts
+    assert counts == {"empty": 874, "partial": 60, "full": 90} and 28 * 5 + 1 + 2 + 3 + 4 == 150
+    assert set(QUESTIONS["P13"].misconceptions) == {32 * 4, 32 * 5, 32 * 33 // 2, counts["empty"], counts["full"]}
+    for path in ("13_variants.ipynb", "zh/13_variants.ipynb"):
+        run = prediction_cell(path, "predict-window-check-13", {"fm": fm, "np": np, "block_mask": block_mask}, capsys)
+        assert "You predicted" not in run()  # the placeholder: no answer
+        out = run(150)
+        assert ": right." in out and QUESTIONS["P13"].why in out, out
+        for wrong, text in QUESTIONS["P13"].misconceptions.items():
+            out = run(wrong)
+            assert "not quite" in out and text in out, out
+
+
+def test_the_sink_in_every_part_prediction_is_ln_3_and_names_its_wrong_answers(capsys):
+    """P13b: the sink counted in all three split-KV parts is one sink of value sink + ln 3; the cell computes it from
+    the merged logsumexp, for every head."""
+    from flashmath.exercises.predict import QUESTIONS
+
+    rng = np.random.default_rng(0)
+    H, N, M, D = 4, 1, 12, 8
+    sink = np.array([-1.0, 0.0, 1.5, 3.0])
+    q, k, v = rng.standard_normal((H, N, D)), rng.standard_normal((H, M, D)), rng.standard_normal((H, M, D))
+    a, lse = np.zeros((H, N, D)), np.full((H, N), -np.inf)
+    for c0 in (0, 4, 8):
+        part = fm.flash_attention(q, k[:, c0 : c0 + 4], v[:, c0 : c0 + 4], learnable_sink=sink, return_lse=True)
+        a, lse = fm.merge_states(a, lse, *part)
+    env = {"fm": fm, "np": np, "q": q, "k": k, "v": v, "sink": sink, "every": a, "every_lse": lse}
+    for path in ("13_variants.ipynb", "zh/13_variants.ipynb"):
+        run = prediction_cell(path, "predict-sink-check-13", env, capsys)
+        assert "You predicted" not in run()
+        out = run(round(math.log(3), 2))
+        assert ": right." in out and QUESTIONS["P13b"].why in out, out
+        for wrong, text in QUESTIONS["P13b"].misconceptions.items():
+            out = run(wrong)
+            assert "not quite" in out and text in out, out

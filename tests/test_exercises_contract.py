@@ -76,6 +76,7 @@ EVERY_CASE_NAMED = ("1.1", "2.1", "2.2", "4.1")
 CASES_NAMED = {
     "3.1": ["square values (M = Dv = 5, where v.T also runs), D = 5"],
     "8.2": ["the state given (g, s, A') is left unchanged"],
+    "13.4": ["a tile: q_idx rows 1..3 and kv_idx keys 2..5 of N = 5, M = 7"],  # review rev-j-13-7
 }
 
 

@@ -366,6 +366,11 @@ def check_function(
                     if _wide(names)
                     else _("expected {tuple}").format(tuple="(" + ", ".join(names) + ")")
                 )
+            elif isinstance(raws[i], str) and raw is not None and np.ndim(raw) == 0:
+                # a word for a number ('full' for 2): the number expected and the word got (review rev-j-13-9)
+                form = _("expected {what} = {expected}, got {got}").format(
+                    what=names[0], expected=fmt(raw), got=repr(raws[i])
+                )
             else:
                 form = _("expected {name}").format(name=names[0])
             # a Chinese form may end with its full stop; joined() adds its own between the two sentences

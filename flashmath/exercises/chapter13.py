@@ -532,6 +532,40 @@ def _alibi_product(factor):
     return model
 
 
+def _alibi_counted_from_0(rows: bool, keys: bool):
+    """The right bias on indices counted from 0 (``np.arange`` of the index arrays' lengths) in place of ``q_idx``
+    (``rows``) and ``kv_idx`` (``keys``): a tile's offsets lost."""
+
+    def model(s, slope, q_idx, kv_idx, N, M):
+        q, kv = np.asarray(q_idx), np.asarray(kv_idx)
+        q = np.arange(q.size).reshape(q.shape) if rows else q
+        kv = np.arange(kv.size).reshape(kv.shape) if keys else kv
+        return s - slope * np.abs(q + M - N - kv)
+
+    return model
+
+
+def _alibi_grid_cut(s, slope, q_idx, kv_idx, N, M):
+    """The bias of the whole grid (``np.arange(N)``, ``np.arange(M)``), cut to the shape of the scores given."""
+    n, m = _grid(N, M)
+    bias = slope * np.abs(n + M - N - m)
+    return s - bias[: np.shape(s)[0], : np.shape(s)[1]]
+
+
+ALIBI_FROM_SIZES = Mistake(
+    N_("the bias built from N and M instead of q_idx and kv_idx"),
+    N_(
+        "score and the index arrays may be a tile's part of the grid (rows r0..r1 - 1, keys c0..c1 - 1): compute "
+        "with q_idx and kv_idx, score - slope |q_idx + M - N - kv_idx|, never with np.arange(N) and np.arange(M)"
+    ),
+    (
+        _alibi_grid_cut,
+        _alibi_counted_from_0(True, True),
+        _alibi_counted_from_0(True, False),
+        _alibi_counted_from_0(False, True),
+    ),
+)
+
 ALIBI_MISTAKES = (
     Mistake(
         N_("ALiBi's sign"),
@@ -586,13 +620,24 @@ ALIBI_MISTAKES = (
             _alibi_product(lambda d, slope: np.exp(-slope * d)),
         ),
     ),
+    ALIBI_FROM_SIZES,
 )
+
+
+def _alibi_hint(exc, args) -> str | None:
+    """A broadcast error on the tile case (scores and index arrays that are not the whole grid): the bias was built
+    on the whole grid, from N and M (review rev-j-13-7)."""
+    score, _slope, _q, _kv, N, M = args
+    if "could not be broadcast" in str(exc) and np.shape(score) != (N, M):
+        return ALIBI_FROM_SIZES.message()
+    return _array_hint(exc)
 
 
 @exercise("13.4", ALIBI_MISTAKES, solution="alibi", property_cases=2)
 def check_alibi(fn) -> CheckReport:
-    """Check ``fn(score, slope, q_idx, kv_idx, N, M)``: ``score - slope |q_idx + M - N - kv_idx|``. The property
-    cases: one score, and a masked ``-inf`` kept. Named mistakes: :data:`ALIBI_MISTAKES`."""
+    """Check ``fn(score, slope, q_idx, kv_idx, N, M)``: ``score - slope |q_idx + M - N - kv_idx|``, on the whole
+    grid and on a tile's part of it (index arrays that are not ``0 .. N - 1``). The property cases: one score, and a
+    masked ``-inf`` kept. Named mistakes: :data:`ALIBI_MISTAKES`."""
     rng = np.random.default_rng(13)
     cases = []
     for title, N, M, slope in (
@@ -603,6 +648,13 @@ def check_alibi(fn) -> CheckReport:
     ):
         cases.append((title, (rng.standard_normal((N, M)), slope, *_grid(N, M), N, M)))
     scores = rng.standard_normal((3, 3))  # N = M: a top-left-aligned bias is right here, its -inf handling alone tested
+    # review rev-j-13-7: a tile's part of the grid, as 13.1 has, so that a bias built from np.arange(N) fails
+    cases.append(
+        (
+            _("a tile: q_idx rows 1..3 and kv_idx keys 2..5 of N = 5, M = 7"),
+            (rng.standard_normal((3, 4)), 0.25, np.arange(1, 4)[:, None], np.arange(2, 6)[None, :], 5, 7),
+        )
+    )
     properties = property_cases(
         [
             (title, (score, slope, *_grid(*score.shape), *score.shape))
@@ -621,7 +673,7 @@ def check_alibi(fn) -> CheckReport:
         n_out=1,
         names=(_("the scores"),),
         properties=properties,
-        hint=_array_hint,
+        hint=_alibi_hint,
         not_answer=_SCORES_NOT_ANSWER,
     )
 
@@ -1041,6 +1093,31 @@ def _zeros(sink, Dv):
     return np.zeros(Dv)
 
 
+def _sink_valued(value):
+    """The right row, but the sink given a value ``value(v)`` in the numerator: ``a + P_sink value(v)``, with
+    ``P_sink = exp(sink - L)`` (the mistake a review bot asked for in sgl-kernel-npu PR #216)."""
+
+    def model(x, v, sink):
+        a, lse = sink_row_reference(x, v, sink)
+        return a + np.exp(sink - lse) * value(np.asarray(v, dtype=np.float64)), lse
+
+    return model
+
+
+def _lse_of_the_keys(empty, masked):
+    """The right output, but the logsumexp of the keys alone, ``log(sum_m e^x_m)``: ``empty`` for a row with no key
+    and ``masked`` for a row whose keys are all masked (-inf, or NaN where ``x - max(x)`` was ``-inf - (-inf)``)."""
+
+    def model(x, v, sink):
+        a, _ = sink_row_reference(x, v, sink)
+        x = np.asarray(x, dtype=np.float64)
+        if x.size == 0:
+            return a, empty
+        return a, (np.logaddexp.reduce(x) if np.any(x > -np.inf) else masked)
+
+    return model
+
+
 SINK_MISTAKES = (
     # first: the models of the others that give NaN for a row with no key fail other cases too
     Mistake(
@@ -1077,6 +1154,10 @@ SINK_MISTAKES = (
         (
             _sink_loop(lambda sink: sink, lambda sink: 1.0, lambda sink, Dv: np.ones(Dv)),
             _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after="both"),
+            # review rev-j-13-8: the sink given a value row, the mean of the values or the first or last of them
+            _sink_valued(lambda v: v.mean(axis=0)),
+            _sink_valued(lambda v: v[0]),
+            _sink_valued(lambda v: v[-1]),
         ),
     ),
     # before the next: its models fail this one's case the same way, and more
@@ -1100,6 +1181,15 @@ SINK_MISTAKES = (
             _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after=True),
             _sink_loop(lambda sink: -np.inf, lambda sink: 0.0, _zeros, after=True, guard=False),
         ),
+    ),
+    # review rev-j-13-8: the output right, the logsumexp of the keys alone
+    Mistake(
+        N_("the logsumexp without the sink"),
+        N_(
+            "L includes the sink: L = log(e^sink + sum_m e^x_m), that is g + log(s) of the state started at the sink "
+            "(a row with no key has L = sink), not the logsumexp of the keys alone"
+        ),
+        (_lse_of_the_keys(-np.inf, -np.inf), _lse_of_the_keys(-np.inf, np.nan), _lse_of_the_keys(np.nan, np.nan)),
     ),
 )
 

@@ -406,6 +406,55 @@ QUESTIONS: dict[str, Question] = {
             ),
         },
     ),
+    "P13": Question(
+        why=N_(
+            "The first row of query tile i sees keys from 128 i - 511 = 128 (i - 4) + 1 on, inside key tile i - 4: "
+            "each query tile from tile 4 on computes 5 key tiles, i - 4 (partial) to i (the diagonal, partial), and "
+            "the first four compute 1, 2, 3 and 4: 28 x 5 + 10 = 150."
+        ),
+        misconceptions={
+            128: N_(
+                "128 = 32 x 4 takes the 512 keys for 4 whole tiles, but the window is not aligned with them: it ends "
+                "inside the diagonal tile and reaches back into a fifth key tile, so 28 x 5 + 1 + 2 + 3 + 4 = 150."
+            ),
+            160: N_(
+                "160 = 32 x 5 gives every query tile 5 key tiles, but the first four query tiles have only 1, 2, 3 "
+                "and 4 key tiles up to the diagonal: 28 x 5 + 10 = 150."
+            ),
+            528: N_(
+                "528 = 32 x 33 / 2 is the causal mask's count; the window also skips every key tile that lies wholly "
+                "more than 511 keys before its rows: 150."
+            ),
+            874: N_("874 is the count of the tiles skipped; the loop computes the other 1024 - 874 = 150."),
+            90: N_(
+                "90 counts the full tiles only; the partial ones are computed too, the 32 on the diagonal and the 28 "
+                "at the window's far end: 90 + 60 = 150."
+            ),
+        },
+    ),
+    "P13b": Question(
+        why=N_(
+            "The merge adds the parts' denominators, so the sink's term e^sink counts three times: 3 e^sink = "
+            "e^(sink + ln 3), one sink larger by ln 3, about 1.10."
+        ),
+        misconceptions={
+            3: N_(
+                "The sink's term is tripled, 3 e^sink; as a logit that is sink + ln 3, about sink + 1.10, not sink + 3 "
+                "(e^(sink + 3) is about 20 e^sink)."
+            ),
+            2: N_(
+                "The two extra copies add 2 e^sink to the one that belongs there: 3 e^sink in all, which as a logit is "
+                "sink + ln 3, about sink + 1.10, not sink + 2."
+            ),
+            math.log(2): N_(
+                "ln 2 is the sink counted in two parts; in all three, 3 e^sink = e^(sink + ln 3), about sink + 1.10."
+            ),
+            0: N_(
+                "The merge keeps no single copy of the sink: it adds the parts' denominators, each with its own "
+                "e^sink, so 3 e^sink = e^(sink + ln 3)."
+            ),
+        },
+    ),
     "P14": Question(
         why=N_(
             "Device 0 holds the first quarter of the queries: the shards of devices 1, 2 and 3 hold only later keys, "
