@@ -837,6 +837,43 @@ MASKED_MORE.setdefault("the scores multiplied by the mask (a masked score 0)", [
 MERGE["the shares not divided by their sum"] = merge_shares_against_the_max
 
 
+def masked_bias_then_matmul(g, s, a, x_tile, v_tile, keep):
+    """Cell 10's two plain steps (review rev-k-08-5): a 0/-inf bias added to the scores, then P @ V."""
+    x = x_tile + np.where(keep, 0.0, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    s_new = s * r + p.sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / np.where(s_new == 0, 1, s_new)[:, None]
+
+
+def masked_weights_times_keep(g, s, a, x_tile, v_tile, keep):
+    """The max over the kept scores, then P = e^{X - g_new} * keep and P @ V (review rev-k-08-6)."""
+    g_new = np.maximum(g, np.where(keep, x_tile, -np.inf).max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x_tile - ref[:, None]) * keep
+    s_new = s * r + p.sum(axis=1)
+    return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / np.where(s_new == 0, 1, s_new)[:, None]
+
+
+def test_a_bias_then_p_v_is_named_as_its_two_mistakes():
+    """Not "the scores multiplied by the mask" (its model fails the masked prefix this code passes): the bias on
+    the case with NaN and +inf in masked scores, 0 * NaN on the three cases with NaN or inf in a masked value row."""
+    with np.errstate(invalid="ignore"):
+        report = exercises.check_masked_tile_step(masked_bias_then_matmul)
+    assert named(report) == {"masked terms multiplied by 0 (0 * NaN)", "the mask added to the scores (NaN + -inf)"}
+    failed = {name: msg for name, ok, msg in report.cases if not ok}
+    assert "the mask added to the scores" in failed["NaN and +inf in masked scores"], report
+    assert "0 * NaN" in failed["NaN in the value row of a key masked for some rows only"], report
+
+
+def test_weights_multiplied_by_the_mask_are_named_as_0_times_nan():
+    with np.errstate(invalid="ignore"):
+        report = exercises.check_masked_tile_step(masked_weights_times_keep)
+    assert not report.passed
+    assert named(report) == {"masked terms multiplied by 0 (0 * NaN)"}, report
+
+
 def test_a_clamped_causal_offset_is_named_as_no_empty_row():
     report = exercises.check_causal_mask(causal_offset_clamped)
     assert not report.passed

@@ -248,6 +248,45 @@ class Diagnosis:
         return {}
 
 
+class ConsistentDiagnosis(Diagnosis):
+    """A :class:`Diagnosis` that first looks for the mistake, or the two mistakes, among the models that also give
+    the learner's answer on every case that passed (a model that fails a case the learner got right is not the
+    learner's code), and only then among all models. Without this, in 2.2 an fmin merge with no guard gives the two
+    failing answers of ``g = max(g1, g2)`` with no guard, whose Python max drops a NaN, and "the min of the two maxima"
+    would be named, though it fails most of the cases that passed; in 8.2 a 0/-inf bias followed by ``P @ V`` would be
+    named "the scores multiplied by the mask", though that model fails the masked prefix the learner got right.
+
+    With ``pairs_first`` (2.2's rule) two consistent mistakes are named before one consistent mistake that explains
+    every failing case; without it (8.2's), the one mistake first."""
+
+    def __init__(self, cases, answers, mistakes, same, pairs_first: bool = True):
+        super().__init__(cases, answers, mistakes, same)
+        self._pairs_first = pairs_first
+        self._answered = [answer is not None for answer in answers]
+        self._all_rows = self._rows
+
+    def _explained(self, failing, how):
+        failing = list(failing)
+        passing = [i for i, answered in enumerate(self._answered) if answered and i not in failing]
+        self._rows = [(mistake, row) for mistake, row in self._all_rows if all(row[i] for i in passing)]
+        try:
+            found = how(self, failing)
+        finally:
+            self._rows = self._all_rows
+        return found
+
+    def explaining(self, failing) -> Mistake | None:
+        one = None if self._pairs_first else self._explained(failing, Diagnosis.explaining)
+        if one is not None:
+            return one
+        if self._explained(failing, Diagnosis.covering):  # two consistent mistakes: covering() names them
+            return None
+        return self._explained(failing, Diagnosis.explaining) or super().explaining(failing)
+
+    def covering(self, failing) -> dict[int, Mistake]:
+        return self._explained(failing, Diagnosis.covering) or super().covering(failing)
+
+
 def explaining(diagnosis, failing) -> dict[int, Mistake]:
     """Which mistake explains each failing case of a run, ``{case index: mistake}``, from any diagnosis object: one
     mistake that explains every failing case (its ``explaining``), else two that together do (its ``covering``);

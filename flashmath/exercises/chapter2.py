@@ -12,7 +12,7 @@ import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, check_function, property_cases
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import LOOKS_LIKE, CheckReport, Diagnosis, Mistake, close, run
+from flashmath.exercises._report import LOOKS_LIKE, CheckReport, ConsistentDiagnosis, Diagnosis, Mistake, close, run
 from flashmath.exercises.chapter1 import softmax_cases
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -745,37 +745,6 @@ def merge_properties():
     )
 
 
-class _ConsistentDiagnosis(Diagnosis):
-    """A :class:`Diagnosis` that first looks for the mistake, or the two mistakes, among the models that also give
-    the learner's answer on every case that passed (a model that fails a case the learner got right is not the
-    learner's code), and only then among all models. Without this, an fmin merge with no guard gives the two failing
-    answers of ``g = max(g1, g2)`` with no guard, whose Python max drops a NaN, and "the min of the two maxima" would
-    be named, though it fails most of the cases that passed."""
-
-    def __init__(self, cases, answers, mistakes, same):
-        super().__init__(cases, answers, mistakes, same)
-        self._answered = [answer is not None for answer in answers]
-        self._all_rows = self._rows
-
-    def _explained(self, failing, how):
-        failing = list(failing)
-        passing = [i for i, answered in enumerate(self._answered) if answered and i not in failing]
-        self._rows = [(mistake, row) for mistake, row in self._all_rows if all(row[i] for i in passing)]
-        try:
-            found = how(self, failing)
-        finally:
-            self._rows = self._all_rows
-        return found
-
-    def explaining(self, failing) -> Mistake | None:
-        if self._explained(failing, Diagnosis.covering):  # two consistent mistakes: covering() names them
-            return None
-        return self._explained(failing, Diagnosis.explaining) or super().explaining(failing)
-
-    def covering(self, failing) -> dict[int, Mistake]:
-        return self._explained(failing, Diagnosis.covering) or super().covering(failing)
-
-
 @exercise("2.2", MERGE_MISTAKES, solution="merge")
 def check_merge(fn) -> CheckReport:
     """Check a learner's ``fn(g1, s1, g2, s2) -> (g, s)`` against :func:`flashmath.merge` (exercise 2.2).
@@ -784,7 +753,7 @@ def check_merge(fn) -> CheckReport:
     the whole; the identity ``(-inf, 0)`` on either side; either part holding the larger max; maxima 1e4 apart
     and maxima of 800 (no overflow); NaN in a max (g = s = NaN) or in a sum (s = NaN, g still the larger
     max). Named mistakes: :data:`MERGE_MISTAKES`, through models that also give the learner's answer on every case
-    that passed (:class:`_ConsistentDiagnosis`), so that code with two slips, no guard for two empty parts and
+    that passed (:class:`ConsistentDiagnosis`), so that code with two slips, no guard for two empty parts and
     Python's max, is named as those two.
     """
     return _check_states(
@@ -794,7 +763,7 @@ def check_merge(fn) -> CheckReport:
         _right_merge,
         MERGE_MISTAKES,
         merge_properties(),
-        diagnosis=lambda args, answers: _ConsistentDiagnosis(args, answers, MERGE_MISTAKES, same_state),
+        diagnosis=lambda args, answers: ConsistentDiagnosis(args, answers, MERGE_MISTAKES, same_state),
         hint=_merge_hint,
     )
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases
+from flashmath.exercises._cases import BOOL_OUT, check_function, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, Mistake, same
+from flashmath.exercises._report import INPUT_MODIFIED, CheckReport, ConsistentDiagnosis, Mistake, same
 from flashmath.exercises._tiles import (
     NOT_A_STATE,
     inputs_unchanged,
@@ -166,11 +166,14 @@ def _masked_model(
     guard_div=True,
     values=None,
     p_masked=False,
+    raw_weights=False,
 ):
     """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied; with
     ``mask_after_exp`` the max is taken over the unmasked scores and the mask applied to the weights; without
     ``guard_div`` the output is divided by s_new even where it is 0; ``values(V)`` the value tile used; with
-    ``p_masked`` the weights are multiplied by the mask (P * keep) before they are summed."""
+    ``p_masked`` the weights are multiplied by the mask (P * keep) before they are summed; with ``raw_weights`` the
+    max is taken over the masked scores and the weights are those of the unmasked scores times the mask,
+    e^{X - g_new} * keep (0 * NaN and 0 * inf are NaN in P itself)."""
 
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
@@ -187,6 +190,8 @@ def _masked_model(
             p = np.where(keep, np.exp(raw - ref[:, None]), 0.0)
         if p_masked:
             p = p * keep
+        if raw_weights:
+            p = np.exp(raw - ref[:, None]) * keep
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
         return (
@@ -217,7 +222,12 @@ MASKED_MISTAKES = (
             "instead of "
             "multiplying P by the mask"
         ),
-        (_masked_model(), _masked_model(term=lambda p, keep, V: p @ V)),
+        (
+            _masked_model(),
+            _masked_model(term=lambda p, keep, V: p @ V),
+            # P = e^{X - g_new} * keep from the unmasked scores: a NaN or +inf masked score gives 0 * NaN in P
+            *(_masked_model(raw_weights=True, term=term) for term in (None, _absent_terms)),
+        ),
     ),
     Mistake(
         N_("-inf - (-inf) on a masked prefix"),
@@ -248,10 +258,8 @@ MASKED_MISTAKES = (
             "adding a 0/-inf bias keeps what a masked score holds: NaN + (-inf) is NaN and inf + (-inf) is NaN. "
             "Select masked scores away: np.where(keep, X, -np.inf)"
         ),
-        tuple(
-            _masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=term)
-            for term in (None, _absent_terms, lambda p, keep, V: p @ V)
-        ),
+        # the terms selected: a bias then P @ V is two mistakes, this one and 0 * NaN, each named on its own cases
+        (_masked_model(score=lambda x, keep: x + np.where(keep, 0.0, -np.inf), term=_absent_terms),),
         # g_new and s_new are NaN on a row with a NaN or +inf masked score: its A' is not compared, since a guarded
         # division (np.where(s_new > 0, ..., A' or 0)) gives a number there and an unguarded one NaN
         compare=lambda answer, model: _unguarded_max(answer, model),
@@ -326,7 +334,9 @@ def _unguarded_max(answer, model) -> bool:
     """The answer agrees with a model whose state turns NaN on some rows (the unguarded max, the additive mask): the
     same ``g_new`` and ``s_new`` (NaN where the model's is), and the same ``A'`` on every row where the model's
     ``s_new`` is not NaN. On a row where it is NaN, ``A'`` is not compared: a learner may have guarded the division
-    (``np.where(s_new > 0, ..., 0)`` gives 0 there, ``np.where(s_new > 0, ..., A')`` the old ``A'``) or not."""
+    (``np.where(s_new > 0, ..., 0)`` gives 0 there, ``np.where(s_new > 0, ..., A')`` the old ``A'``) or not. On a
+    case where no row's ``s_new`` is NaN, everything is compared (the model then agrees with a learner who passed it,
+    and a 0/-inf bias then ``P @ V`` gives 0 * NaN where a masked value row holds NaN or inf)."""
     if answer is None or not isinstance(answer, tuple) or not isinstance(model, tuple) or len(answer) != 3:
         return False
     try:
@@ -334,7 +344,7 @@ def _unguarded_max(answer, model) -> bool:
             return False
         a, a_model = np.asarray(answer[2], np.float64), np.asarray(model[2], np.float64)
         active = np.isnan(np.asarray(model[1], np.float64))
-        return bool(a.shape == a_model.shape and active.any() and same(a[~active], a_model[~active]))
+        return bool(a.shape == a_model.shape and same(a[~active], a_model[~active]))
     except Exception:
         return False
 
@@ -410,6 +420,11 @@ def check_masked_tile_step(fn) -> CheckReport:
         hint=shape_hint,
         properties=_masked_properties(keep),
         call=score_tile_copied,
+        # a model that fails a case the learner passed is not the learner's code (review rev-k-08-5: a 0/-inf bias
+        # then P @ V is two mistakes, the bias and 0 * NaN, not "the scores multiplied by the mask")
+        diagnosis=lambda args, answers: ConsistentDiagnosis(
+            args, answers, MASKED_MISTAKES, same_arrays, pairs_first=False
+        ),
     )
     inputs_unchanged(report, fn, _("the state given (g, s, A') is left unchanged"), cases[3][1], always=True)
     return report
