@@ -153,7 +153,10 @@ def then(sentence: str, more: str) -> str:
 
 
 def aside(text: str, note: str) -> str:
-    """``text`` with a note in parentheses: ``"{text} ({note})"``, full-width parentheses in Chinese."""
+    """``text`` with a note in parentheses: ``"{text} ({note})"``, full-width parentheses in Chinese, where the note
+    goes before the sentence's full stop: ``"……向量（……）"``, not ``"……向量。（……）"``."""
+    if get_language().startswith("zh"):
+        text = text.rstrip("\u3002")
     return gettext("{text} ({note})").format(text=text, note=note)
 
 

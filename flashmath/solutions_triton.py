@@ -105,13 +105,13 @@ def backward_dq(q, k, v, a, lse, grad_a, keep):
 
 
 where_it_lives = {
-    "Q, K, V (the whole arrays)": "HBM",
+    "Q, K, V": "HBM",
     "q_tile": "registers",  # or shared memory: the compiler decides where a tl.dot operand waits
     "k_tile, v_tile": "shared memory",
     "x_tile, p_tile": "registers",
     "m_i, l_i": "registers",
     "acc": "registers",
-    "A, LSE (the results)": "HBM",
+    "A, LSE": "HBM",
 }
 """Chapter 11 (11.2)."""
 

@@ -334,6 +334,16 @@ def test_english_is_the_default_and_comes_back(capsys):
     assert capsys.readouterr().out.startswith("No prediction yet")
 
 
+def test_an_aside_goes_before_the_chinese_full_stop():
+    """zhrev-al 01-13: "……向量（Python 原始报错：……）", not "……向量。（……）"; English keeps its sentence whole."""
+    assert i18n.aside("a sentence.", "a note") == "a sentence. (a note)"
+    i18n.set_language("zh_CN")
+    try:
+        assert i18n.aside("请返回一个空的浮点向量。", "原始报错") == "请返回一个空的浮点向量（原始报错）"
+    finally:
+        i18n.set_language("en")
+
+
 def test_an_unknown_language_is_refused():
     with pytest.raises(ValueError, match="zh_CN"):
         i18n.set_language("fr")
@@ -606,6 +616,7 @@ def test_what_a_chinese_chapter_prints_is_chinese(path):
                 continue
             # a quoted string is data (a token, a repr, an answer to type); a prime (A'_m ... A'_M) starts none
             line = re.sub(r"(?<![\w'])'[^']*'", "", line)
+            line = re.sub(r"“[ -~]*”", "", line)  # an answer to type, in Chinese quotes: “registers”
             line = re.sub(r"BLAS：.*", "", line)  # fm.blas_description(): the library's and kernel's own names
             words = {w for w in re.findall(r"(?<![\w.])[A-Za-z][A-Za-z]+(?![\w(])", line) if w not in allowed}
             if words:

@@ -51,7 +51,11 @@ BANNED: list[tuple[str, str, str]] = [
     (r"\A变体\Z", "写法", "01-4: implementations are 写法; 变体 is an attention variant"),
     (r"由分数组成", "小数（非整数）", "G7: 分数 means the attention scores"),
     (r"(空|key |两个|第一个|每个)范围", "段", "10-1: a split-KV part is a 段"),
-    (r"(?<!Jupyter )内核|不需要 kernel 也能", "Jupyter 内核（kernel alone is GPU code）", "G2: two kernels, two words"),
+    (
+        r"(?<!Jupyter )(?<!“)(?<!→ 重启)内核|不需要 kernel 也能",
+        "Jupyter 内核（kernel alone is GPU code; JupyterLab's Chinese menu “内核 → 重启内核” quoted as it is)",
+        "G2: two kernels, two words",
+    ),
     (r"溢出到", "溢出（spill）到", "10-11: 溢出 alone is an overflow"),
     (r"运行最大值", "当前最大值", "glossary: running max is 当前最大值"),
     (r"普通公式|普通写法", "直接 / 朴素", "01-13: naive is 朴素, direct is 直接"),
@@ -75,8 +79,8 @@ BANNED: list[tuple[str, str, str]] = [
     (r"载入", "读入", "zhrev-ad 11-6: a load is 读入, as the glossary says"),
     (r"流水化", "流水线化", "zhrev-ac 11-9: the prose pipelines with 流水线化"),
     (
-        r"(?<![（\w.`])program(?![\w`])",
-        "程序（program 只在首次出现的括注里）",
+        r"(?<![（(\w.`])(?<!\| )program(?![\w`])",
+        "程序实例、程序（program 只在首次出现的括注里和术语表的英文列）",
         "zhrev-ac 11-1, 11-6: a Triton program is 程序 in Chinese text, figures and feedback",
     ),
 ]
@@ -149,7 +153,7 @@ def test_the_check_can_fail():
         (
             "y",
             "分组查询注意力（GQA）、KV cache、标准 attention、重缩放因子、两段、依次读入、重启 Jupyter 内核；"
-            "浮点数的范围；多查询注意力（MQA）、一个 query",
+            "菜单“内核 → 重启内核”；浮点数的范围；多查询注意力（MQA）、一个 query、程序实例（program instance）",
         )
     ]
     assert offences(good) == []

@@ -482,7 +482,7 @@ PLACES = {
 PLACE_NAMES = {"registers": N_("registers"), "shared memory": N_("shared memory"), "HBM": N_("HBM")}
 
 WHERE = {
-    N_("Q, K, V (the whole arrays)"): (
+    "Q, K, V": (
         {"HBM"},
         N_("the inputs stay in the GPU's main memory (HBM); a program loads only its tiles"),
     ),
@@ -510,10 +510,16 @@ WHERE = {
             "over the program's threads (num_warps x 32 of them)"
         ),
     ),
-    N_("A, LSE (the results)"): ({"HBM"}, N_("written once, at the end, to HBM")),
+    "A, LSE": ({"HBM"}, N_("written once, at the end, to HBM")),
 }
-"""For each quantity of the kernel: the right places, and why. The learner's dict uses these English keys in both
-editions; a key holding words is marked, and its case in the report is named in the selected language."""
+"""For each quantity of the kernel: the right places, and why. The learner's dict uses these keys, code names, in both
+editions; its cases in the report are named by :data:`WHERE_LABELS`, in the selected language."""
+
+WHERE_LABELS = {"Q, K, V": N_("Q, K, V (the whole arrays)"), "A, LSE": N_("A, LSE (the results)")}
+"""The case name of a key that is not a name in the kernel (the others are named as they are)."""
+
+WHERE_ALIASES = {"Q, K, V (the whole arrays)": "Q, K, V", "A, LSE (the results)": "A, LSE"}
+"""The keys of the exercise before zhrev-al 11-15 (English words in the learner's code), still accepted."""
 
 SCORES_IN_SHARED_MEMORY = N_(
     "tl.dot leaves the score tile in registers, where Ampere's and Hopper's matrix units write their results "
@@ -581,10 +587,12 @@ def check_where_it_lives(answers) -> CheckReport:
     streamed tile in registers for the whole sweep; the accumulator in HBM (FlashAttention, Algorithm 1, reads and
     writes it each step; FlashAttention-2 does not).
     """
+    if isinstance(answers, dict):
+        answers = {WHERE_ALIASES.get(key, key): answer for key, answer in answers.items()}
     report = check_quiz(
         "check_where_it_lives",
         answers,
-        [(_(quantity), quantity) for quantity in WHERE],
+        [(_(WHERE_LABELS.get(quantity, quantity)), quantity) for quantity in WHERE],
         what=N_("quantity: place"),
         parse=_where_parse,
         right=lambda quantity: WHERE[quantity][0],
