@@ -692,7 +692,7 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
     elif kind == "ALiBi":
         change = -(2.0**-param) * np.abs(n - m)
         note = _(
-            "ALiBi: bias -s |n - m| on the causal scores, slope s = 2^-{param} = {slope:.3g} (same tiles as causal)"
+            "ALiBi: bias -mu |n - m| on the causal scores, slope mu = 2^-{param} = {slope:.3g} (same tiles as causal)"
         ).format(param=param, slope=2.0**-param)
     elif kind == "softcap":
         cap = param / 4
@@ -705,9 +705,7 @@ def mask_example(kind: str, param: int, block: int, *, N: int = 64, mask_mod: Ma
         row_lse = np.logaddexp.reduce(x, axis=1, keepdims=True)  # (N, 1), L_n without the sink
         # every kept probability of row n times 1 - P_sink,n = 1 / (1 + exp(sink - L_n)): its log, the same all along
         change = np.broadcast_to(-np.logaddexp(0.0, sink - row_lse), (N, N))
-        note = _("learnable sink {sink:g}: no mask, same tiles as causal; colour: log(1 - P_sink) of each row").format(
-            sink=sink
-        )
+        note = _("learnable sink {sink:g} on causal scores (not a mask: the same tiles as causal)").format(sink=sink)
     else:
         mod = (mask_mod or strided_mask_mod)(param)
         if mask_mod is None:  # the default custom mask: its parameter is the stride
