@@ -28,13 +28,19 @@ def learner(mistake=None):
             x32 = q.astype(np.float32) @ k.astype(np.float32).T / np.float32(math.sqrt(D))
             e32 = np.exp(x32 - x32.max(axis=-1, keepdims=True))
             reference = ((e32 / e32.sum(axis=-1, keepdims=True)) @ v.astype(np.float32)).astype(np.float64)
-        if mistake in ("never rounded", "float64 naive", "Y unrounded", "X unrounded"):
+        if mistake == "four roundings":  # a right variant here: FlashAttention's out_pt also rounds K / sqrt(D)
+            k32 = (k64 / math.sqrt(D)).astype(dtype).astype(np.float32)
+            x = (q32 @ k32.T).astype(dtype).astype(np.float32)
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            y = (e / e.sum(axis=-1, keepdims=True)).astype(dtype)
+            naive = (y.astype(np.float32) @ v32).astype(dtype)
+        elif mistake in ("never rounded", "float64 naive", "Y unrounded", "X unrounded", "A unrounded"):
             x = q32 @ k32.T / np.float32(math.sqrt(D)) if mistake != "float64 naive" else q64 @ k64.T / math.sqrt(D)
-            if mistake == "Y unrounded":
+            if mistake in ("Y unrounded", "A unrounded"):
                 x = x.astype(dtype).astype(np.float32)
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             y = e / e.sum(axis=-1, keepdims=True)
-            if mistake == "X unrounded":
+            if mistake in ("X unrounded", "A unrounded"):
                 y = y.astype(dtype).astype(np.float32)
             naive = y @ (v64 if mistake == "float64 naive" else v32)
             if mistake in ("Y unrounded", "X unrounded"):
@@ -98,6 +104,8 @@ def test_the_solution_and_another_right_answer_pass():
     assert report.passed, repr(report)
     report = check_flash_test_ratio(learner("float32 reference"))  # FlashAttention's tests use one
     assert report.passed, repr(report)
+    report = check_flash_test_ratio(learner("four roundings"))  # chapter 9's exercise text: with D = 16 it passes
+    assert report.passed, repr(report)
     assert "All good." in repr(report)
 
 
@@ -114,6 +122,7 @@ def test_the_solution_and_another_right_answer_pass():
         ("float64 naive", "naive error seems to be 0"),
         ("Y unrounded", "probabilities Y unrounded"),
         ("X unrounded", "scores X unrounded"),
+        ("A unrounded", "naive output A seems left in float32"),
         ("relative", "relative errors"),
         ("no scale", "leave out the scale"),
         ("no scale anywhere", "reference and naive attention both seem to leave out the scale"),
@@ -170,3 +179,17 @@ def test_the_softmax_without_its_max_is_explained_by_what_happens_in_each_dtype(
     for name in ("property: float16 scores near 20", "float16 inputs, out = flash_attention (fa2, 16 x 16 tiles)"):
         assert "overflows float16 once x > 11.1" in said[name] and "inf / inf is NaN" in said[name], said[name]
     assert all("without subtracting their max" in message for message in said.values())
+
+
+def test_the_fourth_rounding_changes_one_quotient_of_the_checkers_inputs():
+    """Chapter 9's exercise text: the checker's heads have D = 16, where K / 4 rounds exactly but for subnormal
+    quotients, one in all its inputs."""
+    from flashmath.exercises.chapter9 import _cases, _properties
+
+    inputs = [(q, k) for _, _, q, k, _ in _cases()] + [(args[1], args[2]) for _, args in _properties()]
+    assert {q.shape[-1] for q, _ in inputs} == {16}
+    changed = 0
+    for _, k in inputs:
+        quotient = np.asarray(k, np.float64) / 4
+        changed += int((quotient.astype(k.dtype).astype(np.float64) != quotient).sum())
+    assert changed == 1

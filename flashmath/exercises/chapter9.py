@@ -8,9 +8,10 @@ ratio to be at most 2.
 
 The checker runs ``fn`` on float16 and bfloat16 inputs with outputs of known quality, and names the classic
 mistakes by the ratio they give: the naive attention computed entirely in the input dtype (its matrix products and
-sums accumulated there), only its output rounded, never rounded at all (or computed in float64), the scores or the
-probabilities left unrounded, a reference stored in the input dtype, the mean or the relative error instead of the
-largest absolute one, and the ratio upside down. Like every checker it never raises (see :mod:`flashmath.exercises`).
+sums accumulated there), only its output rounded, never rounded at all (or computed in float64), the scores, the
+probabilities or the output left unrounded, a reference stored in the input dtype, the mean or the relative error
+instead of the largest absolute one, and the ratio upside down. Like every checker it never raises (see
+:mod:`flashmath.exercises`).
 """
 
 from __future__ import annotations
@@ -204,6 +205,13 @@ def _ratios(out, q, k, v) -> tuple[float, list[tuple[float, str]]]:
                     "your naive attention seems to leave the scores X unrounded: a framework stores X = Q K^T / "
                     "sqrt(D) in "
                     "{dtype} before the softmax, so round X too"
+                ).format(dtype=dtype),
+            ),
+            (
+                max_abs_error(out, ref) / max_abs_error(_naive_rounding(q, k, v, a=False), ref),
+                _(
+                    "your naive output A seems left in float32: a framework stores A = Y V in {dtype} too, as it "
+                    "stores X and Y, so round A as well"
                 ).format(dtype=dtype),
             ),
             (

@@ -365,15 +365,8 @@ QUESTIONS: dict[str, Question] = {
             "naive attention rounds X and Y to float16 as well."
         ),
         misconceptions={
-            1: N_(
-                "1 would mean that adding tile by tile costs as much as naive attention's roundings of X and Y; "
-                "but fa2's tiles add in float32, whose errors (about 2^-24) vanish under float16's 2^-11: only its "
-                "last rounding shows."
-            ),
-            2: N_(
-                "2 is the most FlashAttention's rule allows, not where fa2 lands: the numpy model rounds only its "
-                "output, like the floor."
-            ),
+            1: N_("1 would mean that adding tile by tile costs as much as naive attention's roundings of X and Y."),
+            2: N_("2 is the most FlashAttention's rule allows, not where fa2 lands."),
         },
     ),
     "P10": Question(

@@ -142,8 +142,8 @@ class PrecisionPlot(LivePlot):
         block_q, block_k = study.blocks[b]
         self.title.set_text(
             _(
-                "tiles $B_r \\times B_c$ = {block_q} x {block_k}.  FlashAttention's test, fa2 error / "
-                "naive error (at most 2): {ratios}"
+                "tiles {block_q} x {block_k}.  fa2 error / naive error vs float64 (FlashAttention's rule: at most "
+                "2): {ratios}"
             ).format(block_q=block_q, block_k=block_k, ratios=ratios)
         )
 
