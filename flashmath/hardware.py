@@ -27,10 +27,10 @@ specifications per compute capability) and the Ampere and Hopper tuning guides (
 Cache" sections).
 
 :data:`FIGURE_1` holds the three levels of memory that FlashAttention's Figure 1 (left) draws, with the sizes and
-bandwidths of the A100 and its host that the paper gives: on-chip SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), CPU
-DRAM 12.8 GB/s (more than 1 TB). Its SRAM is the 192 KB of each of the A100's 108 streaming multiprocessors (section
-2.1 of the paper), of which up to ``GPUS["A100"].shared_bytes`` (164 KiB) can serve as shared memory (163 KiB for
-one thread block).
+bandwidths it gives: on-chip SRAM 19 TB/s (20 MB), HBM 1.5 TB/s (40 GB), CPU DRAM 12.8 GB/s (more than 1 TB). The
+figure names no GPU; its GPU numbers are the A100's of section 2.1, its DRAM a host's. Its SRAM is the 192 KB of
+each of the A100's 108 streaming multiprocessors (section 2.1 of the paper), of which up to
+``GPUS["A100"].shared_bytes`` (164 KiB) can serve as shared memory (163 KiB for one thread block).
 """
 
 from __future__ import annotations

@@ -49,7 +49,13 @@ def test_the_picture_draws_every_level_with_its_size_and_bandwidth():
     fig = viz.plot_memory_hierarchy()
     drawn = " ".join(texts(fig))
     # the SMs' SRAM tied to the size drawn: 108 x 192 KiB = 21.2 MB, which Figure 1 rounds to 20 MB
-    for label in ("GPU SRAM, on chip", "108 SMs × 192 KiB ≈ 20 MB", "GPU HBM", "CPU DRAM", "NVIDIA A100"):
+    for label in (
+        "GPU SRAM, on chip",
+        "108 SMs × 192 KiB ≈ 20 MB",
+        "GPU HBM",
+        "CPU DRAM",
+        "NVIDIA A100 and a host's DRAM",
+    ):
         assert label in drawn
     for value in ("20 MB", "40 GB", "> 1 TB", "19 TB/s", "1.5 TB/s", "12.8 GB/s"):
         assert value in drawn
@@ -89,6 +95,7 @@ def test_another_hierarchy_is_drawn_with_its_own_numbers():
         and "132 SMs × 256 KiB ≈ 30 MB" in drawn
         and "3.35 TB/s" in drawn
         and "CPU DRAM" not in drawn
+        and "host" not in drawn  # the title names no host when there is no DRAM level
     )
 
 

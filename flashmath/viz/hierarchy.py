@@ -132,8 +132,10 @@ def plot_memory_hierarchy(hierarchy: MemoryHierarchy = FIGURE_1, *, marks=None, 
         )
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncol=1, fontsize=9, frameon=False)
-    fig.suptitle(
-        _("{gpu} and its host: how much each memory holds, how fast it is read").format(gpu=hierarchy.gpu.name),
-        fontsize=11,
-    )
+    # Figure 1's DRAM is a host's, not one the paper ties to its GPU (chapter 1)
+    if "DRAM" in (level.name for level in levels):
+        title = _("{gpu} and a host's DRAM: how much each memory holds, how fast it is read")
+    else:
+        title = _("{gpu}: how much each memory holds, how fast it is read")
+    fig.suptitle(title.format(gpu=hierarchy.gpu.name), fontsize=11)
     return fig
