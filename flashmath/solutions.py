@@ -102,23 +102,19 @@ def attention(q, k, v):
 
 
 def loop_swap(y, v):
-    """Chapter 4: A = Y V with the loops in the order n, m, d (a row of partial sums per query)."""
-    y, v = np.asarray(y), np.asarray(v)
+    """Chapter 4: A = Y V with the loops in the order n, m, d (a row of partial sums per query), in float64."""
+    y, v = np.asarray(y), np.asarray(v)  # no dtype: traced inputs stay traced
     N, M = y.shape
     Dv = v.shape[1]
-    out_dtype = np.result_type(y, v)
-    out_dtype = np.dtype(np.float64) if out_dtype.kind in "iub" else out_dtype  # integers in: float64 out
-    dtype = np.promote_types(out_dtype, np.float32)  # float16 is accumulated in float32
-    y, v = y.astype(dtype), v.astype(dtype)
-    a = np.zeros((N, Dv), dtype=dtype)  # (N, Dv)
+    a = np.zeros((N, Dv))  # (N, Dv), float64
     for n in range(N):
-        acc = np.zeros(Dv, dtype=dtype)  # row n of A so far, sum_{m' < m} Y[n, m'] V[m', :]
+        acc = np.zeros(Dv)  # row n of A so far, sum_{m' < m} Y[n, m'] V[m', :]
         for m in range(M):
             for d in range(Dv):
                 # A[n, d] = A[n, d] + Y[n, m] V[m, d]: each (n, d) still gets its terms in the order m = 0, 1, ...
                 acc[d] = acc[d] + y[n, m] * v[m, d]
         a[n] = acc
-    return a.astype(out_dtype)
+    return a
 
 
 def one_loop_step(g_prev, s_prev, a_prev, x_m, v_m):

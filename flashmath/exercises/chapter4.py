@@ -173,9 +173,9 @@ MISTAKES = (
         N_(
             "on the traced arrays the products came output element by output element (all keys for d = 0, then "
             "for d = 1), as @ and np.dot take them, and as np.sum or math.fsum of y[n, :] * v[:, d] do; on arrays "
-            "of floats these also add in their own order (the other failed cases: BLAS blocks, np.sum's pairwise "
-            "sums, math.fsum's exact sum): write the three loops, the key loop m outside the d loop, adding one "
-            "term at a time"
+            "of floats these also round differently (the other failed cases: BLAS blocks or fused multiply-adds, "
+            "np.sum's pairwise sums, math.fsum's exact sum): write the three loops, the key loop m outside the d "
+            "loop, adding one term at a time"
         ),
     ),
     Mistake(

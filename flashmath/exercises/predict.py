@@ -197,8 +197,9 @@ QUESTIONS: dict[str, Question] = {
                 "= 1, 2, ..., M: the same roundings, the same bits."
             ),
             6: N_(
-                "Rounding differs when an element's additions change order (as with BLAS); swapping the m "
-                "and d loops changes the order of the work, not of any element's additions."
+                "Rounding differs when an element's additions change order, or when each multiply and add is "
+                "fused into one rounding (a BLAS may do either); swapping the m and d loops changes the order "
+                "of the work, not of any element's operations."
             ),
             3: N_(
                 "Swapping the loops changes which elements are worked on first, not the order of any "
