@@ -837,6 +837,39 @@ MASKED_MORE.setdefault("the scores multiplied by the mask (a masked score 0)", [
 MERGE["the shares not divided by their sum"] = merge_shares_against_the_max
 
 
+def masked_numerator_step(g, s, a, x_tile, v_tile, keep, old_term=lambda a, s, r: a * r[:, None]):
+    """Chapter 7's numerator step with the mask done right (review rev-d-08-5): U e^{g - g_new} + P V, with a as U,
+    never divided by s_new."""
+    x = np.where(keep, x_tile, -np.inf)
+    g_new = np.maximum(g, x.max(axis=1))
+    ref = np.where(g_new == -np.inf, 0.0, g_new)
+    r, p = np.exp(g - ref), np.exp(x - ref[:, None])
+    pv = np.where(keep[:, :, None], p[:, :, None] * v_tile[None], 0.0).sum(axis=1)
+    return g_new, s * r + p.sum(axis=1), old_term(a, s, r) + pv
+
+
+NUMERATOR_KEPT = "chapter 7's numerator kept (not divided by s_new)"
+MASKED[NUMERATOR_KEPT] = masked_numerator_step
+
+
+def masked_numerator_s_new_a(g, s, a, x_tile, v_tile, keep):
+    """s_new A'_new: 6.1's step with the mask, only the division by s_new missing."""
+    return masked_numerator_step(g, s, a, x_tile, v_tile, keep, old_term=lambda a, s, r: a * (s * r)[:, None])
+
+
+MASKED_MORE.setdefault(NUMERATOR_KEPT, []).append(masked_numerator_s_new_a)
+
+
+def test_chapter_7s_numerator_is_named_for_that_answer_and_not_for_a_right_one():
+    report = exercises.check_masked_tile_step(masked_numerator_step)
+    assert not report.passed
+    assert named(report) == {NUMERATOR_KEPT}, report
+    assert "exercise 6.1's average A'" in repr(report), report
+    right = exercises.check_masked_tile_step(solutions.masked_tile_step)
+    assert right.passed and not named(right), right
+    assert NUMERATOR_KEPT not in repr(right)
+
+
 def masked_bias_then_matmul(g, s, a, x_tile, v_tile, keep):
     """Cell 10's two plain steps (review rev-k-08-5): a 0/-inf bias added to the scores, then P @ V."""
     x = x_tile + np.where(keep, 0.0, -np.inf)

@@ -167,13 +167,15 @@ def _masked_model(
     values=None,
     p_masked=False,
     raw_weights=False,
+    numerator=None,
 ):
     """A wrong masked tile step: ``score(x, keep)`` the masked scores, ``mask_of(keep)`` the mask applied; with
     ``mask_after_exp`` the max is taken over the unmasked scores and the mask applied to the weights; without
     ``guard_div`` the output is divided by s_new even where it is 0; ``values(V)`` the value tile used; with
     ``p_masked`` the weights are multiplied by the mask (P * keep) before they are summed; with ``raw_weights`` the
     max is taken over the masked scores and the weights are those of the unmasked scores times the mask,
-    e^{X - g_new} * keep (0 * NaN and 0 * inf are NaN in P itself)."""
+    e^{X - g_new} * keep (0 * NaN and 0 * inf are NaN in P itself); ``numerator(a, s, r)`` the old term of an
+    output that is never divided by s_new (chapter 7's U)."""
 
     def model(g, s, a, x_tile, v_tile, keep):
         g, s, a = (np.asarray(t, dtype=np.float64) for t in (g, s, a))
@@ -194,6 +196,8 @@ def _masked_model(
             p = np.exp(raw - ref[:, None]) * keep
         s_new = s * r + p.sum(axis=1)
         pv = (p * keep) @ V if term is None else term(p, keep, V)
+        if numerator is not None:
+            return g_new, s_new, numerator(a, s, r) + pv
         return (
             g_new,
             s_new,
@@ -322,6 +326,18 @@ MASKED_MISTAKES = (
             "np.where(s_new == 0, 1, s_new)"
         ),
         (_masked_model(term=_absent_terms, guard_div=False),),
+    ),
+    Mistake(
+        N_("chapter 7's numerator kept (not divided by s_new)"),
+        N_(
+            "A' e^{g - g_new} + P V is chapter 7's update of the numerator U, divided only at the end; this exercise "
+            "keeps exercise 6.1's average A', divided after every tile: A'_new = (A' s e^{g - g_new} + P V) / s_new"
+        ),
+        # U e^{g - g_new} + P V (the 7.1 step with the mask), or s_new A'_new (only the division missing)
+        tuple(
+            _masked_model(term=_absent_terms, numerator=numerator)
+            for numerator in (lambda a, s, r: a * r[:, None], lambda a, s, r: a * (s * r)[:, None])
+        ),
     ),
     scores_clipped(tile_step_reference),
     INPUT_MODIFIED,
