@@ -289,7 +289,7 @@ def sram_sweep(
     )
 
 
-# FlashAttention (2022), Figure 2 (left): GPT-2 medium attention, forward plus backward, measured on an A100.
+# FlashAttention (2022, arXiv version), Figure 2 (left): GPT-2 medium attention on an A100, forward plus backward.
 FIGURE2_PAPER_GB = {"standard": 40.3, "flash": 4.4}
 A100_SRAM_BYTES = 192 * 1024  # on-chip SRAM per streaming multiprocessor (FlashAttention, section 2.1)
 
@@ -316,10 +316,10 @@ def gpt2_medium_traffic(*, sram_bytes: int = A100_SRAM_BYTES, bytes_per_element:
       read and write the whole matrix when they run as separate operations (paper, section 2.2), and dropout
       keeps its mask for the backward. Algorithm 0 has only the softmax pass. FlashAttention fuses masking and
       dropout into its kernel (section 3.1, "kernel fusion"), so they add nothing to its traffic.
-    * **Measured, not counted.** The bars are measured on an A100. Its 40 MB L2 cache can serve repeated reads
-      of a tile, which the model counts every time; the CUDA kernels choose their own block sizes rather than
-      Algorithm 1's rule; the row statistics are float32, not float16.
-    * A later revision of the paper redraws Figure 2 for a run with a key-padding mask and no dropout:
+    * **Probably measured, not counted.** The paper does not say how it obtained its bars; measured on an A100,
+      its 40 MB L2 cache can serve repeated reads of a tile, which the model counts every time; the CUDA kernels
+      choose their own block sizes rather than Algorithm 1's rule; the row statistics are float32, not float16.
+    * The paper's later NeurIPS version redraws Figure 2 for a run with a key-padding mask and no dropout:
       35.3 GB (35.1 ms) for standard attention and 4.4 GB (11.7 ms) for FlashAttention.
 
     Source: Dao et al. (2022), Figure 2 (left), section 2.1 (A100 memory sizes), Algorithms 0-4.

@@ -102,8 +102,19 @@ def keepdims_step(g, s, a, x_tile, v_tile):
     return g_new[:, None], s_new, a_new
 
 
+def numerator_not_moved_step(g, s, a, x_tile, v_tile):
+    """rev-c-06-6 (review 23): Algorithm 1's form with the tile's sum moved to the new max, its numerator not."""
+    m = x_tile.max(axis=1)
+    g_new = np.maximum(g, m)
+    alpha = np.exp(g - g_new)
+    p = np.exp(x_tile - m[:, None])
+    s_new = s * alpha + p.sum(axis=1) * np.exp(m - g_new)
+    return g_new, s_new, (a * (s * alpha)[:, None] + p @ v_tile) / s_new[:, None]  # P V still against m
+
+
 TILE.update(
     {
+        "the tile's numerator not moved to the new max": numerator_not_moved_step,
         "the rescale inverted (e^{g_new - g})": inverted_rescale_step,
         "the max started at 0": max_from_zero_step,
         "the input modified in place": in_place_step,
@@ -1123,6 +1134,19 @@ def tile_step_algorithm_1(g, s, a, x_tile, v_tile):
     return g_new, s_new, ((alpha * s)[:, None] * a + beta[:, None] * (p @ v_tile)) / s_new[:, None]
 
 
+def test_the_tile_numerator_not_moved_is_named_and_only_there():
+    """rev-c-06-6 (review 23): the slip of a learner who follows Algorithm 1 (the tile's sum moved by e^{m - g_new},
+    P V not) is named on every case it fails, the fold included, as 5.2's checker names it; the right Algorithm 1
+    form passes and names nothing."""
+    name = "the tile's numerator not moved to the new max"
+    report = exercises.check_tile_step(numerator_not_moved_step)
+    failed = [(case, text) for case, ok, text in report.cases if not ok]
+    assert failed and named(report) == {name}, report
+    assert all(name in text for case, text in failed if not case.startswith("a real query tile")), report
+    right = exercises.check_tile_step(tile_step_algorithm_1)
+    assert right.passed and name not in repr(right), right
+
+
 def finish_with_divide_where(g, s, u):
     a = np.divide(u, s[:, None], out=np.zeros_like(u), where=s[:, None] != 0)
     lse = np.full_like(g, -np.inf)
@@ -1599,6 +1623,27 @@ def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(caps
         assert "not quite" in out and text in out and why not in out, out
     out = run(40)  # no sentence of its own
     assert "not quite" in out and why in out, out
+
+
+def test_the_tile_rule_answer_holds_for_the_sequence_lengths_it_names():
+    """rev-c-06-1 (review 23): P6b's answer says fa2 moves less from B_r = 32 (D = 64, square tiles), exactly 32
+    for every N that is a multiple of 32 or over 1000, a little lower for some shorter N (24 for N = 48), where a
+    smaller B_r gives as few query tiles as 32 does. The model's own thresholds, N by N."""
+    from flashmath.exercises.predict import QUESTIONS
+
+    def threshold(n):
+        standard = fm.attention_traffic("standard", n, n, 64).bytes
+        less = [b for b in range(1, 65) if fm.attention_traffic("fa2", n, n, 64, block_q=b, block_k=b).bytes < standard]
+        assert less == list(range(less[0], 65))  # from there on every larger tile moves less too
+        return less[0]
+
+    assert "24 for N = 48" in QUESTIONS["P6b"].why and "over 1000" in QUESTIONS["P6b"].why
+    for n in [*range(1, 1201, 7), *range(32, 1201, 32), 16384]:
+        b = threshold(n)
+        assert b <= 32 and math.ceil(n / b) == math.ceil(n / 32), n  # never above 32; as few query tiles as 32
+        if n % 32 == 0 or n > 1000:
+            assert b == 32, n
+    assert threshold(48) == 24
 
 
 def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(capsys):

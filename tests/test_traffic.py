@@ -190,7 +190,7 @@ def test_gpt2_medium_forward_numbers():
     fa1 = problems * bpe * (T_c * N * D + 2 * N * D + (2 * T_c + 1) * N * D + 2 * (2 * T_c + 1) * N) / 1e9
     assert got["fa1"] == pytest.approx(fa1)
     assert got["fa1"] < got["standard"] / 4 and got["fa2"] < got["standard"] / 4
-    # the paper's bars (forward + backward, measured) are those docs/figure2.md quotes, and lie above the model's
+    # the paper's bars (forward + backward, arXiv version) are those docs/figure2.md quotes, and lie above the model's
     # forward-only counts
     table = (Path(__file__).resolve().parents[1] / "docs" / "figure2.md").read_text()
     row = next(line for line in table.splitlines() if line.startswith("| paper, Figure 2"))

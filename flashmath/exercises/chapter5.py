@@ -644,8 +644,8 @@ def _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_sum=False):
     return g, s, a
 
 
-def _block_sum_moved(g_prev, s_prev, a_prev, x_block, v_block):
-    """:func:`_block_local` with l~ moved to the new max by exp(m~ - g) and P~ V not."""
+def block_sum_moved(g_prev, s_prev, a_prev, x_block, v_block):
+    """:func:`_block_local` with l~ moved to the new max by exp(m~ - g) and P~ V not (5.2; 6.1 row by row)."""
     return _block_local(g_prev, s_prev, a_prev, x_block, v_block, move_sum=True)
 
 
@@ -771,7 +771,7 @@ BLOCK_MISTAKES = (
                 "numerator sum exp(x_i - m~) V_i: multiply it by exp(m~ - g_m) too (or take exp(x_i - g_m) at once); "
                 "it matters for a block whose max m~ stays below g_m"
             ),
-            (_block_sum_moved,),
+            (block_sum_moved,),
         ),
         NOT_A_TRIPLE,
         LOWER_PRECISION,

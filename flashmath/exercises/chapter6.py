@@ -24,6 +24,7 @@ from flashmath.exercises._tiles import (
     tile_properties,
     tile_step_reference,
 )
+from flashmath.exercises.chapter5 import block_sum_moved
 from flashmath.i18n import Filled, aside
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -50,6 +51,16 @@ def _tile_model(a_update=None, g_of=None, s_update=None, base=np.exp, rescale=No
         if a_update is None:
             return g_new, s_new, (a * (s * r)[:, None] + pv) / s_new[:, None]
         return g_new, s_new, a_update(a, s, r, pv, s_new, x, g, g_new, V)
+
+    return model
+
+
+def _row_by_row(block_step):
+    """5.2's step for one row, ``block_step(g, s, a, x_block, v_block)``, applied to each row of the tile."""
+
+    def model(g, s, a, x_tile, v_tile):
+        rows = [block_step(g[i], s[i], a[i], x_tile[i], v_tile) for i in range(len(g))]
+        return tuple(np.array([row[k] for row in rows], dtype=np.float64) for k in range(3))
 
     return model
 
@@ -139,6 +150,15 @@ TILE_MISTAKES = (
             _tile_model(p_of=lambda x, g, gn: np.exp(x - max_or_zero(x.max(axis=1))[:, None])),
             _tile_model(p_of=lambda x, g, gn: np.exp(x - x.max(axis=1)[:, None])),
         ),
+    ),
+    Mistake(
+        N_("the tile's numerator not moved to the new max"),
+        N_(
+            "in Algorithm 1's form the tile's sum rowsum e^{X - m} (m = rowmax X) was moved to the new max by "
+            "e^{m - g_new}, but not its numerator e^{X - m} V: multiply it by e^{m - g_new} too (or take P = "
+            "e^{X - g_new} at once); it matters in a row whose tile max m stays below g_new"
+        ),
+        (_row_by_row(block_sum_moved),),  # 5.2's model of the same mistake, row by row
     ),
     Mistake(
         N_("the row max not given a column axis ([:, None] missing)"),

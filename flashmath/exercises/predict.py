@@ -262,7 +262,9 @@ QUESTIONS: dict[str, Question] = {
     "P6b": Question(
         why=N_(
             "fa2 reads K and V once per query tile, about 2 N M D / B_r elements, against standard attention's "
-            "4 N M for writing and reading X and Y: below from B_r = D / 2 = 32, for every N."
+            "4 N M for writing and reading X and Y: below from B_r = D / 2 = 32. Exactly 32 here, as for every N "
+            "that is a multiple of 32 or over 1000; a shorter N can go a little lower, where a smaller B_r gives as "
+            "few query tiles as 32 does (24 for N = 48)."
         ),
         misconceptions={
             16: N_(
