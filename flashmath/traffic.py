@@ -319,7 +319,7 @@ def gpt2_medium_traffic(*, sram_bytes: int = A100_SRAM_BYTES, bytes_per_element:
     * **Probably measured, not counted.** The paper does not say how it obtained its bars; measured on an A100,
       its 40 MB L2 cache can serve repeated reads of a tile, which the model counts every time; the CUDA kernels
       choose their own block sizes rather than Algorithm 1's rule; the row statistics are float32, not float16.
-    * The paper's later NeurIPS version redraws Figure 2 for a run with a key-padding mask and no dropout:
+    * Another version of the paper (not arXiv v2) redraws Figure 2 for a run with a key-padding mask and no dropout:
       35.3 GB (35.1 ms) for standard attention and 4.4 GB (11.7 ms) for FlashAttention.
 
     Source: Dao et al. (2022), Figure 2 (left), section 2.1 (A100 memory sizes), Algorithms 0-4.
