@@ -25,9 +25,9 @@ Conventions kept by every attention function of the package (this docstring is t
   enters the tile's ``P V`` product (``tl.dot``) with weight 0 for the rows that mask it, and ``0 x NaN`` is NaN, so
   a NaN or inf in its ``v`` row makes those rows NaN (its ``k`` row stays absent in the forward, whose score is
   selected away, but enters the backward's ``dX K`` with weight 0: a NaN there makes those rows' ``dQ`` NaN, as a
-  NaN in the ``q`` or ``dA`` row of a query does the ``dK`` or ``dV`` of the keys it masks in the tile, through
-  ``dX^T Q`` and ``Y^T dA``). A
-  key that every row of the tile masks (key padding, the keys past a causal or window tile, the keys past ``M``) is
+  NaN in the ``q`` or ``dA`` row of a query does the ``dK`` or ``dV`` of the keys it masks in each key tile where it
+  attends some key, through ``dX^T Q`` and ``Y^T dA``; in the other key tiles its rows are not read). A key that
+  every row of the tile masks (key padding, the keys past a causal or window tile, the keys past ``M``) is
   not even loaded, and is absent in the kernels too (FlashAttention-2 does the same only for the tiles it skips
   and the keys past ``seqlen_k``, whose rows of ``V`` it fills with zeros; FlashAttention-3 and -4 load whole
   tiles by TMA, so a NaN in a padding slot of ``V`` reaches their output: flash-attention issues #1745 and #2374).

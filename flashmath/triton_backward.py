@@ -44,8 +44,8 @@ the ``q`` and ``dA`` rows of fully masked queries, and the ``k`` and ``v`` rows 
 attends, are not even loaded (they read as 0: a NaN there reaches nothing). As in the forward, a key that some
 rows of a query tile attend and others do not has its ``k`` row in that tile's ``dX K`` product with weight 0 for
 the rows that mask it: finite values are exact, a NaN there reaches those rows' ``dQ``; likewise the ``q`` and
-``dA`` rows of a query enter ``dX^T Q`` and ``Y^T dA`` with weight 0 for the keys it masks in the tile (a NaN there
-reaches those keys' ``dK`` or ``dV``).
+``dA`` rows of a query enter ``dX^T Q`` and ``Y^T dA`` with weight 0 for the keys it masks in a key tile where it
+attends some key (a NaN there reaches those keys' ``dK`` or ``dV``; in the other key tiles these rows are not loaded).
 
 GPU constraints, kept although the interpreter would accept less: ``tl.dot`` operands of one dtype (float32 with
 float32, float16 with float16: the float32 ``Y`` and ``dX`` are cast to the input dtype before a product with a

@@ -439,6 +439,7 @@ def _dq_model(
         "whole tiles": range(0, M - M % B, B),
         "M - B_c": range(0, M - B, B),
         "tile index": range(0, -(-M // B)),
+        "first skipped": range(B, M, B),  # range(BLOCK_N, M + BLOCK_N, ...) too: the tile past M is all masked
     }
     dq = np.zeros((N, D), np.float32)
     for r0 in range(0, N, B):
@@ -587,11 +588,17 @@ DQ_MISTAKES = (
     Mistake(
         N_("the key tiles' bounds wrong"),
         N_(
-            "key tile j starts at key c0 = j * BLOCK_N: for c0 in range(0, M, BLOCK_N), the last tile counting "
-            "even when it is shorter (its keys past M are masked by the loads); not range(0, M - BLOCK_N, ...), not "
-            "range(0, tl.cdiv(M, BLOCK_N)) (tile numbers, not keys)"
+            "key tile j starts at key c0 = j * BLOCK_N: for c0 in range(0, M, BLOCK_N), the first tile starting at "
+            "key 0 and the last counting even when it is shorter (its keys past M are masked by the loads); not "
+            "range(BLOCK_N, ...), not range(0, M - BLOCK_N, ...), not range(0, tl.cdiv(M, BLOCK_N)) (tile numbers, "
+            "not keys)"
         ),
-        (_dq_mistake(starts="whole tiles"), _dq_mistake(starts="M - B_c"), _dq_mistake(starts="tile index")),
+        (
+            _dq_mistake(starts="whole tiles"),
+            _dq_mistake(starts="M - B_c"),
+            _dq_mistake(starts="tile index"),
+            _dq_mistake(starts="first skipped"),
+        ),
     ),
     INPUT_MODIFIED,
 )
