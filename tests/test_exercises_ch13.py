@@ -45,7 +45,7 @@ WINDOW = {
     "the offset N - M instead of M - N": lambda q, kv, N, M, left, right: (
         (kv >= q + N - M - left) & (kv <= q + N - M + right)
     ),
-    "an edge off by one (< instead of <=)": lambda q, kv, N, M, left, right: (
+    "an edge off by one (a strict < or > where the edge needs <= or >=)": lambda q, kv, N, M, left, right: (
         (kv > q + M - N - left) & (kv <= q + M - N + right)
     ),
     "left and right swapped": lambda q, kv, N, M, left, right: (kv >= q + M - N - right) & (kv <= q + M - N + left),

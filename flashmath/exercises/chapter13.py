@@ -160,7 +160,7 @@ WINDOW_MISTAKES = (
         (_window_model(offset=lambda N, M: N - M),),
     ),
     Mistake(
-        N_("an edge off by one (< instead of <=)"),
+        N_("an edge off by one (a strict < or > where the edge needs <= or >=)"),
         N_("both extents are inclusive: p - left <= m <= p + right, so a window (left, 0) holds left + 1 keys"),
         (_window_model(lo_strict=True), _window_model(hi_strict=True), _window_model(lo_strict=True, hi_strict=True)),
     ),

@@ -88,7 +88,14 @@ CHAPTERS = (
         r"$dX = Y \odot (dY - \Delta)$",
         N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
     ),
-    Chapter(N_("One loop, many attentions"), N_("score_mod, mask_mod per tile")),
+    Chapter(
+        N_("One loop, many attentions"),
+        N_("score_mod, mask_mod per tile"),
+        N_(
+            "each row's (g, s, acc) starts at (sink, 1, 0): the sink is a score with no value; split-KV gives it "
+            "to one part only"
+        ),
+    ),
     Chapter(
         N_("Across devices: ring attention"),
         N_(r"merge $(A, L)$ of key shards round a ring"),
@@ -121,7 +128,7 @@ class CourseMapPlot(LivePlot):
     Boxes hold each chapter's number, title and formula; orange outlines mark the chapters that keep an
     intermediate result with another meaning than the final one (online softmax's ``s_i``, the one-loop ``A'_m``,
     the tiles' row states, FlashAttention-2's ``U = s A'``, split-KV's partial states, the kernel's ``acc``, the
-    backward's ``dQ``).
+    backward's ``dQ``, the state started at a sink, the ring's partial ``(A, L)``).
 
     Raises:
         ValueError: ``chapter`` outside 0-15. TypeError: not an integer.
@@ -229,9 +236,6 @@ def _plain(entry: Chapter) -> str:
             ),
             "Masking": N_("a convention for rows with no key to attend to, and masked keys that are absent"),
             "Floating point": N_("equal in exact arithmetic is not bitwise equal; the error is measured, not assumed"),
-            "One loop, many attentions": N_(
-                "the score and the mask change element by element; the tiled loop stays the same"
-            ),
         }.get(entry.title, entry.title)
     )
 
