@@ -2587,7 +2587,7 @@ def test_a_python_loop_with_the_max_started_at_0_raising_zero_division_is_named(
     for case in failures(report):
         assert "raised ZeroDivisionError" in message(report, case)
     assert "the max started at 0" in message(report, "property: a row masked entirely")
-    assert 'the same reason as for "property: a row masked entirely' in repr(report)
+    assert 'the same diagnosis as for the case "property: a row masked entirely' in repr(report)
     report = exercises.check_safe_softmax(_loop_softmax(0.0, guard_sum=True))
     assert failures(report) == ["property: values far below 0"]
     assert "the max started at 0" in message(report, "property: values far below 0")
@@ -2667,8 +2667,8 @@ def test_a_case_that_refers_to_an_earlier_one_keeps_its_own_numbers():
     lines = repr(report).splitlines()
     line = next(line for line in lines if "device 0 of P = 2" in line)
     assert line == (
-        '  FAIL  device 0 of P = 2: expected second chunk = 3, got 4: the same reason as for "property: the last '
-        'device: r = P - 1" above'
+        "  FAIL  device 0 of P = 2: expected second chunk = 3, got 4: the same diagnosis as for the case "
+        '"property: the last device: r = P - 1" above'
     ), line
     earlier = next(
         i for i, line in enumerate(lines) if line.startswith("  FAIL  property: the last device: r = P - 1:")
@@ -2685,9 +2685,9 @@ def test_safe_softmax_says_a_function_returned_none():
 
 def test_the_same_reason_closes_the_parenthesis_it_replaces():
     """A repeated reason that starts inside a note in parentheses replaces the whole note and closes it (zhrev-y
-    01-9): 'got [nan, nan, nan] (the same reason as for "..." above)', no "(" left open."""
+    01-9): 'got [nan, nan, nan] (the same diagnosis as for the case "..." above)', no "(" left open."""
     text = repr(exercises.check_safe_softmax(lambda x: np.full(np.shape(x), np.nan)))
-    line = next(line for line in text.splitlines() if "the same reason as for" in line)
+    line = next(line for line in text.splitlines() if "the same diagnosis as for" in line)
     assert line.endswith(" above)") and line.count("(") == line.count(")"), line
 
 

@@ -1042,15 +1042,18 @@ def test_more_tile_step_forms_are_named(mistake):
     assert named(report) == {mistake}, report
 
 
-def _tile_step_with_max(row_max, column_axis=True):
+def _tile_step_with_max(row_max, column_axis=True, guarded=False):
     """A learner's tile step, right except for the tile max ``row_max(x_tile)``; without ``column_axis`` the new max
-    is subtracted as ``x_tile - g_new`` (a learner who takes the tile max for one number)."""
+    is subtracted as ``x_tile - g_new`` (a learner who takes the tile max for one number); ``guarded`` divides by
+    ``np.where(s_new == 0, 1, s_new)``, as the package's ``fa1_tile_step`` does."""
 
     def step(g, s, a, x_tile, v_tile):
         g_new = np.maximum(g, row_max(x_tile))
         r = np.exp(g - g_new)
         p = np.exp(x_tile - (g_new[:, None] if column_axis else g_new))
         s_new = s * r + p.sum(axis=1)
+        if guarded:
+            return g_new, s_new, (a * (s * r)[:, None] + p @ v_tile) / np.where(s_new == 0, 1, s_new)[:, None]
         return g_new, s_new, a * (s * r / s_new)[:, None] + (p @ v_tile) / s_new[:, None]
 
     return step
@@ -1074,6 +1077,8 @@ def algorithm1_step_columns_max(g, s, a, x_tile, v_tile):
 TILE_MAX_FORMS = [
     ("the max over the whole tile", "x_tile.max(), g_new[:, None]", _tile_step_with_max(np.max)),
     ("the max over the whole tile", "x_tile.max(), x_tile - g_new", _tile_step_with_max(np.max, column_axis=False)),
+    # review zhrev-an (round 23): a row far below the tile max has s_new = 0, and the guard gives it A' = 0, not NaN
+    ("the max over the whole tile", "x_tile.max(), division guarded", _tile_step_with_max(np.max, guarded=True)),
     ("the max over the wrong axis", "axis=0, g_new[:, None]", _tile_step_with_max(lambda x: x.max(axis=0))),
     (
         "the max over the wrong axis",
@@ -1505,7 +1510,7 @@ def test_one_cause_that_fails_several_cases_is_explained_once(capsys):
     failed = [name for name, ok, _ in report.cases if not ok]
     text = repr(report)
     assert len(failed) >= 3 and text.count(TILE_INPUT_MODIFIED.message()) == 1, text
-    assert text.count(f'the same reason as for "{failed[0]}" above') == len(failed) - 1, text
+    assert text.count(f'the same diagnosis as for the case "{failed[0]}" above') == len(failed) - 1, text
 
 
 def test_tile_step_in_place_names_the_state_argument_and_gives_its_own_example():

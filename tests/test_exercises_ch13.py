@@ -9,6 +9,7 @@ from helpers import checker_tests, prediction_cell
 
 import flashmath as fm
 from flashmath import exercises, solutions
+from flashmath.exercises._report import SAME_AS_ABOVE
 from flashmath.variants import document_mask_mod, make_variant
 
 
@@ -491,16 +492,16 @@ def _in(language, fn):
 
 
 def test_a_hinted_error_repeats_only_the_same_reason():
-    """Review zhrev-ah 13-2: a later case that raises the same hinted error says only "the same reason as for ...
-    above", not the hint's first clause followed by it (which read as if the rule were caused by the earlier case),
-    in both languages."""
+    """Review zhrev-ah 13-2: a later case that raises the same hinted error says only "the same diagnosis as for
+    the case ... above", not the hint's first clause followed by it (which read as if the rule were caused by the
+    earlier case), in both languages."""
 
     def with_and(q, kv, doc):
         return (doc[q] == doc[kv]) and (kv <= q)
 
     for language, separator in (("en", ": "), ("zh_CN", "\u2014\u2014")):
         text = _in(language, lambda: repr(exercises.check_document_mask(with_and)))
-        same = _in(language, lambda: fm.i18n.gettext('the same reason as for "{case}" above').split("{case}")[0])
+        same = _in(language, lambda: fm.i18n.gettext(SAME_AS_ABOVE).split("{case}")[0])
         repeats = [line for line in text.splitlines() if same in line]
         assert len(repeats) >= 2, text
         for line in repeats:
@@ -557,7 +558,7 @@ def test_a_sink_given_a_value_and_a_logsumexp_without_it_are_named_on_every_fail
         report = exercises.check_sink_row(wrong)
         failed = [message for _, ok, message in report.cases if not ok]
         assert len(failed) >= 8, report
-        assert all(f"looks like {name}" in m or "the same reason as for" in m for m in failed), report
+        assert all(f"looks like {name}" in m or "the same diagnosis as for" in m for m in failed), report
 
 
 def segments_from_unique(q, kv, doc):

@@ -74,7 +74,7 @@ def _ended(message: str) -> str:
     return message
 
 
-SAME_AS_ABOVE = N_('the same reason as for "{case}" above')
+SAME_AS_ABOVE = N_('the same diagnosis as for the case "{case}" above')
 _LONG = 60  # a message at least this long is printed once; a later case that ends with it refers to it
 _SEPARATORS = (": ", "\uff1a", "\u3002")  # where a message's own words end and its reason starts: ": ", "：", "。"
 
@@ -91,7 +91,7 @@ def _shortened(name: str, message: str, printed: list[tuple[str, str]]) -> str:
             same = _(SAME_AS_ABOVE).format(case=_case_name(case))
             if (opened := _unclosed_bracket(message[:keep])) >= 0:
                 # the reason starts inside a note in parentheses ("got nan (NaN: ..."): the note is replaced whole,
-                # so its parenthesis is closed ("got nan (the same reason as for ... above)")
+                # so its parenthesis is closed ("got nan (the same diagnosis as for the case ... above)")
                 return aside(message[:opened].rstrip(), same.rstrip("\u3002"))
             return message[:keep] + same
     if len(message) >= _LONG:
@@ -103,8 +103,8 @@ def _reason_start(message: str) -> int:
     """Where the reason of a message starts: at the named mistake ("looks like ..."), else after its first
     separator (``"expected x = 1, got 2: "`` are the case's own words), 0 when it has neither, and 0 for an
     exception explained by a hint (``"and, or, not and if take one truth value, ...: ... (raised ValueError: ...)"``,
-    :func:`run`), whose every word is the reason: a repeat says only "the same reason as for ... above" (review
-    zhrev-ah 13-2), not the hint's first clause followed by it."""
+    :func:`run`), whose every word is the reason: a repeat says only "the same diagnosis as for the case ... above"
+    (review zhrev-ah 13-2), not the hint's first clause followed by it."""
     looks_like = _(LOOKS_LIKE).split("{name}")[0]  # "looks like " in the selected language
     if looks_like and looks_like in message:
         return message.index(looks_like)

@@ -200,6 +200,12 @@ TILE_MISTAKES = (
             # the tile max taken as a number, so g_new subtracted without a column axis (numpy raises unless the
             # tile is square)
             _tile_model(g_of=lambda g, x: np.maximum(g, x.max()), p_of=lambda x, g, gn: np.exp(x - max_or_zero(gn))),
+            # the division guarded as in fa1_tile_step (np.where(s_new == 0, 1, s_new)): a row far below the tile
+            # max has s_new = 0 and gives A' = 0, not NaN
+            _tile_model(
+                g_of=lambda g, x: np.maximum(g, x.max()),
+                a_update=lambda a, s, r, pv, sn, *_: (a * (s * r)[:, None] + pv) / np.where(sn == 0, 1, sn)[:, None],
+            ),
         ),
     ),
     Mistake(
