@@ -2718,3 +2718,16 @@ def test_a_repeated_reason_keeps_the_values_after_a_name_in_front(language, mess
     own_words = message[: message.index("[1, 3]") + len("[1, 3]")]
     assert repeat.startswith(own_words) and "case one" in repeat, repeat
     assert len(repeat) < len(message), repeat
+
+
+def test_an_instruction_is_printed_in_full_every_time():
+    """Review zhrev-ao 11-2: a long message that says what to write, not why an answer is wrong, is never replaced
+    by a reference to an earlier case ("还没有答案：原因同上面的……" does not read); a plain message as long is."""
+    from flashmath.exercises._report import _LONG, Instruction, _shortened
+
+    text = "no answer yet: write 'registers', 'shared memory' or 'HBM' (or their names in Chinese)"
+    assert len(text) >= _LONG
+    printed: list = []
+    assert [_shortened(case, Instruction(text), printed) for case in ("a", "b", "c")] == [text] * 3
+    assert not printed
+    assert _shortened("b", text, [(text, "a")]) != text  # without the marker, the repeat refers to case a

@@ -293,6 +293,28 @@ def test_where_it_lives_accepts_synonyms_and_explains_each_wrong_place():
     assert not chapter11.check_where_it_lives(["HBM"]).passed
 
 
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_where_it_lives_gives_its_instruction_whole_for_every_unanswered_quantity(language):
+    """Review zhrev-ao 11-2: the Chinese instruction is longer than the report's threshold for repeated reasons, and
+    every line after the first read "还没有答案：原因同上面的“Q, K, V（整个数组）”", an instruction referred to as a
+    reason. Each unanswered quantity now gets the instruction itself, in both languages."""
+    import flashmath as fm
+    from flashmath.exercises._report import SAME_AS_ABOVE
+    from flashmath.i18n import gettext as _
+
+    previous = fm.i18n.get_language()
+    fm.set_language(language)
+    try:
+        text = repr(chapter11.check_where_it_lives({}))
+        instruction = _("no answer yet: write 'registers', 'shared memory' or 'HBM'")
+        reference = _(SAME_AS_ABOVE).split("{case}")[0]
+    finally:
+        fm.set_language(previous)
+    lines = text.splitlines()[1:]
+    assert len(lines) == len(chapter11.WHERE) and all(instruction in line for line in lines), text
+    assert reference not in text, text
+
+
 def test_where_it_lives_says_when_sram_is_read_as_shared_memory():
     verdict = messages(chapter11.check_where_it_lives({**WHERE, "x_tile, p_tile": "SRAM"}))
     assert verdict.startswith("'SRAM' read as shared memory (registers are on-chip SRAM too): not shared memory"), (

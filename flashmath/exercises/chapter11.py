@@ -21,7 +21,7 @@ import numpy as np
 
 from flashmath.exercises._cases import PropertyFailure, Said, check_function, check_quiz, property_cases, same_arrays
 from flashmath.exercises._registry import exercise
-from flashmath.exercises._report import CheckReport, Diagnosis, Mistake, error_note, fmt
+from flashmath.exercises._report import CheckReport, Diagnosis, Instruction, Mistake, error_note, fmt
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
 
@@ -537,7 +537,8 @@ def _place(answer) -> str | None:
 def _where_parse(answers, quantity):
     """The place the learner gave for ``quantity``, one of the three, or why there is none."""
     if quantity not in answers or answers[quantity] in (None, ...):
-        return PropertyFailure(_("no answer yet: write 'registers', 'shared memory' or 'HBM'"))
+        # what to write, not a reason: printed in full for every unanswered quantity (review zhrev-ao 11-2)
+        return PropertyFailure(Instruction(_("no answer yet: write 'registers', 'shared memory' or 'HBM'")))
     place = _place(answers[quantity])
     if place is None:
         return PropertyFailure(

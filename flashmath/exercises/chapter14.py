@@ -59,8 +59,9 @@ ZIGZAG_MISTAKES = (
     Mistake(
         N_("the second half in order (P + r)"),
         N_(
-            "chunk P + r gives device r one early and one late chunk, but the late ones in the same order: the last "
-            "device still holds the two latest chunks; mirror it, 2P - 1 - r, so that early pairs with late"
+            "chunk P + r gives device r one early and one late chunk, but the late ones in the same order: a higher "
+            "device holds later chunks in both halves (the last device the latest of each), so the work is still "
+            "unbalanced; mirror it, 2P - 1 - r, so that early pairs with late"
         ),
         (lambda P, r: (r, P + r),),
     ),
