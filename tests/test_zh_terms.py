@@ -79,6 +79,11 @@ BANNED: list[tuple[str, str, str]] = [
     (r"载入", "读入", "zhrev-ad 11-6: a load is 读入, as the glossary says"),
     (r"流水化", "流水线化", "zhrev-ac 11-9: the prose pipelines with 流水线化"),
     (
+        r"惰性重新缩放|(懒惰|延迟)重?新?缩放",
+        "惰性重缩放（lazy rescaling）",
+        "zhrev-ap 00-2: the glossary names FlashAttention-4's lazy rescaling 惰性重缩放",
+    ),
+    (
         r"(?<![（(\w.`])(?<!\| )program(?![\w`])",
         "程序实例、程序（program 只在首次出现的括注里和术语表的英文列）",
         "zhrev-ac 11-1, 11-6: a Triton program is 程序 in Chinese text, figures and feedback",
