@@ -272,7 +272,8 @@ def fa1_loop(memory: Memory, inp: AttentionInputs, block_q: int, block_k: int) -
     It stays sequential (``flash_attention`` ignores ``workers`` for it): every key tile ``j`` reads and writes
     ``A_i``, ``g_i``, ``s_i`` of every query tile ``i``, so two key tiles in flight at once would both update
     the same rows (a write conflict), and the query tiles of one key tile, though independent, would need a
-    barrier after every key tile (``T_c`` of them) before the next may read those rows back."""
+    barrier after every key tile (``T_c`` of them) before the next may read those rows back. (FlashAttention's own
+    code, releases 0.2 to 1.0.9, needed none: each thread block kept this order for rows of its own, ``num_splits``.)"""
     q, k, v, a, g, s = (memory[name] for name in ("Q", "K", "V", "A", "g", "s"))
     # Algorithm 1, line 2: A = 0, s = 0, g = -inf in memory (with a learnable sink: s = 1, g = sink)
     g_0, s_0 = initial_state(inp.batch_shape + (inp.N,), g.dtype, inp.sink)

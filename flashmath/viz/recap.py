@@ -83,11 +83,7 @@ CHAPTERS = (
             "the last key tile is done"
         ),
     ),
-    Chapter(
-        N_("The backward pass as Triton kernels"),
-        r"$dX = Y \odot (dY - \Delta)$",
-        N_("dQ_i after some key tiles holds only their share of the gradient; the last key tile makes it dQ_i"),
-    ),
+    Chapter(N_("The backward pass as Triton kernels"), r"$dX = Y \odot (dY - \Delta)$"),
     Chapter(
         N_("One loop, many attentions"),
         N_("score_mod, mask_mod per tile"),
@@ -235,6 +231,9 @@ def _plain(entry: Chapter) -> str:
                 "swapping loops keeps each element's order of summation, so the result is identical"
             ),
             "Masking": N_("a convention for rows with no key to attend to, and masked keys that are absent"),
+            "The backward pass as Triton kernels": N_(
+                "dQ_i is a plain sum over the key tiles, like chapter 4's A_n over the keys; Y is recomputed from L"
+            ),
             "Floating point": N_("equal in exact arithmetic is not bitwise equal; the error is measured, not assumed"),
         }.get(entry.title, entry.title)
     )

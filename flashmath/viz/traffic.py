@@ -24,6 +24,7 @@ OP_LABELS = {
     "add": N_("add"),
     "subtract": N_("subtract"),
     "maximum": N_("maximum"),
+    "equal": N_("equal"),
 }
 
 

@@ -32,7 +32,7 @@ CHANGE_NAMES = {
     "ALiBi": (N_("scores: kept (coloured by the change), masked (white)"), N_("change of the score")),
     "softcap": (N_("scores: kept (coloured by the change), masked (white)"), N_("change of the score")),
     "learnable sink": (
-        N_("log-probabilities: kept (coloured), masked (white)"),
+        N_("change of each log-probability (masked: white)"),
         N_("log(1 - P_sink): change of each log-probability"),
     ),
 }
