@@ -90,6 +90,7 @@ FAST_MODULES = {
     "test_splitkv_backward",
     "test_hardware",
     "test_scaling",
+    "test_scaling_seeds",
     "test_any_input",
     "test_exercises_6_10",
     "test_exercises_ch9",

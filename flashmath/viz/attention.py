@@ -152,7 +152,8 @@ class LoopSwapPlot(LivePlot):
 
     Top: the weights ``Y[n, :]`` over the keys ``m = 1..M`` (the ones already added in colour, key ``m`` circled).
     Bottom: the row of partial sums over ``d`` (bars), the term just added, ``Y[n, m-1] V[m-1, :]`` in code's
-    0-based indices (red), and the final row ``A[n, :]`` (black dashes). ``update(step=m)``, ``0 <= m <= M``.
+    0-based indices (a narrow red bar from the previous partial sum to the new one, as tall as the term), and the
+    final row ``A[n, :]`` (black dashes, drawn over the red). ``update(step=m)``, ``0 <= m <= M``.
 
     Args:
         trace: from :func:`flashmath.loop_swap_trace`.
@@ -205,9 +206,10 @@ class LoopSwapPlot(LivePlot):
 
         dd = np.arange(Dv)
         self.a_bars = ax_a.bar(dd, np.zeros(Dv), color=SEEN, width=0.75)
-        (self.added_ticks,) = ax_a.plot([], [], "_", color=JUMP, ms=18, mew=4)  # visible at the stored size
-        self.added_lines = ax_a.vlines([], [], [], color=JUMP, lw=4)
-        ax_a.plot(dd, self.partial[n, -1], "_", color=FINAL, ms=12, mew=1.5)
+        # key m's term, from A_{m-1} to A_m: as tall as the term, narrower than the bars, so that it shows inside a
+        # bar where the term made it longer and outside where the term made it shorter
+        self.added_bars = ax_a.bar(dd, np.zeros(Dv), color=JUMP, width=0.3)
+        (self.final_ticks,) = ax_a.plot(dd, self.partial[n, -1], "_", color=FINAL, ms=12, mew=1.5)
         ax_a.axhline(0, color="k", lw=0.5)
         ax_a.set_ylim(*limits(np.concatenate([self.partial[n].ravel(), [0.0]])))
         ax_a.set_xlim(-0.6, Dv - 0.4)
@@ -216,14 +218,15 @@ class LoopSwapPlot(LivePlot):
         ax_a.legend(
             handles=[
                 Patch(color=SEEN, label=_("partial sums of the first m keys")),
-                Line2D([], [], color=JUMP, lw=4, label=_("just added: key m's term")),
+                Patch(color=JUMP, label=_("just added: key m's term")),
                 Line2D([], [], color=FINAL, ls="", marker="_", ms=12, mew=1.5, label=_("final A[{n}, :]").format(n=n)),
             ],
             ncol=3,
             **LEGEND_ABOVE,
         )
         self.title = self.fig.suptitle("", fontsize=11)
-        self.live(self.y_bars, self.current, self.a_bars, self.added_lines, self.added_ticks, self.title)
+        # the final row's dashes after the red bars, so that a term ending at the final value does not hide its dash
+        self.live(self.y_bars, self.current, self.a_bars, self.added_bars, self.final_ticks, self.title)
 
     def _update(self, step) -> None:
         n = self.row
@@ -235,14 +238,12 @@ class LoopSwapPlot(LivePlot):
         recolor(self.y_bars, np.where(keys <= m, SEEN, UNSEEN))
         self.current.set_data(keys[m - 1 : m], self.y[n, m - 1 : m])
         set_heights(self.a_bars, finite_or_nan(current))
-        dd = np.arange(Dv)
-        if m > 0:
-            added = self.y[n, m - 1] * self.v[m - 1]
-            self.added_ticks.set_data(dd, current)
-            self.added_lines.set_segments([[(d, c - a), (d, c)] for d, c, a in zip(dd, current, added, strict=False)])
-        else:
-            self.added_ticks.set_data([], [])
-            self.added_lines.set_segments([])
+        added = self.y[n, m - 1] * self.v[m - 1] if m > 0 else np.zeros(Dv)
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, drawn as nothing
+            previous = finite_or_nan(current - added)
+        for bar, bottom, height in zip(self.added_bars, previous, finite_or_nan(added), strict=True):
+            bar.set_y(bottom)
+            bar.set_height(height)
         with np.errstate(invalid="ignore"):  # inf - inf: the distance is NaN, and the title says so
             dist = float(np.max(np.abs(current - final)))
         seen = (_("{m} key") if m == 1 else _("{m} keys")).format(m=m)
