@@ -161,9 +161,10 @@ def naive_attention(
     This models the yardstick of FlashAttention's tests (``out_pt`` in ``tests/test_flash_attn.py``: PyTorch's
     attention run in float16 or bfloat16, ``attention_ref(..., upcast=False, reorder_ops=True)``) with one rounding
     fewer: that reference also rounds ``K / sqrt(D)`` to the input dtype before the product (``reorder_ops``
-    scales ``k`` instead of ``q``), while here the scale is folded in exactly. Pass ``k`` already scaled and
-    rounded, with ``scale=1.0``, for all four roundings (chapter 9 does). With float32 or float64 inputs nothing
-    is rounded beyond the input dtype's own arithmetic.
+    scales ``k`` instead of ``q``), while here the scale is folded into ``Q`` in the compute dtype (float32 for
+    16-bit inputs), with no rounding to the input dtype. Pass ``k`` already scaled and rounded, with ``scale=1.0``,
+    for all four roundings (chapter 9 does). With float32 or float64 inputs nothing is rounded beyond the input
+    dtype's own arithmetic.
 
     Args:
         q: ``(..., N, D)``, k: ``(..., M, D)``, v: ``(..., M, Dv)``, floating point (float16, bfloat16, float32,

@@ -20,7 +20,7 @@ __all__ = ["show", *solution_names(__name__)]
 
 
 def score_row(q_n, K):
-    """Chapter 0: scaled scores of one query against every key, in float64 (float16 products would overflow)."""
+    """Chapter 0: scaled scores of one query against every key, in float64 (the dtype of every input of 0.1)."""
     D = len(q_n)
     scores = [sum(float(q_n[d]) * float(k_m[d]) for d in range(D)) for k_m in K]  # x_m = q_n . k_m
     return np.array(scores, dtype=np.float64) / math.sqrt(D)

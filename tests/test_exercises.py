@@ -367,6 +367,16 @@ def merge_zero_for_empty(g1, s1, g2, s2):
     return g, s1 * math.exp(g1 - g) + s2 * math.exp(g2 - g)
 
 
+def merge_if_else(g1, s1, g2, s2, strict=True):
+    """The branch form of the merge (review rev-h-02-1): right but for a NaN in g1, where ``g1 > g2`` (or ``>=``) is
+    False and the else branch returns g2."""
+    if g1 == g2 == -math.inf:  # two empty parts
+        return -math.inf, 0.0
+    if (g1 > g2) if strict else (g1 >= g2):
+        return g1, s1 + s2 * math.exp(g2 - g1)
+    return g2, s2 + s1 * math.exp(g1 - g2)
+
+
 MERGE = {
     "merged without rescaling": merge_with(term=lambda s, g_k, g: s),
     "the rescale inverted": merge_inverted,
@@ -376,6 +386,7 @@ MERGE = {
     "(s, g) swapped": lambda *a: tuple(reversed(solutions.merge(*a))),
     "-inf - (-inf) while nothing is seen": merge_with(guard=False),
     "Python's max dropping NaN": merge_with(g_of=max),
+    "an if/else on g1 > g2 dropping NaN": merge_if_else,
     "not a pair": lambda *a: solutions.merge(*a)[1],
     "the exponential of each max taken alone": merge_exp_of_maxima,
     "the two states swapped": lambda g1, g2, s1, s2: solutions.merge(g1, s1, g2, s2),  # parameters misordered
@@ -1132,6 +1143,39 @@ def test_the_natural_merge_without_a_guard_and_with_python_max_is_named_as_those
         msgs = [msg for _, ok, msg in exercises.check_merge(alone).cases if not ok]
         named = [msg for msg in msgs if "looks like" in msg]  # an OverflowError is reported as such
         assert named and all(name in msg for msg in named), (name, msgs)
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=[">", ">="])
+def test_an_if_else_merge_that_drops_a_nan_in_g1_is_named_as_such_not_as_the_min_of_the_maxima(strict):
+    """rev-h-02-1: the branch form of the merge fails only "NaN in the first part's max", with (0, nan), which the
+    min of the two maxima also gives there; that model fails most cases the answer passed, so it is not named. The
+    answer is named as what it is: a comparison with NaN is False, and the NaN fell into the else branch."""
+    report = exercises.check_merge(lambda *a: merge_if_else(*a, strict=strict))
+    failing = {name: msg for name, ok, msg in report.cases if not ok}
+    assert list(failing) == ["NaN in the first part's max propagates"]
+    (msg,) = failing.values()
+    assert "looks like an if/else on g1 > g2 dropping NaN" in msg and "every comparison with NaN is False" in msg
+    assert "min of the two maxima" not in msg
+    assert named(report) == {"an if/else on g1 > g2 dropping NaN"}
+
+
+def test_a_merge_no_consistent_model_explains_gets_the_requirement_alone():
+    """rev-h-02-1: 2.2 names a mistake only through a model that also gives the answer on every case it passed. An
+    answer that is right but for NaN where both maxima are above 709 matches the exponential of each max alone on
+    the maxima of 800 and 799 only; that model also fails the maxima 1e4 apart, which the answer passed, so the case
+    gets its requirement alone. A right answer names nothing."""
+
+    def nan_when_both_large(g1, s1, g2, s2):
+        if g1 > 709 and g2 > 709:
+            return max(g1, g2), math.nan
+        return fm.merge(g1, s1, g2, s2)
+
+    report = exercises.check_merge(nan_when_both_large)
+    failing = {name: msg for name, ok, msg in report.cases if not ok}
+    assert list(failing) == ["maxima of 800 and 799 (no overflow: never exp of a max alone)"]
+    assert not named(report) and "looks like" not in repr(report)
+    right = exercises.check_merge(lambda *a: fm.merge(*a))
+    assert right.passed and not named(right)
 
 
 def test_math_exp_of_each_max_alone_gets_the_hint_of_its_np_exp_form():

@@ -266,11 +266,15 @@ class ConsistentDiagnosis(Diagnosis):
     named "the scores multiplied by the mask", though that model fails the masked prefix the learner got right.
 
     With ``pairs_first`` (2.2's rule) two consistent mistakes are named before one consistent mistake that explains
-    every failing case; without it (8.2's), the one mistake first."""
+    every failing case; without it (8.2's), the one mistake first. With ``consistent_only`` (2.2's rule) a mistake is
+    named only when it is consistent: when none is, the failing cases get their requirement alone, never a mistake
+    whose model fails a case the learner passed (review rev-h-02-1: an if/else merge, right but for a NaN in g1, was
+    told "the min of the two maxima")."""
 
-    def __init__(self, cases, answers, mistakes, same, pairs_first: bool = True):
+    def __init__(self, cases, answers, mistakes, same, pairs_first: bool = True, consistent_only: bool = False):
         super().__init__(cases, answers, mistakes, same)
         self._pairs_first = pairs_first
+        self._consistent_only = consistent_only
         self._answered = [answer is not None for answer in answers]
         self._all_rows = self._rows
 
@@ -290,10 +294,12 @@ class ConsistentDiagnosis(Diagnosis):
             return one
         if self._explained(failing, Diagnosis.covering):  # two consistent mistakes: covering() names them
             return None
-        return self._explained(failing, Diagnosis.explaining) or super().explaining(failing)
+        found = self._explained(failing, Diagnosis.explaining)
+        return found if found is not None or self._consistent_only else super().explaining(failing)
 
     def covering(self, failing) -> dict[int, Mistake]:
-        return self._explained(failing, Diagnosis.covering) or super().covering(failing)
+        found = self._explained(failing, Diagnosis.covering)
+        return found if found or self._consistent_only else super().covering(failing)
 
 
 def explaining(diagnosis, failing) -> dict[int, Mistake]:

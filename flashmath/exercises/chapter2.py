@@ -609,8 +609,60 @@ def _zero_for_empty(g1, s1, g2, s2):
     return g, float(s1 * np.exp(g1 - g) + s2 * np.exp(g2 - g))
 
 
+def _guard_forms(*models):
+    """Each model of a merge three times: as it is, behind the guard of the empty merge ((-inf, 0) when the merged max
+    is -inf), and behind a guard per part (an empty part returns the other part). The checker names a mistake only
+    through a model that also gives the learner's answer on every case that passed, so a mistake in the factors or in
+    the max needs a model for each way the learner may have guarded the empty parts (review rev-h-02-1). The min of
+    the maxima keeps its own two forms: with a guard per part it would pair with "an empty part taken for an empty
+    merge" to explain the min guarded on itself, which one model already explains."""
+
+    def empty_guarded(model):
+        def guarded(g1, s1, g2, s2):
+            return (-math.inf, 0.0) if _np_max(g1, g2) == -math.inf else model(g1, s1, g2, s2)
+
+        return guarded
+
+    def part_guarded(model):
+        def guarded(g1, s1, g2, s2):
+            if g1 == -math.inf:
+                return float(g2), float(s2)
+            return (float(g1), float(s1)) if g2 == -math.inf else model(g1, s1, g2, s2)
+
+        return guarded
+
+    return tuple(form for model in models for form in (model, empty_guarded(model), part_guarded(model)))
+
+
+def _swapped_factors(g1, s1, g2, s2):
+    """Each sum moved by the other part's max: s1 exp(g2 - g) + s2 exp(g1 - g)."""
+    g = _np_max(g1, g2)
+    return g, float(s1 * np.exp(g2 - g) + s2 * np.exp(g1 - g))
+
+
+def _branch_max(a, b):
+    """``a if a > b else b`` (``>=`` gives the same value): the if/else of a merge on ``g1 > g2``, where a NaN in
+    ``g1`` makes the comparison False and falls into the else branch, which returns ``g2``."""
+    return a if a > b else b
+
+
+#: The part of a merge's code that Python's max, an if/else and the min of the maxima are three ways to write: one
+#: code has one of them, so two are never named together (a Python min explains all but a NaN in g1, the if/else
+#: that case alone).
+MERGED_MAX = "the merged max"
+
 MERGE_MISTAKES = (
-    Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, (_guarded_merge(_python_max),)),
+    Mistake(PYTHON_MAX.name, PYTHON_MAX.fix, _guard_forms(_merge_model(g_of=_python_max)), part=MERGED_MAX),
+    Mistake(
+        N_("an if/else on g1 > g2 dropping NaN"),
+        N_(
+            "every comparison with NaN is False (nan > 0 and nan >= 0 alike), so a NaN in g1 fell into the else "
+            "branch, which returns g2, and went missing: test with math.isnan, or take g = np.maximum(g1, g2), which "
+            "propagates NaN"
+        ),
+        _guard_forms(_merge_model(g_of=_branch_max)),
+        part=MERGED_MAX,
+    ),
     Mistake(
         UNGUARDED.name,
         N_(
@@ -627,7 +679,7 @@ MERGE_MISTAKES = (
             "s1 e^{g1} + s2 e^{g2} overflows as soon as a max is above 709 (inf / inf = NaN): never take exp of a "
             "max alone; take exp of differences, s1 exp(g1 - g) + s2 exp(g2 - g), each <= 1"
         ),
-        (_exp_of_maxima,),
+        _guard_forms(_exp_of_maxima),
     ),
     Mistake(
         N_("the two states swapped"),
@@ -636,13 +688,7 @@ MERGE_MISTAKES = (
             "by its own max, s_k exp(g_k - g) (reading the arguments as (g1, g2, s1, s2), or pairing s1 with g2, "
             "mixes the parts)"
         ),
-        (
-            lambda g1, s1, g2, s2: _guarded_merge(_np_max)(g1, g2, s1, s2),
-            lambda g1, s1, g2, s2: (
-                _np_max(g1, g2),
-                float(s1 * np.exp(g2 - _np_max(g1, g2)) + s2 * np.exp(g1 - _np_max(g1, g2))),
-            ),
-        ),
+        (lambda g1, s1, g2, s2: _guarded_merge(_np_max)(g1, g2, s1, s2), *_guard_forms(_swapped_factors)),
     ),
     Mistake(
         N_("only one part rescaled"),
@@ -650,7 +696,7 @@ MERGE_MISTAKES = (
             "both sums need converting to the common max: whichever part does not hold it is rescaled by a factor "
             "below 1, and the one that holds it by exactly 1, so write both factors"
         ),
-        (
+        _guard_forms(
             lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 * np.exp(g1 - _np_max(g1, g2)) + s2),
             lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2 * np.exp(g2 - _np_max(g1, g2))),
         ),
@@ -661,17 +707,14 @@ MERGE_MISTAKES = (
             "s1 is relative to g1 and s2 to g2: convert both to the common max g first, s = s1 exp(g1 - g) + s2 "
             "exp(g2 - g)"
         ),
-        (lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2),),
+        _guard_forms(lambda g1, s1, g2, s2: (_np_max(g1, g2), s1 + s2)),
     ),
-    Mistake(FROM_PART_MAX.name, FROM_PART_MAX.fix, (_from_part_max(0), _from_part_max(1))),
-    Mistake(AVERAGED.name, AVERAGED.fix, (_averaged,)),
+    Mistake(FROM_PART_MAX.name, FROM_PART_MAX.fix, _guard_forms(_from_part_max(0), _from_part_max(1))),
+    Mistake(AVERAGED.name, AVERAGED.fix, _guard_forms(_averaged)),
     Mistake(
         INVERTED_RESCALE.name,
         N_("each factor is exp(g_k - g) = exp(part max - common max) <= 1"),
-        (
-            _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k)),
-            _merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k), guard=True),
-        ),
+        _guard_forms(_merge_model(term=lambda s, g_k, g: s * np.exp(g - g_k))),
     ),
     Mistake(
         N_("the min of the two maxima"),
@@ -679,12 +722,18 @@ MERGE_MISTAKES = (
             "the merged state's max is the larger one, g = max(g1, g2); relative to the smaller one the factors "
             "exp(g_k - g) can overflow"
         ),
-        (_guarded_merge(lambda a, b: float(np.fmin(a, b))), _merge_model(g_of=lambda a, b: float(np.fmin(a, b)))),
+        tuple(
+            model
+            # np.fmin drops a NaN, np.minimum keeps it, Python's min keeps it in g1 only; a guard tests the min
+            for g_of in (lambda a, b: float(np.fmin(a, b)), lambda a, b: float(np.minimum(a, b)), min)
+            for model in (_guarded_merge(g_of), _merge_model(g_of=g_of))
+        ),
+        part=MERGED_MAX,
     ),
     Mistake(
         BASE_2.name,
         BASE_2.fix,
-        (
+        _guard_forms(
             _merge_model(term=lambda s, g_k, g: s * np.exp2(g_k - g)),
             _merge_model(term=lambda s, g_k, g: s * 10.0 ** (g_k - g)),
         ),
@@ -692,7 +741,7 @@ MERGE_MISTAKES = (
     Mistake(
         N_("one part's max used for both"),
         N_("each sum moves from its own max: s = s1 exp(g1 - g) + s2 exp(g2 - g), g1 for s1 and g2 for s2"),
-        (_one_max_for_both(0), _one_max_for_both(1)),
+        _guard_forms(_one_max_for_both(0), _one_max_for_both(1)),
     ),
     Mistake(
         N_("0 as the max of nothing"),
@@ -752,9 +801,9 @@ def check_merge(fn) -> CheckReport:
     The property battery first (:func:`merge_properties`), then :func:`merge_cases`: two halves give the state of
     the whole; the identity ``(-inf, 0)`` on either side; either part holding the larger max; maxima 1e4 apart
     and maxima of 800 (no overflow); NaN in a max (g = s = NaN) or in a sum (s = NaN, g still the larger
-    max). Named mistakes: :data:`MERGE_MISTAKES`, through models that also give the learner's answer on every case
-    that passed (:class:`ConsistentDiagnosis`), so that code with two slips, no guard for two empty parts and
-    Python's max, is named as those two.
+    max). Named mistakes: :data:`MERGE_MISTAKES`, only through models that also give the learner's answer on every
+    case that passed (:class:`ConsistentDiagnosis`), so that code with two slips, no guard for two empty parts and
+    Python's max, is named as those two, and code that no such model explains gets the case's requirement alone.
     """
     return _check_states(
         "check_merge",
@@ -763,7 +812,9 @@ def check_merge(fn) -> CheckReport:
         _right_merge,
         MERGE_MISTAKES,
         merge_properties(),
-        diagnosis=lambda args, answers: ConsistentDiagnosis(args, answers, MERGE_MISTAKES, same_state),
+        diagnosis=lambda args, answers: ConsistentDiagnosis(
+            args, answers, MERGE_MISTAKES, same_state, consistent_only=True
+        ),
         hint=_merge_hint,
     )
 

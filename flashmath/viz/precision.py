@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 from flashmath.i18n import gettext as _
 from flashmath.i18n import gettext_noop as N_
@@ -116,6 +117,8 @@ class PrecisionPlot(LivePlot):
         }
         ax_m.set_yscale("log")
         ax_m.set_ylim(SHARE_FLOOR, 200)
+        # plain numbers (0.001, ..., 100), as large as every other label: the exponents of 10^-3 were 6 px tall
+        ax_m.yaxis.set_major_formatter(FuncFormatter(lambda share, _pos: f"{share:g}"))
         ax_m.set_xticks(groups, [_(BAR_LABELS.get(v, v)) for v in BAR_VARIANTS])  # fa1, fa2: not in the catalog
         ax_m.set_ylabel(_("%% of outputs not correctly rounded") % ())  # a python-format message: "%%" is "%"
         ax_m.legend(
