@@ -1475,6 +1475,21 @@ def test_the_float32_hint_when_every_expected_value_is_0():
     assert "every expected value is 0" in text and "2.0e-09" in text and "relative" not in text.split(")")[-1]
 
 
+def test_a_nan_failure_shows_the_largest_difference_only_beyond_the_tolerance():
+    """Review zhrev-aq (note on check_ring_step): beside a NaN, a finite difference of 1e-16 is rounding, not a second
+    mistake; one beyond the check's tolerance is still shown."""
+    from flashmath.exercises._report import error_note
+
+    want = np.array([0.3503590311274776, 0.361937, -1.25])
+    got = np.array([0.3503590311274777, np.nan, -1.25])
+    text = error_note(got, want)
+    assert "got nan at [1] where 0.361937 was expected" in text and "largest difference" not in text, text
+    assert "largest difference 0.5 at [2]" in error_note(got + np.array([0, 0, 0.5]), want)
+    assert "largest difference" in error_note(got + np.array([0, 0, 1e-7]), want)  # beyond 1e-9: shown
+    assert "largest difference" not in error_note(got + np.array([0, 0, 1e-7]), want, rtol=1e-5, atol=1e-5)
+    assert "largest difference" in error_note(want + np.array([1e-16, 0, 0]), want)  # no NaN: shown as before
+
+
 def test_the_float32_hint_only_where_float32_explains_the_error():
     """Review zhrev-j 13-1: a logsumexp off by 8.2e-4 relative was asked whether it ran in float32 (about 1e-7)."""
     from flashmath.exercises._report import FLOAT32_EXPLAINS, error_note

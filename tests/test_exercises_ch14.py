@@ -171,6 +171,26 @@ def test_ring_step_nan_of_an_unguarded_row_is_named(fn):
     assert named(report) == {"a row that sees no key: -inf - (-inf)"}, report
 
 
+def step_logaddexp_unguarded(a, lse, q, k, v, keep):
+    """No max in the step's softmax and no guard: NaN on a row that sees no key; elsewhere right to 1e-16."""
+    x = np.where(keep, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    lse_s = np.log(np.exp(x).sum(axis=1))
+    a_s = np.exp(x - lse_s[:, None]) @ v
+    new = np.logaddexp(lse, lse_s)
+    return np.exp(lse - new)[:, None] * a + np.exp(lse_s - new)[:, None] * a_s, new
+
+
+def test_ring_step_nan_failure_shows_no_rounding_difference_beside_it():
+    """Review zhrev-aq (note on check_ring_step): after "got nan at [1, 0] where 0.361937 was expected" the message
+    went on with "largest difference 1.11e-16 at [0, 3]", a rounding difference that read like a second mistake."""
+    with np.errstate(all="ignore"):
+        report = exercises.check_ring_step(step_logaddexp_unguarded)
+    failed = {name: message for name, ok, message in report.cases if not ok}
+    assert "a row that sees no key of the shard keeps its state" in failed, report
+    assert all("got nan at" in message for message in failed.values()), report
+    assert not any("largest difference" in message for message in failed.values()), report
+
+
 def test_ring_step_plain_exp_names_0_over_0_not_overflow_for_an_empty_row():
     """e^L without a reference point fails two cases for two reasons (rev5-f): overflow at L near 720, and 0/0 for a
     row with nothing seen and no key in the shard; each case's message gives its own reason."""

@@ -250,3 +250,17 @@ def test_math_beside_chinese_is_drawn_as_in_english(chinese, caplog):
     i18n.set_language("zh_CN")
     assert (mixed != 255).any() and np.array_equal(math_zh, math_en)
     assert not [r for r in caplog.records if "does not have a glyph" in r.getMessage()]
+
+
+def test_the_split_kv_output_label_fits_its_axes(chinese):
+    """Review zhrev-aq-10-1: the Chinese y label of the outputs' axes ("A_p：各段（点），合并后（虚线）") ran above and
+    below its axes at the notebook's size; it is drawn on two lines now, each within the axes' height."""
+    q, k, v = rng_qkv(N=1, M=46)
+    plot = viz.SplitKVPlot({p: fm.split_kv_trace(q, k, v, p) for p in (3, 16)}, (q @ k.T)[0], dpi=100)
+    for p in (3, 16):
+        plot.update(splits=p)
+        plot.rgb()
+        renderer = plot.fig.canvas.get_renderer()
+        label, axes = plot.ax_a.yaxis.label.get_window_extent(renderer), plot.ax_a.get_window_extent(renderer)
+        assert "\n" in plot.ax_a.get_ylabel() and CJK.search(plot.ax_a.get_ylabel())
+        assert axes.y0 <= label.y0 and label.y1 <= axes.y1, (p, label, axes)

@@ -464,7 +464,7 @@ def check_row_lse(fn) -> CheckReport:
         hint=_kernel_hint,
         not_answer=Said(_("expected one logsumexp per row, a tensor of shape (R,)")),
         # the kernel computes in float32, which meets the 1e-5 tolerance: no "compute in float64" hint
-        note=functools.partial(error_note, precision_hint=False),
+        note=functools.partial(error_note, precision_hint=False, rtol=1e-5, atol=1e-5),
     )
 
 

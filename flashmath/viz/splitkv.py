@@ -110,7 +110,10 @@ class SplitKVPlot(LivePlot):
         ax_a.set_xlim(*self.xlim)
         ax_a.set_ylim(*limits(values))
         ax_a.set_xlabel(_("key m (each range's output drawn at the middle of its keys)"))
-        ax_a.set_ylabel(_("$A_p$ (dots), merged (--)"))
+        # two lines in Chinese (review zhrev-aq-10-1: one was taller than its axes), spaced so that the first line's
+        # subscript clears the second; one line in English, drawn as before
+        label = _("$A_p$ (dots), merged (--)")
+        ax_a.set_ylabel(label, **({"linespacing": 1.5} if "\n" in label else {}))
         self.part_dots, self.merged_lines = [], []
         for color, _d in zip(DIM_COLORS, self.dims, strict=False):  # not "_": the gettext of this module
             self.part_dots.append(ax_a.plot([], [], "o", color=color, ms=5)[0])
