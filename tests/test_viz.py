@@ -496,6 +496,9 @@ def test_a_static_ops_picture_fits_its_y_range_and_the_widget_keeps_one():
     assert low == 0 and tallest < high <= 1.2 * tallest < fixed[0][1]
     plot.update(block=2)  # the range follows the size shown
     assert plot.right.get_ylim()[1] == pytest.approx(fixed[0][1])
+    for order in ("fa1", "fa2"):  # the bars add up to the non-matmul count the title prints
+        heights = [bar.get_height() for bar in plot.bars[order]]
+        assert sum(heights) == pytest.approx(table[order]["non_matmul"][0]) and heights[-1] > 0
     viz.strip(plot, [dict(block=b) for b in (2, 16)])
 
 

@@ -25,6 +25,7 @@ OP_LABELS = {
     "subtract": N_("subtract"),
     "maximum": N_("maximum"),
     "equal": N_("equal"),
+    "rest": N_("equal, log"),
 }
 
 
@@ -115,7 +116,9 @@ class OpsPerScorePlot(LivePlot):
     """Chapter 7: the operations besides the matrix products, per score, of fa1 and fa2 against the tile size.
 
     Left: non-matmul operations per score against ``B = B_r = B_c`` (fa1 dashed, fa2 solid), with a marker at the
-    chosen ``B``. Right: for that ``B``, the operations per score by kind, fa1 and fa2 side by side.
+    chosen ``B``. Right: for that ``B``, the operations per score by kind, fa1 and fa2 side by side; the last bar is
+    what :data:`flashmath.opcount.OPS` leaves out of ``"non_matmul"`` (the guards' ``equal`` and fa2's ``log``), so
+    that the bars add up to the non-matmul count in the title.
 
     Args:
         table: from :func:`flashmath.opcount.op_count_table`: ``blocks``, ``N``, ``D`` and, for ``"fa1"`` and
@@ -149,13 +152,14 @@ class OpsPerScorePlot(LivePlot):
         left.grid(True, alpha=0.3)
         left.legend(loc="upper right", fontsize=9)
         (self.marker,) = left.plot([], [], "o", ms=12, mfc="none", mec=JUMP, mew=2)
-        x = np.arange(len(OPS))
+        self.kinds = {o: self._kinds(o) for o in ("fa1", "fa2")}
+        x = np.arange(len(OPS) + 1)
         width = 0.38
-        top = max(max(t[o][name].max() for name in OPS) for o in ("fa1", "fa2"))
+        top = max(self.kinds[o].max() for o in ("fa1", "fa2"))
         self.bars = {}
         for shift, order, color in ((-width / 2, "fa1", FA1_COLOR), (width / 2, "fa2", SEEN)):
-            self.bars[order] = right.bar(x + shift, np.zeros(len(OPS)), width, color=color, label=order)
-        right.set_xticks(x, op_labels(OPS), rotation=30, ha="right")
+            self.bars[order] = right.bar(x + shift, np.zeros(len(x)), width, color=color, label=order)
+        right.set_xticks(x, op_labels((*OPS, "rest")), rotation=30, ha="right")
         right.set_ylim(0, 1.15 * top)
         right.grid(True, axis="y", alpha=0.3)
         self.right = right
@@ -164,14 +168,20 @@ class OpsPerScorePlot(LivePlot):
         self.title = self.fig.suptitle("", fontsize=10, wrap=True)  # wrapped where a translation is longer
         self.live(self.marker, self.bars["fa1"], self.bars["fa2"], self.title)
 
+    def _kinds(self, order):
+        """``(kinds + 1, blocks)``: the per-score counts of :data:`OPS`, then the rest of ``"non_matmul"``."""
+        t = self.table[order]
+        named = np.array([t[name] for name in OPS])
+        return np.vstack([named, t["non_matmul"] - named.sum(axis=0)])
+
     def _update(self, block):
         col = self.blocks.index(_pick(block, self.blocks, "block"))
         t = self.table
         self.marker.set_data([block], [t["fa2"]["non_matmul"][col]])
         for order in ("fa1", "fa2"):
-            set_heights(self.bars[order], [t[order][name][col] for name in OPS])
+            set_heights(self.bars[order], self.kinds[order][:, col])
         if self.fit:  # the y range of this tile size's bars: a new background for each size
-            top = max(t[o][name][col] for o in ("fa1", "fa2") for name in OPS)
+            top = max(self.kinds[o][:, col].max() for o in ("fa1", "fa2"))
             self.right.set_ylim(0, 1.15 * top)
             self.redraw_background(key=block, changed=[self.right.yaxis])
         self.title.set_text(
