@@ -319,6 +319,27 @@ def test_an_inverted_rescale_first_fails_as_a_wrong_state_not_a_memory_problem()
     assert "kB" in message(exercises.check_online_normalizer(normalizer_buffered), MEMORY_CASE)
 
 
+def normalizer_reading_each_element_twice(x):
+    g, s = -math.inf, 0.0
+    for i in range(len(x)):
+        g_new = nan_max(g, x[i])  # x[i] read here ...
+        if g_new == -math.inf:
+            continue
+        s = s * math.exp(g - g_new) + math.exp(x[i] - g_new)  # ... and again here
+        g = g_new
+    return g, s
+
+
+def test_an_element_read_twice_in_the_loop_is_not_told_it_read_x0_before_the_loop():
+    """rev-p-02-3: a right loop that reads x[i] twice per step was told it read x[0] before the loop; the message
+    now names both ways of reading an element twice, the per-step one first."""
+    report = exercises.check_online_normalizer(normalizer_reading_each_element_twice)
+    assert not report.passed
+    failing = [msg for _, ok, msg in report.cases if not ok]
+    assert failing and all("x_i = x[i]" in msg for msg in failing)
+    assert exercises.check_online_normalizer(normalizer_with()).passed
+
+
 def merge_with(term=lambda s, g_k, g: s * math.exp(g_k - g), g_of=nan_max, guard=True):
     def fn(g1, s1, g2, s2):
         g = g_of(g1, g2)

@@ -246,8 +246,8 @@ TWO_PASSES = Mistake(
 READ_TWICE = Mistake(
     N_("an element read twice"),
     N_(
-        "every element is read once, in the one loop: reading x[0] before the loop and then looping "
-        "over all of x reads it twice"
+        "every element is read once, in the one loop: read x[i] once per step into a variable (x_i = x[i]) and "
+        "use it for both the max and the exponential; reading x[0] before a loop over all of x also reads it twice"
     ),
 )
 NOT_A_PAIR = Mistake(N_("not a pair"), N_("return the two numbers (g, s)"))
