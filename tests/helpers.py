@@ -177,3 +177,18 @@ def prediction_cell(path: str, cell_id: str, env: dict, capsys):
         return capsys.readouterr().out
 
     return run
+
+
+def assert_prediction_feedback(run, question: str, right, *, why_once: bool = False) -> None:
+    """A prediction cell's feedback (``run`` from :func:`prediction_cell`): the right answer gets "right." and the
+    question's explanation; each misconception's wrong answer gets "not quite" and its own sentence (and, with
+    ``why_once``, not the general explanation after it)."""
+    from flashmath.exercises.predict import QUESTIONS
+
+    asked = QUESTIONS[question]
+    out = run(right)
+    assert ": right." in out and asked.why in out, out
+    for wrong, text in asked.misconceptions.items():
+        out = run(wrong)
+        assert "not quite" in out and text in out, out
+        assert not why_once or asked.why not in out, out

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests, named, prediction_cell
+from helpers import assert_prediction_feedback, checker_tests, named, prediction_cell
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -1620,12 +1620,8 @@ def test_the_tile_rule_prediction_names_the_threshold_and_its_wrong_answers(caps
     run = prediction_cell("06_tiling.ipynb", "rule-check-06", {"fm": fm}, capsys)
     assert "32" not in run()  # the placeholder: no answer
     why = QUESTIONS["P6b"].why
-    out = run(32)
-    assert ": right." in out and why in out, out
-    for wrong, text in QUESTIONS["P6b"].misconceptions.items():
-        out = run(wrong)
-        # zhrev-e 06-16: the tailored sentence already gives the general reason, which is not repeated after it
-        assert "not quite" in out and text in out and why not in out, out
+    # zhrev-e 06-16: the tailored sentence already gives the general reason, which is not repeated after it
+    assert_prediction_feedback(run, "P6b", 32, why_once=True)
     out = run(40)  # no sentence of its own
     assert "not quite" in out and why in out, out
 
@@ -1657,7 +1653,6 @@ def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(ca
     (194 > 127.5 KiB), not the shared one (96 <= 99 KiB); the numbers of its sentences are the model's."""
 
     from flashmath import hardware
-    from flashmath.exercises.predict import QUESTIONS
 
     gpu = hardware.GPUS["RTX 4090"]
     fits, twice = (hardware.tile_bytes(128, rows, 64, stages=1) for rows in (128, 256))
@@ -1669,11 +1664,7 @@ def test_the_tile_cap_prediction_names_the_register_cap_and_its_wrong_answers(ca
     assert per_row == [520, 776]
     run = prediction_cell("10_beyond.ipynb", "tile-check-10", {"hardware": hardware}, capsys)
     assert "128" not in run()  # the placeholder: no answer
-    out = run(128)
-    assert ": right." in out and QUESTIONS["P10b"].why in out, out
-    for wrong, text in QUESTIONS["P10b"].misconceptions.items():
-        out = run(wrong)
-        assert "not quite" in out and text in out, out
+    assert_prediction_feedback(run, "P10b", 128)
 
 
 def test_tile_step_numerator_is_named_and_differences_print_six_digits():
@@ -1699,7 +1690,6 @@ def test_the_window_traffic_prediction_names_fa1_above_standard_attention_and_it
 
     import flashmath as fm
     from flashmath.data import load_heads
-    from flashmath.exercises.predict import QUESTIONS
 
     heads = load_heads()
     layer, head, _ = heads.demo_rows[0]
@@ -1716,8 +1706,4 @@ def test_the_window_traffic_prediction_names_fa1_above_standard_attention_and_it
         env = {"fm": fm, "np": np, "q": q, "k": k, "v": v, "N": N, "M": M, "D": D}
         run = prediction_cell(path, "predict-window-check-08", env, capsys)
         assert "You predicted" not in run()  # the placeholder: no answer
-        out = run(1)
-        assert ": right." in out and QUESTIONS["P8b"].why in out, out
-        for wrong, text in QUESTIONS["P8b"].misconceptions.items():
-            out = run(wrong)
-            assert "not quite" in out and text in out and QUESTIONS["P8b"].why not in out, out
+        assert_prediction_feedback(run, "P8b", 1, why_once=True)

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import checker_tests, prediction_cell
+from helpers import assert_prediction_feedback, checker_tests, prediction_cell
 
 import flashmath as fm
 from flashmath import exercises, solutions
@@ -642,17 +642,12 @@ def test_the_window_tiles_prediction_is_150_and_names_its_wrong_answers(capsys):
     for path in ("13_variants.ipynb", "zh/13_variants.ipynb"):
         run = prediction_cell(path, "predict-window-check-13", {"fm": fm, "np": np, "block_mask": block_mask}, capsys)
         assert "You predicted" not in run()  # the placeholder: no answer
-        out = run(150)
-        assert ": right." in out and QUESTIONS["P13"].why in out, out
-        for wrong, text in QUESTIONS["P13"].misconceptions.items():
-            out = run(wrong)
-            assert "not quite" in out and text in out, out
+        assert_prediction_feedback(run, "P13", 150)
 
 
 def test_the_sink_in_every_part_prediction_is_ln_3_and_names_its_wrong_answers(capsys):
     """P13b: the sink counted in all three split-KV parts is one sink of value sink + ln 3; the cell computes it from
     the merged logsumexp, for every head."""
-    from flashmath.exercises.predict import QUESTIONS
 
     rng = np.random.default_rng(0)
     H, N, M, D = 4, 1, 12, 8
@@ -666,8 +661,4 @@ def test_the_sink_in_every_part_prediction_is_ln_3_and_names_its_wrong_answers(c
     for path in ("13_variants.ipynb", "zh/13_variants.ipynb"):
         run = prediction_cell(path, "predict-sink-check-13", env, capsys)
         assert "You predicted" not in run()
-        out = run(round(math.log(3), 2))
-        assert ": right." in out and QUESTIONS["P13b"].why in out, out
-        for wrong, text in QUESTIONS["P13b"].misconceptions.items():
-            out = run(wrong)
-            assert "not quite" in out and text in out, out
+        assert_prediction_feedback(run, "P13b", round(math.log(3), 2))
